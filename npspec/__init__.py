@@ -1,0 +1,47 @@
+"""npspec: speculative decoding (Leviathan et al. 2023; Chen et al. 2023) on a NumPy GPT-2.
+
+    import npspec
+    target, draft = npspec.load(role="target"), npspec.load(role="draft")   # the shipped pair
+    out = npspec.generate(target, "ROMEO:", draft=draft, gamma=4, temperature=0, max_new_tokens=64)
+    print(out.text, out.stats.alpha)
+
+Modules: model (the forward and KV cache), checkpoint (converted files), convert (from Hugging
+Face), sampling (warping, inverse-CDF sampling, residual), speculative (the loop), evaluate
+(perplexity, acceptance), text (prompts, streaming), generate (the CLI).
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .checkpoint import CheckpointError, Model, load_model
+from .model import ContextOverflowError, GPT2Config, KVCache
+from .models import load
+from .speculative import Generation, Stats, speculative_generate
+from .text import encode_prompt
+
+__version__ = "0.1.0"
+
+
+@dataclass
+class TextGeneration(Generation):
+    """A Generation plus its decoded `text` (new text only, prompt excluded)."""
+
+    text: str = ""
+
+
+def generate(target, prompt, draft=None, gamma=4, max_new_tokens=64, temperature=0.8, top_k=0, top_p=0.95, seed=0):
+    """Generate text after `prompt` (a str) with `target`; with a `draft` and gamma > 0, speculatively.
+
+    Returns a TextGeneration: `ids` (new ids), `text` (their decoding), `stats`. The same
+    seed, models, prompt and options give the same output. See speculative_generate for the
+    errors raised.
+    """
+    ids = encode_prompt(target.tokenizer, prompt, target.config.eos_token_id)
+    gen = speculative_generate(target, draft, ids, max_new_tokens, gamma=gamma if draft is not None else 0,
+                               temperature=temperature, top_k=top_k, top_p=top_p, rng=np.random.default_rng(seed))
+    return TextGeneration(gen.ids, gen.stats, gen.trace, target.tokenizer.decode(gen.ids))
+
+
+__all__ = ["CheckpointError", "ContextOverflowError", "GPT2Config", "Generation", "KVCache", "Model", "Stats",
+           "TextGeneration", "generate", "load", "load_model", "speculative_generate"]

@@ -1,0 +1,213 @@
+"""npspec's converted-model layout: read and write, atomically, safetensors only.
+
+A converted model is a directory holding
+  * `model.safetensors`: float32 tensors with GPT-2's names without the `transformer.` prefix
+    (`wte.weight, wpe.weight, h.{i}.ln_1.weight, h.{i}.attn.c_attn.weight, ... ln_f.bias`),
+    Conv1D layout `[in, out]`, and no LM head (it is tied to `wte`). The safetensors header
+    metadata (all strings) holds `format_version, n_vocab, n_ctx, n_embd, n_head, n_layer,
+    layer_norm_epsilon, eos_token_id, source, source_sha256`;
+  * `tokenizer.json`: the model's tokenizer, in Hugging Face `tokenizers` format.
+"""
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .model import GPT2Config, KVCache, gpt2
+
+FORMAT_VERSION = "1"
+WEIGHTS_FILE = "model.safetensors"
+TOKENIZER_FILE = "tokenizer.json"
+
+
+class CheckpointError(ValueError):
+    """A model file or directory is missing, malformed or inconsistent."""
+
+
+def tensor_shapes(config):
+    """name -> shape of every tensor the forward uses (GPT-2 names, Conv1D `[in, out]`)."""
+    d = config.n_embd
+    shapes = {"wte.weight": (config.n_vocab, d), "wpe.weight": (config.n_ctx, d),
+              "ln_f.weight": (d,), "ln_f.bias": (d,)}
+    for i in range(config.n_layer):
+        shapes.update({
+            f"h.{i}.ln_1.weight": (d,), f"h.{i}.ln_1.bias": (d,),
+            f"h.{i}.attn.c_attn.weight": (d, 3 * d), f"h.{i}.attn.c_attn.bias": (3 * d,),
+            f"h.{i}.attn.c_proj.weight": (d, d), f"h.{i}.attn.c_proj.bias": (d,),
+            f"h.{i}.ln_2.weight": (d,), f"h.{i}.ln_2.bias": (d,),
+            f"h.{i}.mlp.c_fc.weight": (d, 4 * d), f"h.{i}.mlp.c_fc.bias": (4 * d,),
+            f"h.{i}.mlp.c_proj.weight": (4 * d, d), f"h.{i}.mlp.c_proj.bias": (d,),
+        })
+    return shapes
+
+
+def params_tree(tensors, config):
+    """Flat `{name: array}` -> the checkpoint's tree, as the forward reads it."""
+    def lin(prefix):
+        return {"w": tensors[prefix + ".weight"], "b": tensors[prefix + ".bias"]}
+
+    def ln(prefix):
+        return {"g": tensors[prefix + ".weight"], "b": tensors[prefix + ".bias"]}
+
+    return {
+        "wte": tensors["wte.weight"], "wpe": tensors["wpe.weight"], "ln_f": ln("ln_f"),
+        "h": [{"ln_1": ln(f"h.{i}.ln_1"), "ln_2": ln(f"h.{i}.ln_2"),
+               "attn": {"c_attn": lin(f"h.{i}.attn.c_attn"), "c_proj": lin(f"h.{i}.attn.c_proj")},
+               "mlp": {"c_fc": lin(f"h.{i}.mlp.c_fc"), "c_proj": lin(f"h.{i}.mlp.c_proj")}}
+              for i in range(config.n_layer)],
+    }
+
+
+def check_tensors(tensors, config):
+    """Every problem with `tensors` against `config`, as a list of strings (empty: all good)."""
+    problems = []
+    for name, shape in tensor_shapes(config).items():
+        if name not in tensors:
+            problems.append(f"missing tensor {name} {list(shape)}")
+        elif tuple(tensors[name].shape) != shape:
+            problems.append(f"tensor {name} has shape {list(tensors[name].shape)}, expected {list(shape)}")
+    return problems
+
+
+def atomic_write(path, write):
+    """Call `write(tmp_path)`, then rename the temporary file onto `path` (same directory)."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def save_converted(out_dir, tensors, config, source, source_sha256, tokenizer_json):
+    """Write a converted model directory: `model.safetensors` then `tokenizer.json`, each atomically.
+
+    tensors: `{name: float32 array}` with exactly the names of `tensor_shapes(config)`.
+    tokenizer_json: the tokenizer file's text. Raises CheckpointError if tensors do not fit config.
+    """
+    from safetensors.numpy import save_file
+
+    problems = check_tensors(tensors, config)
+    if problems:
+        raise CheckpointError("cannot save: " + "; ".join(problems))
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    metadata = {
+        "format_version": FORMAT_VERSION, "n_vocab": config.n_vocab, "n_ctx": config.n_ctx,
+        "n_embd": config.n_embd, "n_head": config.n_head, "n_layer": config.n_layer,
+        "layer_norm_epsilon": config.layer_norm_epsilon, "eos_token_id": config.eos_token_id,
+        "source": source, "source_sha256": source_sha256,
+    }
+    metadata = {k: json.dumps(v) if not isinstance(v, str) else v for k, v in metadata.items()}
+    ordered = {name: np.ascontiguousarray(tensors[name], dtype=np.float32) for name in tensor_shapes(config)}
+    atomic_write(out_dir / WEIGHTS_FILE, lambda tmp: save_file(ordered, tmp, metadata=metadata))
+    atomic_write(out_dir / TOKENIZER_FILE, lambda tmp: Path(tmp).write_text(tokenizer_json, encoding="utf-8"))
+
+
+def config_from_metadata(metadata, where):
+    if not metadata or metadata.get("format_version") != FORMAT_VERSION:
+        raise CheckpointError(
+            f"{where} is not an npspec-converted model (format_version "
+            f"{(metadata or {}).get('format_version')!r}, expected {FORMAT_VERSION!r}); "
+            "convert it with: python -m npspec.convert SRC OUT_DIR")
+    try:
+        eos = json.loads(metadata["eos_token_id"])
+        return GPT2Config(
+            n_vocab=int(metadata["n_vocab"]), n_ctx=int(metadata["n_ctx"]), n_embd=int(metadata["n_embd"]),
+            n_head=int(metadata["n_head"]), n_layer=int(metadata["n_layer"]),
+            layer_norm_epsilon=float(metadata["layer_norm_epsilon"]), eos_token_id=eos)
+    except (KeyError, ValueError, TypeError) as e:
+        raise CheckpointError(f"{where}: bad model metadata ({e}); reconvert it with python -m npspec.convert") from e
+
+
+@dataclass
+class Model:
+    """A loaded model: config, parameter tree, tokenizer, and where it came from."""
+
+    config: GPT2Config
+    params: dict
+    tokenizer: object  # tokenizers.Tokenizer
+    path: Path
+    metadata: dict
+
+    def new_cache(self):
+        """An empty KVCache sized for this model."""
+        return KVCache(self.config)
+
+    def forward(self, ids, cache, invariant=True):
+        """Logits `[n_new, n_vocab]` float32 for `ids` fed after `cache.length` (see model.gpt2)."""
+        return gpt2(ids, self.params, self.config, cache, invariant)
+
+    @property
+    def n_params(self):
+        return sum(a.size for a in _leaves(self.params))
+
+    @property
+    def n_bytes(self):
+        """Bytes of all weight arrays."""
+        return sum(a.nbytes for a in _leaves(self.params))
+
+
+def _leaves(tree):
+    if isinstance(tree, dict):
+        for v in tree.values():
+            yield from _leaves(v)
+    elif isinstance(tree, list):
+        for v in tree:
+            yield from _leaves(v)
+    else:
+        yield tree
+
+
+def load_model(path):
+    """Load a converted model directory (see module docstring) into a `Model`.
+
+    Reads each tensor once, straight into the array the forward uses (peak extra memory
+    about one tensor). Raises CheckpointError, with the fix, for a missing directory or file,
+    a file that is not safetensors, wrong metadata, and missing or misshaped tensors.
+    """
+    from safetensors import SafetensorError, safe_open
+    from tokenizers import Tokenizer
+
+    path = Path(path)
+    weights, tok = path / WEIGHTS_FILE, path / TOKENIZER_FILE
+    if not path.is_dir():
+        raise CheckpointError(f"model directory {path} does not exist")
+    for f in (weights, tok):
+        if not f.is_file():
+            raise CheckpointError(f"{path} has no {f.name}; is it an npspec-converted model? "
+                                  "Convert a Hugging Face checkpoint with: python -m npspec.convert SRC OUT_DIR")
+    try:
+        with safe_open(str(weights), framework="numpy") as f:
+            metadata = f.metadata() or {}
+            config = config_from_metadata(metadata, weights)
+            expected = tensor_shapes(config)
+            tensors = {}
+            for name in f.keys():
+                if name in expected:
+                    tensors[name] = f.get_tensor(name)
+    except SafetensorError as e:
+        raise CheckpointError(f"{weights} is not a readable safetensors file ({e}); "
+                              "reconvert it with python -m npspec.convert") from e
+    except (OSError, ValueError) as e:
+        if isinstance(e, CheckpointError):
+            raise
+        raise CheckpointError(f"{weights} could not be read ({e}); reconvert it with python -m npspec.convert") from e
+    problems = check_tensors(tensors, config)
+    bad_dtype = [n for n, a in tensors.items() if a.dtype != np.float32]
+    problems += [f"tensor {n} is {tensors[n].dtype}, expected float32" for n in bad_dtype]
+    if problems:
+        raise CheckpointError(f"{weights}: " + "; ".join(problems) + "; reconvert it with python -m npspec.convert")
+    try:
+        tokenizer = Tokenizer.from_file(str(tok))
+    except Exception as e:  # tokenizers raises a bare Exception for malformed JSON
+        raise CheckpointError(f"{tok} is not a valid tokenizers file ({e})") from e
+    return Model(config, params_tree(tensors, config), tokenizer, path, dict(metadata))

@@ -1,0 +1,80 @@
+"""Measurements on a model pair: validation loss / perplexity, and acceptance.
+
+The shipped pair's model card and the regression tests both call these functions, so the
+numbers in weights/shakespeare/README.md are the numbers the tests check.
+"""
+
+import numpy as np
+
+from .sampling import warp
+from .speculative import Stats, speculative_generate
+
+
+def split_corpus(text):
+    """npspec's fixed 90/10 train/validation split by character position: (train, validation)."""
+    n = int(0.9 * len(text))
+    return text[:n], text[n:]
+
+
+def validation_loss(model, ids, max_windows=None):
+    """Mean next-token cross-entropy (nats/token) over non-overlapping windows of `ids`.
+
+    ids: `[n]` token ids. Each window has n_ctx + 1 ids: n_ctx inputs from a fresh cache, each
+    predicting the next id. A shorter tail window is used too. max_windows: only the first
+    windows (a fixed slice). Returns (loss in nats/token, number of predicted tokens);
+    perplexity is exp(loss).
+    """
+    ids = np.asarray(ids)
+    n_ctx = model.config.n_ctx
+    total, count = 0.0, 0
+    starts = range(0, len(ids) - 1, n_ctx)
+    if max_windows is not None:
+        starts = starts[:max_windows]
+    for s in starts:
+        window = ids[s : s + n_ctx + 1]
+        logits = model.forward(window[:-1], model.new_cache(), invariant=False).astype(np.float64)
+        logz = np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1)) + logits.max(-1)
+        total += float((logz - logits[np.arange(len(window) - 1), window[1:]]).sum())
+        count += len(window) - 1
+    return total / count, count
+
+
+def acceptance(target, draft, prompts, gamma=4, max_new_tokens=64, temperature=0.0, top_k=0, top_p=1.0, seed=0):
+    """Run speculative decoding on each prompt (lists of ids) and sum the statistics.
+
+    Returns a Stats whose counts are summed over prompts (seconds summed too). Sampling
+    (temperature > 0) uses one Generator seeded with `seed` for the whole set.
+    """
+    rng = np.random.default_rng(seed)
+    total = Stats(tested_by_position=[0] * gamma, accepted_by_position=[0] * gamma)
+    for prompt in prompts:
+        s = speculative_generate(target, draft, prompt, max_new_tokens, gamma=gamma, temperature=temperature,
+                                 top_k=top_k, top_p=top_p, rng=rng).stats
+        for key in ("new_tokens", "rounds", "drafted", "accepted", "rejected", "target_forwards",
+                    "draft_forwards", "seconds", "seconds_draft", "seconds_verify"):
+            setattr(total, key, getattr(total, key) + getattr(s, key))
+        total.tested_by_position = [a + b for a, b in zip(total.tested_by_position, s.tested_by_position)]
+        total.accepted_by_position = [a + b for a, b in zip(total.accepted_by_position, s.accepted_by_position)]
+    total.stop_reason = "mixed"
+    return total
+
+
+def expected_acceptance(target, draft, ids, temperature=1.0, max_windows=1):
+    """Mean beta = sum_x min(p(x), q(x)) over the positions of `ids` (Leviathan et al. 2023, section 3.1).
+
+    The expected per-token acceptance when the draft proposes from the same prefix; ids `[n]`.
+    """
+    betas = []
+    n_ctx = min(target.config.n_ctx, draft.config.n_ctx)
+    for s in range(0, len(ids) - 1, n_ctx)[:max_windows]:
+        window = np.asarray(ids[s : s + n_ctx])
+        p = warp(target.forward(window, target.new_cache(), invariant=False), temperature)
+        q = warp(draft.forward(window, draft.new_cache(), invariant=False), temperature)
+        betas.append(np.minimum(p, q).sum(-1))
+    return float(np.concatenate(betas).mean())
+
+
+def fixed_prompts(ids, n=8, length=32):
+    """n prompts of `length` ids each, taken at evenly spaced offsets of `ids` (a fixed, documented slice)."""
+    step = (len(ids) - length) // n
+    return [list(map(int, ids[i * step : i * step + length])) for i in range(n)]

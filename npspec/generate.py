@@ -1,0 +1,115 @@
+"""python -m npspec.generate: speculative decoding from the command line.
+
+    python -m npspec.generate                        # the shipped Shakespeare pair
+    python -m npspec.generate "ROMEO:" --temperature 0 --max-new-tokens 64
+    echo "JULIET:" | python -m npspec.generate - --json
+
+Text streams to stdout; a one-line summary goes to stderr. `--gamma 0` is plain
+autoregressive decoding with the target alone. On a terminal, accepted draft tokens are
+coloured (green) apart from target-produced ones; `--no-color` or NO_COLOR turns it off.
+"""
+
+import argparse
+import json
+import os
+import sys
+
+import numpy as np
+
+from .checkpoint import CheckpointError
+from .models import load
+from .speculative import speculative_generate
+from .text import TextStreamer, encode_prompt
+
+DEFAULT_PROMPT = "ROMEO:"
+GREEN, RESET = "\033[32m", "\033[0m"
+
+
+def build_parser():
+    ap = argparse.ArgumentParser(prog="python -m npspec.generate", description=__doc__.split("\n")[0])
+    ap.add_argument("prompt", nargs="?", default=None,
+                    help=f"prompt text, or - to read it from stdin (default: {DEFAULT_PROMPT!r})")
+    ap.add_argument("--target", default=None, help="converted model directory (default: the shipped target)")
+    ap.add_argument("--draft", default=None, help="converted model directory (default: the shipped draft)")
+    ap.add_argument("--gamma", type=int, default=4, help="draft tokens per round; 0 = plain decoding (default 4)")
+    ap.add_argument("--max-new-tokens", type=int, default=128, help="tokens to generate (default 128)")
+    ap.add_argument("--temperature", type=float, default=0.8, help="0 = greedy (default 0.8)")
+    ap.add_argument("--top-k", type=int, default=0, help="keep the k most likely tokens; 0 = off (default)")
+    ap.add_argument("--top-p", type=float, default=0.95, help="nucleus mass in (0, 1]; 1 = off (default 0.95)")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the one random generator (default 0)")
+    ap.add_argument("--json", action="store_true", help="print one JSON object: text, ids, stats")
+    ap.add_argument("--trace", action="store_true", help="with --json: add a record per round")
+    ap.add_argument("--no-color", action="store_true", help="do not colour accepted draft tokens")
+    ap.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    return ap
+
+
+def summary(stats):
+    """The one-line summary printed to stderr."""
+    return (f"{stats.new_tokens} new tokens in {stats.rounds} rounds, alpha {stats.alpha:.3f}, "
+            f"{stats.tokens_per_round:.2f} tokens/round, {stats.tokens_per_s:.1f} tokens/s "
+            f"(stop: {stats.stop_reason})")
+
+
+def run(args, out=sys.stdout, err=sys.stderr):
+    if args.max_new_tokens < 1:
+        raise ValueError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
+    if args.gamma < 0:
+        raise ValueError(f"--gamma must be >= 0, got {args.gamma}")
+    prompt = DEFAULT_PROMPT if args.prompt is None else args.prompt
+    if prompt == "-":
+        prompt = sys.stdin.read()
+    target = load(args.target, "target")
+    draft = None
+    if args.gamma > 0:
+        draft = load(args.draft, "draft")
+        if draft.tokenizer.to_str() != target.tokenizer.to_str():
+            raise ValueError(f"the draft ({draft.path}) and target ({target.path}) use different tokenizers; "
+                             "pick a draft trained with the target's tokenizer")
+    ids = encode_prompt(target.tokenizer, prompt, target.config.eos_token_id)
+    color = out.isatty() and not args.no_color and not os.environ.get("NO_COLOR") and not args.json
+    streamer = TextStreamer(target.tokenizer)
+
+    def on_emit(new_ids, n_accepted):
+        if args.json:
+            return
+        if color:
+            drafted = streamer.push(new_ids[:n_accepted])
+            out.write(GREEN + drafted + RESET if drafted else "")
+            out.write(streamer.push(new_ids[n_accepted:]))
+        else:
+            out.write(streamer.push(new_ids))
+        out.flush()
+
+    if not args.json:
+        out.write(prompt)
+    gen = speculative_generate(target, draft, ids, args.max_new_tokens, gamma=args.gamma,
+                               temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                               rng=np.random.default_rng(args.seed), on_emit=on_emit, trace=args.trace)
+    if args.json:
+        obj = {"text": target.tokenizer.decode(gen.ids), "ids": gen.ids, "stats": gen.stats.as_dict()}
+        if args.trace:
+            obj["trace"] = gen.trace
+        out.write(json.dumps(obj) + "\n")
+    else:
+        out.write(streamer.finish() + "\n")
+    print(summary(gen.stats), file=err)
+    return gen
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    try:
+        run(args)
+    except (CheckpointError, ValueError) as e:
+        if args.debug:
+            raise
+        print(f"npspec.generate: error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

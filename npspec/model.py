@@ -1,0 +1,181 @@
+"""GPT-2 in NumPy: the forward pass, with an explicit KV cache.
+
+Radford et al. 2019, "Language Models are Unsupervised Multitask Learners" (GPT-2): token +
+learned position embeddings, pre-LN transformer blocks (LN -> causal multi-head attention ->
+residual, LN -> MLP with tanh GELU -> residual), a final layer norm `ln_f`, and an LM head tied
+to the token embedding `wte`.
+
+Parameters arrive as the checkpoint's own tree (`params["h"][i]["attn"]["c_attn"]["w"]`), with
+GPT-2's Conv1D layout `[in, out]`, so `x @ w + b` needs no transpose. Everything is float32.
+No I/O, no RNG and no global state here: the forward takes ids and a cache and returns logits.
+
+Two ways to multiply a block of rows by a weight matrix:
+  * `linear(x, w, b)` is one GEMM: fastest for a long prompt (prefill);
+  * `linear_rows(x, w, b)` multiplies each row on its own, with exactly the call the one-token
+    forward makes. Its rows are bit-identical to one-token forwards ("batch invariant"), which
+    makes greedy speculative decoding token-identical to greedy decoding by construction.
+`forward(..., invariant=True)` (the default) uses the row path for the matmuls and computes
+each query row's attention over exactly its key prefix.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class GPT2Config:
+    """Hyperparameters of a GPT-2 checkpoint (names as in GPT-2's hparams.json)."""
+
+    n_vocab: int
+    n_ctx: int
+    n_embd: int
+    n_head: int
+    n_layer: int
+    layer_norm_epsilon: float = 1e-5
+    eos_token_id: int | None = None
+
+    def __post_init__(self):
+        for name in ("n_vocab", "n_ctx", "n_embd", "n_head", "n_layer"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, np.integer)) or value <= 0:
+                raise ValueError(f"config: {name} must be a positive integer, got {value!r}")
+        if self.n_embd % self.n_head:
+            raise ValueError(
+                f"config: n_embd ({self.n_embd}) is not divisible by n_head ({self.n_head}); "
+                "fix the checkpoint's config.json")
+        if self.eos_token_id is not None and not 0 <= self.eos_token_id < self.n_vocab:
+            raise ValueError(f"config: eos_token_id {self.eos_token_id} is outside [0, {self.n_vocab})")
+
+    @property
+    def d_head(self):
+        return self.n_embd // self.n_head
+
+
+class ContextOverflowError(ValueError):
+    """A forward would run past the model's context `n_ctx`."""
+
+
+class KVCache:
+    """Keys and values of every position fed so far, preallocated up to `n_ctx`.
+
+    k, v: float32 `[n_layer, n_head, n_ctx, d_head]`; positions `0 .. length-1` are valid.
+    Rolling back is `rollback(n)`: O(1), no copy (later forwards overwrite the stale rows).
+    Memory: `2 * n_layer * n_ctx * n_embd * 4` bytes.
+    """
+
+    def __init__(self, config):
+        shape = (config.n_layer, config.n_head, config.n_ctx, config.d_head)
+        self.k = np.zeros(shape, dtype=np.float32)
+        self.v = np.zeros(shape, dtype=np.float32)
+        self.n_ctx = config.n_ctx
+        self.length = 0
+
+    def rollback(self, length):
+        """Forget every position from `length` on. Raises ValueError if `length` > current."""
+        if not 0 <= length <= self.length:
+            raise ValueError(f"cannot roll the cache back to {length}: it holds {self.length} positions")
+        self.length = length
+
+
+# ---- the math, one concept per function (shapes: n = rows, d = n_embd) ----
+
+def gelu(x):  # [n, d] -> [n, d]; the tanh approximation GPT-2 was trained with
+    return 0.5 * x * (1 + np.tanh(np.float32(np.sqrt(2 / np.pi)) * (x + np.float32(0.044715) * x**3)))
+
+
+def softmax(x):  # [..., m] -> [..., m], over the last axis
+    e = np.exp(x - np.max(x, axis=-1, keepdims=True))
+    return e / np.sum(e, axis=-1, keepdims=True)
+
+
+def layer_norm(x, g, b, eps):  # [n, d], [d], [d] -> [n, d]
+    mean = np.mean(x, axis=-1, keepdims=True)
+    var = np.mean((x - mean) ** 2, axis=-1, keepdims=True)
+    return g * (x - mean) / np.sqrt(var + np.float32(eps)) + b
+
+
+def linear(x, w, b):  # [n, d_in], [d_in, d_out], [d_out] -> [n, d_out]; one GEMM
+    return x @ w + b
+
+
+def linear_rows(x, w, b):  # [n, d_in], [d_in, d_out], [d_out] -> [n, d_out]; row i == linear(x[i:i+1])
+    out = np.empty((x.shape[0], w.shape[1]), dtype=np.float32)
+    for i in range(x.shape[0]):
+        np.matmul(x[i : i + 1], w, out=out[i : i + 1])
+    return out + b
+
+
+def attention_rows(q, k, v, n_past):  # [h, n, dh], [h, T, dh], [h, T, dh] -> [h, n, dh]
+    """Causal attention, each query row over exactly its key prefix 0 .. n_past + i."""
+    out = np.empty_like(q)
+    scale = np.float32(1 / np.sqrt(q.shape[-1]))
+    for i in range(q.shape[1]):
+        t = n_past + i + 1
+        scores = q[:, i : i + 1] @ k[:, :t].transpose(0, 2, 1) * scale  # [h, 1, t]
+        out[:, i : i + 1] = softmax(scores) @ v[:, :t]  # [h, 1, dh]
+    return out
+
+
+def attention_masked(q, k, v, n_past):  # [h, n, dh], [h, T, dh], [h, T, dh] -> [h, n, dh]
+    """Causal attention for all rows at once; every row keeps at least its own key."""
+    n, t = q.shape[1], n_past + q.shape[1]
+    scores = q @ k[:, :t].transpose(0, 2, 1) * np.float32(1 / np.sqrt(q.shape[-1]))  # [h, n, t]
+    future = np.arange(t)[None, :] > (n_past + np.arange(n))[:, None]  # [n, t]; diagonal False
+    scores = np.where(future, np.float32(-np.inf), scores)
+    return softmax(scores) @ v[:, :t]
+
+
+def mha(x, c_attn, c_proj, cache, layer, n_head, invariant):  # [n, d] -> [n, d]
+    n, d = x.shape
+    mm = linear_rows if invariant else linear
+    qkv = mm(x, **c_attn)  # [n, 3d]
+    q, k, v = (a.reshape(n, n_head, d // n_head).transpose(1, 0, 2) for a in np.split(qkv, 3, axis=-1))
+    n_past = cache.length
+    cache.k[layer, :, n_past : n_past + n] = k  # [h, n, dh]
+    cache.v[layer, :, n_past : n_past + n] = v
+    attn = attention_rows if invariant else attention_masked
+    heads = attn(q, cache.k[layer], cache.v[layer], n_past)  # [h, n, dh]
+    return mm(heads.transpose(1, 0, 2).reshape(n, d), **c_proj)
+
+
+def ffn(x, c_fc, c_proj, invariant):  # [n, d] -> [n, d]
+    mm = linear_rows if invariant else linear
+    return mm(gelu(mm(x, **c_fc)), **c_proj)
+
+
+def block(x, p, cache, layer, config, invariant):  # [n, d] -> [n, d]
+    eps = config.layer_norm_epsilon
+    x = x + mha(layer_norm(x, **p["ln_1"], eps=eps), **p["attn"], cache=cache, layer=layer,
+                n_head=config.n_head, invariant=invariant)
+    return x + ffn(layer_norm(x, **p["ln_2"], eps=eps), **p["mlp"], invariant=invariant)
+
+
+def gpt2(ids, params, config, cache, invariant=True):  # [n_new] -> [n_new, n_vocab]
+    """Feed `ids` (the positions after `cache.length`) and return their logits.
+
+    ids: int array `[n_new]`, values in `[0, n_vocab)`. Returns float32 logits
+    `[n_new, n_vocab]` for every new position, and advances `cache.length` by `n_new`.
+    `invariant=True`: each row's logits are bit-identical to feeding the ids one at a time
+    (used for decoding); `invariant=False`: GEMM over all rows (used for long prompts).
+    Raises ContextOverflowError, before any work, if `cache.length + n_new > n_ctx`, and
+    ValueError for ids out of range.
+    """
+    ids = np.asarray(ids)
+    n_new, n_past = len(ids), cache.length
+    if n_past + n_new > config.n_ctx:
+        raise ContextOverflowError(
+            f"{n_past} cached + {n_new} new positions exceed the context n_ctx={config.n_ctx}; "
+            "shorten the prompt or max_new_tokens")
+    if n_new == 0:
+        return np.zeros((0, config.n_vocab), dtype=np.float32)
+    if ids.dtype.kind not in "iu" or ids.min() < 0 or ids.max() >= config.n_vocab:
+        raise ValueError(f"ids must be integers in [0, {config.n_vocab})")
+    x = params["wte"][ids] + params["wpe"][n_past : n_past + n_new]  # [n_new, d]
+    for layer, p in enumerate(params["h"]):
+        x = block(x, p, cache, layer, config, invariant)
+    cache.length = n_past + n_new
+    x = layer_norm(x, **params["ln_f"], eps=config.layer_norm_epsilon)
+    if invariant:
+        return np.concatenate([x[i : i + 1] @ params["wte"].T for i in range(n_new)])
+    return x @ params["wte"].T  # [n_new, n_vocab]; the head is tied to wte

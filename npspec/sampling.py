@@ -1,0 +1,81 @@
+"""Logits warping and sampling, in float64.
+
+Warping follows transformers' order: temperature, then top-k, then top-p. Temperature 0
+means greedy: a one-hot distribution on the argmax (ties go to the lowest id), so one
+sampler covers greedy and sampled decoding exactly. Probabilities are float64: the sampler's
+ratio `p/q` and the residual `max(0, p - q)` get the headroom, and float32 rounding of the
+logits does not decide a comparison twice.
+
+Sampling is by inverse CDF from ONE uniform `u` in [0, 1) per draw, so every draw consumes a
+known amount of randomness (`rng.choice` would also reject float32 probabilities that do not
+sum to exactly 1).
+"""
+
+import numpy as np
+
+
+def check_warp_args(temperature, top_k, top_p):
+    """Raise ValueError naming the bad option and its valid range."""
+    if not np.isfinite(temperature) or temperature < 0:
+        raise ValueError(f"temperature must be >= 0 (0 = greedy), got {temperature}")
+    if int(top_k) != top_k or top_k < 0:
+        raise ValueError(f"top_k must be an integer >= 0 (0 = off), got {top_k}")
+    if not 0 < top_p <= 1:
+        raise ValueError(f"top_p must be in (0, 1] (1 = off), got {top_p}")
+
+
+def warp(logits, temperature=1.0, top_k=0, top_p=1.0):  # [..., n_vocab] float32 -> [..., n_vocab] float64
+    """Turn `logits` into the `probs` a token is sampled from.
+
+    temperature: 0 gives one-hot argmax rows (lowest id on ties); > 0 divides the logits.
+    top_k: keep the k largest logits (ties at the k-th value kept, as in transformers); 0 = off.
+    top_p: keep the smallest set of most likely tokens whose mass reaches top_p (the most
+    likely token always stays, as transformers' TopPLogitsWarper); 1.0 = off.
+    Returns float64 probabilities, each row summing to 1 (to rounding), zeros where removed.
+    """
+    x = np.asarray(logits, dtype=np.float64)
+    if temperature == 0:
+        probs = np.zeros_like(x)
+        np.put_along_axis(probs, np.argmax(x, axis=-1)[..., None], 1.0, axis=-1)
+        return probs
+    x = x / temperature
+    if top_k and top_k < x.shape[-1]:
+        kth = np.partition(x, -top_k, axis=-1)[..., -top_k, None]
+        x = np.where(x < kth, -np.inf, x)
+    probs = np.exp(x - np.max(x, axis=-1, keepdims=True))
+    probs /= probs.sum(axis=-1, keepdims=True)
+    if top_p < 1.0:
+        order = np.argsort(probs, axis=-1, kind="stable")  # ascending
+        sorted_probs = np.take_along_axis(probs, order, axis=-1)
+        remove_sorted = np.cumsum(sorted_probs, axis=-1) <= 1 - top_p
+        remove_sorted[..., -1] = False  # the most likely token always stays
+        remove = np.zeros_like(remove_sorted)
+        np.put_along_axis(remove, order, remove_sorted, axis=-1)
+        probs = np.where(remove, 0.0, probs)
+        probs /= probs.sum(axis=-1, keepdims=True)
+    return probs
+
+
+def sample(probs, u):  # [n_vocab] float64, float in [0, 1) -> int
+    """The token whose CDF interval holds `u`: the first id with cumsum(probs) > u * sum(probs).
+
+    Never returns an id of probability 0. Raises ValueError if probs has no positive finite mass.
+    """
+    cdf = np.cumsum(probs)
+    total = cdf[-1]
+    if not (np.isfinite(total) and total > 0):
+        raise ValueError("cannot sample: the probabilities have no positive finite mass")
+    return int(np.searchsorted(cdf, u * total, side="right"))
+
+
+def residual(p, q):  # [n_vocab], [n_vocab] float64 -> [n_vocab] float64
+    """norm(max(0, p - q)): where to sample after a rejection (Leviathan et al. 2023, Alg. 1).
+
+    If the mass of max(0, p - q) is not finite and positive (p == q to rounding, or
+    overflow), return p itself: never divide by a zero or non-finite mass.
+    """
+    r = np.maximum(p - q, 0.0)
+    mass = r.sum()
+    if not (np.isfinite(mass) and mass > 0):
+        return p
+    return r / mass

@@ -1,0 +1,240 @@
+"""Speculative decoding: propose -> verify -> accept -> roll back.
+
+NOTE: letters as in Leviathan et al. 2023 ("Fast Inference from Transformers via Speculative
+Decoding", ICML, Algorithm 1): `p` is the TARGET's distribution, `q` the DRAFT's. Chen et al.
+2023 swap the two letters. `gamma` is the number of draft tokens per round.
+
+One round, with `seq` the ids so far (prompt + emitted) and both caches holding `seq[:-1]`:
+  1. propose: the draft samples d_1..d_gamma, d_i ~ q_i, keeping each q_i exactly as the
+     array it sampled from (after warping);
+  2. verify: the target runs ONE forward over [seq[-1], d_1..d_gamma] -> p_1..p_{gamma+1},
+     warped the same way;
+  3. accept: d_i is kept while u_i < p_i(d_i) / q_i(d_i) (strict); at the first rejection
+     emit a sample of residual(p_i, q_i) = norm(max(0, p_i - q_i)); if every draft is kept,
+     emit a bonus token from p_{gamma+1};
+  4. roll back: both caches forget everything past what was emitted (O(1), no copy).
+`gamma = 0` is plain autoregressive decoding: each round is one target forward and a sample
+from p_1 (the same code path, so both share prefill, warping and statistics).
+
+Randomness: one `np.random.Generator`, seeded once per run. Each round draws exactly
+`2 * gamma_r + 1` uniforms at its start, in this order: gamma_r for the draft's samples,
+gamma_r for the acceptance tests, 1 for the residual or bonus sample (gamma_r = this round's
+clamped gamma). The draw count never depends on what gets accepted.
+"""
+
+import time
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from .model import ContextOverflowError
+from .sampling import check_warp_args, residual, sample, warp
+
+
+@dataclass
+class Stats:
+    """What a generation did. Times in seconds (prefill included, model loading excluded)."""
+
+    new_tokens: int = 0
+    rounds: int = 0
+    drafted: int = 0  # draft tokens proposed (cut after an accepted EOS)
+    accepted: int = 0  # drafts kept
+    rejected: int = 0  # drafts tested and rejected (at most one per round)
+    target_forwards: int = 0
+    draft_forwards: int = 0
+    seconds: float = 0.0
+    seconds_draft: float = 0.0
+    seconds_verify: float = 0.0
+    stop_reason: str = ""  # "eos", "max_new_tokens" or "context"
+    tested_by_position: list = field(default_factory=list)  # [gamma] drafts tested at position i+1
+    accepted_by_position: list = field(default_factory=list)  # [gamma] drafts kept at position i+1
+
+    @property
+    def alpha(self):
+        """Per-token acceptance of the drafts actually tested: accepted / (accepted + rejected)."""
+        tested = self.accepted + self.rejected
+        return self.accepted / tested if tested else float("nan")
+
+    @property
+    def draft_acceptance(self):
+        """accepted / drafted."""
+        return self.accepted / self.drafted if self.drafted else float("nan")
+
+    @property
+    def tokens_per_round(self):
+        return self.new_tokens / self.rounds if self.rounds else float("nan")
+
+    @property
+    def tokens_per_s(self):
+        return self.new_tokens / self.seconds if self.seconds > 0 else float("nan")
+
+    @property
+    def seconds_other(self):
+        return self.seconds - self.seconds_draft - self.seconds_verify
+
+    @property
+    def acceptance_by_position(self):
+        """[gamma] accepted / tested at each draft position 1..gamma (nan where none was tested)."""
+        return [a / t if t else float("nan") for a, t in zip(self.accepted_by_position, self.tested_by_position)]
+
+    def as_dict(self):
+        d = asdict(self)
+        for key in ("alpha", "draft_acceptance", "tokens_per_round", "tokens_per_s", "seconds_other",
+                    "acceptance_by_position"):
+            d[key] = getattr(self, key)
+        return d
+
+
+@dataclass
+class Generation:
+    """The result of a generation: the new ids `[new_tokens]` (EOS included) and the Stats."""
+
+    ids: list
+    stats: Stats
+    trace: list = field(default_factory=list)
+
+
+def feed(model, cache, seq, invariant=True):
+    """Feed `seq[cache.length:]` and return the logits of its last position `[n_vocab]`."""
+    return model.forward(np.asarray(seq[cache.length:]), cache, invariant=invariant)[-1]
+
+
+def propose(draft, cache, seq, gamma, u, warp_args):
+    """Step 1: sample gamma draft tokens. Returns (d `[gamma]` ids, q `[gamma, n_vocab]` float64).
+
+    Each q[i] is exactly the array d[i] was sampled from; `seq` is extended with the drafts.
+    """
+    q = []
+    for i in range(gamma):
+        qi = warp(feed(draft, cache, seq), **warp_args)
+        seq.append(sample(qi, u[i]))
+        q.append(qi)
+    return seq[len(seq) - gamma:], np.array(q).reshape(gamma, -1)
+
+
+def verify(target, cache, seq, gamma, warp_args):
+    """Step 2: ONE target forward over [last id, d_1..d_gamma]. Returns p `[gamma + 1, n_vocab]` float64."""
+    logits = target.forward(np.asarray(seq[cache.length:]), cache)
+    return warp(logits[-(gamma + 1):], **warp_args)
+
+
+def accept(d, p, q, u_accept, u_final):
+    """Step 3, modified rejection sampling (Leviathan et al. 2023, Algorithm 1).
+
+    d `[gamma]` ids, p `[gamma + 1, n_vocab]`, q `[gamma, n_vocab]`, u_accept `[gamma]`, u_final float.
+    Returns (n accepted, the corrected or bonus token id).
+    """
+    gamma = len(d)
+    rows = np.arange(gamma)
+    kept = u_accept < p[rows, d] / q[rows, d]  # strict: p(d) = 0 is never accepted
+    n = int(np.argmin(kept)) if not kept.all() else gamma
+    last = p[gamma] if n == gamma else residual(p[n], q[n])
+    return n, sample(last, u_final)
+
+
+def speculative_generate(target, draft, prompt_ids, max_new_tokens, gamma=4, temperature=1.0, top_k=0,
+                         top_p=1.0, rng=None, on_emit=None, trace=False):
+    """Generate with speculative decoding (Leviathan et al. 2023, Algorithm 1); gamma=0 or draft=None is autoregressive.
+
+    target, draft: loaded `Model`s with the same vocabulary (draft may be None).
+    prompt_ids: `[n_prompt]` ids, n_prompt >= 1. max_new_tokens >= 1. gamma >= 0.
+    rng: an `np.random.Generator` (default: seeded with 0).
+    on_emit(ids, n_accepted): called after each round with the round's new ids, of which the
+    first n_accepted are accepted drafts and the last one target-produced (corrected or bonus).
+    Output is exactly target-distributed; with temperature 0 it is token-identical to greedy
+    decoding of the target (the verify forward is batch-invariant, see model.gpt2).
+    Stops at EOS (included in the ids and counted), after max_new_tokens, or when the sequence
+    reaches the smaller n_ctx of the two models (stop_reason "context").
+    Raises ValueError for bad options, a vocabulary mismatch or an empty prompt, and
+    ContextOverflowError if the prompt alone exceeds the context.
+    """
+    check_warp_args(temperature, top_k, top_p)
+    if int(max_new_tokens) != max_new_tokens or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens}")
+    if int(gamma) != gamma or gamma < 0:
+        raise ValueError(f"gamma must be an integer >= 0 (0 = no drafting), got {gamma}")
+    if draft is None:
+        gamma = 0
+    if gamma and draft.config.n_vocab != target.config.n_vocab:
+        raise ValueError(f"draft vocabulary ({draft.config.n_vocab}) differs from the target's "
+                         f"({target.config.n_vocab}); pick a draft with the target's tokenizer")
+    seq = [int(i) for i in prompt_ids]
+    if not seq:
+        raise ValueError("the prompt is empty: give at least one id (GPT-2 starts from <|endoftext|>)")
+    n_ctx = min(target.config.n_ctx, draft.config.n_ctx) if gamma else target.config.n_ctx
+    if len(seq) > n_ctx:
+        raise ContextOverflowError(f"the prompt has {len(seq)} tokens but the context holds {n_ctx}; shorten it")
+    rng = np.random.default_rng(0) if rng is None else rng
+    warp_args = dict(temperature=temperature, top_k=top_k, top_p=top_p)
+    eos = target.config.eos_token_id
+    stats = Stats(tested_by_position=[0] * gamma, accepted_by_position=[0] * gamma)
+    rounds = []
+    n_prompt = len(seq)
+
+    t0 = time.perf_counter()
+    tcache = target.new_cache()
+    target.forward(np.asarray(seq[:-1]), tcache, invariant=False)  # prefill: all but the last id
+    stats.target_forwards += len(seq) > 1
+    stats.seconds_verify = time.perf_counter() - t0
+    if gamma:
+        dcache = draft.new_cache()
+        draft.forward(np.asarray(seq[:-1]), dcache, invariant=False)
+        stats.draft_forwards += len(seq) > 1
+        stats.seconds_draft = time.perf_counter() - t0 - stats.seconds_verify
+
+    while True:
+        remaining = max_new_tokens - (len(seq) - n_prompt)
+        if remaining <= 0:
+            stats.stop_reason = "max_new_tokens"
+            break
+        if len(seq) >= n_ctx:
+            stats.stop_reason = "context"
+            break
+        g = min(gamma, remaining - 1, n_ctx - len(seq) - 1)
+        u = rng.random(2 * g + 1)
+        base = len(seq)
+
+        t1 = time.perf_counter()
+        if g:
+            dcache.rollback(min(dcache.length, base - 1))
+            d, q = propose(draft, dcache, seq, g, u[:g], warp_args)
+            stats.draft_forwards += g
+        else:
+            d, q = [], np.zeros((0, target.config.n_vocab))
+        t2 = time.perf_counter()
+        p = verify(target, tcache, seq, g, warp_args)
+        stats.target_forwards += 1
+        n, token = accept(np.array(d, dtype=np.int64), p, q, u[g:2 * g], u[2 * g])
+        t3 = time.perf_counter()
+        stats.seconds_draft += t2 - t1
+        stats.seconds_verify += t3 - t2
+
+        emitted = list(d[:n]) + [token]
+        if eos is not None and eos in emitted:  # nothing after an EOS is emitted or counted
+            emitted = emitted[: emitted.index(eos) + 1]
+        if len(emitted) <= n:  # an accepted draft was EOS: the round ends there
+            n, tested, drafted = len(emitted), len(emitted), len(emitted)
+        else:
+            tested, drafted = n + (n < g), g
+        stats.drafted += drafted
+        stats.accepted += n
+        stats.rejected += tested - n
+        for i in range(tested):
+            stats.tested_by_position[i] += 1
+            stats.accepted_by_position[i] += i < n
+        stats.rounds += 1
+        del seq[base:]
+        seq.extend(emitted)
+        tcache.rollback(len(seq) - 1)
+        if trace:
+            rounds.append({"drafted": [int(x) for x in d], "accepted": n,
+                           "token": int(emitted[-1]) if len(emitted) > n else None})
+        if on_emit is not None:
+            on_emit(emitted, n)
+        if eos is not None and emitted[-1] == eos:
+            stats.stop_reason = "eos"
+            break
+
+    stats.new_tokens = len(seq) - n_prompt
+    stats.seconds = time.perf_counter() - t0
+    return Generation(seq[n_prompt:], stats, rounds)
