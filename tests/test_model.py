@@ -1,0 +1,96 @@
+"""The NumPy GPT-2 forward and its KV cache (issue 2, section 2)."""
+
+import numpy as np
+import pytest
+
+from npspec.model import ContextOverflowError, gelu, layer_norm, softmax
+
+from conftest import tiny_model
+
+
+def full(model, ids):
+    return model.forward(np.asarray(ids), model.new_cache(), invariant=False)
+
+
+@pytest.mark.parametrize("shape", [{}, dict(n_head=4, n_layer=3, n_embd=32), dict(n_head=1, n_layer=1)])
+def test_cached_decoding_matches_whole_sequence(shape):
+    m = tiny_model(seed=1, **shape)
+    ids = np.random.default_rng(0).integers(0, m.config.n_vocab, 20)
+    whole = full(m, ids)
+    assert whole.shape == (20, m.config.n_vocab) and whole.dtype == np.float32
+    cache = m.new_cache()
+    steps = [m.forward(ids[:7], cache, invariant=False)]  # a prompt, then one token at a time
+    steps += [m.forward(ids[i : i + 1], cache) for i in range(7, 20)]
+    cached = np.concatenate(steps)
+    assert cache.length == 20
+    # float32 tolerance: summation order differs between GEMM and per-row products
+    np.testing.assert_allclose(cached, whole, rtol=0, atol=1e-5 * np.abs(whole).max())
+    assert not np.array_equal(whole[5], whole[6])  # the positions really differ
+
+
+def test_rollback_and_reforward(tiny):
+    ids = np.random.default_rng(1).integers(0, tiny.config.n_vocab, 16)
+    other = (ids + 1) % tiny.config.n_vocab
+    cache = tiny.new_cache()
+    tiny.forward(ids[:10], cache)
+    tiny.forward(other[10:16], cache)  # a wrong continuation...
+    k_before = cache.k.copy()
+    cache.rollback(10)  # ...forgotten in O(1): nothing is copied or cleared
+    assert cache.length == 10 and np.array_equal(cache.k, k_before)
+    again = tiny.forward(ids[10:16], cache)
+    np.testing.assert_allclose(again, full(tiny, ids)[10:16], rtol=0, atol=1e-5 * np.abs(again).max())
+
+
+def test_rollback_cannot_grow(tiny):
+    cache = tiny.new_cache()
+    tiny.forward([1, 2, 3], cache)
+    with pytest.raises(ValueError, match="holds 3"):
+        cache.rollback(4)
+
+
+def test_context_overflow_raises_before_any_work(tiny):
+    n_ctx = tiny.config.n_ctx
+    cache = tiny.new_cache()
+    tiny.forward(np.arange(n_ctx - 2), cache)
+    k, length = cache.k.copy(), cache.length
+    with pytest.raises(ContextOverflowError, match="n_ctx=32"):
+        tiny.forward([1, 2, 3], cache)
+    assert cache.length == length and np.array_equal(cache.k, k)
+    tiny.forward([1, 2], cache)  # exactly filling the context is fine
+    assert cache.length == n_ctx
+
+
+def test_ids_out_of_range(tiny):
+    with pytest.raises(ValueError, match=r"\[0, 67\)"):
+        tiny.forward([0, 67], tiny.new_cache())
+
+
+@pytest.mark.parametrize("n_new", [1, 2, 3, 5, 9])
+def test_invariant_rows_are_bit_identical_to_one_token_forwards(n_new):
+    m = tiny_model(seed=2, n_embd=64, n_head=4)
+    ids = np.random.default_rng(n_new).integers(0, m.config.n_vocab, 6 + n_new)
+    a, b = m.new_cache(), m.new_cache()
+    m.forward(ids[:6], a, invariant=False)
+    m.forward(ids[:6], b, invariant=False)
+    batched = m.forward(ids[6:], a)
+    single = np.concatenate([m.forward(ids[i : i + 1], b) for i in range(6, 6 + n_new)])
+    assert np.array_equal(batched, single)
+    assert np.array_equal(a.k[:, :, : a.length], b.k[:, :, : b.length])
+
+
+def test_math_pieces():
+    x = np.array([[0.0, 1.0, -3.0, 2.5]], dtype=np.float32)
+    # tanh GELU at a few known points: gelu(0) = 0, gelu(x) - gelu(-x) = x
+    g = gelu(x)
+    assert g.dtype == np.float32 and g[0, 0] == 0
+    np.testing.assert_allclose(gelu(x) - gelu(-x), x, rtol=1e-6)
+    s = softmax(np.array([[1000.0, 1000.0, -np.inf]], dtype=np.float32))  # stable, masked entry -> 0
+    assert np.array_equal(s, np.array([[0.5, 0.5, 0.0]], dtype=np.float32))
+    y = layer_norm(x, np.ones(4, np.float32), np.zeros(4, np.float32), 1e-5)
+    np.testing.assert_allclose([y.mean(), y.var()], [0, 1], atol=1e-4)
+
+
+def test_every_masked_row_keeps_a_key(tiny):
+    # attention_masked uses a -inf mask: with n_past = 0 the first row has exactly one key.
+    logits = tiny.forward(np.array([5]), tiny.new_cache(), invariant=False)
+    assert np.isfinite(logits).all()
