@@ -12,8 +12,8 @@ from .checkpoint import CheckpointError, load_model
 SHIPPED_PAIR = "shakespeare"
 
 
-def shipped_dir(name):
-    """Directory of a shipped model, e.g. `shipped_dir("shakespeare/target")`.
+def shipped_dir(name, marker="model.safetensors"):
+    """Directory of a shipped model or tokenizer, e.g. `shipped_dir("shakespeare/target")`, `shipped_dir("gpt2", "tokenizer.json")`.
 
     Looks in the source tree (`weights/` beside `npspec/`, for `pip install -e .` and a plain
     checkout), then in the installed data (`<sys.prefix>/share/npspec/`, for `pip install .`).
@@ -22,7 +22,7 @@ def shipped_dir(name):
     candidates = [Path(__file__).resolve().parent.parent / "weights" / name,
                   Path(sys.prefix) / "share" / "npspec" / name]
     for c in candidates:
-        if (c / "model.safetensors").is_file():
+        if (c / marker).is_file():
             return c
     raise CheckpointError(
         f"the shipped model {name!r} is not in {candidates[0]} nor in {candidates[1]}; "
