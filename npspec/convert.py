@@ -187,6 +187,20 @@ def check_tokenizer(tokenizer_json, config, where):
     return tokenizer
 
 
+def no_weights_error(src):
+    """The CheckpointError for a checkpoint directory without model.safetensors, with the fix that fits."""
+    src = Path(src)
+    if (src / "model.safetensors.index.json").exists():
+        hint = (" (it is sharded; npspec reads one model.safetensors: re-save it with "
+                "save_pretrained(..., max_shard_size='100GB'))")
+    elif (src / "pytorch_model.bin").exists():
+        hint = (" (only pytorch_model.bin, a pickle file npspec never loads; re-save it with "
+                "save_pretrained(..., safe_serialization=True))")
+    else:
+        hint = ""
+    return CheckpointError(f"{src} has no model.safetensors{hint}")
+
+
 def convert(src, out_dir, source=None, tokenizer_json=None, source_sha256=None):
     """Convert the Hugging Face checkpoint directory `src` into `out_dir`; return `out_dir` as a Path.
 
@@ -204,13 +218,7 @@ def convert(src, out_dir, source=None, tokenizer_json=None, source_sha256=None):
     if not cfg_path.is_file():
         raise CheckpointError(f"{src} has no config.json; is it a Hugging Face GPT-2 checkpoint?")
     if not weights.is_file():
-        if (src / "model.safetensors.index.json").exists():
-            hint = " (it is sharded; npspec reads one model.safetensors: re-save it with save_pretrained(..., max_shard_size='100GB'))"
-        elif (src / "pytorch_model.bin").exists():
-            hint = " (only pytorch_model.bin, a pickle file npspec never loads; re-save it with save_pretrained(..., safe_serialization=True))"
-        else:
-            hint = ""
-        raise CheckpointError(f"{src} has no model.safetensors{hint}")
+        raise no_weights_error(src)
     try:
         cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:

@@ -17,7 +17,7 @@ import sys
 import numpy as np
 
 from .checkpoint import CheckpointError
-from .models import load
+from .models import load, same_tokenizer
 from .speculative import speculative_generate
 from .text import TextStreamer, encode_prompt
 
@@ -65,7 +65,7 @@ def run(args, out=sys.stdout, err=sys.stderr):
     draft = None
     if args.gamma > 0:
         draft = load(args.draft, "draft")
-        if draft.tokenizer.to_str() != target.tokenizer.to_str():
+        if not same_tokenizer(draft.tokenizer, target.tokenizer):
             raise ValueError(f"the draft ({draft.path}) and target ({target.path}) use different tokenizers; "
                              "pick a draft trained with the target's tokenizer")
     ids = encode_prompt(target.tokenizer, prompt, target.config.eos_token_id)

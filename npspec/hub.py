@@ -127,24 +127,38 @@ def gpt2_tokenizer_json():
     return (shipped_dir("gpt2", "tokenizer.json") / "tokenizer.json").read_text(encoding="utf-8")
 
 
-def convert_hf(src, out_dir, source, source_sha256=None):
-    """Convert the Hugging Face directory `src` into `out_dir`; without a tokenizer.json it gets GPT-2's.
+def check_hf(src, source):
+    """Check a Hugging Face directory before converting it: config.json, model.safetensors, the tokenizer.
 
-    Raises CheckpointError (also when GPT-2's tokenizer has more tokens than the model's n_vocab).
+    Returns the tokenizer text to use when `src` has no tokenizer.json (GPT-2's), else None.
+    Raises CheckpointError for a bad config.json, no model.safetensors, or no tokenizer.json
+    with a vocabulary GPT-2's tokenizer does not fit. The tensors are checked by convert.
     """
-    from .convert import config_from_hf, convert
+    from .convert import config_from_hf, no_weights_error
 
     src = Path(src)
-    tokenizer_json = None
-    if not (src / "tokenizer.json").is_file() and (src / "config.json").is_file():
-        try:
-            n_vocab = config_from_hf(json.loads((src / "config.json").read_text(encoding="utf-8"))).n_vocab
-        except (json.JSONDecodeError, UnicodeDecodeError, CheckpointError):
-            n_vocab = None  # convert reports it
-        if n_vocab is not None and n_vocab < 50257:
-            raise CheckpointError(f"{source} has no tokenizer.json and its vocabulary ({n_vocab}) is smaller than "
-                                  "GPT-2's (50257), so GPT-2's tokenizer does not fit; add the model's tokenizer.json")
-        tokenizer_json = gpt2_tokenizer_json()
+    cfg_path = src / "config.json"
+    try:
+        config = config_from_hf(json.loads(cfg_path.read_text(encoding="utf-8")), cfg_path)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"{cfg_path} is not valid JSON ({oneline(e)})") from e
+    except OSError as e:
+        raise CheckpointError(f"{source}: cannot read {cfg_path} ({oneline(e)})") from e
+    if not (src / "model.safetensors").is_file():
+        raise no_weights_error(src)
+    if (src / "tokenizer.json").is_file():
+        return None
+    if config.n_vocab < 50257:
+        raise CheckpointError(f"{source} has no tokenizer.json and its vocabulary ({config.n_vocab}) is smaller than "
+                              "GPT-2's (50257), so GPT-2's tokenizer does not fit; add the model's tokenizer.json")
+    return gpt2_tokenizer_json()
+
+
+def convert_hf(src, out_dir, source, source_sha256=None):
+    """Check (check_hf) and convert the Hugging Face directory `src` into `out_dir`. Raises CheckpointError."""
+    from .convert import convert
+
+    tokenizer_json = check_hf(src, source)
     return convert(src, out_dir, source=source, tokenizer_json=tokenizer_json, source_sha256=source_sha256)
 
 
@@ -155,6 +169,8 @@ def from_local(src, root):
              for name in HUB_FILES if (src / name).is_file()]
     key = hashlib.sha256(json.dumps([str(src), stats]).encode()).hexdigest()[:16]
     final = root / "local" / f"{src.name}-{key}"
+    if not final.is_dir():
+        check_hf(src, str(src))  # config-level problems before the "converting" note
     return cached(final, lambda out: convert_hf(src, out, source=str(src)), str(src))
 
 
@@ -249,5 +265,7 @@ def from_hub(repo_id, root, spec=None):
     blob = weights.resolve()  # the hub cache names large blobs by their sha256
     sha = blob.name if blob.parent.name == "blobs" and re.fullmatch(r"[0-9a-f]{64}", blob.name) else None
     final = entry_dir / snapshot.name
+    if not final.is_dir():
+        check_hf(snapshot, repo_id)
     return cached(final, lambda out: convert_hf(snapshot, out, source=f"hf://{repo_id}@{snapshot.name}",
                                                 source_sha256=sha), f"{repo_id} (revision {snapshot.name[:12]})")

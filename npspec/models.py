@@ -13,6 +13,7 @@ A Hugging Face checkpoint without tokenizer.json gets GPT-2's tokenizer (weights
 cache directory and its layout are described in npspec.hub.
 """
 
+import json
 import re
 import sys
 from pathlib import Path
@@ -38,6 +39,20 @@ def shipped_dir(name, marker="model.safetensors"):
     raise CheckpointError(
         f"the shipped model {name!r} is not in {candidates[0]} nor in {candidates[1]}; "
         "reinstall npspec (pip install .) or pass --target/--draft explicitly")
+
+
+def same_tokenizer(a, b):
+    """True if two tokenizers.Tokenizer map text to the same ids and back.
+
+    Compares their JSON without the runtime settings `truncation` and `padding` (the target's
+    tokenizer does all encoding and decoding), so the same vocabulary saved by different
+    repositories (gpt2-large, distilgpt2) still counts as the same.
+    """
+    def core(t):
+        d = json.loads(t.to_str())
+        return {k: v for k, v in d.items() if k not in ("truncation", "padding")}
+
+    return a is b or a.to_str() == b.to_str() or core(a) == core(b)
 
 
 def _is_repo_id(name):

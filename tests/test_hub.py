@@ -125,8 +125,7 @@ def test_hub_repo_without_tokenizer_and_small_vocab_refused(tmp_path):
     r = cli(["--target", "someorg/small", "--gamma", "0"], env_for(tmp_path))
     assert r.returncode == 1 and "Traceback" not in r.stderr
     assert "has no tokenizer.json" in r.stderr and "GPT-2's tokenizer does not fit" in r.stderr
-    assert not (tmp_path / "npspec" / "hub" / "someorg--small" / COMMIT).exists()
-    assert [p for p in (tmp_path / "npspec" / "hub" / "someorg--small").iterdir()] == []  # nothing half-written
+    assert not (tmp_path / "npspec").exists()  # refused before any conversion: nothing written
 
 
 def test_no_network_no_cache_says_what_to_run(tmp_path):
@@ -269,6 +268,30 @@ def test_loading_holds_one_copy_of_the_weights(tmp_path):
     assert 0.9 * m.n_bytes <= peak <= 1.3 * m.n_bytes, (peak, m.n_bytes)
 
 
+RSS = ("import json, sys; from npspec.checkpoint import load_model; from tokenizers import Tokenizer\n"
+       "def peak():  # this process image's peak resident set (ru_maxrss would carry over the parent's)\n"
+       "    return next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmHWM:'))\n"
+       "Tokenizer.from_file(sys.argv[1] + '/tokenizer.json'); before = peak(); m = load_model(sys.argv[1])\n"
+       "print(json.dumps([before, peak(), m.n_bytes]))")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs Linux's /proc/self/status")
+def test_loading_does_not_map_a_second_copy(tmp_path):
+    # resident memory, not just Python's allocations: reading through a memory map of the file would
+    # count its pages on top of the arrays (2x at the end of a load); readinto keeps it to one copy
+    from npspec.checkpoint import save_converted
+
+    config = GPT2Config(n_vocab=50257, n_ctx=64, n_embd=512, n_head=8, n_layer=1)  # 116 MB of weights
+    save_converted(tmp_path / "m", init_tensors(config, 0), config, "test", "0" * 64,
+                   (SHIPPED / "target" / "tokenizer.json").read_text())
+    r = subprocess.run([sys.executable, "-c", RSS, str(tmp_path / "m")], capture_output=True, text=True, cwd=ROOT,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    before, after, n_bytes = json.loads(r.stdout)
+    grown = (after - before) * 1024  # VmHWM is in kB
+    assert 0.9 * n_bytes <= grown <= 1.3 * n_bytes, (grown, n_bytes)
+
+
 def test_spec_help_names_the_forms():
     r = cli(["--help"], {**os.environ})
     assert r.returncode == 0
@@ -287,3 +310,18 @@ def test_done_when_random_gpt2_with_random_distilgpt2(tmp_path):
         [hub.random_key("distilgpt2", 0), hub.random_key("gpt2", 0)])
     m = load_model(tmp_path / "npspec" / "random" / hub.random_key("gpt2", 0))
     assert m.config == SHAPES["gpt2"] and m.n_params == 124439808  # GPT-2 small without the tied head
+
+
+def test_same_tokenizer_ignores_runtime_settings_only():
+    from tokenizers import Tokenizer
+
+    from npspec.models import same_tokenizer
+
+    text = (ROOT / "weights" / "gpt2" / "tokenizer.json").read_text()
+    a, b = Tokenizer.from_str(text), Tokenizer.from_str(text)
+    b.enable_truncation(16)  # a setting saved in tokenizer.json by some repositories
+    assert a.to_str() != b.to_str() and same_tokenizer(a, b)
+    d = json.loads(text)
+    d["model"]["merges"] = d["model"]["merges"][:-1]  # one merge fewer: other ids for some text
+    assert not same_tokenizer(a, Tokenizer.from_str(json.dumps(d)))
+    assert not same_tokenizer(a, Tokenizer.from_file(str(SHIPPED / "draft" / "tokenizer.json")))
