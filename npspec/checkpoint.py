@@ -175,6 +175,33 @@ def _leaves(tree):
         yield tree
 
 
+def read_header(fh):
+    """(data_start, header) of the open safetensors file `fh`: where its data begins, and its JSON header.
+
+    The format: 8 bytes little-endian header length n, n bytes of JSON, then the data; each
+    tensor's `data_offsets` [begin, end) count from data_start. Use on a file that
+    `safetensors.safe_open` has accepted (it checks the offsets and sizes).
+    """
+    fh.seek(0)
+    n = int.from_bytes(fh.read(8), "little")
+    return 8 + n, json.loads(fh.read(n))
+
+
+def read_tensor(fh, data_start, entry, dtype, where):
+    """One tensor's bytes read with `readinto` straight into a new array of `dtype` and the entry's shape.
+
+    Raises CheckpointError if the entry's byte count does not fit the shape or the file ends early.
+    """
+    a = np.empty(entry["shape"], dtype=dtype)
+    begin, end = entry["data_offsets"]
+    if end - begin != a.nbytes:  # safetensors checked it; the file may have been replaced since
+        raise CheckpointError(f"{where} changed while being read; try again")
+    fh.seek(data_start + begin)
+    if fh.readinto(memoryview(a).cast("B")) != a.nbytes:
+        raise CheckpointError(f"{where} is truncated")
+    return a
+
+
 def _is_panic(e):
     # the safetensors Rust core reports an internal failure as pyo3's PanicException, a BaseException
     return type(e).__name__ == "PanicException"
@@ -214,17 +241,9 @@ def _read_weights(weights):
         return metadata, config, {}, problems
     tensors = {}
     with open(weights, "rb") as fh:
-        n = int.from_bytes(fh.read(8), "little")
-        header = json.loads(fh.read(n))
-        for name, shape in tensor_shapes(config).items():
-            begin, end = header[name]["data_offsets"]
-            a = np.empty(shape, dtype="<f4")
-            if end - begin != a.nbytes:  # safetensors checked this; the file may have been replaced since
-                raise CheckpointError(f"{weights}: tensor {name} changed while loading; load it again")
-            fh.seek(8 + n + begin)
-            if fh.readinto(memoryview(a).cast("B")) != a.nbytes:
-                raise CheckpointError(f"{weights} is truncated (tensor {name}); reconvert it with python -m npspec.convert")
-            tensors[name] = a
+        data_start, header = read_header(fh)
+        for name in tensor_shapes(config):
+            tensors[name] = read_tensor(fh, data_start, header[name], "<f4", f"{weights} (tensor {name})")
     return metadata, config, tensors, []
 
 

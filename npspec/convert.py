@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .checkpoint import CheckpointError, _is_panic, oneline, save_converted, tensor_shapes
+from .checkpoint import CheckpointError, _is_panic, oneline, read_header, read_tensor, save_converted, tensor_shapes
 from .model import GPT2Config
 
 IGNORED = re.compile(r"^h\.\d+\.attn\.(bias|masked_bias)$")
@@ -77,51 +77,42 @@ def config_from_hf(cfg, where="config.json"):
         raise CheckpointError(f"{where}: {oneline(e)}") from e
 
 
-def safetensors_header(path):
-    """(data_start, header) of a safetensors file: the byte offset of its data, and its JSON header dict.
-
-    The format: 8 bytes little-endian header length n, n bytes of JSON, then the data; each
-    tensor's `data_offsets` [begin, end) count from data_start. Call only on a file that
-    `safetensors.safe_open` has accepted (it validates the offsets and sizes).
-    """
-    with open(path, "rb") as f:
-        n = int.from_bytes(f.read(8), "little")
-        return 8 + n, json.loads(f.read(n))
+NUMPY_DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "BF16": "<u2", "I64": "<i8", "I32": "<i4", "I16": "<i2",
+                "I8": "i1", "U64": "<u8", "U32": "<u4", "U16": "<u2", "U8": "u1", "BOOL": "?"}
 
 
-def read_bf16(path, entry, data_start):
-    """A bfloat16 tensor's raw bytes, widened exactly to float32 `[shape]` (bf16 is the top half of an f32)."""
-    begin, end = entry["data_offsets"]
-    bits = np.fromfile(path, dtype="<u2", count=(end - begin) // 2, offset=data_start + begin)
-    return (bits.astype(np.uint32) << 16).view(np.float32).reshape(entry["shape"])
-
-
-NUMPY_DTYPES = {"F64", "F32", "F16", "I64", "I32", "I16", "I8", "U64", "U32", "U16", "U8", "BOOL"}
+def widen_bf16(bits):  # [...] uint16 -> [...] float32
+    """bfloat16 bit patterns -> float32, exactly: a bfloat16 is the top 16 bits of a float32."""
+    return (bits.astype(np.uint32) << 16).view(np.float32)
 
 
 def read_hf_tensors(path):
     """All tensors of a Hugging Face safetensors file, names without `transformer.`.
 
-    Returns `{name: array}` in the file's dtypes, except bfloat16, which is widened to float32.
+    Returns `{name: array}` in the file's dtypes, except bfloat16, which is widened to float32
+    (numpy has no bfloat16: its raw bytes are read at the header's offsets). safetensors checks
+    the header first; each tensor is then read once, with `readinto`, into its own array.
     Raises CheckpointError for a file safetensors cannot read (truncated, not safetensors, a
     header whose offsets or sizes do not fit) and for tensors of dtypes numpy cannot hold (F8...).
     """
     from safetensors import SafetensorError, safe_open
 
-    tensors, exotic, header = {}, [], None
+    tensors, exotic = {}, []
     try:
         with safe_open(str(path), framework="numpy") as f:
-            for name in f.keys():
+            dtypes = {name: f.get_slice(name).get_dtype() for name in f.keys()}
+        with open(path, "rb") as fh:
+            data_start, header = read_header(fh)
+            for name, dtype in dtypes.items():
                 key = name[len("transformer."):] if name.startswith("transformer.") else name
-                dtype = f.get_slice(name).get_dtype()
-                if dtype == "BF16":
-                    if header is None:
-                        header = safetensors_header(path)
-                    tensors[key] = read_bf16(path, header[1][name], header[0])
-                elif dtype in NUMPY_DTYPES:
-                    tensors[key] = f.get_tensor(name)
-                elif not IGNORED.match(key):
-                    exotic.append(f"{name} ({dtype})")
+                if dtype not in NUMPY_DTYPES:
+                    if not IGNORED.match(key):
+                        exotic.append(f"{name} ({dtype})")
+                    continue
+                a = read_tensor(fh, data_start, header[name], NUMPY_DTYPES[dtype], f"{path} (tensor {name})")
+                tensors[key] = widen_bf16(a) if dtype == "BF16" else a
+    except CheckpointError:
+        raise
     except (SafetensorError, OSError, TypeError, ValueError, KeyError, OverflowError, MemoryError) as e:
         raise CheckpointError(f"{path} is not a readable safetensors file ({oneline(e)})") from e
     except BaseException as e:

@@ -87,20 +87,21 @@ def publish(staging, final):
         return False
 
 
-def cached(final, build, what):
-    """Return the cache entry `final`, building it first with `build(staging_dir)` if it is not there.
+def cached(root, final, build, what):
+    """Return the cache entry `final` (inside the cache `root`), building it first with `build(staging_dir)`
+    if it is not there.
 
     build writes a converted model into the (empty, existing) staging directory it is given.
     what: a description for the one-line note printed when building. Raises CheckpointError
     (from build, or for a cache that cannot be written); the cache is then left as it was.
     """
-    final = Path(final)
+    root, final = Path(root), Path(final)
     if final.is_dir():
         return final
-    root = final.parent.parent
     try:
         final.parent.mkdir(parents=True, exist_ok=True)
-        with _lock(root / ".locks" / f"{final.parent.name}--{final.name}.lock") as locked:
+        key = "--".join(final.relative_to(root).parts)
+        with _lock(root / ".locks" / f"{key}.lock") as locked:
             if final.is_dir():  # another process built it while we waited
                 return final
             if locked:  # nobody else is building this entry: staging leftovers are from killed runs
@@ -171,7 +172,7 @@ def from_local(src, root):
     final = root / "local" / f"{src.name}-{key}"
     if not final.is_dir():
         check_hf(src, str(src))  # config-level problems before the "converting" note
-    return cached(final, lambda out: convert_hf(src, out, source=str(src)), str(src))
+    return cached(root, final, lambda out: convert_hf(src, out, source=str(src)), str(src))
 
 
 def random_key(shape, seed):
@@ -186,7 +187,7 @@ def from_random(shape, root, seed=RANDOM_SEED):
     """`random:<shape>`: GPT-2's initialisation with `seed` (npspec.init), written as a Hugging Face checkpoint
     in a temporary directory, converted into the cache like any other, and the temporary copy deleted.
 
-    Returns the entry's path. Memory: twice the weight bytes while building (gpt2: 1 GB).
+    Returns the entry's path. Peak memory while building: about the weight bytes (gpt2: 0.5 GB).
     Raises CheckpointError for an unknown shape.
     """
     from .convert import write_hf_checkpoint
@@ -203,7 +204,7 @@ def from_random(shape, root, seed=RANDOM_SEED):
             write_hf_checkpoint(hf, init_tensors(config, seed), config)
             convert_hf(hf, out, source=f"random:{shape} (npspec.init, seed {seed})")
 
-    return cached(final, build, f"random:{shape} (seed {seed})")
+    return cached(root, final, build, f"random:{shape} (seed {seed})")
 
 
 def _offline():
@@ -267,5 +268,5 @@ def from_hub(repo_id, root, spec=None):
     final = entry_dir / snapshot.name
     if not final.is_dir():
         check_hf(snapshot, repo_id)
-    return cached(final, lambda out: convert_hf(snapshot, out, source=f"hf://{repo_id}@{snapshot.name}",
+    return cached(root, final, lambda out: convert_hf(snapshot, out, source=f"hf://{repo_id}@{snapshot.name}",
                                                 source_sha256=sha), f"{repo_id} (revision {snapshot.name[:12]})")

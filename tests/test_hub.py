@@ -94,6 +94,7 @@ def test_hub_repo_from_offline_cache_converts_once(tmp_path):
     assert "converting someorg/tiny-gpt2" in first.stderr
     assert sorted(os.listdir(entry)) == ["model.safetensors", "tokenizer.json"]
     assert sorted(os.listdir(entry.parent)) == [COMMIT]  # no staging leftovers
+    assert sorted(os.listdir(tmp_path / "npspec")) == [".locks", "hub"]
     inode = (entry / "model.safetensors").stat().st_ino
 
     second = py(LOAD.format(spec="someorg/tiny-gpt2"), env)  # reuses the conversion
@@ -141,6 +142,17 @@ def test_no_network_no_cache_says_what_to_run(tmp_path):
             in lines[0]
     r = cli(["--target", "gpt2", "--gamma", "0", "--debug"], env)
     assert r.returncode != 0 and "Traceback" in r.stderr  # --debug shows it
+
+
+def test_partial_hf_cache_says_what_to_run(tmp_path):
+    repo = make_hub_cache(tmp_path / "hf", "someorg/partial", SMALL)
+    (repo / "snapshots" / COMMIT / "model.safetensors").unlink()  # e.g. only config.json was fetched
+    r = cli(["--target", "someorg/partial", "--gamma", "0"], env_for(tmp_path))
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert r.stderr.startswith("npspec.generate: error: someorg/partial has no model.safetensors in the local "
+                               "Hugging Face cache (revision 0123456789ab) and HF_HUB_OFFLINE is set")
+    assert "`hf download someorg/partial config.json model.safetensors tokenizer.json`" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
 
 
 def test_offline_reuses_conversion_after_hf_cache_is_cleared(tmp_path):
@@ -243,6 +255,15 @@ def test_publish_keeps_the_first_copy(tmp_path):
     (staging / "model.safetensors").write_bytes(b"other")
     assert hub.publish(staging, final) is False
     assert not staging.exists() and (final / "model.safetensors").read_bytes() == before
+
+
+def test_damaged_cache_entry_says_delete_it(tmp_path):
+    from npspec.checkpoint import CheckpointError
+
+    entry = load("random:tiny-draft", cache_dir=tmp_path).path
+    (entry / "tokenizer.json").unlink()
+    with pytest.raises(CheckpointError, match=f"the cached conversion {entry} is damaged: delete it and run again"):
+        load("random:tiny-draft", cache_dir=tmp_path)
 
 
 def test_killed_conversion_leftovers_are_cleaned(tmp_path):
