@@ -14,8 +14,11 @@ never loaded. Writes are atomic (see checkpoint.save_converted).
 import argparse
 import hashlib
 import json
+import os
 import re
+import shutil
 import sys
+import tempfile
 import warnings
 from pathlib import Path
 
@@ -224,8 +227,20 @@ def convert(src, out_dir, source=None, tokenizer_json=None, source_sha256=None):
         tok_where = "the tokenizer given for " + str(src)
     check_tokenizer(tokenizer_json, config, tok_where)
     tensors = convert_tensors(read_hf_tensors(weights), config)
-    save_converted(out_dir, tensors, config, source=source or str(src.resolve()),
-                   source_sha256=source_sha256 or sha256_file(weights), tokenizer_json=tokenizer_json)
+    save = dict(source=source or str(src.resolve()), source_sha256=source_sha256 or sha256_file(weights),
+                tokenizer_json=tokenizer_json)
+    if out_dir.exists():  # each file is replaced atomically (save_converted)
+        save_converted(out_dir, tensors, config, **save)
+        return out_dir
+    # a new directory appears whole or not at all: written beside it, then renamed
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".partial", dir=out_dir.parent))
+    try:
+        save_converted(staging, tensors, config, **save)
+        os.rename(staging, out_dir)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
     return out_dir
 
 
@@ -259,10 +274,12 @@ def main(argv=None):
     args = ap.parse_args(argv)
     try:
         out = convert(args.src, args.out_dir)
-    except CheckpointError as e:
+    except (CheckpointError, OSError) as e:
         if args.debug:
             raise
-        print(f"npspec.convert: error: {e}", file=sys.stderr)
+        message = str(e) if isinstance(e, CheckpointError) else \
+            f"cannot write {args.out_dir} ({oneline(e)}); choose a writable OUT_DIR"
+        print(f"npspec.convert: error: {message}", file=sys.stderr)
         return 1
     print(f"wrote {out}", file=sys.stderr)
     return 0

@@ -14,7 +14,7 @@ from npspec.convert import convert, read_hf_tensors
 from npspec.init import init_tensors
 from npspec.model import GPT2Config
 
-from conftest import SHIPPED
+from conftest import ROOT, SHIPPED
 
 CONFIG = GPT2Config(n_vocab=2048, n_ctx=16, n_embd=8, n_head=2, n_layer=2, eos_token_id=0)  # shakespeare's tokenizer
 TOKENIZER = (SHIPPED / "target" / "tokenizer.json").read_text()
@@ -206,6 +206,34 @@ def test_failed_write_leaves_old_files(tmp_path, monkeypatch):
         convert(hf_dir(tmp_path), tmp_path / "out")
     assert (tmp_path / "out" / "model.safetensors").read_bytes() == before
     assert sorted(os.listdir(tmp_path / "out")) == ["model.safetensors", "tokenizer.json"]
+
+
+def test_new_out_dir_appears_whole_or_not_at_all(tmp_path, monkeypatch):
+    import npspec.checkpoint
+
+    real, calls = npspec.checkpoint.atomic_write, []
+
+    def second_write_fails(path, write):
+        calls.append(path)
+        if len(calls) == 2:  # model.safetensors written, tokenizer.json fails
+            raise OSError("disk full")
+        return real(path, write)
+
+    monkeypatch.setattr(npspec.checkpoint, "atomic_write", second_write_fails)
+    with pytest.raises(OSError, match="disk full"):
+        convert(hf_dir(tmp_path), tmp_path / "new" / "out")
+    assert len(calls) == 2 and os.listdir(tmp_path / "new") == []  # no out/, no staging left
+
+
+def test_convert_cli_unwritable_out_dir(tmp_path):
+    import subprocess
+    import sys
+
+    (tmp_path / "file").write_text("")
+    r = subprocess.run([sys.executable, "-m", "npspec.convert", str(hf_dir(tmp_path)), str(tmp_path / "file" / "out")],
+                       capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert r.stderr.startswith("npspec.convert: error: cannot write") and "writable OUT_DIR" in r.stderr
 
 
 def test_load_errors(tmp_path):
