@@ -133,7 +133,8 @@ def config_from_metadata(metadata, where):
             n_head=int(metadata["n_head"]), n_layer=int(metadata["n_layer"]),
             layer_norm_epsilon=float(metadata["layer_norm_epsilon"]), eos_token_id=eos)
     except (KeyError, ValueError, TypeError) as e:
-        raise CheckpointError(f"{where}: bad model metadata ({oneline(e)}); reconvert it with python -m npspec.convert") from e
+        raise CheckpointError(f"{where}: bad model metadata ({oneline(e)}); "
+                              "reconvert it with python -m npspec.convert") from e
 
 
 @dataclass

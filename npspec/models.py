@@ -62,7 +62,7 @@ def _is_repo_id(name):
 
 
 def resolve(spec, cache_dir=None):
-    """The converted model directory a SPEC (see the module docstring) names, converting it into the cache first if needed.
+    """The converted model directory a SPEC (see the module docstring) names, converted into the cache first if needed.
 
     cache_dir: npspec's cache (default hub.cache_dir(): $NPSPEC_CACHE or ~/.cache/npspec).
     Returns a Path. Raises CheckpointError naming the problem and the fix.

@@ -330,8 +330,8 @@ def lies(draw, header):
         h[name + ".copy"] = dict(entry)
     elif kind == "metadata" and "__metadata__" in h:
         key = draw(st.sampled_from(sorted(h["__metadata__"])))
-        h["__metadata__"][key] = draw(st.sampled_from(
-            ["-1", "0", "1", "2", "3", "7", "1e9", "999999999999", "null", "[1]", "1.5", "x", ""]) | st.text(max_size=8))
+        values = ["-1", "0", "1", "2", "3", "7", "1e9", "999999999999", "null", "[1]", "1.5", "x", ""]
+        h["__metadata__"][key] = draw(st.sampled_from(values) | st.text(max_size=8))
     elif kind == "length":
         length = draw(st.integers(0, 2**64 - 1) | st.integers(0, 4096))
     elif kind == "garbage":

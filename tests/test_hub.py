@@ -144,6 +144,20 @@ def test_no_network_no_cache_says_what_to_run(tmp_path):
     assert r.returncode != 0 and "Traceback" in r.stderr  # --debug shows it
 
 
+def test_connection_errors_fall_back_to_the_cache(tmp_path):
+    # no HF_HUB_OFFLINE: the hub is tried at a local port nothing listens on (refused at once)
+    env = env_for(tmp_path, HF_ENDPOINT="http://127.0.0.1:9")
+    del env["HF_HUB_OFFLINE"]
+    r = cli(["--target", "someorg/absent", "--gamma", "0"], env)
+    assert r.returncode == 1 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert "someorg/absent is not in the local Hugging Face cache and the hub cannot be reached; on a connected " \
+           "machine run `hf download someorg/absent" in r.stderr
+    make_hub_cache(tmp_path / "hf", "someorg/tiny-gpt2", SMALL)
+    r = py(LOAD.format(spec="someorg/tiny-gpt2"), env)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["path"].endswith(COMMIT)
+
+
 def test_partial_hf_cache_says_what_to_run(tmp_path):
     repo = make_hub_cache(tmp_path / "hf", "someorg/partial", SMALL)
     (repo / "snapshots" / COMMIT / "model.safetensors").unlink()  # e.g. only config.json was fetched
