@@ -17,7 +17,7 @@ import sys
 import numpy as np
 
 from .checkpoint import CheckpointError
-from .models import load
+from .models import load, same_tokenizer
 from .speculative import speculative_generate
 from .text import TextStreamer, encode_prompt
 
@@ -29,8 +29,10 @@ def build_parser():
     ap = argparse.ArgumentParser(prog="python -m npspec.generate", description=__doc__.split("\n")[0])
     ap.add_argument("prompt", nargs="?", default=None,
                     help=f"prompt text, or - to read it from stdin (default: {DEFAULT_PROMPT!r})")
-    ap.add_argument("--target", default=None, help="converted model directory (default: the shipped target)")
-    ap.add_argument("--draft", default=None, help="converted model directory (default: the shipped draft)")
+    spec = ("SPEC: a model directory (converted or Hugging Face), random:<shape>, or a hub name "
+            "(gpt2, gpt2-medium, gpt2-large, gpt2-xl, distilgpt2, org/name)")
+    ap.add_argument("--target", metavar="SPEC", default=None, help=f"{spec} (default: the shipped target)")
+    ap.add_argument("--draft", metavar="SPEC", default=None, help=f"{spec} (default: the shipped draft)")
     ap.add_argument("--gamma", type=int, default=4, help="draft tokens per round; 0 = plain decoding (default 4)")
     ap.add_argument("--max-new-tokens", type=int, default=128, help="tokens to generate (default 128)")
     ap.add_argument("--temperature", type=float, default=0.8, help="0 = greedy (default 0.8)")
@@ -63,7 +65,7 @@ def run(args, out=sys.stdout, err=sys.stderr):
     draft = None
     if args.gamma > 0:
         draft = load(args.draft, "draft")
-        if draft.tokenizer.to_str() != target.tokenizer.to_str():
+        if not same_tokenizer(draft.tokenizer, target.tokenizer):
             raise ValueError(f"the draft ({draft.path}) and target ({target.path}) use different tokenizers; "
                              "pick a draft trained with the target's tokenizer")
     ids = encode_prompt(target.tokenizer, prompt, target.config.eos_token_id)
