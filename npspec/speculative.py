@@ -141,7 +141,8 @@ def accept(d, p, q, u_accept, u_final):
     """
     gamma = len(d)
     rows = np.arange(gamma)
-    kept = u_accept < p[rows, d] / q[rows, d]  # strict: p(d) = 0 is never accepted
+    with np.errstate(over="ignore"):  # a denormal q(d) makes p/q inf: accepted, as min(1, p/q) = 1 says
+        kept = u_accept < p[rows, d] / q[rows, d]  # strict: p(d) = 0 is never accepted, even with u = 0
     n = int(np.argmin(kept)) if not kept.all() else gamma
     last = p[gamma] if n == gamma else residual(p[n], q[n])
     return n, sample(last, u_final)
