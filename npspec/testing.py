@@ -22,7 +22,7 @@ checks that at two levels. Letters are Leviathan's: `p` is the target's row, `q`
    probes catch it.
 
 Also: `TableModel` (a stand-in model whose logits come from a function of the sequence, to
-drive npspec's loop on a table), `model_table` (an npspec model's warped rows as a table),
+drive npspec's loop on a table), `ScriptedRng` (scripted uniforms for the loop), `model_table` (an npspec model's warped rows as a table),
 and hypothesis strategies `probability_vectors`, `probability_pairs`, `logits_rows`
 (hypothesis is imported only when a strategy is built, so `import npspec` never needs it).
 """
@@ -687,6 +687,25 @@ def check_sampler(propose, accept, n_samples=20000, alpha=1e-6, seed=0, statisti
         more, tests = statistical_check(propose, accept, n_samples, alpha, seed)
         findings += more
     return SamplerReport(not findings, findings, tests)
+
+
+# ---------------------------------------------------------------- driving npspec's loop
+
+class ScriptedRng:
+    """Stands in for np.random.Generator in speculative_generate: `random(n)` hands out the next n scripted uniforms.
+
+    `sizes` records each request (npspec draws 2 * g + 1 per round). Raises AssertionError if
+    the script runs out, so a test sees a loop that draws more than it should.
+    """
+
+    def __init__(self, values):
+        self.values, self.sizes = [float(v) for v in values], []
+
+    def random(self, n):
+        self.sizes.append(n)
+        out, self.values = self.values[:n], self.values[n:]
+        assert len(out) == n, f"the script ran out: {n} uniforms asked, {len(out)} left"
+        return np.array(out)
 
 
 # ---------------------------------------------------------------- a model made of a table

@@ -105,19 +105,6 @@ def test_float64_law_on_tiny_gpt2(gpt2_pair, warp_args):
 
 # ---- every enumerated path, forced through npspec's real loop
 
-class ScriptedRng:
-    """Stands in for np.random.Generator: `random(n)` hands out the next n scripted uniforms."""
-
-    def __init__(self, values):
-        self.values, self.sizes = list(values), []
-
-    def random(self, n):
-        self.sizes.append(n)
-        out, self.values = self.values[:n], self.values[n:]
-        assert len(out) == n, "the loop drew more uniforms than the path needs"
-        return np.array(out)
-
-
 def cell_midpoint(row, token):
     """A uniform u with sample(row, u) == token: the middle of its inverse-CDF interval."""
     cdf = np.cumsum(row)
@@ -166,7 +153,7 @@ def test_every_path_replays_through_the_real_loop(gamma, max_new_tokens, eos):
     assert eos is None or any(rnd.token is None for rnd in rounds)  # an accepted EOS
     for path in paths:
         values, sizes = forcing_uniforms(path, p, q, PROMPT, gamma, max_new_tokens)
-        rng = ScriptedRng(values)
+        rng = kit.ScriptedRng(values)
         gen = speculative_generate(target, draft, list(PROMPT), max_new_tokens, gamma=gamma, temperature=1.0,
                                    rng=rng, trace=True)
         assert tuple(gen.ids) == path.ids
