@@ -632,8 +632,10 @@ def statistical_check(propose, accept, n_samples=20000, alpha=1e-6, seed=0):
       * "round": the joint (kept, token) against min(p, q) for kept, max(0, p - q) for replaced
         (Leviathan et al. 2023, Appendix A.1: acceptance rate beta = sum(min(p, q)) = 1 - TV(p, q));
       * "output": the emitted token against p (the theorem itself).
-    False-alarm rate: at most alpha in total, asymptotically (alpha / 9 per test, Bonferroni);
-    with n_samples = 20000 a TV of 0.03 between the true and claimed law is found with near certainty.
+    False-alarm rate: at most alpha in total, asymptotically (alpha / 9 per test, Bonferroni).
+    Power: a TV of d between the true and the claimed law gives a noncentrality of at least
+    n_samples * (2 d)**2 (Cauchy-Schwarz); at the defaults, d = 0.03 is found with probability
+    above 0.98 by each test (noncentral chi-square, up to 7 degrees of freedom).
     """
     src = Uniforms(seed=seed)
     findings, tests = [], []
