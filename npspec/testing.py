@@ -22,9 +22,10 @@ checks that at two levels. Letters are Leviathan's: `p` is the target's row, `q`
    probes catch it.
 
 Also: `TableModel` (a stand-in model whose logits come from a function of the sequence, to
-drive npspec's loop on a table), `ScriptedRng` (scripted uniforms for the loop), `model_table` (an npspec model's warped rows as a table),
-and hypothesis strategies `probability_vectors`, `probability_pairs`, `logits_rows`
-(hypothesis is imported only when a strategy is built, so `import npspec` never needs it).
+drive npspec's loop on a table), `ScriptedRng` (scripted uniforms for the loop), `model_table`
+(an npspec model's warped rows as a table), and hypothesis strategies `probability_vectors`,
+`probability_pairs`, `logits_rows` (hypothesis is imported only when a strategy is built, so
+`import npspec` never needs it).
 """
 
 import math
@@ -457,7 +458,8 @@ def npspec_sampler(temperature=1.0, top_k=0, top_p=1.0):
 _TINY = 2.0 ** -1074  # the smallest positive double (denormal)
 _REPLACEMENT_US = (0.0, 0.25, 0.5, 0.75, ONE_BELOW)
 
-# (name, p, q, x, u for the acceptance test, "accept" / "reject" / "either", ids allowed on rejection, the bug it targets)
+# (name, p, q, x, u for the acceptance test, "accept" / "reject" / "either", ids allowed on
+# rejection, the bug it targets)
 # Rows are dyadic, so p/q is exact and `u < p/q` and `u * q < p` agree at every probe.
 ACCEPT_PROBES = [
     ("strict-u0-p0", [0, .5, .5], [.5, .25, .25], 0, 0.0, "reject", {1, 2},
@@ -657,8 +659,8 @@ def statistical_check(propose, accept, n_samples=20000, alpha=1e-6, seed=0):
         except Exception as e:
             findings.append(Finding(f"statistical-case-{c}", f"raised {type(e).__name__}: {e}"))
             continue
-        laws = {"proposal": (xs, q0), "round": (kept_tokens, np.concatenate([np.minimum(p, q0), np.maximum(p - q0, 0)])),
-                "output": (tokens, p)}
+        round_law = np.concatenate([np.minimum(p, q0), np.maximum(p - q0, 0)])  # [kept as y; replaced by y]
+        laws = {"proposal": (xs, q0), "round": (kept_tokens, round_law), "output": (tokens, p)}
         for name, (counts, probs) in laws.items():
             stat, df, pv, impossible = chi_square(counts, probs / probs.sum())
             tests.append(dict(name=f"case {c} {name}", statistic=stat, df=df, p_value=pv, threshold=per_test))
@@ -768,7 +770,8 @@ class TableModel:
     def forward(self, ids, cache, invariant=True):
         ids = [int(i) for i in np.asarray(ids).reshape(-1)]
         if cache.length + len(ids) > self.config.n_ctx:
-            raise ContextOverflowError(f"{cache.length} cached + {len(ids)} new positions exceed n_ctx={self.config.n_ctx}")
+            raise ContextOverflowError(
+                f"{cache.length} cached + {len(ids)} new positions exceed n_ctx={self.config.n_ctx}")
         self.calls += 1
         rows = []
         for i in ids:
@@ -837,7 +840,7 @@ def probability_pairs(min_size=2, max_size=8):
             vec.map(lambda p: (p, p.copy())),
             st.tuples(st.lists(floats, min_size=n, max_size=n), st.lists(floats, min_size=n, max_size=n),
                       st.integers(1, n - 1)).map(lambda a: disjoint((np.array(a[0]), np.array(a[1]), a[2]))),
-            st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)).map(lambda ij: (np.eye(n)[ij[0]], np.eye(n)[ij[1]])),
+            st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)).map(lambda ij: tuple(np.eye(n)[list(ij)])),
             st.tuples(vec, st.integers(0, n - 1)).map(nudge),
         )
 

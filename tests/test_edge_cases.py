@@ -7,7 +7,6 @@ import pty
 import re
 import subprocess
 import sys
-from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -44,7 +43,7 @@ def test_hand_made_rows_through_accept():
     ], dtype=np.float32))
     d = np.array([0, 1])
     below = np.nextafter(0.5, 0)
-    assert accept(d, p, q, np.array([below, 0.5]), 0.0) == (1, 2)  # accepts 1, rejects at 2 (u = p/q): residual [0,0,1,0]
+    assert accept(d, p, q, np.array([below, 0.5]), 0.0) == (1, 2)  # accepts 1, rejects at 2 (u = p/q); residual -> 2
     assert accept(d, p, q, np.array([0.5, 0.0]), 0.0) == (0, 1)  # rejects at 1: residual of p1 - q1 is [0,1,0,0]
     assert accept(d, p, q, np.array([0.0, below]), 0.9) == (2, 3)  # all accepted: bonus 3 from p3
     # -10 leaves a sliver of mass: q = [1 - 2e-9, 2e-9, 0, 0]; p(1) = 0 rejects d = 1 even with u = 0

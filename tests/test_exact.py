@@ -149,7 +149,8 @@ def test_every_path_replays_through_the_real_loop(gamma, max_new_tokens, eos):
     paths = list(kit.speculative_paths(p, q, PROMPT, gamma, max_new_tokens, eos, rule=kit.npspec_rule))
     rounds = [rnd for path in paths for rnd in path.rounds]
     assert any(rnd.token is not None and rnd.accepted < len(rnd.drafted) for rnd in rounds)  # a rejection
-    assert any(rnd.token is not None and rnd.accepted == len(rnd.drafted) == min(gamma, max_new_tokens - 1) for rnd in rounds)  # a bonus
+    full = min(gamma, max_new_tokens - 1)
+    assert any(rnd.token is not None and rnd.accepted == len(rnd.drafted) == full for rnd in rounds)  # a bonus
     assert eos is None or any(rnd.token is None for rnd in rounds)  # an accepted EOS
     for path in paths:
         values, sizes = forcing_uniforms(path, p, q, PROMPT, gamma, max_new_tokens)
@@ -208,7 +209,7 @@ def test_residual_is_a_distribution(pq):
 
 @given(kit.probability_pairs(max_size=5))
 def test_acceptance_probability_is_beta(pq):
-    """P(accept) = sum_x q(x) min(1, p(x)/q(x)) = beta = sum(min(p, q)) = 1 - TV(p, q), read off the enumerated paths."""
+    """P(accept) = sum_x q(x) min(1, p(x)/q(x)) = beta = sum(min(p, q)) = 1 - TV(p, q), from the enumerated paths."""
     p, q = pq
     paths = kit.speculative_paths(kit.constant_table(p), kit.constant_table(q), (0,), 1, 2, rule=kit.npspec_rule)
     accepted = sum(path.prob for path in paths if path.rounds[0].accepted == 1)
