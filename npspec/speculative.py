@@ -166,8 +166,7 @@ def speculative_generate(target, draft, prompt_ids, max_new_tokens, gamma=4, tem
     Stops at EOS (included in the ids and counted), after max_new_tokens, or when the sequence
     reaches the smaller n_ctx of the two models (stop_reason "context").
     Raises ValueError for bad options, a vocabulary or tokenizer mismatch (check_pair) or an
-    empty prompt, and
-    ContextOverflowError if the prompt alone exceeds the context.
+    empty prompt, and ContextOverflowError if the prompt alone exceeds the context.
     """
     check_warp_args(temperature, top_k, top_p)
     if int(max_new_tokens) != max_new_tokens or max_new_tokens < 1:
