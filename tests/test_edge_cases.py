@@ -11,14 +11,21 @@ import sys
 import numpy as np
 import pytest
 
+import npspec
 from npspec import speculative
 from npspec import testing as kit
 from npspec.checkpoint import Model
-from npspec.generate import GREEN, RESET, build_parser, run
 from npspec.sampling import residual, sample, warp
 from npspec.speculative import accept, speculative_generate
 
 from conftest import ROOT, tiny_model
+
+# Importing the CLI module npspec/generate.py rebinds the package attribute `npspec.generate` (the
+# API function) to that module; put the function back so tests run after this file can call it.
+_generate_function = npspec.generate
+from npspec.generate import GREEN, RESET, build_parser, run  # noqa: E402
+
+npspec.generate = _generate_function
 
 NEG = -np.inf
 
