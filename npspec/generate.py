@@ -38,9 +38,12 @@ def build_parser():
     ap.add_argument("--temperature", type=float, default=0.8, help="0 = greedy (default 0.8)")
     ap.add_argument("--top-k", type=int, default=0, help="keep the k most likely tokens; 0 = off (default)")
     ap.add_argument("--top-p", type=float, default=0.95, help="nucleus mass in (0, 1]; 1 = off (default 0.95)")
-    ap.add_argument("--seed", type=int, default=0, help="seed of the one random generator (default 0)")
+    ap.add_argument("--seed", type=int, default=0,
+                    help="seed of the one random generator (default 0): the same seed, models, prompt and "
+                         "options give the same output (README: Reproducibility)")
     ap.add_argument("--json", action="store_true", help="print one JSON object: text, ids, stats")
-    ap.add_argument("--trace", action="store_true", help="with --json: add a record per round")
+    ap.add_argument("--trace", action="store_true",
+                    help="with --json: add a record per round (drafted ids, accepted count, corrected or bonus id)")
     ap.add_argument("--no-color", action="store_true", help="do not colour accepted draft tokens")
     ap.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     return ap
