@@ -49,6 +49,17 @@ def build_parser():
     return ap
 
 
+def json_safe(x):
+    """NaN (e.g. alpha when nothing was drafted) becomes null, so strict JSON parsers accept the output."""
+    if isinstance(x, float) and x != x:
+        return None
+    if isinstance(x, dict):
+        return {k: json_safe(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [json_safe(v) for v in x]
+    return x
+
+
 def summary(stats):
     """The one-line summary printed to stderr."""
     return (f"{stats.new_tokens} new tokens in {stats.rounds} rounds, alpha {stats.alpha:.3f}, "
@@ -95,7 +106,7 @@ def run(args, out=sys.stdout, err=sys.stderr):
         obj = {"text": target.tokenizer.decode(gen.ids), "ids": gen.ids, "stats": gen.stats.as_dict()}
         if args.trace:
             obj["trace"] = gen.trace
-        out.write(json.dumps(obj) + "\n")
+        out.write(json.dumps(json_safe(obj), allow_nan=False) + "\n")
     else:
         out.write(streamer.finish() + "\n")
     print(summary(gen.stats), file=err)
