@@ -2,12 +2,13 @@
 
     import npspec
     target, draft = npspec.load(role="target"), npspec.load(role="draft")   # the shipped pair
-    out = npspec.generate(target, "ROMEO:", draft=draft, gamma=4, temperature=0, max_new_tokens=64)
+    out = npspec.generate_text(target, "ROMEO:", draft=draft, gamma=4, temperature=0, max_new_tokens=64)
     print(out.text, out.stats.alpha)
 
 Modules: model (the forward and KV cache), checkpoint (converted files), convert (from Hugging
 Face), sampling (warping, inverse-CDF sampling, residual), speculative (the loop), evaluate
-(perplexity, acceptance), text (prompts, streaming), generate (the CLI).
+(perplexity, acceptance), text (prompts, streaming), testing (the conformance kit for any
+speculative sampler), models and hub (SPECs, the conversion cache), generate (the CLI).
 """
 
 from dataclasses import dataclass
@@ -30,9 +31,10 @@ class TextGeneration(Generation):
     text: str = ""
 
 
-def generate(target, prompt, draft=None, gamma=4, max_new_tokens=64, temperature=0.8, top_k=0, top_p=0.95, seed=0):
+def generate_text(target, prompt, draft=None, gamma=4, max_new_tokens=64, temperature=0.8, top_k=0, top_p=0.95, seed=0):
     """Generate text after `prompt` (a str) with `target`; with a `draft` and gamma > 0, speculatively.
 
+    (Not named `generate`: that name is the CLI module, `python -m npspec.generate`.)
     Returns a TextGeneration: `ids` (new ids), `text` (their decoding), `stats`. The same
     seed, models, prompt and options give the same output. See speculative_generate for the
     errors raised.
@@ -44,4 +46,4 @@ def generate(target, prompt, draft=None, gamma=4, max_new_tokens=64, temperature
 
 
 __all__ = ["CheckpointError", "ContextOverflowError", "GPT2Config", "Generation", "KVCache", "Model", "Stats",
-           "TextGeneration", "generate", "load", "load_model", "speculative_generate"]
+           "TextGeneration", "generate_text", "load", "load_model", "speculative_generate"]

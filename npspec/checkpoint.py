@@ -28,6 +28,11 @@ class CheckpointError(ValueError):
     """A model file or directory is missing, malformed or inconsistent."""
 
 
+def oneline(e):
+    """An exception's message on one line (library messages often span several), with its type if empty."""
+    return " ".join(str(e).split()) or type(e).__name__
+
+
 def tensor_shapes(config):
     """name -> shape of every tensor the forward uses (GPT-2 names, Conv1D `[in, out]`)."""
     d = config.n_embd
@@ -113,6 +118,7 @@ def save_converted(out_dir, tensors, config, source, source_sha256, tokenizer_js
 
 
 def config_from_metadata(metadata, where):
+    """GPT2Config from a converted file's header metadata (all strings). Raises CheckpointError."""
     if not metadata or metadata.get("format_version") != FORMAT_VERSION:
         raise CheckpointError(
             f"{where} is not an npspec-converted model (format_version "
@@ -120,12 +126,15 @@ def config_from_metadata(metadata, where):
             "convert it with: python -m npspec.convert SRC OUT_DIR")
     try:
         eos = json.loads(metadata["eos_token_id"])
+        if eos is not None and (isinstance(eos, bool) or not isinstance(eos, int)):
+            raise ValueError(f"eos_token_id must be an integer or null, got {eos!r}")
         return GPT2Config(
             n_vocab=int(metadata["n_vocab"]), n_ctx=int(metadata["n_ctx"]), n_embd=int(metadata["n_embd"]),
             n_head=int(metadata["n_head"]), n_layer=int(metadata["n_layer"]),
             layer_norm_epsilon=float(metadata["layer_norm_epsilon"]), eos_token_id=eos)
     except (KeyError, ValueError, TypeError) as e:
-        raise CheckpointError(f"{where}: bad model metadata ({e}); reconvert it with python -m npspec.convert") from e
+        raise CheckpointError(f"{where}: bad model metadata ({oneline(e)}); "
+                              "reconvert it with python -m npspec.convert") from e
 
 
 @dataclass
@@ -167,47 +176,117 @@ def _leaves(tree):
         yield tree
 
 
+def read_header(fh):
+    """(data_start, header) of the open safetensors file `fh`: where its data begins, and its JSON header.
+
+    The format: 8 bytes little-endian header length n, n bytes of JSON, then the data; each
+    tensor's `data_offsets` [begin, end) count from data_start. Use on a file that
+    `safetensors.safe_open` has accepted (it checks the offsets and sizes).
+    """
+    fh.seek(0)
+    n = int.from_bytes(fh.read(8), "little")
+    return 8 + n, json.loads(fh.read(n))
+
+
+def read_tensor(fh, data_start, entry, dtype, where):
+    """One tensor's bytes read with `readinto` straight into a new array of `dtype` and the entry's shape.
+
+    Raises CheckpointError if the entry's byte count does not fit the shape or the file ends early.
+    """
+    a = np.empty(entry["shape"], dtype=dtype)
+    begin, end = entry["data_offsets"]
+    if end - begin != a.nbytes:  # safetensors checked it; the file may have been replaced since
+        raise CheckpointError(f"{where} changed while being read; try again")
+    fh.seek(data_start + begin)
+    if fh.readinto(memoryview(a).cast("B")) != a.nbytes:
+        raise CheckpointError(f"{where} is truncated")
+    return a
+
+
+def _is_panic(e):
+    # the safetensors Rust core reports an internal failure as pyo3's PanicException, a BaseException
+    return type(e).__name__ == "PanicException"
+
+
+def _read_weights(weights):
+    """(metadata, config, {name: float32 array}, problems) of a converted `model.safetensors`.
+
+    safetensors parses and checks the header (offsets contiguous and inside the file, sizes
+    matching shapes and dtypes); each tensor's bytes are then read with `readinto` straight
+    into the array the forward uses. Reading through safetensors' memory map instead would
+    count the whole file in the process's resident memory a second time while loading.
+    """
+    from safetensors import safe_open
+
+    with safe_open(str(weights), framework="numpy") as f:
+        metadata = f.metadata() or {}
+        config = config_from_metadata(metadata, weights)
+        names = set(f.keys())
+        n_expected = 4 + 12 * config.n_layer
+        if n_expected > len(names) + 48:  # more than 4 layers missing: summarise (a lying n_layer could be 1e12)
+            present = sum(1 for n in names if n.endswith(".ln_1.weight"))
+            return metadata, config, {}, [f"the metadata says n_layer {config.n_layer} ({n_expected} tensors) "
+                                          f"but the file holds {len(names)} tensors ({present} layers)"]
+        problems = []
+        for name, shape in tensor_shapes(config).items():
+            if name not in names:
+                problems.append(f"missing tensor {name} {list(shape)}")
+                continue
+            info = f.get_slice(name)
+            got, dtype = tuple(info.get_shape()), info.get_dtype()
+            if got != shape:
+                problems.append(f"tensor {name} has shape {list(got)}, expected {list(shape)}")
+            elif dtype != "F32":
+                problems.append(f"tensor {name} is {dtype}, expected F32")
+    if problems:
+        return metadata, config, {}, problems
+    tensors = {}
+    with open(weights, "rb") as fh:
+        data_start, header = read_header(fh)
+        for name in tensor_shapes(config):
+            tensors[name] = read_tensor(fh, data_start, header[name], "<f4", f"{weights} (tensor {name})")
+    return metadata, config, tensors, []
+
+
 def load_model(path):
     """Load a converted model directory (see module docstring) into a `Model`.
 
-    Reads each tensor once, straight into the array the forward uses (peak extra memory
-    about one tensor). Raises CheckpointError, with the fix, for a missing directory or file,
-    a file that is not safetensors, wrong metadata, and missing or misshaped tensors.
+    Reads each tensor once, straight into the array the forward uses: peak memory is the
+    weight bytes (tests/test_hub.py measures it). Raises CheckpointError,
+    one line naming the problem and the fix, for a missing or empty directory, a missing,
+    truncated or non-safetensors file, a header whose offsets or sizes do not fit the file,
+    wrong metadata, missing, misshaped or non-float32 tensors, and a malformed tokenizer.json.
     """
-    from safetensors import SafetensorError, safe_open
+    from safetensors import SafetensorError
     from tokenizers import Tokenizer
 
     path = Path(path)
     weights, tok = path / WEIGHTS_FILE, path / TOKENIZER_FILE
-    if not path.is_dir():
+    if not path.exists():
         raise CheckpointError(f"model directory {path} does not exist")
+    if not path.is_dir():
+        raise CheckpointError(f"{path} is a file; give the directory that holds {WEIGHTS_FILE} and {TOKENIZER_FILE}")
     for f in (weights, tok):
         if not f.is_file():
             raise CheckpointError(f"{path} has no {f.name}; is it an npspec-converted model? "
                                   "Convert a Hugging Face checkpoint with: python -m npspec.convert SRC OUT_DIR")
+    fix = "reconvert it with python -m npspec.convert"
     try:
-        with safe_open(str(weights), framework="numpy") as f:
-            metadata = f.metadata() or {}
-            config = config_from_metadata(metadata, weights)
-            expected = tensor_shapes(config)
-            tensors = {}
-            for name in f.keys():
-                if name in expected:
-                    tensors[name] = f.get_tensor(name)
+        metadata, config, tensors, problems = _read_weights(weights)
+    except CheckpointError:
+        raise
     except SafetensorError as e:
-        raise CheckpointError(f"{weights} is not a readable safetensors file ({e}); "
-                              "reconvert it with python -m npspec.convert") from e
-    except (OSError, ValueError) as e:
-        if isinstance(e, CheckpointError):
-            raise
-        raise CheckpointError(f"{weights} could not be read ({e}); reconvert it with python -m npspec.convert") from e
-    problems = check_tensors(tensors, config)
-    bad_dtype = [n for n, a in tensors.items() if a.dtype != np.float32]
-    problems += [f"tensor {n} is {tensors[n].dtype}, expected float32" for n in bad_dtype]
+        raise CheckpointError(f"{weights} is not a readable safetensors file ({oneline(e)}); {fix}") from e
+    except (OSError, ValueError, TypeError, OverflowError, MemoryError) as e:
+        raise CheckpointError(f"{weights} could not be read ({type(e).__name__}: {oneline(e)}); {fix}") from e
+    except BaseException as e:
+        if _is_panic(e):
+            raise CheckpointError(f"{weights} is not a readable safetensors file ({oneline(e)}); {fix}") from e
+        raise
     if problems:
-        raise CheckpointError(f"{weights}: " + "; ".join(problems) + "; reconvert it with python -m npspec.convert")
+        raise CheckpointError(f"{weights}: " + "; ".join(problems) + f"; {fix}")
     try:
         tokenizer = Tokenizer.from_file(str(tok))
     except Exception as e:  # tokenizers raises a bare Exception for malformed JSON
-        raise CheckpointError(f"{tok} is not a valid tokenizers file ({e})") from e
+        raise CheckpointError(f"{tok} is not a valid tokenizers file ({oneline(e)}); {fix}") from e
     return Model(config, params_tree(tensors, config), tokenizer, path, dict(metadata))

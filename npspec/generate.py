@@ -17,7 +17,7 @@ import sys
 import numpy as np
 
 from .checkpoint import CheckpointError
-from .models import load
+from .models import load, same_tokenizer
 from .speculative import speculative_generate
 from .text import TextStreamer, encode_prompt
 
@@ -29,19 +29,35 @@ def build_parser():
     ap = argparse.ArgumentParser(prog="python -m npspec.generate", description=__doc__.split("\n")[0])
     ap.add_argument("prompt", nargs="?", default=None,
                     help=f"prompt text, or - to read it from stdin (default: {DEFAULT_PROMPT!r})")
-    ap.add_argument("--target", default=None, help="converted model directory (default: the shipped target)")
-    ap.add_argument("--draft", default=None, help="converted model directory (default: the shipped draft)")
+    spec = ("SPEC: a model directory (converted or Hugging Face), random:<shape>, or a hub name "
+            "(gpt2, gpt2-medium, gpt2-large, gpt2-xl, distilgpt2, org/name)")
+    ap.add_argument("--target", metavar="SPEC", default=None, help=f"{spec} (default: the shipped target)")
+    ap.add_argument("--draft", metavar="SPEC", default=None, help=f"{spec} (default: the shipped draft)")
     ap.add_argument("--gamma", type=int, default=4, help="draft tokens per round; 0 = plain decoding (default 4)")
     ap.add_argument("--max-new-tokens", type=int, default=128, help="tokens to generate (default 128)")
     ap.add_argument("--temperature", type=float, default=0.8, help="0 = greedy (default 0.8)")
     ap.add_argument("--top-k", type=int, default=0, help="keep the k most likely tokens; 0 = off (default)")
     ap.add_argument("--top-p", type=float, default=0.95, help="nucleus mass in (0, 1]; 1 = off (default 0.95)")
-    ap.add_argument("--seed", type=int, default=0, help="seed of the one random generator (default 0)")
+    ap.add_argument("--seed", type=int, default=0,
+                    help="seed of the one random generator (default 0): the same seed, models, prompt and "
+                         "options give the same output (README: Reproducibility)")
     ap.add_argument("--json", action="store_true", help="print one JSON object: text, ids, stats")
-    ap.add_argument("--trace", action="store_true", help="with --json: add a record per round")
+    ap.add_argument("--trace", action="store_true",
+                    help="with --json: add a record per round (drafted ids, accepted count, corrected or bonus id)")
     ap.add_argument("--no-color", action="store_true", help="do not colour accepted draft tokens")
     ap.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     return ap
+
+
+def json_safe(x):
+    """NaN (e.g. alpha when nothing was drafted) becomes null, so strict JSON parsers accept the output."""
+    if isinstance(x, float) and x != x:
+        return None
+    if isinstance(x, dict):
+        return {k: json_safe(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [json_safe(v) for v in x]
+    return x
 
 
 def summary(stats):
@@ -63,7 +79,7 @@ def run(args, out=sys.stdout, err=sys.stderr):
     draft = None
     if args.gamma > 0:
         draft = load(args.draft, "draft")
-        if draft.tokenizer.to_str() != target.tokenizer.to_str():
+        if not same_tokenizer(draft.tokenizer, target.tokenizer):
             raise ValueError(f"the draft ({draft.path}) and target ({target.path}) use different tokenizers; "
                              "pick a draft trained with the target's tokenizer")
     ids = encode_prompt(target.tokenizer, prompt, target.config.eos_token_id)
@@ -90,7 +106,7 @@ def run(args, out=sys.stdout, err=sys.stderr):
         obj = {"text": target.tokenizer.decode(gen.ids), "ids": gen.ids, "stats": gen.stats.as_dict()}
         if args.trace:
             obj["trace"] = gen.trace
-        out.write(json.dumps(obj) + "\n")
+        out.write(json.dumps(json_safe(obj), allow_nan=False) + "\n")
     else:
         out.write(streamer.finish() + "\n")
     print(summary(gen.stats), file=err)

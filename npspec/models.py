@@ -1,12 +1,24 @@
 """Find models: the shipped Shakespeare pair, and model SPECs given on the command line.
 
-A SPEC is a path to a converted npspec model directory (see npspec.checkpoint). An existing
-local path always wins over any other interpretation.
+A SPEC is resolved in this order:
+  1. an existing local path: a converted npspec directory (model.safetensors + tokenizer.json),
+     or a Hugging Face checkpoint directory (config.json + model.safetensors [+ tokenizer.json]),
+     converted on first use into the cache;
+  2. `random:<shape>`, a shape of npspec.init.SHAPES (gpt2, gpt2-medium, gpt2-large, gpt2-xl,
+     distilgpt2, tiny, tiny-draft): GPT-2's initialisation, seed 0, built once into the cache;
+  3. a hub name: gpt2, gpt2-medium, gpt2-large, gpt2-xl (openai-community/...), distilgpt2
+     (distilbert/distilgpt2), or any `org/name`: downloaded with huggingface_hub and converted
+     once into the cache.
+A Hugging Face checkpoint without tokenizer.json gets GPT-2's tokenizer (weights/gpt2/). The
+cache directory and its layout are described in npspec.hub.
 """
 
+import json
+import re
 import sys
 from pathlib import Path
 
+from . import hub
 from .checkpoint import CheckpointError, load_model
 
 SHIPPED_PAIR = "shakespeare"
@@ -29,16 +41,72 @@ def shipped_dir(name, marker="model.safetensors"):
         "reinstall npspec (pip install .) or pass --target/--draft explicitly")
 
 
-def load(spec=None, role="target"):
-    """Load a model from a SPEC (a converted model directory); None loads the shipped `role`.
+def same_tokenizer(a, b):
+    """True if two tokenizers.Tokenizer map text to the same ids and back.
+
+    Compares their JSON without the runtime settings `truncation` and `padding` (the target's
+    tokenizer does all encoding and decoding), so the same vocabulary saved by different
+    repositories (gpt2-large, distilgpt2) still counts as the same.
+    """
+    def core(t):
+        d = json.loads(t.to_str())
+        return {k: v for k, v in d.items() if k not in ("truncation", "padding")}
+
+    return a is b or a.to_str() == b.to_str() or core(a) == core(b)
+
+
+def _is_repo_id(name):
+    # org/name as the hub spells it: one slash, letters, digits, '-', '_', '.', no leading or trailing '-' / '.'
+    return re.fullmatch(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*", name) is not None and \
+        ".." not in name and not name.endswith((".", "-"))
+
+
+def resolve(spec, cache_dir=None):
+    """The converted model directory a SPEC (see the module docstring) names, converted into the cache first if needed.
+
+    cache_dir: npspec's cache (default hub.cache_dir(): $NPSPEC_CACHE or ~/.cache/npspec).
+    Returns a Path. Raises CheckpointError naming the problem and the fix.
+    """
+    root = Path(cache_dir).expanduser() if cache_dir is not None else hub.cache_dir()
+    spec = str(spec)
+    path = Path(spec).expanduser()
+    if path.exists():
+        if path.is_dir() and (path / "config.json").is_file():
+            return hub.from_local(path, root)
+        return path  # a converted directory; load_model reports anything wrong with it
+    if spec.startswith("random:"):
+        return hub.from_random(spec[len("random:"):], root)
+    repo_id = hub.HUB_NAMES.get(spec, spec)
+    if _is_repo_id(repo_id) and not spec.startswith((".", "~", "/")):
+        return hub.from_hub(repo_id, root, spec)
+    if spec.startswith((".", "~", "/")) or spec.count("/") > 1 or "\\" in spec:
+        raise CheckpointError(f"model {spec!r} is not an existing directory; give the path of a converted model or "
+                              "of a Hugging Face checkpoint (config.json + model.safetensors)")
+    raise CheckpointError(
+        f"unknown model {spec!r}: not an existing directory, not random:<shape> ("
+        + ", ".join(_shapes()) + "), not a hub name (" + ", ".join(hub.HUB_NAMES) + ") nor org/name")
+
+
+def _shapes():
+    from .init import SHAPES
+
+    return list(SHAPES)
+
+
+def load(spec=None, role="target", cache_dir=None):
+    """Load a model from a SPEC (see the module docstring); None loads the shipped `role`.
 
     role: "target" or "draft", the shipped model used when spec is None.
+    cache_dir: npspec's conversion cache (default: $NPSPEC_CACHE, else ~/.cache/npspec).
     Returns a checkpoint.Model. Raises CheckpointError with the fix.
     """
     if spec is None:
         return load_model(shipped_dir(f"{SHIPPED_PAIR}/{role}"))
-    path = Path(spec).expanduser()
-    if path.exists():
+    path = resolve(spec, cache_dir)
+    try:
         return load_model(path)
-    raise CheckpointError(f"model {spec!r} is not an existing directory; give the path of a converted "
-                          "model (python -m npspec.convert SRC OUT_DIR makes one)")
+    except CheckpointError as e:
+        root = Path(cache_dir).expanduser() if cache_dir is not None else hub.cache_dir()
+        if root.resolve() in path.resolve().parents:
+            raise CheckpointError(f"{e} (the cached conversion {path} is damaged: delete it and run again)") from e
+        raise

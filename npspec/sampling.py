@@ -32,17 +32,22 @@ def warp(logits, temperature=1.0, top_k=0, top_p=1.0):  # [..., n_vocab] float32
     top_p: keep the smallest set of most likely tokens whose mass reaches top_p (the most
     likely token always stays, as transformers' TopPLogitsWarper); 1.0 = off.
     Returns float64 probabilities, each row summing to 1 (to rounding), zeros where removed.
+    Raises ValueError if a row holds NaN or +inf or is entirely -inf (no NaN reaches a sampler).
     """
     x = np.asarray(logits, dtype=np.float64)
+    top = np.max(x, axis=-1, keepdims=True)  # NaN propagates into the max
+    if not np.all(np.isfinite(top)):
+        raise ValueError("logits hold NaN or +inf, or a row is entirely -inf: nothing to sample from; "
+                         "check the model's output")
     if temperature == 0:
         probs = np.zeros_like(x)
         np.put_along_axis(probs, np.argmax(x, axis=-1)[..., None], 1.0, axis=-1)
         return probs
-    x = x / temperature
+    x = (x - top) / temperature  # shift first: a tiny temperature gives -inf, never inf - inf = NaN
     if top_k and top_k < x.shape[-1]:
         kth = np.partition(x, -top_k, axis=-1)[..., -top_k, None]
         x = np.where(x < kth, -np.inf, x)
-    probs = np.exp(x - np.max(x, axis=-1, keepdims=True))
+    probs = np.exp(x)  # the largest logit is 0 here, so every row keeps mass >= 1 before normalising
     probs /= probs.sum(axis=-1, keepdims=True)
     if top_p < 1.0:
         order = np.argsort(probs, axis=-1, kind="stable")  # ascending
@@ -59,8 +64,11 @@ def warp(logits, temperature=1.0, top_k=0, top_p=1.0):  # [..., n_vocab] float32
 def sample(probs, u):  # [n_vocab] float64, float in [0, 1) -> int
     """The token whose CDF interval holds `u`: the first id with cumsum(probs) > u * sum(probs).
 
-    Never returns an id of probability 0. Raises ValueError if probs has no positive finite mass.
+    Never returns an id of probability 0 (its CDF interval is empty). Raises ValueError if probs
+    has no positive finite mass (a NaN anywhere makes the mass NaN) or if u is outside [0, 1).
     """
+    if not 0 <= u < 1:
+        raise ValueError(f"u must be a uniform in [0, 1), got {u}")
     cdf = np.cumsum(probs)
     total = cdf[-1]
     if not (np.isfinite(total) and total > 0):

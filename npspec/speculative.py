@@ -94,6 +94,21 @@ class Generation:
     trace: list = field(default_factory=list)
 
 
+def check_pair(target, draft):
+    """Raise ValueError, before any decoding, unless `draft` can speak for `target`.
+
+    Both must have the same `n_vocab`, and, when both carry a tokenizer, the same tokenizer
+    (compared by its serialised JSON): the same ids must mean the same text.
+    """
+    if draft.config.n_vocab != target.config.n_vocab:
+        raise ValueError(f"draft vocabulary ({draft.config.n_vocab}) differs from the target's "
+                         f"({target.config.n_vocab}); pick a draft with the target's tokenizer")
+    a, b = getattr(target, "tokenizer", None), getattr(draft, "tokenizer", None)
+    if a is not None and b is not None and a is not b and a.to_str() != b.to_str():
+        raise ValueError(f"the draft ({getattr(draft, 'path', '?')}) and target ({getattr(target, 'path', '?')}) "
+                         "use different tokenizers; pick a draft trained with the target's tokenizer")
+
+
 def feed(model, cache, seq, invariant=True):
     """Feed `seq[cache.length:]` and return the logits of its last position `[n_vocab]`."""
     return model.forward(np.asarray(seq[cache.length:]), cache, invariant=invariant)[-1]
@@ -126,7 +141,8 @@ def accept(d, p, q, u_accept, u_final):
     """
     gamma = len(d)
     rows = np.arange(gamma)
-    kept = u_accept < p[rows, d] / q[rows, d]  # strict: p(d) = 0 is never accepted
+    with np.errstate(over="ignore"):  # a denormal q(d) makes p/q inf: accepted, as min(1, p/q) = 1 says
+        kept = u_accept < p[rows, d] / q[rows, d]  # strict: p(d) = 0 is never accepted, even with u = 0
     n = int(np.argmin(kept)) if not kept.all() else gamma
     last = p[gamma] if n == gamma else residual(p[n], q[n])
     return n, sample(last, u_final)
@@ -140,13 +156,17 @@ def speculative_generate(target, draft, prompt_ids, max_new_tokens, gamma=4, tem
     prompt_ids: `[n_prompt]` ids, n_prompt >= 1. max_new_tokens >= 1. gamma >= 0.
     rng: an `np.random.Generator` (default: seeded with 0).
     on_emit(ids, n_accepted): called after each round with the round's new ids, of which the
-    first n_accepted are accepted drafts and the last one target-produced (corrected or bonus).
+    first n_accepted are accepted drafts and the rest (none after an accepted EOS, else one)
+    target-produced (corrected or bonus).
+    trace: record each round in `Generation.trace` as `{"drafted": ids, "accepted": n, "token": id}`,
+    with "drafted" cut after an accepted EOS (as the statistics are) and "token" the corrected
+    or bonus id, or None when the round ended on an accepted EOS.
     Output is exactly target-distributed; with temperature 0 it is token-identical to greedy
     decoding of the target (the verify forward is batch-invariant, see model.gpt2).
     Stops at EOS (included in the ids and counted), after max_new_tokens, or when the sequence
     reaches the smaller n_ctx of the two models (stop_reason "context").
-    Raises ValueError for bad options, a vocabulary mismatch or an empty prompt, and
-    ContextOverflowError if the prompt alone exceeds the context.
+    Raises ValueError for bad options, a vocabulary or tokenizer mismatch (check_pair) or an
+    empty prompt, and ContextOverflowError if the prompt alone exceeds the context.
     """
     check_warp_args(temperature, top_k, top_p)
     if int(max_new_tokens) != max_new_tokens or max_new_tokens < 1:
@@ -155,9 +175,8 @@ def speculative_generate(target, draft, prompt_ids, max_new_tokens, gamma=4, tem
         raise ValueError(f"gamma must be an integer >= 0 (0 = no drafting), got {gamma}")
     if draft is None:
         gamma = 0
-    if gamma and draft.config.n_vocab != target.config.n_vocab:
-        raise ValueError(f"draft vocabulary ({draft.config.n_vocab}) differs from the target's "
-                         f"({target.config.n_vocab}); pick a draft with the target's tokenizer")
+    if gamma:
+        check_pair(target, draft)
     seq = [int(i) for i in prompt_ids]
     if not seq:
         raise ValueError("the prompt is empty: give at least one id (GPT-2 starts from <|endoftext|>)")
@@ -227,7 +246,7 @@ def speculative_generate(target, draft, prompt_ids, max_new_tokens, gamma=4, tem
         seq.extend(emitted)
         tcache.rollback(len(seq) - 1)
         if trace:
-            rounds.append({"drafted": [int(x) for x in d], "accepted": n,
+            rounds.append({"drafted": [int(x) for x in d[:drafted]], "accepted": n,
                            "token": int(emitted[-1]) if len(emitted) > n else None})
         if on_emit is not None:
             on_emit(emitted, n)

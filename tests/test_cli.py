@@ -55,3 +55,10 @@ def test_convert_cli_errors(tmp_path):
     r = run(str(tmp_path / "missing"), str(tmp_path / "out"), module="npspec.convert")
     assert r.returncode == 1 and "not a directory" in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_json_is_strict_when_nothing_was_drafted():
+    r = run("--json", "--gamma", "0", "--max-new-tokens", "3")
+    assert r.returncode == 0, r.stderr
+    obj = json.loads(r.stdout, parse_constant=lambda c: pytest.fail(f"non-standard JSON constant {c}"))
+    assert obj["stats"]["alpha"] is None and obj["stats"]["rounds"] == 3

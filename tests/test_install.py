@@ -33,7 +33,7 @@ def test_non_editable_install_finds_shipped_pair(tmp_path):
     assert r.returncode == 0, r.stderr
     shutil.rmtree(src)  # the installed copy must not need the source tree
     code = ("import json, npspec; from npspec.models import shipped_dir; "
-            "g = npspec.generate(npspec.load(role='target'), 'ROMEO:', draft=npspec.load(role='draft'), max_new_tokens=5); "
+            "g = npspec.generate_text(npspec.load(role='target'), 'ROMEO:', draft=npspec.load(role='draft'), max_new_tokens=5); "
             "print(json.dumps([npspec.__file__, str(shipped_dir('shakespeare/draft')), len(g.ids)]))")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     r = subprocess.run([str(py), "-c", code], capture_output=True, text=True, cwd=tmp_path, env=env)

@@ -24,7 +24,7 @@ def test_greedy_acceptance_floor(shipped, val_ids, card):
     measured = card["acceptance"]["greedy"]["alpha"]
     s = acceptance(*shipped, fixed_prompts(val_ids), gamma=4, max_new_tokens=64, temperature=0)
     assert s.alpha == pytest.approx(measured, abs=1e-12)  # greedy is deterministic
-    assert s.alpha >= 0.6  # floor: a retrained pair must stay a useful pair
+    assert s.alpha >= 0.58  # floor, from the measured 0.634: a retrained pair must stay a useful pair
 
 
 def test_done_when_command_matches_model_card(card):

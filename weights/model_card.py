@@ -85,7 +85,9 @@ Measured on: {card['machine']}.
 | draft | {d['n_layer']} | {d['n_embd']} | {d['n_head']} | {d['n_params']:,} | {recipe['draft']['steps']} + {recipe['distill']['steps']} distillation | {d['val_loss']:.4f} | {d['val_ppl']:.2f} |
 
 Training: AdamW (0.9, 0.95), weight decay 0.1, warmup then cosine decay, dropout 0.1,
-batch {recipe['batch']} x {recipe['n_ctx']}, seed {recipe['seed']}. The draft is then distilled
+batch {recipe['batch']} x {recipe['n_ctx']}, seed {recipe['seed']}. The recorded run took
+{card['train_seconds']} s of wall-clock time for training (torch, 2 threads; the machine was shared
+with other work during that run, so a quiet machine is faster). The draft is then distilled
 toward the target (forward KL(p || q)). Validation loss is `npspec.evaluate.validation_loss` over
 non-overlapping {t['n_ctx']}-token windows of the whole validation split; the tests recompute it on
 the first {card['slice_windows']} windows (target {t['slice_loss']:.6f}, draft {d['slice_loss']:.6f}).
@@ -131,8 +133,9 @@ def convert_and_report(ckpt, out, train_seconds=None):
     card["corpus_sha256"] = sha256_file(out / "input.txt")
     card["generated"] = datetime.now(timezone.utc).strftime("%Y-%m-%d")
     card["machine"] = f"{platform.machine()}, {platform.system()}, Python {platform.python_version()}, numpy {np.__version__}"
-    if train_seconds is not None:
-        card["train_seconds"] = round(train_seconds)
+    if train_seconds is None and (out / "card.json").is_file():  # --skip-training keeps the recorded time
+        train_seconds = json.loads((out / "card.json").read_text()).get("train_seconds")
+    card["train_seconds"] = None if train_seconds is None else round(train_seconds)
     recipe = json.loads((ckpt / "recipe.json").read_text())
     files = sorted(p for p in out.rglob("*") if p.is_file() and p.name != "README.md")
     sizes = {str(p.relative_to(out)): p.stat().st_size for p in files}

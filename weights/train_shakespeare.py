@@ -179,13 +179,15 @@ def main(argv=None):
     args = ap.parse_args(argv)
     ckpt = OUT / "checkpoints"
     t0 = time.time()
+    train_seconds = None
     if not args.skip_training:
         train(args, ckpt)
-    print(f"training done in {time.time() - t0:.0f} s", file=sys.stderr)
+        train_seconds = time.time() - t0
+        print(f"training done in {train_seconds:.0f} s", file=sys.stderr)
     sys.path.insert(0, str(HERE))
     import model_card
 
-    return model_card.convert_and_report(ckpt, OUT, train_seconds=time.time() - t0)
+    return model_card.convert_and_report(ckpt, OUT, train_seconds=train_seconds)
 
 
 if __name__ == "__main__":

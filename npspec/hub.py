@@ -1,0 +1,272 @@
+"""Where models come from: the Hugging Face hub, and npspec's cache of converted models.
+
+npspec runs only its converted layout (npspec.checkpoint). A Hugging Face checkpoint (from the
+hub, or a local directory) and a `random:` model are converted once into the cache directory,
+and later runs load the conversion:
+
+    $NPSPEC_CACHE (else $XDG_CACHE_HOME/npspec, else ~/.cache/npspec)
+        hub/<org>--<name>/<commit>/          a hub checkpoint, keyed by the hub commit it came from
+        local/<dir name>-<fingerprint>/      a local Hugging Face directory, keyed by its path and
+                                             the sizes and mtimes of its files
+        random/<shape>-seed<seed>-<config>/  a `random:` model (config: a hash of its shape)
+        .locks/                              one lock file per entry
+
+Each entry is built in a hidden staging directory beside it and renamed into place, complete,
+under a lock (`fcntl.flock` where available): a killed conversion leaves no half-written
+model, and two processes converting the same model at once convert it once. The rename alone
+keeps the cache whole where locks are missing (a process that loses the race discards its copy).
+
+Downloads use huggingface_hub (its cache, HF_HUB_CACHE / HF_HOME, its progress bars and
+HF_HUB_OFFLINE), fetching only `config.json`, `model.safetensors` and `tokenizer.json`.
+"""
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+
+from .checkpoint import CheckpointError, oneline
+
+CACHE_ENV = "NPSPEC_CACHE"
+HUB_NAMES = {
+    "gpt2": "openai-community/gpt2",
+    "gpt2-medium": "openai-community/gpt2-medium",
+    "gpt2-large": "openai-community/gpt2-large",
+    "gpt2-xl": "openai-community/gpt2-xl",
+    "distilgpt2": "distilbert/distilgpt2",
+}
+HUB_FILES = ["config.json", "model.safetensors", "tokenizer.json"]
+RANDOM_SEED = 0
+
+
+def cache_dir():
+    """npspec's cache directory: $NPSPEC_CACHE, else $XDG_CACHE_HOME/npspec, else ~/.cache/npspec (not created)."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV]).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or Path("~/.cache").expanduser()
+    return Path(base) / "npspec"
+
+
+def note(message):
+    """One line to stderr about slow one-time work (a conversion), as huggingface_hub shows its downloads."""
+    print(f"npspec: {message}", file=sys.stderr, flush=True)
+
+
+@contextmanager
+def _lock(path):
+    """Hold an exclusive lock on the file `path` (created if needed); no-op where fcntl is missing."""
+    try:
+        import fcntl
+    except ImportError:  # Windows: the atomic rename alone keeps the cache whole
+        yield False
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield True
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def publish(staging, final):
+    """Rename the complete directory `staging` to `final`; if another process published `final` first, keep
+    theirs and delete `staging`. Returns True if this call published it."""
+    try:
+        os.rename(staging, final)
+        return True
+    except OSError:
+        if not (final / "model.safetensors").is_file():
+            raise
+        shutil.rmtree(staging, ignore_errors=True)
+        return False
+
+
+def cached(root, final, build, what):
+    """Return the cache entry `final` (inside the cache `root`), building it first with `build(staging_dir)`
+    if it is not there.
+
+    build writes a converted model into the (empty, existing) staging directory it is given.
+    what: a description for the one-line note printed when building. Raises CheckpointError
+    (from build, or for a cache that cannot be written); the cache is then left as it was.
+    """
+    root, final = Path(root), Path(final)
+    if final.is_dir():
+        return final
+    try:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        key = "--".join(final.relative_to(root).parts)
+        with _lock(root / ".locks" / f"{key}.lock") as locked:
+            if final.is_dir():  # another process built it while we waited
+                return final
+            if locked:  # nobody else is building this entry: staging leftovers are from killed runs
+                for stale in final.parent.glob(f".{final.name}.*.partial"):
+                    shutil.rmtree(stale, ignore_errors=True)
+            staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".partial", dir=final.parent))
+            try:
+                note(f"converting {what} into {final} (once; later runs reuse it)")
+                build(staging)
+                publish(staging, final)
+            finally:
+                if staging.exists():
+                    shutil.rmtree(staging, ignore_errors=True)
+    except OSError as e:
+        raise CheckpointError(f"cannot write npspec's cache {root} ({oneline(e)}); "
+                              f"set {CACHE_ENV} to a writable directory") from e
+    return final
+
+
+def gpt2_tokenizer_json():
+    """The text of GPT-2's tokenizer.json, shipped in weights/gpt2/."""
+    from .models import shipped_dir
+
+    return (shipped_dir("gpt2", "tokenizer.json") / "tokenizer.json").read_text(encoding="utf-8")
+
+
+def check_hf(src, source):
+    """Check a Hugging Face directory before converting it: config.json, model.safetensors, the tokenizer.
+
+    Returns the tokenizer text to use when `src` has no tokenizer.json (GPT-2's), else None.
+    Raises CheckpointError for a bad config.json, no model.safetensors, or no tokenizer.json
+    with a vocabulary GPT-2's tokenizer does not fit. The tensors are checked by convert.
+    """
+    from .convert import config_from_hf, no_weights_error
+
+    src = Path(src)
+    cfg_path = src / "config.json"
+    try:
+        config = config_from_hf(json.loads(cfg_path.read_text(encoding="utf-8")), cfg_path)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"{cfg_path} is not valid JSON ({oneline(e)})") from e
+    except OSError as e:
+        raise CheckpointError(f"{source}: cannot read {cfg_path} ({oneline(e)})") from e
+    if not (src / "model.safetensors").is_file():
+        raise no_weights_error(src)
+    if (src / "tokenizer.json").is_file():
+        return None
+    if config.n_vocab < 50257:
+        raise CheckpointError(f"{source} has no tokenizer.json and its vocabulary ({config.n_vocab}) is smaller than "
+                              "GPT-2's (50257), so GPT-2's tokenizer does not fit; add the model's tokenizer.json")
+    return gpt2_tokenizer_json()
+
+
+def convert_hf(src, out_dir, source, source_sha256=None):
+    """Check (check_hf) and convert the Hugging Face directory `src` into `out_dir`. Raises CheckpointError."""
+    from .convert import convert
+
+    tokenizer_json = check_hf(src, source)
+    return convert(src, out_dir, source=source, tokenizer_json=tokenizer_json, source_sha256=source_sha256)
+
+
+def from_local(src, root):
+    """A local Hugging Face checkpoint directory, converted into the cache on first use. Returns the entry's path."""
+    src = Path(src).resolve()
+    stats = [[name, (src / name).stat().st_size, (src / name).stat().st_mtime_ns]
+             for name in HUB_FILES if (src / name).is_file()]
+    key = hashlib.sha256(json.dumps([str(src), stats]).encode()).hexdigest()[:16]
+    final = root / "local" / f"{src.name}-{key}"
+    if not final.is_dir():
+        check_hf(src, str(src))  # config-level problems before the "converting" note
+    return cached(root, final, lambda out: convert_hf(src, out, source=str(src)), str(src))
+
+
+def random_key(shape, seed):
+    """The cache entry name of `random:<shape>` with `seed`: changes whenever the shape's config does."""
+    from .init import SHAPES
+
+    digest = hashlib.sha256(repr(SHAPES[shape]).encode()).hexdigest()[:8]
+    return f"{shape}-seed{seed}-{digest}"
+
+
+def from_random(shape, root, seed=RANDOM_SEED):
+    """`random:<shape>`: GPT-2's initialisation with `seed` (npspec.init), written as a Hugging Face checkpoint
+    in a temporary directory, converted into the cache like any other, and the temporary copy deleted.
+
+    Returns the entry's path. Peak memory while building: about the weight bytes (gpt2: 0.5 GB).
+    Raises CheckpointError for an unknown shape.
+    """
+    from .convert import write_hf_checkpoint
+    from .init import SHAPES, init_tensors
+
+    if shape not in SHAPES:
+        raise CheckpointError(f"unknown random shape {shape!r}; use one of: "
+                              + ", ".join(f"random:{s}" for s in SHAPES))
+    config = SHAPES[shape]
+    final = root / "random" / random_key(shape, seed)
+
+    def build(out):
+        with tempfile.TemporaryDirectory(prefix=".hf-", dir=out) as hf:
+            write_hf_checkpoint(hf, init_tensors(config, seed), config)
+            convert_hf(hf, out, source=f"random:{shape} (npspec.init, seed {seed})")
+
+    return cached(root, final, build, f"random:{shape} (seed {seed})")
+
+
+def _offline():
+    from huggingface_hub import constants
+
+    return bool(constants.HF_HUB_OFFLINE)
+
+
+def _unreachable(spec, repo_id, why):
+    from huggingface_hub import constants
+
+    reason = "HF_HUB_OFFLINE is set" if _offline() else "the hub cannot be reached"
+    name = spec if spec == repo_id else f"{spec} ({repo_id})"
+    return CheckpointError(
+        f"{name} {why} and {reason}; on a connected machine run "
+        f"`hf download {repo_id} {' '.join(HUB_FILES)}` and copy its Hugging Face cache here "
+        f"(or point HF_HUB_CACHE at it; now {constants.HF_HUB_CACHE})")
+
+
+def _newest_conversion(entry_dir):
+    done = [d for d in entry_dir.glob("*") if (d / "model.safetensors").is_file() and not d.name.startswith(".")]
+    return max(done, key=lambda d: d.stat().st_mtime) if done else None
+
+
+def from_hub(repo_id, root, spec=None):
+    """A hub checkpoint: download (or find in the Hugging Face cache) and convert once. Returns the entry's path.
+
+    Raises CheckpointError: no network and nothing cached (saying what to run on a connected
+    machine), no such repository, no model.safetensors in it, or a download failure.
+    """
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.utils import (GatedRepoError, HfHubHTTPError, LocalEntryNotFoundError,
+                                       RepositoryNotFoundError)
+
+    spec = spec or repo_id
+    entry_dir = root / "hub" / repo_id.replace("/", "--")
+    try:
+        snapshot = Path(snapshot_download(repo_id, allow_patterns=HUB_FILES))
+    except LocalEntryNotFoundError as e:  # offline or unreachable, and not in the Hugging Face cache
+        if (done := _newest_conversion(entry_dir)) is not None:
+            return done  # converted earlier; the Hugging Face cache has since been cleared
+        raise _unreachable(spec, repo_id, "is not in the local Hugging Face cache") from e
+    except GatedRepoError as e:
+        raise CheckpointError(f"{spec}: the hub repository {repo_id} is gated; accept its terms on "
+                              f"huggingface.co/{repo_id} and log in with `hf auth login`") from e
+    except RepositoryNotFoundError as e:
+        raise CheckpointError(f"unknown model {spec!r}: the hub has no repository {repo_id} (a private one "
+                              "needs `hf auth login`); check the name") from e
+    except (HfHubHTTPError, OSError, ValueError) as e:
+        raise CheckpointError(f"could not download {repo_id} from the Hugging Face hub ({oneline(e)}); "
+                              "check the connection and try again") from e
+    weights = snapshot / "model.safetensors"
+    if not weights.is_file():
+        if _offline():
+            raise _unreachable(spec, repo_id, f"has no model.safetensors in the local Hugging Face cache "
+                                              f"(revision {snapshot.name[:12]})")
+        raise CheckpointError(f"{spec}: the hub repository {repo_id} has no model.safetensors (npspec never "
+                              "loads pickle files); pick a repository that has one")
+    blob = weights.resolve()  # the hub cache names large blobs by their sha256
+    sha = blob.name if blob.parent.name == "blobs" and re.fullmatch(r"[0-9a-f]{64}", blob.name) else None
+    final = entry_dir / snapshot.name
+    if not final.is_dir():
+        check_hf(snapshot, repo_id)
+    return cached(root, final, lambda out: convert_hf(snapshot, out, source=f"hf://{repo_id}@{snapshot.name}",
+                                                source_sha256=sha), f"{repo_id} (revision {snapshot.name[:12]})")
