@@ -290,12 +290,12 @@ def full_size_pair(tmp, shape, layout, tensors=None):
 
 @pytest.fixture(scope="module")
 def gpt2_pair(tmp_path_factory):
-    return full_size_pair(tmp_path_factory.mktemp("gpt2"), "gpt2", "save_pretrained")
+    return full_size_pair(tmp_path_factory.mktemp("gpt2"), "gpt2", "hub")  # as the hub's gpt2 file: no prefix
 
 
 @pytest.fixture(scope="module")
 def distilgpt2_pair(tmp_path_factory):
-    return full_size_pair(tmp_path_factory.mktemp("distilgpt2"), "distilgpt2", "hub")
+    return full_size_pair(tmp_path_factory.mktemp("distilgpt2"), "distilgpt2", "save_pretrained")
 
 
 def published_ids():
