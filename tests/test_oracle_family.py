@@ -281,7 +281,8 @@ def test_hub_layout_file_has_no_prefix_and_buffers(tmp_path):
 # target with a distilgpt2-shaped draft that agrees with it about half the time.
 
 def full_size_pair(tmp, shape, layout, tensors=None):
-    """Pair for SHAPES[shape]; default tensors init_tensors(SHAPES[shape], hub.RANDOM_SEED), which `random:<shape>` holds."""
+    """Pair for SHAPES[shape]; by default with init_tensors(SHAPES[shape], hub.RANDOM_SEED), the tensors
+    `random:<shape>` holds."""
     config = SHAPES[shape]
     tensors = init_tensors(config, hub.RANDOM_SEED) if tensors is None else tensors
     src = write_checkpoint(tmp / "hf", tensors, config, layout, "float32", "gpt2")

@@ -82,7 +82,8 @@ def test_logits_match_stored_transformers_logits(stored, model):
     rows = model.forward(ids, cache, invariant=True)
     for name, ours in [("GEMM path", gemm), ("row path", rows)]:
         err = np.abs(ours - theirs).max() / scale
-        assert err <= ref.RTOL, f"{name}: logits differ from transformers' by {err:.2e} of their scale (bound {ref.RTOL})"
+        assert err <= ref.RTOL, \
+            f"{name}: logits differ from transformers' by {err:.2e} of their scale (bound {ref.RTOL})"
 
 
 def test_greedy_ids_and_text_match_stored(stored, model):
@@ -139,8 +140,10 @@ def test_stale_reference_says_how_to_regenerate(tmp_path, damage):
 #   "Today, I" (max_length=16, i.e. the same 13 new tokens), decoded with skip_special_tokens=True.
 THE_DOG = [464, 3290, 373, 1043, 287, 257, 2214, 1474, 262, 16246, 286, 2688, 290, 2688, 27262, 13, 198, 198, 464,
            3290]
-PUBLISHED_TEXTS = [("Hello, my dog is a little", 13, "Hello, my dog is a little bit of a mess. I'm not sure if he's going"),
-                   ("Today, I", 13, "Today, I'm going to be doing a lot of research on this. I")]
+PUBLISHED_TEXTS = [  # (prompt, new tokens, expected text)
+    ("Hello, my dog is a little", 13, "Hello, my dog is a little bit of a mess. I'm not sure if he's going"),
+    ("Today, I", 13, "Today, I'm going to be doing a lot of research on this. I"),
+]
 REPOS = {"gpt2": "openai-community/gpt2", "distilgpt2": "distilbert/distilgpt2"}
 
 
@@ -235,4 +238,5 @@ def test_published_ids_are_the_shipped_test_vectors():
     vectors = json.loads((ROOT / "tests" / "data" / "gpt2_test_vectors.json").read_text(encoding="utf-8"))
     published = {v["text"]: v["ids"] for v in vectors["published"]}
     assert published["The dog"] == THE_DOG[:2]
-    assert published["The dog was found in a field near the intersection of West and West Streets.\n\nThe dog"] == THE_DOG
+    text = "The dog was found in a field near the intersection of West and West Streets.\n\nThe dog"
+    assert published[text] == THE_DOG

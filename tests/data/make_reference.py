@@ -107,8 +107,9 @@ def main(argv=None):
     assert len(input_ids) <= N_CTX and len(prompt_ids) + N_NEW <= N_CTX
     with torch.no_grad():
         logits = model(torch.from_numpy(input_ids)[None]).logits[0].numpy()
-        out = model.generate(torch.from_numpy(prompt_ids)[None], attention_mask=torch.ones(1, len(prompt_ids), dtype=torch.long),
-                             max_new_tokens=N_NEW, do_sample=False, eos_token_id=None, pad_token_id=EOS)
+        mask = torch.ones(1, len(prompt_ids), dtype=torch.long)
+        out = model.generate(torch.from_numpy(prompt_ids)[None], attention_mask=mask, max_new_tokens=N_NEW,
+                             do_sample=False, eos_token_id=None, pad_token_id=EOS)
         greedy_ids = out[0, len(prompt_ids):].numpy()
         # the gap between the best and second-best logit at every greedy step: the stored ids must not
         # hinge on rounding (the test allows RTOL of the logits' scale)
