@@ -83,8 +83,11 @@ def atomic_write(path, write):
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
+    umask = os.umask(0)
+    os.umask(umask)
     try:
         write(tmp)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; the result is an ordinary file
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -289,4 +292,7 @@ def load_model(path):
         tokenizer = Tokenizer.from_file(str(tok))
     except Exception as e:  # tokenizers raises a bare Exception for malformed JSON
         raise CheckpointError(f"{tok} is not a valid tokenizers file ({oneline(e)}); {fix}") from e
+    if tokenizer.get_vocab_size() > config.n_vocab:
+        raise CheckpointError(f"{tok} has {tokenizer.get_vocab_size()} ids but the model's n_vocab is {config.n_vocab}: "
+                              "it is not this model's tokenizer; put the model's own tokenizer.json there")
     return Model(config, params_tree(tensors, config), tokenizer, path, dict(metadata))

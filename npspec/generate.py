@@ -2,7 +2,7 @@
 
     python -m npspec.generate                        # the shipped Shakespeare pair
     python -m npspec.generate "ROMEO:" --temperature 0 --max-new-tokens 64
-    echo "JULIET:" | python -m npspec.generate - --json
+    printf 'JULIET:' | python -m npspec.generate - --json   # stdin is used verbatim
 
 Text streams to stdout; a one-line summary goes to stderr. `--gamma 0` is plain
 autoregressive decoding with the target alone. On a terminal, accepted draft tokens are
@@ -18,6 +18,8 @@ import numpy as np
 
 from .checkpoint import CheckpointError
 from .models import load, same_tokenizer
+from .model import ContextOverflowError
+from .sampling import check_warp_args
 from .speculative import speculative_generate
 from .text import TextStreamer, encode_prompt
 
@@ -67,14 +69,29 @@ def summary(stats):
             f"(stop: {stats.stop_reason})")
 
 
+def read_prompt(arg):
+    """The prompt text: the argument, or stdin verbatim for `-` (a trailing newline is kept)."""
+    if arg is None:
+        return DEFAULT_PROMPT
+    if arg == "-":
+        data = sys.stdin.buffer.read()
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise ValueError(f"the prompt on stdin is not valid UTF-8 ({e.reason} at byte {e.start}); "
+                             "pass UTF-8 text") from None
+    return arg
+
+
 def run(args, out=sys.stdout, err=sys.stderr):
     if args.max_new_tokens < 1:
         raise ValueError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
     if args.gamma < 0:
         raise ValueError(f"--gamma must be >= 0, got {args.gamma}")
-    prompt = DEFAULT_PROMPT if args.prompt is None else args.prompt
-    if prompt == "-":
-        prompt = sys.stdin.read()
+    if args.seed < 0:
+        raise ValueError(f"--seed must be >= 0, got {args.seed}")
+    check_warp_args(args.temperature, args.top_k, args.top_p)
+    prompt = read_prompt(args.prompt)
     target = load(args.target, "target")
     draft = None
     if args.gamma > 0:
@@ -83,6 +100,9 @@ def run(args, out=sys.stdout, err=sys.stderr):
             raise ValueError(f"the draft ({draft.path}) and target ({target.path}) use different tokenizers; "
                              "pick a draft trained with the target's tokenizer")
     ids = encode_prompt(target.tokenizer, prompt, target.config.eos_token_id)
+    n_ctx = min(target.config.n_ctx, draft.config.n_ctx) if draft is not None else target.config.n_ctx
+    if len(ids) > n_ctx:
+        raise ContextOverflowError(f"the prompt has {len(ids)} tokens but the context holds {n_ctx}; shorten it")
     color = out.isatty() and not args.no_color and not os.environ.get("NO_COLOR") and not args.json
     streamer = TextStreamer(target.tokenizer)
 
@@ -115,6 +135,9 @@ def run(args, out=sys.stdout, err=sys.stderr):
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
+    if sys.stdout is None:
+        print("npspec.generate: error: stdout is closed; redirect it to a file or a pipe", file=sys.stderr)
+        return 1
     try:
         run(args)
     except (CheckpointError, ValueError) as e:
@@ -124,6 +147,15 @@ def main(argv=None):
         return 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # e.g. `| head`: the reader left; stop quietly, as Unix tools do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+    except OSError as e:  # stdout closed or full
+        if args.debug:
+            raise
+        print(f"npspec.generate: error: cannot write the output ({e.strerror or e}); check where stdout goes",
+              file=sys.stderr)
+        return 1
     return 0
 
 

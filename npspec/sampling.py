@@ -17,7 +17,7 @@ import numpy as np
 def check_warp_args(temperature, top_k, top_p):
     """Raise ValueError naming the bad option and its valid range."""
     if not np.isfinite(temperature) or temperature < 0:
-        raise ValueError(f"temperature must be >= 0 (0 = greedy), got {temperature}")
+        raise ValueError(f"temperature must be a finite number >= 0 (0 = greedy), got {temperature}")
     if int(top_k) != top_k or top_k < 0:
         raise ValueError(f"top_k must be an integer >= 0 (0 = off), got {top_k}")
     if not 0 < top_p <= 1:

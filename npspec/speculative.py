@@ -154,7 +154,8 @@ def speculative_generate(target, draft, prompt_ids, max_new_tokens, gamma=4, tem
 
     target, draft: loaded `Model`s with the same vocabulary (draft may be None).
     prompt_ids: `[n_prompt]` ids, n_prompt >= 1. max_new_tokens >= 1. gamma >= 0.
-    rng: an `np.random.Generator` (default: seeded with 0).
+    rng: an `np.random.Generator`, or an int seed (default: seeded with 0).
+    gamma larger than `max_new_tokens - 1` or `n_ctx - 1` is clamped to that (stats lists have that length).
     on_emit(ids, n_accepted): called after each round with the round's new ids, of which the
     first n_accepted are accepted drafts and the rest (none after an accepted EOS, else one)
     target-produced (corrected or bonus).
@@ -177,13 +178,17 @@ def speculative_generate(target, draft, prompt_ids, max_new_tokens, gamma=4, tem
         gamma = 0
     if gamma:
         check_pair(target, draft)
+    if np.asarray(prompt_ids).dtype.kind not in "iu" and len(prompt_ids):
+        raise ValueError("prompt_ids must be integer token ids; encode text with the model's tokenizer first")
     seq = [int(i) for i in prompt_ids]
     if not seq:
         raise ValueError("the prompt is empty: give at least one id (GPT-2 starts from <|endoftext|>)")
     n_ctx = min(target.config.n_ctx, draft.config.n_ctx) if gamma else target.config.n_ctx
     if len(seq) > n_ctx:
         raise ContextOverflowError(f"the prompt has {len(seq)} tokens but the context holds {n_ctx}; shorten it")
-    rng = np.random.default_rng(0) if rng is None else rng
+    gamma = min(gamma, max_new_tokens - 1, n_ctx - 1)  # no round can use more (and a huge gamma costs nothing)
+    if rng is None or isinstance(rng, (int, np.integer)):
+        rng = np.random.default_rng(0 if rng is None else rng)
     warp_args = dict(temperature=temperature, top_k=top_k, top_p=top_p)
     eos = target.config.eos_token_id
     stats = Stats(tested_by_position=[0] * gamma, accepted_by_position=[0] * gamma)

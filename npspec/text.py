@@ -27,6 +27,12 @@ def byte_decoder():
 
 def encode_prompt(tokenizer, text, eos_token_id):
     """Prompt text -> ids `[n]`; an empty prompt starts from `<|endoftext|>` (eos_token_id), as GPT-2 does."""
+    if not isinstance(text, str):
+        raise TypeError(f"the prompt must be a str, got {type(text).__name__}; pass ids to speculative_generate instead")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(f"the prompt is not valid UTF-8 text (undecodable bytes at {e.start}); pass UTF-8 text") from None
     ids = tokenizer.encode(text).ids
     if not ids:
         if eos_token_id is None:

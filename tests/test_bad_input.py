@@ -263,7 +263,7 @@ def test_broken_hf_checkpoint(tmp_path, make, phrases):
     (["--max-new-tokens", "-5"], ["--max-new-tokens must be >= 1"]),
     (["--top-p", "0"], ["top_p must be in (0, 1]"]),
     (["--top-p", "nan"], ["top_p must be in (0, 1]"]),
-    (["--temperature", "nan"], ["temperature must be >= 0"]),
+    (["--temperature", "nan"], ["temperature must be a finite number >= 0"]),
     (["--target", "bogus"], ["unknown model 'bogus'", "random:<shape>", "gpt2-large", "org/name"]),
     (["--target", "random:gpt3"], ["unknown random shape 'gpt3'", "random:gpt2-xl", "random:tiny"]),
     (["--draft", "./no/such/dir"], ["'./no/such/dir' is not an existing directory"]),
@@ -408,3 +408,15 @@ def test_lying_bf16_header_gives_checkpoint_error(pristine_bf16, data):
         entry = h[name]
         assert list(a.shape) == entry["shape"]
         assert a.size == int(np.prod(entry["shape"], dtype=np.int64))
+
+
+def test_a_foreign_tokenizer_in_a_converted_dir_is_refused(tmp_path):
+    import shutil
+
+    from npspec.checkpoint import CheckpointError, load_model
+
+    model = tmp_path / "model"
+    shutil.copytree(ROOT / "weights" / "shakespeare" / "target", model)
+    shutil.copy(ROOT / "weights" / "gpt2" / "tokenizer.json", model / "tokenizer.json")  # 50257 ids for n_vocab 2048
+    with pytest.raises(CheckpointError, match="50257 ids but the model's n_vocab is 2048"):
+        load_model(model)

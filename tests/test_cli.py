@@ -62,3 +62,30 @@ def test_json_is_strict_when_nothing_was_drafted():
     assert r.returncode == 0, r.stderr
     obj = json.loads(r.stdout, parse_constant=lambda c: pytest.fail(f"non-standard JSON constant {c}"))
     assert obj["stats"]["alpha"] is None and obj["stats"]["rounds"] == 3
+
+
+def test_prompt_is_not_printed_before_a_bad_option_is_refused():
+    for args in (["--temperature", "nan"], ["--top-p", "0"], ["--seed", "-1"], ["y" * 3000]):
+        r = run(*args)
+        assert r.returncode == 1 and r.stdout == "" and "Traceback" not in r.stderr
+
+
+def test_non_utf8_stdin_is_one_clean_line():
+    r = subprocess.run([sys.executable, "-m", "npspec.generate", "-"], input=b"ROMEO\xff\xfe:", capture_output=True,
+                       cwd=ROOT, timeout=300)
+    assert r.returncode == 1 and b"not valid UTF-8" in r.stderr and b"Traceback" not in r.stderr
+
+
+def test_huge_gamma_is_clamped_not_allocated():
+    r = run("--json", "--gamma", "999999999", "--max-new-tokens", "5", "--temperature", "0")
+    assert r.returncode == 0, r.stderr
+    stats = json.loads(r.stdout)["stats"]
+    assert stats["new_tokens"] == 5 and len(stats["acceptance_by_position"]) == 4
+
+
+def test_piping_into_a_closed_reader_stops_quietly():
+    p = subprocess.Popen([sys.executable, "-m", "npspec.generate", "--max-new-tokens", "200"], cwd=ROOT,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p.stdout.close()  # the reader leaves before the first write, like `| head -c 0`
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=300) == 141 and "Traceback" not in err and err == ""

@@ -187,7 +187,8 @@ def test_gamma_is_clamped_each_round(gamma, max_new_tokens, n_ctx):
     assert len(gen.ids) == length - len(prompt) == min(max_new_tokens, n_ctx - len(prompt))
     s = gen.stats
     assert s.stop_reason == ("context" if n_ctx - len(prompt) < max_new_tokens else "max_new_tokens")
-    assert s.draft_forwards == s.drafted + (len(prompt) > 1)  # prefill + one forward per draft; none at g = 0
+    # prefill + one forward per draft, none at g = 0; no prefill when no round can draft (max_new_tokens = 1)
+    assert s.draft_forwards == s.drafted + (len(prompt) > 1 and max_new_tokens > 1)
     if max_new_tokens == 1:
         assert gen.ids == [3] and s.drafted == 0 and s.rounds == 1  # every draft would be accepted: still 1 token
 
@@ -232,7 +233,8 @@ def test_budget_cut_statistics():
     target, draft = deterministic_pair()
     s = speculative_generate(target, draft, [1], 3, gamma=4, temperature=0).stats  # g = min(4, 3 - 1) = 2
     assert s.new_tokens == 3 and s.drafted == s.accepted == 2 and s.rounds == 1
-    assert s.tested_by_position == [1, 1, 0, 0] and s.acceptance_by_position[:2] == [1.0, 1.0]
+    # gamma is clamped to max_new_tokens - 1 = 2 up front: positions 3 and 4 could never be tested
+    assert s.tested_by_position == [1, 1] and s.acceptance_by_position == [1.0, 1.0]
 
 
 def test_statistics_add_up_under_rejections():
