@@ -44,27 +44,55 @@ def encode_prompt(tokenizer, text, eos_token_id):
 class TextStreamer:
     """Turns ids into text chunks that never split a UTF-8 character.
 
-    push(ids) -> str: the newly complete text; finish() -> str: whatever is left (invalid
-    bytes become U+FFFD, as in `tokenizer.decode`). Special tokens are skipped, as in
-    `tokenizer.decode(ids)`.
+    push(ids) -> str: the newly complete text for `ids` (any iterable of ints; several at once,
+    as speculative decoding emits them); finish() -> str: whatever is left. The concatenation of
+    every push and the finish equals `tokenizer.decode(all_ids)` exactly, and the text emitted so
+    far is always a prefix of it: invalid bytes become U+FFFD (as in `decode`) only once no later
+    byte can complete them. As `decode`: special tokens are skipped, ids the tokenizer does not
+    know are dropped.
+
+    For a byte-level decoder (GPT-2's, Radford et al. 2019, section 2.2) this mirrors `decode`:
+    each token's characters map back to bytes through GPT-2's byte alphabet (a token with a
+    character outside it contributes its own UTF-8 bytes), and an incremental UTF-8 decoder with
+    errors="replace" holds back an incomplete character. Any other decoder: the whole sequence is
+    re-decoded on each push (O(n^2) in tokens) and trailing U+FFFD characters are held back; this is
+    exact for decoders whose output for a sequence is a prefix of their output for any extension.
     """
 
     def __init__(self, tokenizer):
+        from tokenizers import decoders
+
         self.tokenizer = tokenizer
-        added = tokenizer.get_added_tokens_decoder()
-        # added tokens are stored as plain text, not in the byte-level alphabet
-        self.added = {i: b"" if t.special else t.content.encode("utf-8") for i, t in added.items()}
-        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self.special = {t.content for t in tokenizer.get_added_tokens_decoder().values() if t.special}
+        self.byte_level = isinstance(tokenizer.decoder, decoders.ByteLevel)
         self.bytes_of = byte_decoder()
+        self.utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self.ids = []  # every id so far (other decoders only)
+        self.n_emitted = 0  # characters emitted so far (other decoders only)
 
     def token_bytes(self, i):
-        if i in self.added:
-            return self.added[i]
+        """The bytes id `i` contributes to `decode` under a byte-level decoder (b"" if skipped)."""
         token = self.tokenizer.id_to_token(int(i))
-        return bytes(self.bytes_of[c] for c in token)
+        if token is None or token in self.special:
+            return b""
+        if all(c in self.bytes_of for c in token):
+            return bytes(self.bytes_of[c] for c in token)
+        return token.encode("utf-8")
 
     def push(self, ids):
-        return self.decoder.decode(b"".join(self.token_bytes(i) for i in ids))
+        if self.byte_level:
+            return self.utf8.decode(b"".join(self.token_bytes(i) for i in ids))
+        self.ids.extend(int(i) for i in ids)
+        text = self.tokenizer.decode(self.ids)
+        end = len(text.rstrip("\ufffd"))
+        new = text[self.n_emitted:end]
+        self.n_emitted = max(self.n_emitted, end)
+        return new
 
     def finish(self):
-        return self.decoder.decode(b"", final=True)
+        if self.byte_level:
+            return self.utf8.decode(b"", final=True)
+        text = self.tokenizer.decode(self.ids)
+        new = text[self.n_emitted:]
+        self.n_emitted = len(text)
+        return new
