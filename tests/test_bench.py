@@ -1,0 +1,85 @@
+"""bench/ (issue 5): the controlled-acceptance harness, the output rules, and the --quick runs."""
+
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from bench.common import RESULTS
+from bench.controlled import ControlledDraft
+from npspec.speculative import speculative_generate
+
+from conftest import ROOT, tiny_model
+
+
+def pair(n_ctx=40):
+    return tiny_model(seed=3, n_layer=2, n_ctx=n_ctx), tiny_model(seed=4, n_layer=1, n_ctx=n_ctx)
+
+
+def controlled_run(target, draft, prompt, n_new, a, gamma, seed):
+    greedy = speculative_generate(target, None, prompt, n_new, gamma=0, temperature=0).ids
+    steered = ControlledDraft(draft, list(prompt) + greedy, a, np.random.default_rng(seed))
+    gen = speculative_generate(target, steered, prompt, n_new, gamma=gamma, temperature=0)
+    assert gen.ids == greedy  # the loop is unchanged: greedy output stays token-identical
+    return gen.stats, steered
+
+
+@pytest.mark.parametrize("gamma", [1, 4])
+def test_controlled_acceptance_one_accepts_every_draft(gamma):
+    target, draft = pair()
+    s, steered = controlled_run(target, draft, [1, 2, 3], 30, a=1.0, gamma=gamma, seed=0)
+    assert s.rejected == 0 and s.accepted == s.drafted > 0 and s.alpha == 1.0
+    assert steered.correct == steered.proposals  # every steered row got the greedy token
+
+
+@pytest.mark.parametrize("gamma", [1, 4])
+def test_controlled_acceptance_zero_accepts_none(gamma):
+    target, draft = pair()
+    s, steered = controlled_run(target, draft, [1, 2, 3], 30, a=0.0, gamma=gamma, seed=0)
+    assert s.accepted == 0 and s.rejected == s.rounds == 30  # one tested (and rejected) draft per round
+    assert steered.correct == 0
+
+
+def test_controlled_acceptance_steers_the_real_draft_forward():
+    target, draft = pair()
+    steered = ControlledDraft(draft, [1, 2, 3, 4, 5, 6], 1.0, np.random.default_rng(0))
+    cache = steered.new_cache()
+    logits = steered.forward(np.array([1, 2, 3]), cache)
+    assert cache.length == 3  # the draft's own cache advanced: its forward really ran
+    assert logits.shape == (3, draft.config.n_vocab) and logits.dtype == np.float32
+    assert list(np.argmax(logits, axis=-1)) == [2, 3, 4]  # row j predicts position j + 1
+    with pytest.raises(ValueError, match=r"in \[0, 1\]"):
+        ControlledDraft(draft, [1], 1.5, np.random.default_rng(0))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("a", [0.3, 0.6, 0.9])
+def test_controlled_acceptance_matches_a_within_sampling_error(a):
+    """Each tested draft is accepted with probability a, independently.
+
+    Test: the number accepted among the n tested drafts, pooled over 4 runs, against
+    Binomial(n, a) with the normal approximation: |accepted - n a| <= 3.29 sqrt(n a (1 - a)),
+    a two-sided false-alarm rate of 0.1% per a (0.3% for the three). Which drafts get tested
+    depends only on earlier outcomes (a stopping rule), so the count is still a sum of
+    independent Bernoulli(a) outcomes. Fixed seeds: the result is reproducible.
+    """
+    target, draft = pair(n_ctx=400)
+    accepted = tested = 0
+    for seed in range(4):
+        s, _ = controlled_run(target, draft, [seed + 1, 7], 380, a=a, gamma=4, seed=seed)
+        accepted, tested = accepted + s.accepted, tested + s.accepted + s.rejected
+    assert tested > 500
+    assert abs(accepted - tested * a) <= 3.29 * math.sqrt(tested * a * (1 - a)), (accepted, tested)
+
+
+def run(module, *args):
+    return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, cwd=ROOT,
+                          timeout=900)
+
+
+def test_quick_never_writes_into_committed_results():
+    r = run("bench.verify_cost", "--quick", "--out", str(RESULTS / "quick"))
+    assert r.returncode != 0 and "never writes" in r.stderr
+    assert not (RESULTS / "quick").exists()
