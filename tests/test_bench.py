@@ -38,7 +38,8 @@ def test_controlled_acceptance_one_accepts_every_draft(gamma):
 def test_controlled_acceptance_zero_accepts_none(gamma):
     target, draft = pair()
     s, steered = controlled_run(target, draft, [1, 2, 3], 30, a=0.0, gamma=gamma, seed=0)
-    assert s.accepted == 0 and s.rejected == s.rounds == 30  # one tested (and rejected) draft per round
+    # one draft tested and rejected per round, but the last: its gamma is clamped to remaining - 1 = 0
+    assert s.accepted == 0 and s.rounds == 30 and s.rejected == 29 and s.drafted >= 29
     assert steered.correct == 0
 
 

@@ -94,3 +94,72 @@ def test_every_masked_row_keeps_a_key(tiny):
     # attention_masked uses a -inf mask: with n_past = 0 the first row has exactly one key.
     logits = tiny.forward(np.array([5]), tiny.new_cache(), invariant=False)
     assert np.isfinite(logits).all()
+
+
+# ---- matmul strategies (issue 5): every invariant strategy keeps rows bit-identical ----
+
+def _rows_are_invariant(model, matmul, n_max=9, n_past=4):
+    from npspec.model import gpt2
+
+    ids = np.random.default_rng(n_max).integers(0, model.config.n_vocab, n_past + n_max)
+    single_cache = model.new_cache()
+    model.forward(ids[:n_past], single_cache, invariant=False)
+    single = np.concatenate([gpt2(ids[i : i + 1], model.params, model.config, single_cache, matmul=matmul)
+                             for i in range(n_past, n_past + n_max)])
+    for m in range(1, n_max + 1):
+        cache = model.new_cache()
+        model.forward(ids[:n_past], cache, invariant=False)
+        batched = gpt2(ids[n_past : n_past + m], model.params, model.config, cache, matmul=matmul)
+        assert batched.dtype == np.float32 and batched.shape == (m, model.config.n_vocab)
+        assert np.array_equal(batched, single[:m]), f"{matmul}: M={m} rows differ from one-token forwards"
+        assert np.array_equal(cache.k[:, :, : cache.length], single_cache.k[:, :, : cache.length])
+    return single
+
+
+@pytest.mark.parametrize("matmul", ["rows", "panels"])
+@pytest.mark.parametrize("shape", [dict(n_embd=64, n_head=4), dict(n_embd=96, n_head=3, n_layer=1, n_vocab=1000),
+                                   dict(n_embd=256, n_head=4, n_layer=1, n_vocab=2048, n_ctx=64)])
+def test_invariant_strategies_are_bit_identical_for_m_1_to_9(matmul, shape):
+    m = tiny_model(seed=5, **shape)
+    single = _rows_are_invariant(m, matmul)
+    whole = full(m, np.random.default_rng(9).integers(0, m.config.n_vocab, 13))  # the ids _rows_are_invariant used
+    np.testing.assert_allclose(single, whole[4:], rtol=0, atol=1e-5 * np.abs(whole).max())  # and correct
+
+
+@pytest.fixture(scope="module")
+def gpt2_shape():
+    from npspec.init import random_model
+
+    return random_model("gpt2", seed=0)
+
+
+@pytest.mark.parametrize("matmul", ["rows", "panels"])
+def test_invariant_strategies_on_the_gpt2_shape(gpt2_shape, matmul):
+    _rows_are_invariant(gpt2_shape, matmul)
+
+
+def test_strategies_agree_and_bad_choices_are_refused(tiny):
+    from npspec.model import MATMULS, gpt2
+
+    ids = np.arange(1, 9)
+    ref = full(tiny, ids)
+    for matmul in MATMULS:
+        invariant = matmul in ("rows", "panels")
+        out = gpt2(ids, tiny.params, tiny.config, tiny.new_cache(), invariant=invariant, matmul=matmul)
+        np.testing.assert_allclose(out, ref, rtol=0, atol=1e-5 * np.abs(ref).max())
+    with pytest.raises(ValueError, match="not batch invariant"):
+        gpt2(ids, tiny.params, tiny.config, tiny.new_cache(), invariant=True, matmul="gemm")
+    with pytest.raises(ValueError, match="unknown matmul"):
+        gpt2(ids, tiny.params, tiny.config, tiny.new_cache(), invariant=False, matmul="fast")
+
+
+def test_panel_width_divides_and_fits():
+    from npspec.model import panel_width, panels
+
+    for d_in, d_out in [(768, 2304), (1280, 5120), (5120, 1280), (64, 67), (256, 2048)]:
+        w = panel_width(d_in, d_out)
+        assert d_out % w == 0 and (w == d_out or w % 16 == 0)
+        assert w == d_out or d_in * w * 4 <= 1 << 20
+    a = np.arange(12 * 32, dtype=np.float32).reshape(12, 32)
+    p = panels(a, panel_bytes=12 * 16 * 4)  # two panels of 16 columns, a view
+    assert p.shape == (2, 12, 16) and np.shares_memory(p, a) and np.array_equal(p[1], a[:, 16:])
