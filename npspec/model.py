@@ -120,39 +120,73 @@ PANEL_BYTES = 1 << 20  # the panel size of "panels": fits a core's L2 cache (2 M
 
 
 def panel_width(d_in, d_out, panel_bytes=PANEL_BYTES):
-    """Columns per panel: the largest multiple of 16 dividing d_out with d_in * width * 4 <= panel_bytes.
+    """Columns per panel: the largest multiple of 16 with d_in * width * 4 <= panel_bytes (at least 16, at most d_out).
 
     A function of the matrix shape only, so one-token and M-token forwards use the same panels.
-    Returns d_out itself when no such multiple of 16 divides it (one panel).
     """
-    width = min(d_out, max(16, panel_bytes // (4 * d_in)) // 16 * 16)
-    while width >= 16 and d_out % width:
-        width -= 16
-    return width if width >= 16 else d_out
+    return min(d_out, max(16, panel_bytes // (4 * d_in) // 16 * 16))
 
 
-def panels(w, panel_bytes=PANEL_BYTES):  # [d_in, d_out] -> [P, d_in, d_out / P], a view (no copy)
-    """The column panels of `w` as one strided view; contiguous panels when `w` is column-major (F order)."""
+def panels(w, width):  # [d_in, d_out] -> [P, d_in, width], P = d_out // width; a view (no copy)
+    """The first P full column panels of `w`; each is contiguous when `w` is column-major (see panel_layout)."""
     d_in, d_out = w.shape
-    width = panel_width(d_in, d_out, panel_bytes)
-    return w.reshape(d_in, d_out // width, width).transpose(1, 0, 2)
+    p = d_out // width
+    return w[:, : p * width].reshape(d_in, p, width).transpose(1, 0, 2)
 
 
-def linear_panels(x, w, b):  # [n, d_in], [d_in, d_out], [d_out] -> [n, d_out]; row i == linear_panels(x[i:i+1])
+def linear_panels(x, w, b=None):  # [n, d_in], [d_in, d_out], [d_out] -> [n, d_out]; row i == linear_panels(x[i:i+1])
     """For each column panel of w, every row's GEMV, in one stacked np.matmul ("panels"; batch invariant).
 
-    The loop order is panel-major ([P, n, 1, width]), so each panel is read from memory once
-    and served from cache to the other rows.
+    The loop order is panel-major ([P, n, 1, width]), so a panel read from memory for the first
+    row is served from cache to the others. Columns past the last full panel (d_out not a
+    multiple of the width, e.g. the head's 50257) get one GEMV per row. b=None: no bias.
     """
-    wp = panels(w)  # [P, d_in, width]
-    y = np.matmul(x[None, :, None, :], wp[:, None])  # [P, n, 1, width]
-    return y[:, :, 0].transpose(1, 0, 2).reshape(x.shape[0], w.shape[1]) + b
+    n, (d_in, d_out) = x.shape[0], w.shape
+    width = panel_width(d_in, d_out)
+    main = d_out // width * width
+    out = np.empty((n, d_out), dtype=np.float32)
+    y = np.matmul(x[None, :, None, :], panels(w, width)[:, None])  # [P, n, 1, width]
+    out[:, :main] = y[:, :, 0].transpose(1, 0, 2).reshape(n, main)
+    if main < d_out:
+        out[:, main:] = np.matmul(x[:, None, :], w[:, main:])[:, 0]
+    return out if b is None else out + b
 
 
 def linear_panels_gemm(x, w, b):  # [n, d_in], [d_in, d_out], [d_out] -> [n, d_out]
-    """One GEMM per column panel, stacked ("panels-gemm"); NOT batch invariant."""
-    y = np.matmul(x[None], panels(w))  # [P, n, width]
-    return y.transpose(1, 0, 2).reshape(x.shape[0], w.shape[1]) + b
+    """One GEMM per column panel, stacked ("panels-gemm"); NOT batch invariant (d_out a multiple of the width)."""
+    n, (d_in, d_out) = x.shape[0], w.shape
+    width = panel_width(d_in, d_out)
+    if d_out % width:
+        return linear(x, w, b)
+    y = np.matmul(x[None], panels(w, width))  # [P, n, width]
+    return y.transpose(1, 0, 2).reshape(n, d_out) + b
+
+
+def panel_layout(params):
+    """Store every block matrix column-major (F order), in place, so its column panels are contiguous.
+
+    Same values and shapes (`w` stays `[d_in, d_out]`, so `x @ w` is unchanged); only the memory
+    order changes, one matrix at a time (peak extra memory: one matrix). The head needs nothing:
+    `wte.T` is already column-major. Returns `params`. With this layout the default invariant
+    strategy is "panels" (see default_matmul).
+    """
+    for h in params["h"]:
+        for lin in (h["attn"]["c_attn"], h["attn"]["c_proj"], h["mlp"]["c_fc"], h["mlp"]["c_proj"]):
+            lin["w"] = np.asfortranarray(lin["w"])
+    return params
+
+
+def default_matmul(params, invariant):
+    """The strategy a forward uses when none is given.
+
+    invariant=False: "gemm". invariant=True: "panels" when the matrices are in panel layout
+    (column-major, see panel_layout; each panel is then one contiguous block), else "rows".
+    A function of the parameters' memory layout only, so it never changes within a run.
+    """
+    if not invariant:
+        return "gemm"
+    w = params["h"][0]["mlp"]["c_fc"]["w"] if params["h"] else None
+    return "panels" if w is not None and w.flags.f_contiguous and not w.flags.c_contiguous else "rows"
 
 
 MATMULS = {"gemm": linear, "rows": linear_rows, "panels": linear_panels, "panels-gemm": linear_panels_gemm}
@@ -183,7 +217,7 @@ def lm_head(x, wte, matmul):  # [n, d], [n_vocab, d] -> [n, n_vocab]; the head i
     if matmul == "gemm":
         return x @ wte.T
     if matmul == "panels":  # row panels of wte: each a contiguous [width, d] block
-        return linear_panels(x, wte.T, np.float32(0))
+        return linear_panels(x, wte.T)
     return np.matmul(x[:, None, :], wte.T)[:, 0]  # "rows" (and "panels-gemm": the head stays GEMV)
 
 
@@ -218,12 +252,12 @@ def gpt2(ids, params, config, cache, invariant=True, matmul=None):  # [n_new] ->
     `invariant=True`: each row's logits are bit-identical to feeding the ids one at a time
     with the same `matmul` (used for decoding); `invariant=False`: GEMM and one masked
     attention over all rows (used for long prompts).
-    matmul: a key of MATMULS (default "rows" when invariant, else "gemm"); with
+    matmul: a key of MATMULS (default: `default_matmul(params, invariant)`); with
     invariant=True it must be one of INVARIANT_MATMULS.
     Raises ContextOverflowError, before any work, if `cache.length + n_new > n_ctx`, and
     ValueError for ids out of range or an unknown or non-invariant `matmul`.
     """
-    matmul = matmul or ("rows" if invariant else "gemm")
+    matmul = matmul or default_matmul(params, invariant)
     if matmul not in MATMULS:
         raise ValueError(f"unknown matmul strategy {matmul!r}; pick one of {', '.join(MATMULS)}")
     if invariant and matmul not in INVARIANT_MATMULS:

@@ -1,5 +1,7 @@
 """The NumPy GPT-2 forward and its KV cache (issue 2, section 2)."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -128,14 +130,28 @@ def test_invariant_strategies_are_bit_identical_for_m_1_to_9(matmul, shape):
 
 @pytest.fixture(scope="module")
 def gpt2_shape():
-    from npspec.init import random_model
+    """GPT-2 (124M)'s exact matrix shapes (n_embd 768, 12 heads, n_vocab 50257), 3 of its 12 layers."""
+    from dataclasses import replace
 
-    return random_model("gpt2", seed=0)
+    from npspec.checkpoint import Model, params_tree
+    from npspec.init import SHAPES, init_tensors
+
+    config = replace(SHAPES["gpt2"], n_layer=3)
+    return Model(config, params_tree(init_tensors(config, seed=0), config), None, Path("gpt2-3-layers"), {})
 
 
 @pytest.mark.parametrize("matmul", ["rows", "panels"])
 def test_invariant_strategies_on_the_gpt2_shape(gpt2_shape, matmul):
     _rows_are_invariant(gpt2_shape, matmul)
+
+
+def test_panel_layout_on_the_gpt2_shape(gpt2_shape):
+    from npspec.checkpoint import Model
+    from npspec.model import panel_layout
+
+    import copy
+    m = Model(gpt2_shape.config, panel_layout(copy.deepcopy(gpt2_shape.params)), None, gpt2_shape.path, {})
+    _rows_are_invariant(m, None)  # default: "panels" on contiguous panels, incl. the head's ragged tail
 
 
 def test_strategies_agree_and_bad_choices_are_refused(tiny):
@@ -153,13 +169,28 @@ def test_strategies_agree_and_bad_choices_are_refused(tiny):
         gpt2(ids, tiny.params, tiny.config, tiny.new_cache(), invariant=False, matmul="fast")
 
 
-def test_panel_width_divides_and_fits():
+def test_panels_fit_and_are_contiguous_views_in_panel_layout():
     from npspec.model import panel_width, panels
 
-    for d_in, d_out in [(768, 2304), (1280, 5120), (5120, 1280), (64, 67), (256, 2048)]:
+    for d_in, d_out in [(768, 2304), (1280, 5120), (5120, 1280), (1280, 50257), (64, 67)]:
         w = panel_width(d_in, d_out)
-        assert d_out % w == 0 and (w == d_out or w % 16 == 0)
-        assert w == d_out or d_in * w * 4 <= 1 << 20
-    a = np.arange(12 * 32, dtype=np.float32).reshape(12, 32)
-    p = panels(a, panel_bytes=12 * 16 * 4)  # two panels of 16 columns, a view
-    assert p.shape == (2, 12, 16) and np.shares_memory(p, a) and np.array_equal(p[1], a[:, 16:])
+        assert w == d_out or (w % 16 == 0 and d_in * w * 4 <= 1 << 20)
+    a = np.asfortranarray(np.arange(12 * 40, dtype=np.float32).reshape(12, 40))
+    p = panels(a, 16)  # two full panels of 16 columns; the last 8 columns are left out
+    assert p.shape == (2, 12, 16) and np.shares_memory(p, a) and np.array_equal(p[1], a[:, 16:32])
+    assert all(p[i].flags.f_contiguous for i in range(2))
+
+
+def test_panel_layout_keeps_values_and_switches_the_default(tiny):
+    from npspec.checkpoint import Model
+    from npspec.model import default_matmul, panel_layout
+
+    import copy
+    m = Model(tiny.config, panel_layout(copy.deepcopy(tiny.params)), None, tiny.path, {})
+    w = m.params["h"][0]["mlp"]["c_fc"]["w"]
+    assert w.flags.f_contiguous and np.array_equal(w, tiny.params["h"][0]["mlp"]["c_fc"]["w"])
+    assert default_matmul(tiny.params, True) == "rows" and default_matmul(m.params, True) == "panels"
+    assert default_matmul(m.params, False) == "gemm"
+    _rows_are_invariant(m, None)  # the default invariant path of a panel-layout model
+    ids = np.arange(1, 9)
+    np.testing.assert_allclose(m.forward(ids, m.new_cache()), full(tiny, ids), rtol=0, atol=1e-5 * 30)
