@@ -9,16 +9,25 @@ large ones at a time).
 import gc
 
 from npspec.init import random_model
+from npspec.model import panel_layout
 from npspec.models import load
 
 
-def get(name, seed=0):
-    """The Model called `name` (see the module docstring). Raises ValueError for another name."""
+def get(name, seed=0, layout="panel"):
+    """The Model called `name` (see the module docstring). Raises ValueError for another name.
+
+    layout: "panel" puts the block matrices in panel layout (npspec.model.panel_layout; the
+    invariant forward then uses "panels"); "C" keeps them as loaded (row-major; "rows").
+    """
     if name.startswith("shipped:"):
-        return load(None, name.split(":", 1)[1])
-    if name.startswith("random:"):
-        return random_model(name.split(":", 1)[1], seed=seed)
-    raise ValueError(f"unknown benchmark model {name!r}: use shipped:target, shipped:draft or random:<shape>")
+        model = load(None, name.split(":", 1)[1])
+    elif name.startswith("random:"):
+        model = random_model(name.split(":", 1)[1], seed=seed)
+    else:
+        raise ValueError(f"unknown benchmark model {name!r}: use shipped:target, shipped:draft or random:<shape>")
+    if layout == "panel":
+        panel_layout(model.params)
+    return model
 
 
 def matrix_bytes(model):

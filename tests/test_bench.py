@@ -84,3 +84,68 @@ def test_quick_never_writes_into_committed_results():
     r = run("bench.verify_cost", "--quick", "--out", str(RESULTS / "quick"))
     assert r.returncode != 0 and "never writes" in r.stderr
     assert not (RESULTS / "quick").exists()
+
+
+def test_verify_cost_smoke(tmp_path):
+    """A very small in-process run: the files exist and the numbers are sane (no timing asserted)."""
+    from bench import common, verify_cost
+
+    assert verify_cost.main(["--quick", "--out", str(tmp_path), "--models", "shipped:target", "--max-m", "3",
+                             "--repeats", "1", "--strategies", "rows,panels,gemm"]) == 0
+    rows, meta = common.read_table(tmp_path / "verify_cost.csv")
+    assert {"numpy", "blas", "blas_version", "machine", "date"} <= set(meta)
+    assert float(meta["read_bandwidth_GBps_1_threads"]) > 0
+    # C layout: rows, gemm; panel layout: rows, panels, gemm; M = 1..3
+    assert len(rows) == 5 * 3
+    assert {(r["layout"], r["strategy"]) for r in rows} == {("C", "rows"), ("C", "gemm"), ("panel", "rows"),
+                                                            ("panel", "panels"), ("panel", "gemm")}
+    for r in rows:
+        assert float(r["seconds"]) > 0 and (r["M"] != "1" or float(r["v"]) == 1.0)
+        assert float(r["roofline_v"]) >= 1.0 - 1e-9
+    assert (tmp_path / "verify_cost.md").read_text().startswith("# Verify cost")
+
+
+def test_report_rewrites_only_between_markers(tmp_path):
+    from bench.report import END, START, rewrite
+
+    text = f"intro\n{START}\nold\n{END}\noutro\n"
+    assert rewrite(text, "new") == f"intro\n{START}\nnew\n{END}\noutro\n"
+    with pytest.raises(ValueError, match="markers"):
+        rewrite("no markers here", "new")
+
+
+def test_readme_performance_section_is_generated_from_committed_results():
+    """README quotes only figures bench/ wrote: its section must equal what bench.report generates."""
+    from bench.report import README, rewrite, section
+
+    text = README.read_text(encoding="utf-8")
+    assert rewrite(text, section()) == text, "README.md is stale: run python -m bench.report"
+
+
+QUICK = [("bench.verify_cost", ["verify_cost.csv", "verify_cost_summary.md"]),
+         ("bench.speedup", ["speedup.csv", "speedup.md", "speedup_ar.csv"]),
+         ("bench.sweep", ["sweep_gamma.csv", "sweep_position.csv", "sweep_temperature.md"]),
+         ("bench.memory", ["memory.csv", "memory.md"])]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("module, files", QUICK)
+def test_quick_mode_runs_end_to_end(tmp_path, module, files):
+    from bench import common
+
+    r = run(module, "--quick", "--out", str(tmp_path))
+    assert r.returncode == 0, r.stderr[-2000:]
+    for name in files:
+        assert (tmp_path / name).is_file(), name
+    rows, meta = common.read_table(tmp_path / files[0])
+    assert rows and meta["numpy"] == np.__version__
+    if module == "bench.speedup":
+        assert all(row["identical"] == "True" for row in rows)  # greedy speculative == greedy AR, every row
+
+
+@pytest.mark.slow
+def test_quick_mode_defaults_to_a_temporary_folder():
+    r = run("bench.sweep", "--quick")
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = r.stdout.strip().splitlines()[-1]
+    assert str(RESULTS) not in out and "npspec-bench-" in out
