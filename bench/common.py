@@ -174,7 +174,8 @@ def write_table(out_dir, name, rows, meta, title, notes=""):
     Both files are written atomically. Returns the two paths.
     """
     out_dir = Path(out_dir)
-    columns = list(rows[0]) if rows else []
+    columns = list(dict.fromkeys(k for r in rows for k in r))  # the union, in first-seen order
+    rows = [{c: r.get(c, "") for c in columns} for r in rows]
     buf = io.StringIO()
     for k, v in meta.items():
         buf.write(f"# {k}: {v}\n")

@@ -5,7 +5,7 @@ Rows (all greedy, temperature 0, so the output must be token-identical to AR dec
   * GPT-2 shapes with random weights (gpt2-large/distilgpt2, gpt2-medium/distilgpt2,
     gpt2-large/gpt2, gpt2/distilgpt2) with CONTROLLED ACCEPTANCE (bench/controlled.py): the
     real draft forward runs, but each draft token is the target's greedy token with
-    probability a; a = 0.5, 0.7, 0.9 and gamma = 1, 2, 4, 8.
+    probability a; gamma = 1, 2, 4, 8 with a = 0.5, 0.7, 0.9 for the first pair, a = 0.7 for the others.
 Each speed is the median over runs after a warm-up run. Next to each controlled row, the
 prediction E[tokens/round] / (gamma c + t(gamma+1)/t(1)) from Leviathan et al. 2023 (section
 3.4, with E[tokens/round] = (1 - a^(gamma+1)) / (1 - a)), with the draft/target cost ratio
@@ -19,12 +19,13 @@ weights of the same shape) as "what a user would pick instead".
 
 import sys
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
 from npspec.evaluate import fixed_prompts, split_corpus
 from npspec.models import shipped_dir
-from npspec.speculative import speculative_generate
+from npspec.speculative import Stats, speculative_generate
 
 from . import common, models
 from .controlled import ControlledDraft
@@ -41,14 +42,24 @@ def expected_tokens_per_round(a, gamma):
     return gamma + 1.0 if a == 1 else (1 - a ** (gamma + 1)) / (1 - a)
 
 
-def median_run(run, repeats):
-    """Warm-up run, then `repeats` runs; returns (median tokens/s, the last Generation)."""
-    run()
+def median_run(run, repeats, warmup=True):
+    """A warm-up run (unless warmup=False), then `repeats` runs; returns (median tokens/s, the last Generation)."""
+    if warmup:
+        run()
     speeds, gen = [], None
     for _ in range(repeats):
         gen = run()
         speeds.append(gen.stats.new_tokens / gen.stats.seconds)
     return common.median(speeds), gen
+
+
+@dataclass
+class Pooled:
+    """Generations over several prompts: their ids, pooled token count and seconds, and each run's Stats."""
+
+    ids: list
+    stats: Stats
+    parts: list
 
 
 def shipped_rows(n_prompts, new_tokens, gammas, repeats, threads, log):
@@ -61,15 +72,14 @@ def shipped_rows(n_prompts, new_tokens, gammas, repeats, threads, log):
     def run_all(gamma):
         def run():
             gens = [speculative_generate(target, draft, p, new_tokens, gamma=gamma, temperature=0) for p in prompts]
-            total = gens[0]
-            total.stats.new_tokens = sum(g.stats.new_tokens for g in gens)
-            total.stats.seconds = sum(g.stats.seconds for g in gens)
-            total.ids = [g.ids for g in gens]
-            total.parts = [g.stats for g in gens]
-            return total
+            total = Stats(new_tokens=sum(g.stats.new_tokens for g in gens), seconds=sum(g.stats.seconds for g in gens))
+            return Pooled([g.ids for g in gens], total, [g.stats for g in gens])
         return run
 
     ar_speed, ar = median_run(run_all(0), repeats)
+    context = 16 + new_tokens // 2
+    t = {m: time_forward(target, m, None, max(repeats, 5), context) for m in range(1, max(gammas) + 2)}
+    c = time_forward(draft, 1, None, max(repeats, 5), context) / t[1]
     rows = []
     for gamma in gammas:
         speed, spec = median_run(run_all(gamma), repeats)
@@ -78,13 +88,18 @@ def shipped_rows(n_prompts, new_tokens, gammas, repeats, threads, log):
         rounds = sum(s.rounds for s in parts)
         split = {k: sum(getattr(s, k) for s in parts) / sum(s.seconds for s in parts)
                  for k in ("seconds_draft", "seconds_verify", "seconds_other")}
+        tokens_per_round = sum(s.new_tokens for s in parts) / rounds
+        forwards = gamma * c + t[gamma + 1] / t[1]  # per round, in target one-token forwards
+        seconds_per_round = sum(s.seconds for s in parts) / rounds
         rows.append({"target": "shipped target", "draft": "shipped draft", "acceptance": "real", "a": "",
                      "gamma": gamma, "threads": threads, "alpha": accepted / max(accepted + rejected, 1),
-                     "tokens_per_round": sum(s.new_tokens for s in parts) / rounds,
+                     "tokens_per_round": tokens_per_round,
                      "ar_tok_s": ar_speed, "spec_tok_s": speed, "speedup": speed / ar_speed,
-                     "predicted_speedup": float("nan"), "identical": spec.ids == ar.ids,
+                     "predicted_speedup": tokens_per_round / forwards, "identical": spec.ids == ar.ids,
                      "draft_share": split["seconds_draft"], "verify_share": split["seconds_verify"],
-                     "other_share": split["seconds_other"]})
+                     "other_share": split["seconds_other"], "c": c, "v": t[gamma + 1] / t[1],
+                     "overhead_ms_per_round": 1e3 * (seconds_per_round - forwards * t[1]),
+                     "ar_overhead_ms_per_token": 1e3 * (1 / ar_speed - t[1])})
         log(f"shipped gamma {gamma}: AR {ar_speed:.1f} tok/s, spec {speed:.1f} tok/s ({speed / ar_speed:.2f}x), "
             f"alpha {rows[-1]['alpha']:.3f}")
     return rows
@@ -123,22 +138,25 @@ def transformers_ar(shape, prompt_ids, new_tokens, repeats, threads):
 
 
 def controlled_rows(pair, new_tokens, a_values, gammas, repeats, threads, bandwidth, log):
-    """Rows of the speedup table for one random-weight pair, and its row of the AR table."""
+    """Rows of the speedup table for one random-weight pair, and its row of the AR table.
+
+    The models are warm from the AR run, so the speculative runs have no extra warm-up.
+    """
     target, draft = models.get(f"random:{pair[0]}", seed=0), models.get(f"random:{pair[1]}", seed=1)
     prompt = target.tokenizer.encode(PROMPT).ids[:16]
     ar_speed, ar = median_run(lambda: speculative_generate(target, None, prompt, new_tokens, gamma=0,
                                                            temperature=0), repeats)
     greedy = prompt + ar.ids
     context = len(prompt) + new_tokens // 2
-    t = {m: time_forward(target, m, "rows", repeats, context) for m in range(1, max(gammas) + 2)}
-    c = time_forward(draft, 1, "rows", repeats, context) / t[1]
+    t = {m: time_forward(target, m, None, repeats, context) for m in range(1, max(gammas) + 2)}
+    c = time_forward(draft, 1, None, repeats, context) / t[1]
     rows = []
     for a in a_values:
         for gamma in gammas:
             rng = np.random.default_rng(1000 * gamma + int(100 * a))
             steered = ControlledDraft(draft, greedy, a, rng)
             speed, spec = median_run(lambda: speculative_generate(target, steered, prompt, new_tokens, gamma=gamma,
-                                                                  temperature=0), repeats)
+                                                                  temperature=0), repeats, warmup=False)
             s = spec.stats
             predicted = expected_tokens_per_round(a, gamma) / (gamma * c + t[gamma + 1] / t[1])
             rows.append({"target": f"random:{pair[0]}", "draft": f"random:{pair[1]}", "acceptance": "controlled",
@@ -147,7 +165,9 @@ def controlled_rows(pair, new_tokens, a_values, gammas, repeats, threads, bandwi
                          "speedup": speed / ar_speed, "predicted_speedup": predicted,
                          "identical": spec.ids == ar.ids, "draft_share": s.seconds_draft / s.seconds,
                          "verify_share": s.seconds_verify / s.seconds, "other_share": s.seconds_other / s.seconds,
-                         "c": c, "v": t[gamma + 1] / t[1]})
+                         "c": c, "v": t[gamma + 1] / t[1],
+                         "overhead_ms_per_round": 1e3 * (s.seconds / s.rounds - (gamma * c + t[gamma + 1] / t[1]) * t[1]),
+                         "ar_overhead_ms_per_token": 1e3 * (1 / ar_speed - t[1])})
             log(f"{pair[0]}/{pair[1]} a {a} gamma {gamma}: {speed / ar_speed:.2f}x (predicted {predicted:.2f}x), "
                 f"alpha {s.alpha:.3f}")
     ar_row = {"model": f"random:{pair[0]}", "threads": threads, "weight_MB": models.matrix_bytes(target) / 1e6,
@@ -184,8 +204,9 @@ def main(argv=None):
             rows += shipped_rows(2 if args.quick else 8, 32 if args.quick else 128, (4,) if args.quick else (1, 2, 4, 8),
                                  repeats, n, log)
             seen = set()
-            for pair in pairs:
-                r, ar_row, prompt = controlled_rows(pair, new_tokens, a_values, gammas, repeats, n, bandwidth, log)
+            for i, pair in enumerate(pairs):  # the full a grid for the first pair, a = 0.7 for the others
+                r, ar_row, prompt = controlled_rows(pair, new_tokens, a_values if i == 0 else (0.7,), gammas, repeats, n,
+                                                    bandwidth, log)
                 rows += r
                 for shape in pair:
                     if shape in seen:

@@ -91,15 +91,19 @@ def main(argv=None):
     val_ids = target.tokenizer.encode(split_corpus(text)[1]).ids
     if args.quick:
         n_prompts, new_tokens, gammas, temps, seeds = 2, 32, [1, 2, 4], [0.0, 0.5, 1.0], [0, 1]
+        t_prompts, t_tokens = 2, 32
     else:
         n_prompts, new_tokens, gammas = 8, 128, list(range(1, 9))
         temps, seeds = [0.0] + [round(0.1 * i, 1) for i in range(1, 21)], list(range(8))
+        t_prompts, t_tokens = 4, 64
     prompts = fixed_prompts(val_ids, n=n_prompts, length=16)
     meta = common.machine_info()
     with common.blas_threads(common.thread_counts(args)[0]):
         gamma_rows, position_rows = gamma_sweep(target, draft, prompts, gammas, new_tokens, log)
-        temp_rows = temperature_sweep(target, draft, prompts, temps, seeds, new_tokens, val_ids, log)
-    meta["prompts"] = f"{n_prompts} x 16 tokens of the validation text, {new_tokens} new tokens each"
+        temp_rows = temperature_sweep(target, draft, fixed_prompts(val_ids, n=t_prompts, length=16), temps, seeds,
+                                      t_tokens, val_ids, log)
+    meta["prompts"] = (f"gamma sweep: {n_prompts} x 16 tokens of the validation text, {new_tokens} new tokens each; "
+                       f"temperature sweep: {t_prompts} prompts x {t_tokens} new tokens per seed")
     meta["command"] = "python -m bench.sweep " + " ".join(argv if argv is not None else sys.argv[1:])
     common.write_table(out, "sweep_gamma", gamma_rows, meta, "Acceptance against gamma (shipped pair, greedy)",
                        "geometric_tokens_per_round = (1 - alpha^(gamma+1)) / (1 - alpha) with the measured alpha; "

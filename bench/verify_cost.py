@@ -27,12 +27,15 @@ QUICK_MODELS = ["shipped:target", "random:distilgpt2"]
 
 
 def time_forward(model, m, matmul, repeats, context):
-    """Median seconds of one forward over m new tokens after `context` cached ones (then rolled back)."""
+    """Median seconds of one forward over m new tokens after `context` cached ones (then rolled back).
+
+    matmul: a strategy of npspec.model.MATMULS, or None for the model's invariant default (what decoding uses).
+    """
     cache = model.new_cache()
     rng = np.random.default_rng(m)
     model.forward(rng.integers(0, model.config.n_vocab, context), cache, invariant=False)
     ids = rng.integers(0, model.config.n_vocab, m)
-    invariant = matmul in INVARIANT_MATMULS
+    invariant = matmul is None or matmul in INVARIANT_MATMULS  # None: the model's invariant default
 
     def once():
         gpt2(ids, model.params, model.config, cache, invariant=invariant, matmul=matmul)
@@ -121,7 +124,7 @@ def main(argv=None):
                     help=f"comma-separated (default: {','.join(FULL_MODELS)}; --quick: {','.join(QUICK_MODELS)})")
     ap.add_argument("--strategies", default=",".join(MATMULS), help="matmul strategies (default: all)")
     ap.add_argument("--max-m", type=int, default=16, help="largest M (default 16)")
-    ap.add_argument("--repeats", type=int, default=None, help="timed forwards per point (default 5; --quick: 3)")
+    ap.add_argument("--repeats", type=int, default=None, help="timed forwards per point (default 3; --quick: 2)")
     ap.add_argument("--context", type=int, default=32, help="cached tokens before the M new ones (default 32)")
     args = ap.parse_args(argv)
     out = common.output_dir(args)
@@ -130,7 +133,7 @@ def main(argv=None):
     bad = [s for s in strategies if s not in MATMULS]
     if bad:
         ap.error(f"unknown strategies {bad}; pick from {list(MATMULS)}")
-    repeats = args.repeats or (3 if args.quick else 5)
+    repeats = args.repeats or (2 if args.quick else 3)
     meta = common.machine_info()
     rows, summary, roof = measure(names, common.thread_counts(args), strategies, list(range(1, args.max_m + 1)),
                                   repeats, args.context, lambda s: print(s, file=sys.stderr, flush=True), args.quick)
