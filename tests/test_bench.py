@@ -149,3 +149,17 @@ def test_quick_mode_defaults_to_a_temporary_folder():
     assert r.returncode == 0, r.stderr[-2000:]
     out = r.stdout.strip().splitlines()[-1]
     assert str(RESULTS) not in out and "npspec-bench-" in out
+
+
+def test_generate_compare_prints_both_speeds_and_the_ratio():
+    r = run("npspec.generate", "--compare", "--temperature", "0", "--max-new-tokens", "12")
+    assert r.returncode == 0, r.stderr
+    line = r.stderr.strip().splitlines()[-1]
+    assert line.startswith("compare: speculative") and "plain" in line and "speedup" in line
+    assert line.endswith("same output")  # greedy: speculative output == plain output
+    spec, plain, ratio = (float(w.rstrip("x,")) for w in line.split() if w[0].isdigit())
+    assert abs(ratio - spec / plain) < 0.01 * ratio + 0.006  # the printed ratio is the printed speeds' ratio
+    r = run("npspec.generate", "--compare", "--json", "--max-new-tokens", "6")
+    import json
+    c = json.loads(r.stdout)["compare"]
+    assert c["same_ids"] is None and c["speedup"] == c["speculative_tokens_per_s"] / c["plain_tokens_per_s"]
