@@ -4,6 +4,7 @@
     python -m bench.speedup       # AR vs speculative tok/s: the shipped pair, controlled acceptance on GPT-2 shapes
     python -m bench.sweep         # acceptance against gamma and temperature on the shipped pair
     python -m bench.memory        # load time and peak RSS of a converted gpt2-large
+    python -m bench.profile       # where a gpt2-large forward's time goes (cProfile)
     python -m bench.report        # rewrite README.md's Performance section from bench/results/
 
 Full runs write to bench/results/ (committed). `--quick` runs a small version in under

@@ -7,4 +7,5 @@ python -m bench.verify_cost
 python -m bench.speedup
 python -m bench.sweep
 python -m bench.memory
+python -m bench.profile
 python -m bench.report
