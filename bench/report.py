@@ -22,6 +22,12 @@ def f(x, digits=2):
         return str(x)
 
 
+def short(name):
+    """"random:gpt2" -> "gpt2", "shipped:target" -> "shipped target"."""
+    kind, _, rest = name.partition(":")
+    return f"shipped {rest}" if kind == "shipped" else rest or name
+
+
 def section(results=common.RESULTS):
     """The generated Markdown of the Performance section (without the markers)."""
     results = Path(results)
@@ -35,22 +41,25 @@ def section(results=common.RESULTS):
                   "the weight bytes read per token:", "",
                   "| model (random weights) | threads | npspec | roofline | npspec / roofline | transformers (torch CPU) |",
                   "|---|---|---|---|---|---|"]
-        lines += [f"| {r['model'].split(':')[1]} | {r['threads']} | {f(r['npspec_tok_s'], 1)} | "
+        lines += [f"| {short(r['model'])} | {r['threads']} | {f(r['npspec_tok_s'], 1)} | "
                   f"{f(r['roofline_tok_s'], 1)} | {f(r['of_roofline'])} | {f(r['transformers_tok_s'], 1)} |"
                   for r in rows]
     if (results / "verify_cost_summary.csv").is_file():
         rows, meta = common.read_table(results / "verify_cost_summary.csv")
-        top = max(int(r["threads"]) for r in rows)
-        lines += ["", f"Verify cost v(5) = t(5 tokens) / t(1 token) of one cached forward, {top} threads "
-                  "(`rows` is npspec's batch-invariant default):", "",
-                  "| model | t(1) rows, ms | v(5) rows | v(5) panels | v(5) gemm | v(5) roofline |", "|---|---|---|---|---|---|"]
-        for name in dict.fromkeys(r["model"] for r in rows):
-            by = {r["strategy"]: r for r in rows if r["model"] == name and int(r["threads"]) == top}
-            if "rows" not in by:
-                continue
-            get = lambda s: f(by[s]["v5"]) if s in by else ""  # noqa: E731
-            lines.append(f"| {name.split(':')[1]} | {f(by['rows']['t1_ms'])} | {get('rows')} | {get('panels')} | "
-                         f"{get('gemm')} | {f(by['rows']['roofline_v5'])} |")
+        for n in sorted({int(r["threads"]) for r in rows}):
+            lines += ["", f"Verify cost v(5) = t(5 tokens) / t(1 token) of one cached forward, {n} BLAS "
+                      f"thread{'s' * (n > 1)}: `rows` on the matrices as loaded (row-major), `panels` on the panel "
+                      "layout (both batch invariant), `gemm` (not invariant) for comparison:", "",
+                      "| model | t(1) rows, ms | t(1) panels, ms | v(5) rows | v(5) panels | v(5) gemm | v(5) roofline |",
+                      "|---|---|---|---|---|---|---|"]
+            for name in dict.fromkeys(r["model"] for r in rows):
+                by = {(r["layout"], r["strategy"]): r for r in rows if r["model"] == name and int(r["threads"]) == n}
+                if ("C", "rows") not in by or ("panel", "panels") not in by:
+                    continue
+                rc, pp = by["C", "rows"], by["panel", "panels"]
+                gm = f(by["C", "gemm"]["v5"]) if ("C", "gemm") in by else ""
+                lines.append(f"| {short(name)} | {f(rc['t1_ms'])} | {f(pp['t1_ms'])} | {f(rc['v5'])} | "
+                             f"{f(pp['v5'])} | {gm} | {f(pp['roofline_v5'])} |")
     if (results / "speedup.csv").is_file():
         rows, meta = common.read_table(results / "speedup.csv")
         sel = [r for r in rows if r["acceptance"] == "real" or (r["a"] == "0.7" and r["gamma"] == "4")]
@@ -66,7 +75,7 @@ def section(results=common.RESULTS):
     if (results / "memory.csv").is_file():
         rows, meta_m = common.read_table(results / "memory.csv")
         for r in rows:
-            lines += ["", f"Loading a converted {r['model'].split(':')[1]} ({f(r['file_MB'], 0)} MB) from a warm page "
+            lines += ["", f"Loading a converted {short(r['model'])} ({f(r['file_MB'], 0)} MB) from a warm page "
                       f"cache takes {f(r['load_seconds'])} s; peak RSS while loading and generating is "
                       f"{f(r['peak_rss_generate_MB'], 0)} MB, {f(r['peak_over_weights'])} x the weight bytes."]
         meta = meta or meta_m
