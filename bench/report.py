@@ -75,14 +75,19 @@ def section(results=common.RESULTS):
     if (results / "memory.csv").is_file():
         rows, meta_m = common.read_table(results / "memory.csv")
         for r in rows:
-            lines += ["", f"Loading a converted {short(r['model'])} ({f(r['file_MB'], 0)} MB) from a warm page "
-                      f"cache takes {f(r['load_seconds'])} s; peak RSS while loading and generating is "
+            lines += ["", f"Loading a converted {short(r['model'])} ({f(r['file_MB'], 0)} MB) took "
+                      f"{f(r['load_seconds'])} s, reading the file included (whether the page cache was warm: "
+                      f"`bench/results/README.md`); peak RSS while loading and generating was "
                       f"{f(r['peak_rss_generate_MB'], 0)} MB, {f(r['peak_over_weights'])} x the weight bytes."]
         meta = meta or meta_m
+    metas = [common.read_table(p)[1] for p in sorted(results.glob("*.csv"))]
     if meta:
+        dates = sorted(m.get("date", "") for m in metas)
+        loads = sorted(float(m.get("load_average_1min_at_start", "nan")) for m in metas)
         lines += ["", f"Hardware: {meta.get('machine')}; {meta.get('blas')} {meta.get('blas_version')} "
-                  f"({meta.get('blas_arch')}), numpy {meta.get('numpy')}, Python {meta.get('python')}; "
-                  f"measured {meta.get('date')}, 1-minute load average at start {meta.get('load_average_1min_at_start')}."]
+                  f"({meta.get('blas_arch')}), numpy {meta.get('numpy')}, Python {meta.get('python')}. "
+                  f"Measured {dates[0]} to {dates[-1]}, with other jobs sharing the machine (1-minute load average "
+                  f"{loads[0]:.1f} to {loads[-1]:.1f} at the starts), so the timings are noisy."]
     else:
         lines += ["", "No results are committed yet: run the commands above."]
     return "\n".join(lines)
