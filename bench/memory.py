@@ -10,6 +10,7 @@ Writes memory.csv/.md.
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -74,7 +75,8 @@ def main(argv=None):
     ap = common.parser("bench.memory", __doc__.split("\n")[0])
     ap.add_argument("--shape", default=None, help="GPT-2 shape (default gpt2-large; --quick: distilgpt2)")
     ap.add_argument("--cache", default=None,
-                    help="folder for the converted model (default ~/.cache/npspec-bench/<shape>; --quick: temporary)")
+                    help="folder for the converted model (default ~/.cache/npspec-bench/<shape>; --quick: a temporary "
+                         "one, deleted afterwards)")
     ap.add_argument("--new-tokens", type=int, default=None, help="tokens generated after loading (default 16; --quick: 4)")
     ap.add_argument("--child", default=None, help=argparse_hidden())
     args = ap.parse_args(argv)
@@ -101,6 +103,8 @@ def main(argv=None):
                                 str(new_tokens)], capture_output=True, text=True, check=True, env=env,
                                cwd=Path(__file__).resolve().parent.parent)
             runs.append(json.loads(r.stdout.strip().splitlines()[-1]))
+    if args.quick and not args.cache:  # the temporary model is not kept (about 330 MB)
+        shutil.rmtree(cache)
     r = runs[-1]
     w = r["weight_bytes"]
     row = {"model": f"random:{shape}", "weight_MB": w / 1e6, "file_MB": file_bytes / 1e6,
