@@ -186,6 +186,8 @@ def main(argv=None):
     ap.add_argument("--new-tokens", type=int, default=None, help="tokens per random-weight run (default 64; --quick: 24)")
     ap.add_argument("--repeats", type=int, default=None, help="timed runs per row, median taken (default 3; --quick: 1)")
     ap.add_argument("--no-transformers", action="store_true", help="skip the transformers baseline")
+    ap.add_argument("--a", default=None, help="controlled acceptances, comma-separated (default 0.5,0.7,0.9)")
+    ap.add_argument("--gammas", default=None, help="gammas, comma-separated (default 1,2,4,8)")
     args = ap.parse_args(argv)
     out = common.output_dir(args)
     log = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
@@ -194,6 +196,8 @@ def main(argv=None):
     new_tokens = args.new_tokens or (24 if args.quick else 64)
     repeats = args.repeats or (1 if args.quick else 3)
     a_values, gammas = ((0.7,), (1, 4)) if args.quick else ((0.5, 0.7, 0.9), (1, 2, 4, 8))
+    a_values = tuple(float(a) for a in args.a.split(",")) if args.a else a_values
+    gammas = tuple(int(g) for g in args.gammas.split(",")) if args.gammas else gammas
     threads = common.thread_counts(args) if args.threads else [1 if args.quick else 2]
     meta = common.machine_info()
     rows, ar_rows = [], []
@@ -201,8 +205,7 @@ def main(argv=None):
         with common.blas_threads(n):
             bandwidth = common.read_bandwidth()
             meta[f"read_bandwidth_GBps_{n}_threads"] = f"{bandwidth / 1e9:.1f}"
-            rows += shipped_rows(2 if args.quick else 8, 32 if args.quick else 128, (4,) if args.quick else (1, 2, 4, 8),
-                                 repeats, n, log)
+            rows += shipped_rows(2 if args.quick else 8, 32 if args.quick else 128, gammas, repeats, n, log)
             seen = set()
             for i, pair in enumerate(pairs):  # the full a grid for the first pair, a = 0.7 for the others
                 r, ar_row, prompt = controlled_rows(pair, new_tokens, a_values if i == 0 else (0.7,), gammas, repeats, n,
