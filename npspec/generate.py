@@ -46,6 +46,8 @@ def build_parser():
     ap.add_argument("--json", action="store_true", help="print one JSON object: text, ids, stats")
     ap.add_argument("--trace", action="store_true",
                     help="with --json: add a record per round (drafted ids, accepted count, corrected or bonus id)")
+    ap.add_argument("--compare", action="store_true",
+                    help="then run plain decoding with the same options and print both speeds and their ratio")
     ap.add_argument("--no-color", action="store_true", help="do not colour accepted draft tokens")
     ap.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     return ap
@@ -122,15 +124,37 @@ def run(args, out=sys.stdout, err=sys.stderr):
     gen = speculative_generate(target, draft, ids, args.max_new_tokens, gamma=args.gamma,
                                temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                                rng=np.random.default_rng(args.seed), on_emit=on_emit, trace=args.trace)
+    plain = None
+    if args.compare:  # the same prompt, options and seed, with the target alone
+        plain = speculative_generate(target, None, ids, args.max_new_tokens, gamma=0, temperature=args.temperature,
+                                     top_k=args.top_k, top_p=args.top_p, rng=np.random.default_rng(args.seed))
     if args.json:
         obj = {"text": target.tokenizer.decode(gen.ids), "ids": gen.ids, "stats": gen.stats.as_dict()}
         if args.trace:
             obj["trace"] = gen.trace
+        if plain is not None:
+            obj["compare"] = comparison(gen, plain, args.temperature == 0)
         out.write(json.dumps(json_safe(obj), allow_nan=False) + "\n")
     else:
         out.write(streamer.finish() + "\n")
     print(summary(gen.stats), file=err)
+    if plain is not None:
+        c = comparison(gen, plain, args.temperature == 0)
+        print(f"compare: speculative {c['speculative_tokens_per_s']:.1f} tokens/s, plain "
+              f"{c['plain_tokens_per_s']:.1f} tokens/s, speedup {c['speedup']:.2f}x"
+              + ("" if c["same_ids"] is None else ", same output" if c["same_ids"] else ", DIFFERENT output"),
+              file=err)
     return gen
+
+
+def comparison(spec, plain, greedy):
+    """Speeds (tokens/s) of a speculative and a plain Generation, their ratio, and (greedy only) whether the ids match.
+
+    With temperature > 0 the two runs use the random stream differently, so their ids differ by design.
+    """
+    s, p = spec.stats.tokens_per_s, plain.stats.tokens_per_s
+    return {"speculative_tokens_per_s": s, "plain_tokens_per_s": p, "speedup": s / p if p > 0 else float("nan"),
+            "plain_seconds": plain.stats.seconds, "same_ids": spec.ids == plain.ids if greedy else None}
 
 
 def main(argv=None):

@@ -9,13 +9,23 @@ Parameters arrive as the checkpoint's own tree (`params["h"][i]["attn"]["c_attn"
 GPT-2's Conv1D layout `[in, out]`, so `x @ w + b` needs no transpose. Everything is float32.
 No I/O, no RNG and no global state here: the forward takes ids and a cache and returns logits.
 
-Two ways to multiply a block of rows by a weight matrix:
-  * `linear(x, w, b)` is one GEMM: fastest for a long prompt (prefill);
-  * `linear_rows(x, w, b)` multiplies each row on its own, with exactly the call the one-token
-    forward makes. Its rows are bit-identical to one-token forwards ("batch invariant"), which
-    makes greedy speculative decoding token-identical to greedy decoding by construction.
-`forward(..., invariant=True)` (the default) uses the row path for the matmuls and computes
-each query row's attention over exactly its key prefix.
+Ways to multiply a block of M rows by a weight matrix (the "matmul strategies"; bench/verify_cost
+measures each for M = 1..16):
+  * "gemm", `linear(x, w, b)`: one GEMM. Fastest for a long prompt (prefill); NOT batch
+    invariant (OpenBLAS picks a different kernel for each M, so a row's bits depend on M);
+  * "rows", `linear_rows(x, w, b)`: one stacked `np.matmul` of `[M, 1, d_in]` by `w`, that is M
+    vector-matrix products (BLAS GEMV) in one call, each exactly the call the one-token forward
+    makes. Its rows are bit-identical to one-token forwards ("batch invariant"), which makes greedy
+    speculative decoding token-identical to greedy decoding by construction;
+  * "panels", `linear_panels(x, w, b)`: the same row products, done panel by panel over the
+    columns of `w` (one stacked `np.matmul` of `[1, M, 1, d_in]` by `[P, 1, d_in, d_out / P]`), so
+    a panel read from memory for the first row is still in cache for the others. Also batch
+    invariant, but its bits differ from "rows" (the GEMV runs over a narrower matrix), so a run
+    must use one invariant strategy throughout;
+  * "panels-gemm": one GEMM per panel (stacked). Not batch invariant; measured for comparison.
+`gpt2(..., invariant=True)` (the default) uses an invariant strategy ("rows" unless told) and
+computes each query row's attention over exactly its key prefix; `invariant=False` uses "gemm"
+and one masked attention over all rows.
 """
 
 from dataclasses import dataclass
@@ -81,29 +91,106 @@ class KVCache:
 # ---- the math, one concept per function (shapes: n = rows, d = n_embd) ----
 
 def gelu(x):  # [n, d] -> [n, d]; the tanh approximation GPT-2 was trained with
-    return 0.5 * x * (1 + np.tanh(np.float32(np.sqrt(2 / np.pi)) * (x + np.float32(0.044715) * x**3)))
+    return 0.5 * x * (1 + np.tanh(np.float32(np.sqrt(2 / np.pi)) * (x + np.float32(0.044715) * (x * x * x))))
 
 
 def softmax(x):  # [..., m] -> [..., m], over the last axis
     e = np.exp(x - np.max(x, axis=-1, keepdims=True))
-    return e / np.sum(e, axis=-1, keepdims=True)
+    return e / np.add.reduce(e, axis=-1, keepdims=True)
 
 
-def layer_norm(x, g, b, eps):  # [n, d], [d], [d] -> [n, d]
-    mean = np.mean(x, axis=-1, keepdims=True)
-    var = np.mean((x - mean) ** 2, axis=-1, keepdims=True)
-    return g * (x - mean) / np.sqrt(var + np.float32(eps)) + b
+def layer_norm(x, g, b, eps):  # [n, d], [d], [d] -> [n, d]; row-wise, so rows never mix
+    d = np.float32(x.shape[-1])
+    mean = np.add.reduce(x, axis=-1, keepdims=True) / d
+    xc = x - mean
+    var = np.add.reduce(xc * xc, axis=-1, keepdims=True) / d
+    return g * xc / np.sqrt(var + np.float32(eps)) + b
 
 
-def linear(x, w, b):  # [n, d_in], [d_in, d_out], [d_out] -> [n, d_out]; one GEMM
+def linear(x, w, b):  # [n, d_in], [d_in, d_out], [d_out] -> [n, d_out]; one GEMM ("gemm")
     return x @ w + b
 
 
-def linear_rows(x, w, b):  # [n, d_in], [d_in, d_out], [d_out] -> [n, d_out]; row i == linear(x[i:i+1])
-    out = np.empty((x.shape[0], w.shape[1]), dtype=np.float32)
-    for i in range(x.shape[0]):
-        np.matmul(x[i : i + 1], w, out=out[i : i + 1])
-    return out + b
+def linear_rows(x, w, b):  # [n, d_in], [d_in, d_out], [d_out] -> [n, d_out]; row i == linear_rows(x[i:i+1])
+    """n vector-matrix products (GEMV) in one stacked np.matmul call ("rows"; batch invariant)."""
+    return np.matmul(x[:, None, :], w)[:, 0] + b  # [n, 1, d_in] @ [d_in, d_out] -> [n, 1, d_out]
+
+
+PANEL_BYTES = 1 << 20  # the panel size of "panels": fits a core's L2 cache (2 MiB here)
+
+
+def panel_width(d_in, d_out, panel_bytes=PANEL_BYTES):
+    """Columns per panel: the largest multiple of 16 with d_in * width * 4 <= panel_bytes (at least 16, at most d_out).
+
+    A function of the matrix shape only, so one-token and M-token forwards use the same panels.
+    """
+    return min(d_out, max(16, panel_bytes // (4 * d_in) // 16 * 16))
+
+
+def panels(w, width):  # [d_in, d_out] -> [P, d_in, width], P = d_out // width; a view (no copy)
+    """The first P full column panels of `w`; each is contiguous when `w` is column-major (see panel_layout)."""
+    d_in, d_out = w.shape
+    p = d_out // width
+    return w[:, : p * width].reshape(d_in, p, width).transpose(1, 0, 2)
+
+
+def linear_panels(x, w, b=None):  # [n, d_in], [d_in, d_out], [d_out] -> [n, d_out]; row i == linear_panels(x[i:i+1])
+    """For each column panel of w, every row's GEMV, in one stacked np.matmul ("panels"; batch invariant).
+
+    The loop order is panel-major ([P, n, 1, width]), so a panel read from memory for the first
+    row is served from cache to the others. Columns past the last full panel (d_out not a
+    multiple of the width, e.g. the head's 50257) get one GEMV per row. b=None: no bias.
+    """
+    n, (d_in, d_out) = x.shape[0], w.shape
+    width = panel_width(d_in, d_out)
+    main = d_out // width * width
+    out = np.empty((n, d_out), dtype=np.float32)
+    y = np.matmul(x[None, :, None, :], panels(w, width)[:, None])  # [P, n, 1, width]
+    out[:, :main] = y[:, :, 0].transpose(1, 0, 2).reshape(n, main)
+    if main < d_out:
+        out[:, main:] = np.matmul(x[:, None, :], w[:, main:])[:, 0]
+    return out if b is None else out + b
+
+
+def linear_panels_gemm(x, w, b):  # [n, d_in], [d_in, d_out], [d_out] -> [n, d_out]
+    """One GEMM per column panel, stacked ("panels-gemm"); NOT batch invariant (d_out a multiple of the width)."""
+    n, (d_in, d_out) = x.shape[0], w.shape
+    width = panel_width(d_in, d_out)
+    if d_out % width:
+        return linear(x, w, b)
+    y = np.matmul(x[None], panels(w, width))  # [P, n, width]
+    return y.transpose(1, 0, 2).reshape(n, d_out) + b
+
+
+def panel_layout(params):
+    """Store every block matrix column-major (F order), in place, so its column panels are contiguous.
+
+    Same values and shapes (`w` stays `[d_in, d_out]`, so `x @ w` is unchanged); only the memory
+    order changes, one matrix at a time (peak extra memory: one matrix). The head needs nothing:
+    `wte.T` is already column-major. Returns `params`. With this layout the default invariant
+    strategy is "panels" (see default_matmul).
+    """
+    for h in params["h"]:
+        for lin in (h["attn"]["c_attn"], h["attn"]["c_proj"], h["mlp"]["c_fc"], h["mlp"]["c_proj"]):
+            lin["w"] = np.asfortranarray(lin["w"])
+    return params
+
+
+def default_matmul(params, invariant):
+    """The strategy a forward uses when none is given.
+
+    invariant=False: "gemm". invariant=True: "panels" when the matrices are in panel layout
+    (column-major, see panel_layout; each panel is then one contiguous block), else "rows".
+    A function of the parameters' memory layout only, so it never changes within a run.
+    """
+    if not invariant:
+        return "gemm"
+    w = params["h"][0]["mlp"]["c_fc"]["w"] if params["h"] else None
+    return "panels" if w is not None and w.flags.f_contiguous and not w.flags.c_contiguous else "rows"
+
+
+MATMULS = {"gemm": linear, "rows": linear_rows, "panels": linear_panels, "panels-gemm": linear_panels_gemm}
+INVARIANT_MATMULS = ("rows", "panels")  # row i of the result never depends on the other rows
 
 
 def attention_rows(q, k, v, n_past):  # [h, n, dh], [h, T, dh], [h, T, dh] -> [h, n, dh]
@@ -126,9 +213,16 @@ def attention_masked(q, k, v, n_past):  # [h, n, dh], [h, T, dh], [h, T, dh] -> 
     return softmax(scores) @ v[:, :t]
 
 
-def mha(x, c_attn, c_proj, cache, layer, n_head, invariant):  # [n, d] -> [n, d]
+def lm_head(x, wte, matmul):  # [n, d], [n_vocab, d] -> [n, n_vocab]; the head is tied to wte
+    if matmul == "gemm":
+        return x @ wte.T
+    if matmul == "panels":  # row panels of wte: each a contiguous [width, d] block
+        return linear_panels(x, wte.T)
+    return np.matmul(x[:, None, :], wte.T)[:, 0]  # "rows" (and "panels-gemm": the head stays GEMV)
+
+
+def mha(x, c_attn, c_proj, cache, layer, n_head, mm, invariant):  # [n, d] -> [n, d]
     n, d = x.shape
-    mm = linear_rows if invariant else linear
     qkv = mm(x, **c_attn)  # [n, 3d]
     q, k, v = (a.reshape(n, n_head, d // n_head).transpose(1, 0, 2) for a in np.split(qkv, 3, axis=-1))
     n_past = cache.length
@@ -139,28 +233,36 @@ def mha(x, c_attn, c_proj, cache, layer, n_head, invariant):  # [n, d] -> [n, d]
     return mm(heads.transpose(1, 0, 2).reshape(n, d), **c_proj)
 
 
-def ffn(x, c_fc, c_proj, invariant):  # [n, d] -> [n, d]
-    mm = linear_rows if invariant else linear
+def ffn(x, c_fc, c_proj, mm):  # [n, d] -> [n, d]
     return mm(gelu(mm(x, **c_fc)), **c_proj)
 
 
-def block(x, p, cache, layer, config, invariant):  # [n, d] -> [n, d]
+def block(x, p, cache, layer, config, mm, invariant):  # [n, d] -> [n, d]
     eps = config.layer_norm_epsilon
     x = x + mha(layer_norm(x, **p["ln_1"], eps=eps), **p["attn"], cache=cache, layer=layer,
-                n_head=config.n_head, invariant=invariant)
-    return x + ffn(layer_norm(x, **p["ln_2"], eps=eps), **p["mlp"], invariant=invariant)
+                n_head=config.n_head, mm=mm, invariant=invariant)
+    return x + ffn(layer_norm(x, **p["ln_2"], eps=eps), **p["mlp"], mm=mm)
 
 
-def gpt2(ids, params, config, cache, invariant=True):  # [n_new] -> [n_new, n_vocab]
+def gpt2(ids, params, config, cache, invariant=True, matmul=None):  # [n_new] -> [n_new, n_vocab]
     """Feed `ids` (the positions after `cache.length`) and return their logits.
 
     ids: int array `[n_new]`, values in `[0, n_vocab)`. Returns float32 logits
     `[n_new, n_vocab]` for every new position, and advances `cache.length` by `n_new`.
     `invariant=True`: each row's logits are bit-identical to feeding the ids one at a time
-    (used for decoding); `invariant=False`: GEMM over all rows (used for long prompts).
+    with the same `matmul` (used for decoding); `invariant=False`: GEMM and one masked
+    attention over all rows (used for long prompts).
+    matmul: a key of MATMULS (default: `default_matmul(params, invariant)`); with
+    invariant=True it must be one of INVARIANT_MATMULS.
     Raises ContextOverflowError, before any work, if `cache.length + n_new > n_ctx`, and
-    ValueError for ids out of range.
+    ValueError for ids out of range or an unknown or non-invariant `matmul`.
     """
+    matmul = matmul or default_matmul(params, invariant)
+    if matmul not in MATMULS:
+        raise ValueError(f"unknown matmul strategy {matmul!r}; pick one of {', '.join(MATMULS)}")
+    if invariant and matmul not in INVARIANT_MATMULS:
+        raise ValueError(f"matmul {matmul!r} is not batch invariant; with invariant=True use one of "
+                         f"{', '.join(INVARIANT_MATMULS)}")
     ids = np.asarray(ids)
     n_new, n_past = len(ids), cache.length
     if n_past + n_new > config.n_ctx:
@@ -171,11 +273,10 @@ def gpt2(ids, params, config, cache, invariant=True):  # [n_new] -> [n_new, n_vo
         return np.zeros((0, config.n_vocab), dtype=np.float32)
     if ids.dtype.kind not in "iu" or ids.min() < 0 or ids.max() >= config.n_vocab:
         raise ValueError(f"ids must be integers in [0, {config.n_vocab})")
+    mm = MATMULS[matmul]
     x = params["wte"][ids] + params["wpe"][n_past : n_past + n_new]  # [n_new, d]
     for layer, p in enumerate(params["h"]):
-        x = block(x, p, cache, layer, config, invariant)
+        x = block(x, p, cache, layer, config, mm, invariant)
     cache.length = n_past + n_new
     x = layer_norm(x, **params["ln_f"], eps=config.layer_norm_epsilon)
-    if invariant:
-        return np.concatenate([x[i : i + 1] @ params["wte"].T for i in range(n_new)])
-    return x @ params["wte"].T  # [n_new, n_vocab]; the head is tied to wte
+    return lm_head(x, params["wte"], matmul)  # [n_new, n_vocab]

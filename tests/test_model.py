@@ -1,5 +1,7 @@
 """The NumPy GPT-2 forward and its KV cache (issue 2, section 2)."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -94,3 +96,101 @@ def test_every_masked_row_keeps_a_key(tiny):
     # attention_masked uses a -inf mask: with n_past = 0 the first row has exactly one key.
     logits = tiny.forward(np.array([5]), tiny.new_cache(), invariant=False)
     assert np.isfinite(logits).all()
+
+
+# ---- matmul strategies (issue 5): every invariant strategy keeps rows bit-identical ----
+
+def _rows_are_invariant(model, matmul, n_max=9, n_past=4):
+    from npspec.model import gpt2
+
+    ids = np.random.default_rng(n_max).integers(0, model.config.n_vocab, n_past + n_max)
+    single_cache = model.new_cache()
+    model.forward(ids[:n_past], single_cache, invariant=False)
+    single = np.concatenate([gpt2(ids[i : i + 1], model.params, model.config, single_cache, matmul=matmul)
+                             for i in range(n_past, n_past + n_max)])
+    for m in range(1, n_max + 1):
+        cache = model.new_cache()
+        model.forward(ids[:n_past], cache, invariant=False)
+        batched = gpt2(ids[n_past : n_past + m], model.params, model.config, cache, matmul=matmul)
+        assert batched.dtype == np.float32 and batched.shape == (m, model.config.n_vocab)
+        assert np.array_equal(batched, single[:m]), f"{matmul}: M={m} rows differ from one-token forwards"
+        assert np.array_equal(cache.k[:, :, : cache.length], single_cache.k[:, :, : cache.length])
+    return single
+
+
+@pytest.mark.parametrize("matmul", ["rows", "panels"])
+@pytest.mark.parametrize("shape", [dict(n_embd=64, n_head=4), dict(n_embd=96, n_head=3, n_layer=1, n_vocab=1000),
+                                   dict(n_embd=256, n_head=4, n_layer=1, n_vocab=2048, n_ctx=64)])
+def test_invariant_strategies_are_bit_identical_for_m_1_to_9(matmul, shape):
+    m = tiny_model(seed=5, **shape)
+    single = _rows_are_invariant(m, matmul)
+    whole = full(m, np.random.default_rng(9).integers(0, m.config.n_vocab, 13))  # the ids _rows_are_invariant used
+    np.testing.assert_allclose(single, whole[4:], rtol=0, atol=1e-5 * np.abs(whole).max())  # and correct
+
+
+@pytest.fixture(scope="module")
+def gpt2_shape():
+    """GPT-2 (124M)'s exact matrix shapes (n_embd 768, 12 heads, n_vocab 50257), 3 of its 12 layers."""
+    from dataclasses import replace
+
+    from npspec.checkpoint import Model, params_tree
+    from npspec.init import SHAPES, init_tensors
+
+    config = replace(SHAPES["gpt2"], n_layer=3)
+    return Model(config, params_tree(init_tensors(config, seed=0), config), None, Path("gpt2-3-layers"), {})
+
+
+@pytest.mark.parametrize("matmul", ["rows", "panels"])
+def test_invariant_strategies_on_the_gpt2_shape(gpt2_shape, matmul):
+    _rows_are_invariant(gpt2_shape, matmul)
+
+
+def test_panel_layout_on_the_gpt2_shape(gpt2_shape):
+    from npspec.checkpoint import Model
+    from npspec.model import panel_layout
+
+    import copy
+    m = Model(gpt2_shape.config, panel_layout(copy.deepcopy(gpt2_shape.params)), None, gpt2_shape.path, {})
+    _rows_are_invariant(m, None)  # default: "panels" on contiguous panels, incl. the head's ragged tail
+
+
+def test_strategies_agree_and_bad_choices_are_refused(tiny):
+    from npspec.model import MATMULS, gpt2
+
+    ids = np.arange(1, 9)
+    ref = full(tiny, ids)
+    for matmul in MATMULS:
+        invariant = matmul in ("rows", "panels")
+        out = gpt2(ids, tiny.params, tiny.config, tiny.new_cache(), invariant=invariant, matmul=matmul)
+        np.testing.assert_allclose(out, ref, rtol=0, atol=1e-5 * np.abs(ref).max())
+    with pytest.raises(ValueError, match="not batch invariant"):
+        gpt2(ids, tiny.params, tiny.config, tiny.new_cache(), invariant=True, matmul="gemm")
+    with pytest.raises(ValueError, match="unknown matmul"):
+        gpt2(ids, tiny.params, tiny.config, tiny.new_cache(), invariant=False, matmul="fast")
+
+
+def test_panels_fit_and_are_contiguous_views_in_panel_layout():
+    from npspec.model import panel_width, panels
+
+    for d_in, d_out in [(768, 2304), (1280, 5120), (5120, 1280), (1280, 50257), (64, 67)]:
+        w = panel_width(d_in, d_out)
+        assert w == d_out or (w % 16 == 0 and d_in * w * 4 <= 1 << 20)
+    a = np.asfortranarray(np.arange(12 * 40, dtype=np.float32).reshape(12, 40))
+    p = panels(a, 16)  # two full panels of 16 columns; the last 8 columns are left out
+    assert p.shape == (2, 12, 16) and np.shares_memory(p, a) and np.array_equal(p[1], a[:, 16:32])
+    assert all(p[i].flags.f_contiguous for i in range(2))
+
+
+def test_panel_layout_keeps_values_and_switches_the_default(tiny):
+    from npspec.checkpoint import Model
+    from npspec.model import default_matmul, panel_layout
+
+    import copy
+    m = Model(tiny.config, panel_layout(copy.deepcopy(tiny.params)), None, tiny.path, {})
+    w = m.params["h"][0]["mlp"]["c_fc"]["w"]
+    assert w.flags.f_contiguous and np.array_equal(w, tiny.params["h"][0]["mlp"]["c_fc"]["w"])
+    assert default_matmul(tiny.params, True) == "rows" and default_matmul(m.params, True) == "panels"
+    assert default_matmul(m.params, False) == "gemm"
+    _rows_are_invariant(m, None)  # the default invariant path of a panel-layout model
+    ids = np.arange(1, 9)
+    np.testing.assert_allclose(m.forward(ids, m.new_cache()), full(tiny, ids), rtol=0, atol=1e-5 * 30)

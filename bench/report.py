@@ -1,0 +1,128 @@
+"""python -m bench.report: rewrite README.md's Performance section from the committed results.
+
+The section between `<!-- bench:start -->` and `<!-- bench:end -->` is generated from
+bench/results/*.csv (written by bench.verify_cost, bench.speedup and bench.memory), so every
+figure README quotes comes from one of npspec's own commands, with the machine stated.
+`--check` only compares (exit status 1 if README.md is stale).
+"""
+
+import sys
+from pathlib import Path
+
+from . import common
+
+START, END = "<!-- bench:start -->", "<!-- bench:end -->"
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def f(x, digits=2):
+    try:
+        return f"{float(x):.{digits}f}"
+    except (TypeError, ValueError):
+        return str(x)
+
+
+def short(name):
+    """"random:gpt2" -> "gpt2", "shipped:target" -> "shipped target"."""
+    kind, _, rest = name.partition(":")
+    return f"shipped {rest}" if kind == "shipped" else rest or name
+
+
+def section(results=common.RESULTS):
+    """The generated Markdown of the Performance section (without the markers)."""
+    results = Path(results)
+    lines = ["Measured by `python -m bench.verify_cost`, `python -m bench.speedup` and `python -m bench.memory` "
+             "(figures copied by `python -m bench.report` from `bench/results/`, which also explains where each "
+             "target is met or missed and why: `bench/results/README.md`)."]
+    meta = None
+    if (results / "speedup_ar.csv").is_file():
+        rows, meta = common.read_table(results / "speedup_ar.csv")
+        lines += ["", "AR (plain greedy) decoding, tokens/s; the roofline is the measured read bandwidth divided by "
+                  "the weight bytes read per token:", "",
+                  "| model (random weights) | threads | npspec | roofline | npspec / roofline | transformers (torch CPU) |",
+                  "|---|---|---|---|---|---|"]
+        lines += [f"| {short(r['model'])} | {r['threads']} | {f(r['npspec_tok_s'], 1)} | "
+                  f"{f(r['roofline_tok_s'], 1)} | {f(r['of_roofline'])} | {f(r['transformers_tok_s'], 1)} |"
+                  for r in rows]
+    if (results / "verify_cost_summary.csv").is_file():
+        rows, meta = common.read_table(results / "verify_cost_summary.csv")
+        for n in sorted({int(r["threads"]) for r in rows}):
+            lines += ["", f"Verify cost v(5) = t(5 tokens) / t(1 token) of one cached forward, {n} BLAS "
+                      f"thread{'s' * (n > 1)}: `rows` on the matrices as loaded (row-major), `panels` on the panel "
+                      "layout (both batch invariant), `gemm` (not invariant) for comparison:", "",
+                      "| model | t(1) rows, ms | t(1) panels, ms | v(5) rows | v(5) panels | v(5) gemm | v(5) roofline |",
+                      "|---|---|---|---|---|---|---|"]
+            for name in dict.fromkeys(r["model"] for r in rows):
+                by = {(r["layout"], r["strategy"]): r for r in rows if r["model"] == name and int(r["threads"]) == n}
+                if ("C", "rows") not in by or ("panel", "panels") not in by:
+                    continue
+                rc, pp = by["C", "rows"], by["panel", "panels"]
+                gm = f(by["C", "gemm"]["v5"]) if ("C", "gemm") in by else ""
+                lines.append(f"| {short(name)} | {f(rc['t1_ms'])} | {f(pp['t1_ms'])} | {f(rc['v5'])} | "
+                             f"{f(pp['v5'])} | {gm} | {f(pp['roofline_v5'])} |")
+    if (results / "speedup.csv").is_file():
+        rows, meta = common.read_table(results / "speedup.csv")
+        sel = [r for r in rows if r["acceptance"] == "real" or (r["a"] == "0.7" and r["gamma"] == "4")]
+        lines += ["", "Speculative vs AR decoding, greedy, gamma 4. Random-weight pairs use CONTROLLED acceptance "
+                  "a = 0.7 (each draft token is the target's greedy token with probability a; the real draft "
+                  "forward runs):", "",
+                  "| target / draft | acceptance | alpha | tokens/round | AR tok/s | speculative tok/s | speedup | "
+                  "predicted | same output |", "|---|---|---|---|---|---|---|---|---|"]
+        lines += [f"| {r['target'].replace('random:', '')} / {r['draft'].replace('random:', '')} | {r['acceptance']} | "
+                  f"{f(r['alpha'])} | {f(r['tokens_per_round'])} | {f(r['ar_tok_s'], 1)} | {f(r['spec_tok_s'], 1)} | "
+                  f"{f(r['speedup'])}x | {f(r['predicted_speedup'])}x | {r['identical']} |"
+                  for r in sel if r["gamma"] == "4"]
+    if (results / "memory.csv").is_file():
+        rows, meta_m = common.read_table(results / "memory.csv")
+        for r in rows:
+            lines += ["", f"Loading a converted {short(r['model'])} ({f(r['file_MB'], 0)} MB) took "
+                      f"{f(r['load_seconds'])} s, reading the file included (whether the page cache was warm: "
+                      f"`bench/results/README.md`); peak RSS while loading and generating was "
+                      f"{f(r['peak_rss_generate_MB'], 0)} MB, {f(r['peak_over_weights'])} x the weight bytes."]
+        meta = meta or meta_m
+    metas = [common.read_table(p)[1] for p in sorted(results.glob("*.csv"))]
+    if meta:
+        dates = sorted(m.get("date", "") for m in metas)
+        loads = sorted(float(m.get("load_average_1min_at_start", "nan")) for m in metas)
+        lines += ["", f"Hardware: {meta.get('machine')}; {meta.get('blas')} {meta.get('blas_version')} "
+                  f"({meta.get('blas_arch')}), numpy {meta.get('numpy')}, Python {meta.get('python')}. "
+                  f"Measured {dates[0]} to {dates[-1]}, with other jobs sharing the machine (1-minute load average "
+                  f"{loads[0]:.1f} to {loads[-1]:.1f} at the starts), so the timings are noisy."]
+    else:
+        lines += ["", "No results are committed yet: run the commands above."]
+    return "\n".join(lines)
+
+
+def rewrite(text, body):
+    """`text` with the part between the markers replaced by `body`. Raises ValueError without both markers."""
+    if START not in text or END not in text or text.index(START) > text.index(END):
+        raise ValueError(f"README.md has no {START} ... {END} section; add the two markers where the table goes")
+    head, rest = text.split(START, 1)
+    _, tail = rest.split(END, 1)
+    return f"{head}{START}\n{body}\n{END}{tail}"
+
+
+def main(argv=None):
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m bench.report", description=__doc__.split("\n")[0])
+    ap.add_argument("--readme", default=str(README), help="the README to rewrite (default: the repository's)")
+    ap.add_argument("--results", default=str(common.RESULTS), help="results folder (default bench/results/)")
+    ap.add_argument("--check", action="store_true", help="exit 1 if the README's section is stale; write nothing")
+    args = ap.parse_args(argv)
+    path = Path(args.readme)
+    text = path.read_text(encoding="utf-8")
+    new = rewrite(text, section(args.results))
+    if args.check:
+        if new != text:
+            print(f"{path}: the Performance section is stale; run python -m bench.report", file=sys.stderr)
+            return 1
+        return 0
+    if new != text:
+        common.atomic_write(path, lambda tmp: Path(tmp).write_text(new, encoding="utf-8"))
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
