@@ -88,6 +88,7 @@ def test_quick_never_writes_into_committed_results():
 
 def test_verify_cost_smoke(tmp_path):
     """A very small in-process run: the files exist and the numbers are sane (no timing asserted)."""
+    pytest.importorskip("threadpoolctl", reason="needs the bench extra: pip install -e '.[bench]'")
     from bench import common, verify_cost
 
     assert verify_cost.main(["--quick", "--out", str(tmp_path), "--models", "shipped:target", "--max-m", "3",
@@ -132,6 +133,7 @@ QUICK = [("bench.verify_cost", ["verify_cost.csv", "verify_cost_summary.md"]),
 @pytest.mark.slow
 @pytest.mark.parametrize("module, files", QUICK)
 def test_quick_mode_runs_end_to_end(tmp_path, module, files):
+    pytest.importorskip("threadpoolctl", reason="needs the bench extra: pip install -e '.[bench]'")
     from bench import common
 
     r = run(module, "--quick", "--out", str(tmp_path))
@@ -149,6 +151,7 @@ def test_quick_mode_runs_end_to_end(tmp_path, module, files):
 
 @pytest.mark.slow
 def test_quick_mode_defaults_to_a_temporary_folder():
+    pytest.importorskip("threadpoolctl", reason="needs the bench extra: pip install -e '.[bench]'")
     r = run("bench.sweep", "--quick")
     assert r.returncode == 0, r.stderr[-2000:]
     out = r.stdout.strip().splitlines()[-1]
