@@ -18,14 +18,15 @@ measures each for M = 1..16):
     makes. Its rows are bit-identical to one-token forwards ("batch invariant"), which makes greedy
     speculative decoding token-identical to greedy decoding by construction;
   * "panels", `linear_panels(x, w, b)`: the same row products, done panel by panel over the
-    columns of `w` (one stacked `np.matmul` of `[1, M, 1, d_in]` by `[P, 1, d_in, d_out / P]`), so
-    a panel read from memory for the first row is still in cache for the others. Also batch
-    invariant, but its bits differ from "rows" (the GEMV runs over a narrower matrix), so a run
-    must use one invariant strategy throughout;
+    columns of `w` (one stacked `np.matmul` of `[1, M, 1, d_in]` by `[P, 1, d_in, width]`), so a
+    1 MiB panel read from memory for the first row is still in L2 for the others. Contiguous
+    panels need the "panel layout" (`panel_layout(params)`: matrices stored column-major, same
+    values and shapes). Also batch invariant, but its bits differ from "rows" (each GEMV runs over
+    a narrower matrix), so a run must use one invariant strategy throughout;
   * "panels-gemm": one GEMM per panel (stacked). Not batch invariant; measured for comparison.
-`gpt2(..., invariant=True)` (the default) uses an invariant strategy ("rows" unless told) and
-computes each query row's attention over exactly its key prefix; `invariant=False` uses "gemm"
-and one masked attention over all rows.
+`gpt2(..., invariant=True)` (the default) uses an invariant strategy (`default_matmul`: "panels"
+on the panel layout, else "rows") and computes each query row's attention over exactly its key
+prefix; `invariant=False` uses "gemm" and one masked attention over all rows.
 """
 
 from dataclasses import dataclass
