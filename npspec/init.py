@@ -28,6 +28,27 @@ def init_tensors(config, seed=0):
     return out
 
 
+
+def init_tensors_varied(config, seed=0):
+    """Test weights: GPT-2's init with embeddings 5x and block weights 20x larger, random layer-norm
+    gains N(1, 0.2) and biases N(0, 0.1).
+
+    At GPT-2's own init the tied embedding decides the next token (greedy runs repeat one token) and
+    gains 1 / biases 0 hide a swapped or ignored parameter; these weights expose both. Returns
+    `{name: float32 array}` like init_tensors.
+    """
+    rng = np.random.default_rng(seed + 1000)
+    out = {}
+    for name, a in init_tensors(config, seed).items():
+        if name.endswith("bias"):
+            a = rng.normal(0, 0.1, a.shape).astype(np.float32)
+        elif ".ln_" in name or name.startswith("ln_f"):
+            a = (1 + rng.normal(0, 0.2, a.shape)).astype(np.float32)
+        else:
+            a = a * np.float32(5 if name in ("wte.weight", "wpe.weight") else 20)
+        out[name] = a
+    return out
+
 # Shapes of the GPT-2 family (Radford et al. 2019, Table 2; distilgpt2: Sanh et al. 2019), and tiny test shapes.
 _GPT2 = dict(n_vocab=50257, n_ctx=1024, eos_token_id=50256)
 SHAPES = {

@@ -28,7 +28,7 @@ import pytest
 from npspec import hub
 from npspec.checkpoint import load_model, tensor_shapes
 from npspec.convert import convert
-from npspec.init import SHAPES, init_tensors
+from npspec.init import SHAPES, init_tensors, init_tensors_varied
 from npspec.model import GPT2Config
 from npspec.speculative import speculative_generate
 from npspec.text import TextStreamer
@@ -83,23 +83,6 @@ TINY = [
     Case("v50257-h1-l4-e24-noprefix-f16-eps1e-3", 50257, 48, 24, 1, 4, "gpt2", "hub", "float16", 1e-3),
     Case("v2048-h2-l2-e16-prefix-bf16", 2048, 48, 16, 2, 2, "shakespeare", "save_pretrained", "bfloat16"),
 ]
-
-
-def tiny_tensors(config, seed):
-    """GPT-2's init (npspec.init) with embeddings 5x and block weights 20x larger (so that the blocks, not
-    the tied embedding, decide the next token: greedy runs do not just repeat a token), random layer-norm
-    gains and random biases."""
-    rng = np.random.default_rng(seed + 1000)
-    out = {}
-    for name, a in init_tensors(config, seed).items():
-        if name.endswith("bias"):
-            a = rng.normal(0, 0.1, a.shape).astype(np.float32)
-        elif ".ln_" in name or name.startswith("ln_f"):
-            a = (1 + rng.normal(0, 0.2, a.shape)).astype(np.float32)
-        else:
-            a = a * np.float32(5 if name in ("wte.weight", "wpe.weight") else 20)
-        out[name] = a
-    return out
 
 
 def draft_tensors(tensors, n_layer, noise=0.0, seed=0):
@@ -182,7 +165,7 @@ class Pair:
 def build_pair(tmp, case, seed=0):
     """The case's checkpoint as Pair, and a draft for it (every other layer of it, with noise), converted and loaded."""
     config = case.config
-    tensors = tiny_tensors(config, seed)
+    tensors = init_tensors_varied(config, seed)
     src = write_checkpoint(tmp / "hf", tensors, config, case.layout, case.dtype, case.tokenizer)
     small, n_layer = draft_tensors(tensors, config.n_layer, noise=0.1, seed=seed)
     small_config = GPT2Config(**{**config.__dict__, "n_layer": n_layer})
@@ -265,11 +248,11 @@ def test_hub_layout_file_has_no_prefix_and_buffers(tmp_path):
     from safetensors import safe_open
 
     case = TINY[1]
-    src = write_checkpoint(tmp_path / "hf", tiny_tensors(case.config, 0), case.config, "hub", "float32", case.tokenizer)
+    src = write_checkpoint(tmp_path / "hf", init_tensors_varied(case.config, 0), case.config, "hub", "float32", case.tokenizer)
     with safe_open(str(src / "model.safetensors"), "numpy") as f:
         names = set(f.keys())
     assert "wte.weight" in names and "h.0.attn.bias" in names and not any(n.startswith("transformer.") for n in names)
-    src = write_checkpoint(tmp_path / "hf2", tiny_tensors(case.config, 0), case.config, "save_pretrained", "float32",
+    src = write_checkpoint(tmp_path / "hf2", init_tensors_varied(case.config, 0), case.config, "save_pretrained", "float32",
                            case.tokenizer)
     with safe_open(str(src / "model.safetensors"), "numpy") as f:
         assert {n[len("transformer."):] for n in f.keys()} == set(tensor_shapes(case.config))

@@ -63,24 +63,9 @@ def byte_tokenizer_json():
     return tok.to_str()
 
 
-def reference_tensors(config):
-    """npspec names -> float32: GPT-2's init, embeddings 5x and block weights 20x, random gains and biases."""
-    from npspec.init import init_tensors
-
-    rng = np.random.default_rng(SEED + 1000)
-    out = {}
-    for name, a in init_tensors(config, SEED).items():
-        if name.endswith("bias"):
-            a = rng.normal(0, 0.1, a.shape).astype(np.float32)
-        elif ".ln_" in name or name.startswith("ln_f"):
-            a = (1 + rng.normal(0, 0.2, a.shape)).astype(np.float32)
-        else:
-            a = a * np.float32(5 if name in ("wte.weight", "wpe.weight") else 20)
-        out[name] = a
-    return out
-
-
 def main(argv=None):
+    from npspec.init import init_tensors_varied
+
     import torch
     import transformers
     from safetensors.numpy import save_file
@@ -96,7 +81,7 @@ def main(argv=None):
         bos_token_id=EOS, eos_token_id=EOS, tie_word_embeddings=True)
     model = transformers.GPT2LMHeadModel(hf_config)
     missing, unexpected = model.load_state_dict(
-        {"transformer." + k: torch.from_numpy(v) for k, v in reference_tensors(config).items()}, strict=False)
+        {"transformer." + k: torch.from_numpy(v) for k, v in init_tensors_varied(config, SEED).items()}, strict=False)
     assert missing == ["lm_head.weight"] and not unexpected, (missing, unexpected)  # the head is tied
     model.eval()
 
