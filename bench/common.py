@@ -60,11 +60,18 @@ def thread_counts(args):
 
 @contextlib.contextmanager
 def blas_threads(n):
-    """Run the body with the BLAS (and OpenMP) thread pools limited to n threads (threadpoolctl)."""
+    """Run the body with n threads: BLAS and OpenMP pools limited by threadpoolctl, and npspec's
+    own "panels" workers (npspec.model.set_threads) set to n; both restored afterwards."""
     from threadpoolctl import threadpool_limits
 
-    with threadpool_limits(limits=n):
-        yield
+    from npspec.model import set_threads
+
+    previous = set_threads(n)
+    try:
+        with threadpool_limits(limits=n):
+            yield
+    finally:
+        set_threads(previous)
 
 
 def blas_info():

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .model import GPT2Config, KVCache, gpt2
+from .model import GPT2Config, KVCache, gpt2, panel_layout
 
 FORMAT_VERSION = "1"
 WEIGHTS_FILE = "model.safetensors"
@@ -295,4 +295,4 @@ def load_model(path):
     if tokenizer.get_vocab_size() > config.n_vocab:
         raise CheckpointError(f"{tok} has {tokenizer.get_vocab_size()} ids but the model's n_vocab is {config.n_vocab}: "
                               "it is not this model's tokenizer; put the model's own tokenizer.json there")
-    return Model(config, params_tree(tensors, config), tokenizer, path, dict(metadata))
+    return Model(config, panel_layout(params_tree(tensors, config)), tokenizer, path, dict(metadata))

@@ -71,6 +71,7 @@ def random_model(shape, seed=0, tokenizer=None):
     from pathlib import Path
 
     from .checkpoint import Model, params_tree
+    from .model import panel_layout
 
     config = SHAPES[shape]
     if tokenizer is None:
@@ -79,4 +80,5 @@ def random_model(shape, seed=0, tokenizer=None):
         from .models import shipped_dir
 
         tokenizer = Tokenizer.from_file(str(shipped_dir("gpt2", "tokenizer.json") / "tokenizer.json"))
-    return Model(config, params_tree(init_tensors(config, seed), config), tokenizer, Path(f"random:{shape}"), {})
+    params = panel_layout(params_tree(init_tensors(config, seed), config))
+    return Model(config, params, tokenizer, Path(f"random:{shape}"), {})

@@ -7,7 +7,8 @@ to the token embedding `wte`.
 
 Parameters arrive as the checkpoint's own tree (`params["h"][i]["attn"]["c_attn"]["w"]`), with
 GPT-2's Conv1D layout `[in, out]`, so `x @ w + b` needs no transpose. Everything is float32.
-No I/O, no RNG and no global state here: the forward takes ids and a cache and returns logits.
+No I/O and no RNG here: the forward takes ids and a cache and returns logits. The one global
+setting is the number of worker threads of "panels" (`set_threads`), which never changes results.
 
 Ways to multiply a block of M rows by a weight matrix (the "matmul strategies"; bench/verify_cost
 measures each for M = 1..16):
@@ -18,17 +19,20 @@ measures each for M = 1..16):
     makes. Its rows are bit-identical to one-token forwards ("batch invariant"), which makes greedy
     speculative decoding token-identical to greedy decoding by construction;
   * "panels", `linear_panels(x, w, b)`: the same row products, done panel by panel over the
-    columns of `w` (one stacked `np.matmul` of `[1, M, 1, d_in]` by `[P, 1, d_in, width]`), so a
-    1 MiB panel read from memory for the first row is still in L2 for the others. Contiguous
-    panels need the "panel layout" (`panel_layout(params)`: matrices stored column-major, same
-    values and shapes). Also batch invariant, but its bits differ from "rows" (each GEMV runs over
-    a narrower matrix), so a run must use one invariant strategy throughout;
+    columns of `w` (stacked `np.matmul` of `[1, M, 1, d_in]` by `[P, 1, d_in, width]`), so a
+    160 KiB panel read from memory for the first row is still in L2 for the others; a large
+    matrix's panels are shared out to `get_threads()` threads. Contiguous panels need the "panel
+    layout" (`panel_layout(params)`: matrices stored column-major, same values and shapes), which
+    `load_model` and `random_model` apply. Also batch invariant, but its bits differ from "rows"
+    (each GEMV runs over a narrower matrix), so a run must use one invariant strategy throughout;
   * "panels-gemm": one GEMM per panel (stacked). Not batch invariant; measured for comparison.
 `gpt2(..., invariant=True)` (the default) uses an invariant strategy (`default_matmul`: "panels"
 on the panel layout, else "rows") and computes each query row's attention over exactly its key
 prefix; `invariant=False` uses "gemm" and one masked attention over all rows.
 """
 
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -117,15 +121,22 @@ def linear_rows(x, w, b):  # [n, d_in], [d_in, d_out], [d_out] -> [n, d_out]; ro
     return np.matmul(x[:, None, :], w)[:, 0] + b  # [n, 1, d_in] @ [d_in, d_out] -> [n, 1, d_out]
 
 
-PANEL_BYTES = 1 << 20  # the panel size of "panels": fits a core's L2 cache (2 MiB here)
+PANEL_BYTES = 160 << 10  # the panel size of "panels": well inside a core's L2 cache (2 MiB here)
+WHOLE_BYTES = 1 << 20  # a matrix this small is one panel: it stays in L2 between rows anyway
+SPLIT_BYTES = 4 << 20  # "panels" splits the panels of a matrix this large over the worker threads
 
 
 def panel_width(d_in, d_out, panel_bytes=PANEL_BYTES):
-    """Columns per panel: the largest multiple of 16 with d_in * width * 4 <= panel_bytes (at least 16, at most d_out).
+    """Columns per panel of a `[d_in, d_out]` float32 matrix ("panels").
 
-    A function of the matrix shape only, so one-token and M-token forwards use the same panels.
+    d_out (one panel) if the matrix has at most WHOLE_BYTES, else the largest multiple of 8 with
+    `d_in * width * 4 <= panel_bytes` (at least 8). A function of the shape only, so one-token
+    and M-token forwards use the same panels. The sizes come from bench/results/README.md
+    (panel widths 8 to 1024 measured on GPT-2 shapes).
     """
-    return min(d_out, max(16, panel_bytes // (4 * d_in) // 16 * 16))
+    if d_in * d_out * 4 <= WHOLE_BYTES:
+        return d_out
+    return min(d_out, max(8, panel_bytes // (4 * d_in) // 8 * 8))
 
 
 def panels(w, width):  # [d_in, d_out] -> [P, d_in, width], P = d_out // width; a view (no copy)
@@ -135,18 +146,80 @@ def panels(w, width):  # [d_in, d_out] -> [P, d_in, width], P = d_out // width; 
     return w[:, : p * width].reshape(d_in, p, width).transpose(1, 0, 2)
 
 
+def _cpus():
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+_threads = {"n": None, "pool": None}
+
+
+def set_threads(n=None):
+    """Set how many threads "panels" uses for a large matrix (>= SPLIT_BYTES); returns the previous setting.
+
+    n: a positive int, or None for the default: the environment variable NPSPEC_NUM_THREADS if
+    set, else the CPUs this process may run on. The threads run NumPy's GEMV calls (numpy
+    releases the GIL in them), each on its own share of the panels; every panel's product is the
+    same call whatever the thread count, so the results are bit-identical for every `n`
+    (tests/test_model.py). Raises ValueError for n < 1 or a bad NPSPEC_NUM_THREADS.
+    """
+    previous = _threads["n"]
+    if n is None:
+        env = os.environ.get("NPSPEC_NUM_THREADS")
+        if env in (None, ""):
+            n = _cpus()
+        elif not env.strip().isdigit() or int(env) < 1:
+            raise ValueError(f"NPSPEC_NUM_THREADS={env!r} is not a positive integer; set it to a "
+                             "thread count such as 2, or unset it")
+        else:
+            n = int(env)
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise ValueError(f"the thread count must be a positive integer, got {n!r}")
+    if _threads["pool"] is not None and n != _threads["n"]:
+        _threads["pool"].shutdown()
+        _threads["pool"] = None
+    _threads["n"] = int(n)
+    return previous
+
+
+def get_threads():
+    """The thread count "panels" uses for large matrices (see set_threads)."""
+    if _threads["n"] is None:
+        set_threads(None)
+    return _threads["n"]
+
+
+def _pool():
+    if _threads["pool"] is None:
+        _threads["pool"] = ThreadPoolExecutor(get_threads() - 1, thread_name_prefix="npspec")
+    return _threads["pool"]
+
+
 def linear_panels(x, w, b=None):  # [n, d_in], [d_in, d_out], [d_out] -> [n, d_out]; row i == linear_panels(x[i:i+1])
-    """For each column panel of w, every row's GEMV, in one stacked np.matmul ("panels"; batch invariant).
+    """For each column panel of w, every row's GEMV, in stacked np.matmul calls ("panels"; batch invariant).
 
     The loop order is panel-major ([P, n, 1, width]), so a panel read from memory for the first
-    row is served from cache to the others. Columns past the last full panel (d_out not a
-    multiple of the width, e.g. the head's 50257) get one GEMV per row. b=None: no bias.
+    row is served from cache to the others. A matrix of SPLIT_BYTES or more is cut into
+    get_threads() runs of whole panels, one stacked call per thread; the panel products are the
+    same calls either way, so the bits do not depend on the thread count. Columns past the last
+    full panel (d_out not a multiple of the width, e.g. the head's 50257) get one GEMV per row.
+    b=None: no bias.
     """
     n, (d_in, d_out) = x.shape[0], w.shape
     width = panel_width(d_in, d_out)
-    main = d_out // width * width
+    ws = panels(w, width)[:, None]  # [P, 1, d_in, width]
+    p, main = ws.shape[0], ws.shape[0] * width
+    xs = x[None, :, None, :]  # [1, n, 1, d_in]
+    y = np.empty((p, n, 1, width), dtype=np.float32)
+    threads = min(get_threads(), p) if w.nbytes >= SPLIT_BYTES else 1
+    cuts = [p * i // threads for i in range(threads + 1)]
+    jobs = [_pool().submit(np.matmul, xs, ws[a:b], out=y[a:b]) for a, b in zip(cuts[1:-1], cuts[2:])]
+    np.matmul(xs, ws[: cuts[1]], out=y[: cuts[1]])
+    for job in jobs:
+        job.result()
     out = np.empty((n, d_out), dtype=np.float32)
-    y = np.matmul(x[None, :, None, :], panels(w, width)[:, None])  # [P, n, 1, width]
     out[:, :main] = y[:, :, 0].transpose(1, 0, 2).reshape(n, main)
     if main < d_out:
         out[:, main:] = np.matmul(x[:, None, :], w[:, main:])[:, 0]

@@ -154,6 +154,61 @@ def test_panel_layout_on_the_gpt2_shape(gpt2_shape):
     _rows_are_invariant(m, None)  # default: "panels" on contiguous panels, incl. the head's ragged tail
 
 
+def test_panel_threads_do_not_change_a_bit(gpt2_shape):
+    """The worker threads of "panels" share out whole panels: any thread count gives the same bits."""
+    from npspec.checkpoint import Model
+    from npspec.model import SPLIT_BYTES, get_threads, panel_layout, set_threads
+
+    import copy
+    m = Model(gpt2_shape.config, panel_layout(copy.deepcopy(gpt2_shape.params)), None, gpt2_shape.path, {})
+    assert m.params["h"][0]["mlp"]["c_fc"]["w"].nbytes >= SPLIT_BYTES  # so the split really happens
+    ids = np.arange(100, 106)
+    previous = get_threads()
+    try:
+        out = {}
+        for n in (1, 2, 3):
+            set_threads(n)
+            out[n] = m.forward(ids, m.new_cache()), m.forward(ids[:1], m.new_cache())
+    finally:
+        set_threads(previous)
+    for n in (2, 3):
+        assert np.array_equal(out[n][0], out[1][0]) and np.array_equal(out[n][1], out[1][1])
+    assert np.array_equal(out[1][0][:1], out[1][1])
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True, "2"])
+def test_set_threads_refuses_bad_counts(bad):
+    from npspec.model import get_threads, set_threads
+
+    before = get_threads()
+    with pytest.raises(ValueError, match="positive integer"):
+        set_threads(bad)
+    assert get_threads() == before
+
+
+def test_set_threads_reads_the_environment(monkeypatch):
+    from npspec.model import get_threads, set_threads
+
+    previous = get_threads()
+    try:
+        monkeypatch.setenv("NPSPEC_NUM_THREADS", "3")
+        set_threads()
+        assert get_threads() == 3
+        for bad in ("many", "0", "-2"):
+            monkeypatch.setenv("NPSPEC_NUM_THREADS", bad)
+            with pytest.raises(ValueError, match=f"NPSPEC_NUM_THREADS='{bad}' is not a positive integer"):
+                set_threads()
+    finally:
+        set_threads(previous)
+
+
+def test_loaded_models_are_in_panel_layout(shipped):
+    from npspec.model import default_matmul
+
+    for model in shipped:
+        assert default_matmul(model.params, True) == "panels"
+
+
 def test_strategies_agree_and_bad_choices_are_refused(tiny):
     from npspec.model import MATMULS, gpt2
 
@@ -170,11 +225,12 @@ def test_strategies_agree_and_bad_choices_are_refused(tiny):
 
 
 def test_panels_fit_and_are_contiguous_views_in_panel_layout():
-    from npspec.model import panel_width, panels
+    from npspec.model import PANEL_BYTES, WHOLE_BYTES, panel_width, panels
 
-    for d_in, d_out in [(768, 2304), (1280, 5120), (5120, 1280), (1280, 50257), (64, 67)]:
+    for d_in, d_out in [(768, 2304), (1280, 5120), (5120, 1280), (1280, 50257), (64, 67), (256, 1024), (256, 2048)]:
         w = panel_width(d_in, d_out)
-        assert w == d_out or (w % 16 == 0 and d_in * w * 4 <= 1 << 20)
+        whole = d_in * d_out * 4 <= WHOLE_BYTES
+        assert w == d_out if whole else (w % 8 == 0 and d_in * w * 4 <= PANEL_BYTES and w < d_out)
     a = np.asfortranarray(np.arange(12 * 40, dtype=np.float32).reshape(12, 40))
     p = panels(a, 16)  # two full panels of 16 columns; the last 8 columns are left out
     assert p.shape == (2, 12, 16) and np.shares_memory(p, a) and np.array_equal(p[1], a[:, 16:32])
