@@ -254,8 +254,9 @@ def _read_weights(weights):
 def load_model(path):
     """Load a converted model directory (see module docstring) into a `Model`.
 
-    Reads each tensor once, straight into the array the forward uses: peak memory is the
-    weight bytes (tests/test_hub.py measures it). Raises CheckpointError,
+    Reads each tensor once, straight into an array, then stores the block matrices in panel
+    layout (model.panel_layout, one matrix at a time): peak memory is the weight bytes plus one
+    matrix (tests/test_hub.py measures it). Raises CheckpointError,
     one line naming the problem and the fix, for a missing or empty directory, a missing,
     truncated or non-safetensors file, a header whose offsets or sizes do not fit the file,
     wrong metadata, missing, misshaped or non-float32 tensors, and a malformed tokenizer.json.
@@ -295,4 +296,6 @@ def load_model(path):
     if tokenizer.get_vocab_size() > config.n_vocab:
         raise CheckpointError(f"{tok} has {tokenizer.get_vocab_size()} ids but the model's n_vocab is {config.n_vocab}: "
                               "it is not this model's tokenizer; put the model's own tokenizer.json there")
-    return Model(config, panel_layout(params_tree(tensors, config)), tokenizer, path, dict(metadata))
+    params = params_tree(tensors, config)
+    del tensors  # so panel_layout frees each row-major matrix as soon as its copy exists (peak: one matrix)
+    return Model(config, panel_layout(params), tokenizer, path, dict(metadata))

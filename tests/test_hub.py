@@ -303,6 +303,25 @@ def test_loading_holds_one_copy_of_the_weights(tmp_path):
     assert 0.9 * m.n_bytes <= peak <= 1.3 * m.n_bytes, (peak, m.n_bytes)
 
 
+def test_panel_layout_at_load_holds_one_matrix_extra(tmp_path):
+    # most bytes in the blocks (not wte): the relayout to column-major must free each row-major
+    # matrix as soon as its copy exists, so the peak is the weights plus about one matrix
+    from npspec.checkpoint import save_converted
+
+    config = GPT2Config(n_vocab=2048, n_ctx=64, n_embd=256, n_head=4, n_layer=6)  # 21 MB, 90% in the blocks
+    save_converted(tmp_path / "m", init_tensors(config, 0), config, "test", "0" * 64,
+                   (SHIPPED / "target" / "tokenizer.json").read_text())
+    tracemalloc.start()
+    try:
+        m = load_model(tmp_path / "m")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    largest = max(h["mlp"]["c_fc"]["w"].nbytes for h in m.params["h"])
+    assert m.params["h"][0]["mlp"]["c_fc"]["w"].flags.f_contiguous
+    assert m.n_bytes <= peak <= 1.1 * m.n_bytes + largest, (peak, m.n_bytes, largest)
+
+
 RSS = ("import json, sys; from npspec.checkpoint import load_model; from tokenizers import Tokenizer\n"
        "def peak():  # this process image's peak resident set (ru_maxrss would carry over the parent's)\n"
        "    return next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmHWM:'))\n"
