@@ -8,6 +8,8 @@ large ones at a time).
 
 import gc
 
+import numpy as np
+
 from npspec.init import random_model
 from npspec.model import panel_layout
 from npspec.models import load
@@ -16,8 +18,9 @@ from npspec.models import load
 def get(name, seed=0, layout="panel"):
     """The Model called `name` (see the module docstring). Raises ValueError for another name.
 
-    layout: "panel" puts the block matrices in panel layout (npspec.model.panel_layout; the
-    invariant forward then uses "panels"); "C" keeps them as loaded (row-major; "rows").
+    layout: "panel" keeps the block matrices in the panel layout npspec loads them in
+    (npspec.model.panel_layout; the invariant forward then uses "panels"); "C" stores them
+    row-major, as in the file (the invariant forward then uses "rows").
     """
     if name.startswith("shipped:"):
         model = load(None, name.split(":", 1)[1])
@@ -27,6 +30,12 @@ def get(name, seed=0, layout="panel"):
         raise ValueError(f"unknown benchmark model {name!r}: use shipped:target, shipped:draft or random:<shape>")
     if layout == "panel":
         panel_layout(model.params)
+    elif layout == "C":
+        for h in model.params["h"]:
+            for lin in (h["attn"]["c_attn"], h["attn"]["c_proj"], h["mlp"]["c_fc"], h["mlp"]["c_proj"]):
+                lin["w"] = np.ascontiguousarray(lin["w"])
+    else:
+        raise ValueError(f"unknown layout {layout!r}: use 'panel' or 'C'")
     return model
 
 

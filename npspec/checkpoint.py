@@ -9,6 +9,7 @@ A converted model is a directory holding
   * `tokenizer.json`: the model's tokenizer, in Hugging Face `tokenizers` format.
 """
 
+import contextlib
 import json
 import os
 import tempfile
@@ -206,9 +207,30 @@ def read_tensor(fh, data_start, entry, dtype, where):
     return a
 
 
-def _is_panic(e):
-    # the safetensors Rust core reports an internal failure as pyo3's PanicException, a BaseException
-    return type(e).__name__ == "PanicException"
+@contextlib.contextmanager
+def reading(path, fix=""):
+    """Turn whatever safetensors, numpy or the OS raise while reading `path` into one CheckpointError line.
+
+    An unreadable file (safetensors' SafetensorError, a panic of its Rust core, which pyo3 raises
+    as a BaseException, or a malformed value) says "is not a readable safetensors file"; an OS
+    failure (permissions, a vanished file, no memory) says "could not be read". `fix`, when
+    given, is appended after "; ". CheckpointError and other BaseExceptions pass through.
+    """
+    from safetensors import SafetensorError
+
+    tail = f"; {fix}" if fix else ""
+    try:
+        yield
+    except CheckpointError:
+        raise
+    except (OSError, MemoryError) as e:
+        raise CheckpointError(f"{path} could not be read ({type(e).__name__}: {oneline(e)}){tail}") from e
+    except (SafetensorError, ValueError, TypeError, KeyError, OverflowError) as e:
+        raise CheckpointError(f"{path} is not a readable safetensors file ({oneline(e)}){tail}") from e
+    except BaseException as e:
+        if type(e).__name__ == "PanicException":
+            raise CheckpointError(f"{path} is not a readable safetensors file ({oneline(e)}){tail}") from e
+        raise
 
 
 def _read_weights(weights):
@@ -261,7 +283,6 @@ def load_model(path):
     truncated or non-safetensors file, a header whose offsets or sizes do not fit the file,
     wrong metadata, missing, misshaped or non-float32 tensors, and a malformed tokenizer.json.
     """
-    from safetensors import SafetensorError
     from tokenizers import Tokenizer
 
     path = Path(path)
@@ -275,18 +296,8 @@ def load_model(path):
             raise CheckpointError(f"{path} has no {f.name}; is it an npspec-converted model? "
                                   "Convert a Hugging Face checkpoint with: python -m npspec.convert SRC OUT_DIR")
     fix = "reconvert it with python -m npspec.convert"
-    try:
+    with reading(weights, fix):
         metadata, config, tensors, problems = _read_weights(weights)
-    except CheckpointError:
-        raise
-    except SafetensorError as e:
-        raise CheckpointError(f"{weights} is not a readable safetensors file ({oneline(e)}); {fix}") from e
-    except (OSError, ValueError, TypeError, OverflowError, MemoryError) as e:
-        raise CheckpointError(f"{weights} could not be read ({type(e).__name__}: {oneline(e)}); {fix}") from e
-    except BaseException as e:
-        if _is_panic(e):
-            raise CheckpointError(f"{weights} is not a readable safetensors file ({oneline(e)}); {fix}") from e
-        raise
     if problems:
         raise CheckpointError(f"{weights}: " + "; ".join(problems) + f"; {fix}")
     try:

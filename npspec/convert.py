@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .checkpoint import CheckpointError, _is_panic, oneline, read_header, read_tensor, save_converted, tensor_shapes
+from .checkpoint import CheckpointError, oneline, read_header, read_tensor, reading, save_converted, tensor_shapes
 from .model import GPT2Config
 
 IGNORED = re.compile(r"^h\.\d+\.attn\.(bias|masked_bias)$")
@@ -98,10 +98,10 @@ def read_hf_tensors(path):
     Raises CheckpointError for a file safetensors cannot read (truncated, not safetensors, a
     header whose offsets or sizes do not fit) and for tensors of dtypes numpy cannot hold (F8...).
     """
-    from safetensors import SafetensorError, safe_open
+    from safetensors import safe_open
 
     tensors, exotic = {}, []
-    try:
+    with reading(path):
         with safe_open(str(path), framework="numpy") as f:
             dtypes = {name: f.get_slice(name).get_dtype() for name in f.keys()}
         with open(path, "rb") as fh:
@@ -114,14 +114,6 @@ def read_hf_tensors(path):
                     continue
                 a = read_tensor(fh, data_start, header[name], NUMPY_DTYPES[dtype], f"{path} (tensor {name})")
                 tensors[key] = widen_bf16(a) if dtype == "BF16" else a
-    except CheckpointError:
-        raise
-    except (SafetensorError, OSError, TypeError, ValueError, KeyError, OverflowError, MemoryError) as e:
-        raise CheckpointError(f"{path} is not a readable safetensors file ({oneline(e)})") from e
-    except BaseException as e:
-        if _is_panic(e):
-            raise CheckpointError(f"{path} is not a readable safetensors file ({oneline(e)})") from e
-        raise
     if exotic:
         raise CheckpointError(f"{path}: tensors of a dtype npspec cannot read: {', '.join(exotic)}; "
                               "save the checkpoint in float32, float16 or bfloat16")
