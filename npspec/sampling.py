@@ -38,7 +38,7 @@ def warp(logits, temperature=1.0, top_k=0, top_p=1.0):  # [..., n_vocab] float32
     Raises ValueError if a row holds NaN or +inf or is entirely -inf (no NaN reaches a sampler).
     """
     x = np.asarray(logits, dtype=np.float64)
-    top = np.max(x, axis=-1, keepdims=True)  # NaN propagates into the max
+    top = x.max(axis=-1, keepdims=True)  # NaN propagates into the max
     check_row_max(top)
     if temperature == 0:
         probs = np.zeros_like(x)
@@ -64,15 +64,17 @@ def top_p_tail(probs, top_p):  # [..., n_vocab] float64 -> [..., n_vocab] bool
     Sorts the values only (no argsort): the removed set is every token below the largest removed
     value `cut`, plus the lowest ids among the tokens equal to `cut`. The cumulative sums are
     those of the same ascending values, so the result is exactly the stable-argsort rule's.
+    (ndarray methods rather than np.* wrappers here and in `sample`/`greedy`: these run right
+    after a forward, with cold caches, where each Python-level NumPy wrapper costs microseconds.)
     """
     ascending = np.sort(probs, axis=-1)
-    within = np.cumsum(ascending, axis=-1) <= 1 - top_p  # a prefix: the sums never decrease
+    within = ascending.cumsum(axis=-1) <= 1 - top_p  # a prefix: the sums never decrease
     k = np.minimum(within.sum(axis=-1, keepdims=True), probs.shape[-1] - 1)  # [..., 1] tokens removed
     cut = np.take_along_axis(ascending, np.maximum(k - 1, 0), axis=-1)  # k = 0: the minimum, nothing below it
     below = probs < cut
     tied = probs == cut
     n_tied_removed = k - below.sum(axis=-1, keepdims=True)  # 0 when k = 0
-    return below | (tied & (np.cumsum(tied, axis=-1) <= n_tied_removed))
+    return below | (tied & (tied.cumsum(axis=-1) <= n_tied_removed))
 
 
 def check_row_max(top):  # [...] the maximum logit of each row
@@ -101,11 +103,11 @@ def sample(probs, u):  # [n_vocab] float64, float in [0, 1) -> int
     """
     if not 0 <= u < 1:
         raise ValueError(f"u must be a uniform in [0, 1), got {u}")
-    cdf = np.cumsum(probs)
+    cdf = probs.cumsum()
     total = cdf[-1]
     if not (np.isfinite(total) and total > 0):
         raise ValueError("cannot sample: the probabilities have no positive finite mass")
-    return int(np.searchsorted(cdf, u * total, side="right"))
+    return int(cdf.searchsorted(u * total, side="right"))
 
 
 def residual(p, q):  # [n_vocab], [n_vocab] float64 -> [n_vocab] float64
