@@ -250,18 +250,16 @@ def speculative_generate(target, draft, prompt_ids, max_new_tokens, gamma=4, tem
         base = len(seq)
 
         t1 = time.perf_counter()
-        d = []
+        d, q = [], np.zeros((0, target.config.n_vocab))
         if g:
             dcache.rollback(min(dcache.length, base - 1))
-            if temperature == 0:
+            if temperature == 0:  # the greedy fast path (see the module docstring)
                 d = propose_greedy(draft, dcache, seq, g)
             else:
                 d, q = propose(draft, dcache, seq, g, u[:g], warp_args)
             stats.draft_forwards += g
-        elif temperature:
-            q = np.zeros((0, target.config.n_vocab))
         t2 = time.perf_counter()
-        if temperature == 0:  # the greedy fast path (see the module docstring)
+        if temperature == 0:
             n, token = accept_greedy(d, verify_greedy(target, tcache, seq, g))
         else:
             p = verify(target, tcache, seq, g, warp_args)
