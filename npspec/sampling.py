@@ -6,6 +6,9 @@ sampler covers greedy and sampled decoding exactly. Probabilities are float64: t
 ratio `p/q` and the residual `max(0, p - q)` get the headroom, and float32 rounding of the
 logits does not decide a comparison twice.
 
+`greedy` gives that argmax id directly, without the one-hot row (the speculative loop's
+fast path at temperature 0).
+
 Sampling is by inverse CDF from ONE uniform `u` in [0, 1) per draw, so every draw consumes a
 known amount of randomness (`rng.choice` would also reject float32 probabilities that do not
 sum to exactly 1).
@@ -35,10 +38,8 @@ def warp(logits, temperature=1.0, top_k=0, top_p=1.0):  # [..., n_vocab] float32
     Raises ValueError if a row holds NaN or +inf or is entirely -inf (no NaN reaches a sampler).
     """
     x = np.asarray(logits, dtype=np.float64)
-    top = np.max(x, axis=-1, keepdims=True)  # NaN propagates into the max
-    if not np.all(np.isfinite(top)):
-        raise ValueError("logits hold NaN or +inf, or a row is entirely -inf: nothing to sample from; "
-                         "check the model's output")
+    top = x.max(axis=-1, keepdims=True)  # NaN propagates into the max
+    check_row_max(top)
     if temperature == 0:
         probs = np.zeros_like(x)
         np.put_along_axis(probs, np.argmax(x, axis=-1)[..., None], 1.0, axis=-1)
@@ -50,15 +51,48 @@ def warp(logits, temperature=1.0, top_k=0, top_p=1.0):  # [..., n_vocab] float32
     probs = np.exp(x)  # the largest logit is 0 here, so every row keeps mass >= 1 before normalising
     probs /= probs.sum(axis=-1, keepdims=True)
     if top_p < 1.0:
-        order = np.argsort(probs, axis=-1, kind="stable")  # ascending
-        sorted_probs = np.take_along_axis(probs, order, axis=-1)
-        remove_sorted = np.cumsum(sorted_probs, axis=-1) <= 1 - top_p
-        remove_sorted[..., -1] = False  # the most likely token always stays
-        remove = np.zeros_like(remove_sorted)
-        np.put_along_axis(remove, order, remove_sorted, axis=-1)
-        probs = np.where(remove, 0.0, probs)
+        probs = np.where(top_p_tail(probs, top_p), 0.0, probs)
         probs /= probs.sum(axis=-1, keepdims=True)
     return probs
+
+
+def top_p_tail(probs, top_p):  # [..., n_vocab] float64 -> [..., n_vocab] bool
+    """The tokens top-p removes: in ascending order of probability (ties: lower id first, as a
+    stable sort puts them), the longest run whose cumulative sum stays <= 1 - top_p, never the
+    last (most likely) token.
+
+    Sorts the values only (no argsort): the removed set is every token below the largest removed
+    value `cut`, plus the lowest ids among the tokens equal to `cut`. The cumulative sums are
+    those of the same ascending values, so the result is exactly the stable-argsort rule's.
+    (ndarray methods rather than np.* wrappers here and in `sample`/`greedy`: these run right
+    after a forward, with cold caches, where each Python-level NumPy wrapper costs microseconds.)
+    """
+    ascending = np.sort(probs, axis=-1)
+    within = ascending.cumsum(axis=-1) <= 1 - top_p  # a prefix: the sums never decrease
+    k = np.minimum(within.sum(axis=-1, keepdims=True), probs.shape[-1] - 1)  # [..., 1] tokens removed
+    cut = np.take_along_axis(ascending, np.maximum(k - 1, 0), axis=-1)  # k = 0: the minimum, nothing below it
+    below = probs < cut
+    tied = probs == cut
+    n_tied_removed = k - below.sum(axis=-1, keepdims=True)  # 0 when k = 0
+    return below | (tied & (tied.cumsum(axis=-1) <= n_tied_removed))
+
+
+def check_row_max(top):  # [...] the maximum logit of each row
+    """Raise ValueError unless every row's maximum is finite (no NaN or +inf, not entirely -inf)."""
+    if not np.isfinite(top).all():
+        raise ValueError("logits hold NaN or +inf, or a row is entirely -inf: nothing to sample from; "
+                         "check the model's output")
+
+
+def greedy(logits):  # [..., n_vocab] float32 -> [...] int64
+    """The id `warp(logits, temperature=0)` puts all its mass on: the argmax, lowest id on ties.
+
+    Equals `sample(warp(logits, temperature=0), u)` for every u in [0, 1) (float32 -> float64 is
+    exact, so the argmax is the same), without building the float64 one-hot row. The greedy
+    fast path of npspec.speculative uses it. Raises ValueError as warp does.
+    """
+    check_row_max(logits.max(axis=-1))  # NaN propagates into the max
+    return logits.argmax(axis=-1)  # ndarray methods: right after a forward, each Python-level NumPy call costs ~5 us
 
 
 def sample(probs, u):  # [n_vocab] float64, float in [0, 1) -> int
@@ -69,11 +103,11 @@ def sample(probs, u):  # [n_vocab] float64, float in [0, 1) -> int
     """
     if not 0 <= u < 1:
         raise ValueError(f"u must be a uniform in [0, 1), got {u}")
-    cdf = np.cumsum(probs)
+    cdf = probs.cumsum()
     total = cdf[-1]
     if not (np.isfinite(total) and total > 0):
         raise ValueError("cannot sample: the probabilities have no positive finite mass")
-    return int(np.searchsorted(cdf, u * total, side="right"))
+    return int(cdf.searchsorted(u * total, side="right"))
 
 
 def residual(p, q):  # [n_vocab], [n_vocab] float64 -> [n_vocab] float64

@@ -16,6 +16,12 @@ One round, with `seq` the ids so far (prompt + emitted) and both caches holding 
 `gamma = 0` is plain autoregressive decoding: each round is one target forward and a sample
 from p_1 (the same code path, so both share prefill, warping and statistics).
 
+Temperature 0 (greedy) takes a fast path with the same result: with one-hot p and q, sampling
+q_i gives argmax q_i, `u < p(d) / q(d)` holds exactly when d = argmax p (p(d) is 1 or 0, u < 1),
+and the residual of two different one-hots is p's one-hot. So a greedy round takes the argmax
+of the float32 logits (`propose_greedy`, `verify_greedy`) and keeps drafts while they equal the
+target's argmax (`accept_greedy`), without building the float64 one-hot rows.
+
 Randomness: one `np.random.Generator`, seeded once per run. Each round draws exactly
 `2 * gamma_r + 1` uniforms at its start, in this order: gamma_r for the draft's samples,
 gamma_r for the acceptance tests, 1 for the residual or bonus sample (gamma_r = this round's
@@ -28,7 +34,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from .model import ContextOverflowError
-from .sampling import check_warp_args, residual, sample, warp
+from .sampling import check_warp_args, greedy, residual, sample, warp
 
 
 @dataclass
@@ -148,6 +154,31 @@ def accept(d, p, q, u_accept, u_final):
     return n, sample(last, u_final)
 
 
+def propose_greedy(draft, cache, seq, gamma):
+    """Step 1 at temperature 0: d_i = argmax of the draft's logits. Returns d `[gamma]` ids; `seq` is extended."""
+    for _ in range(gamma):
+        seq.append(int(greedy(feed(draft, cache, seq))))
+    return seq[len(seq) - gamma:]
+
+
+def verify_greedy(target, cache, seq, gamma):
+    """Step 2 at temperature 0: ONE target forward over [last id, d_1..d_gamma]. Returns its argmax ids `[gamma + 1]`."""
+    return greedy(target.forward(np.asarray(seq[cache.length:]), cache)[-(gamma + 1):])
+
+
+def accept_greedy(d, best):
+    """Step 3 at temperature 0: keep d_i while it equals the target's argmax best[i-1].
+
+    d `[gamma]` ids, best `[gamma + 1]` the target's argmax ids. Returns (n accepted, best[n]): the
+    correction at the first mismatch, or the bonus token if every draft is kept. Equals
+    `accept` on the one-hot rows `warp(logits, temperature=0)` for any uniforms.
+    """
+    gamma = len(d)
+    kept = np.asarray(d, dtype=np.int64) == best[:gamma]
+    n = int(np.argmin(kept)) if not kept.all() else gamma
+    return n, int(best[n])
+
+
 def speculative_generate(target, draft, prompt_ids, max_new_tokens, gamma=4, temperature=1.0, top_k=0,
                          top_p=1.0, rng=None, on_emit=None, trace=False):
     """Generate with speculative decoding (Leviathan et al. 2023, Algorithm 1); gamma=0 or draft=None is autoregressive.
@@ -219,16 +250,21 @@ def speculative_generate(target, draft, prompt_ids, max_new_tokens, gamma=4, tem
         base = len(seq)
 
         t1 = time.perf_counter()
+        d, q = [], np.zeros((0, target.config.n_vocab))
         if g:
             dcache.rollback(min(dcache.length, base - 1))
-            d, q = propose(draft, dcache, seq, g, u[:g], warp_args)
+            if temperature == 0:  # the greedy fast path (see the module docstring)
+                d = propose_greedy(draft, dcache, seq, g)
+            else:
+                d, q = propose(draft, dcache, seq, g, u[:g], warp_args)
             stats.draft_forwards += g
-        else:
-            d, q = [], np.zeros((0, target.config.n_vocab))
         t2 = time.perf_counter()
-        p = verify(target, tcache, seq, g, warp_args)
+        if temperature == 0:
+            n, token = accept_greedy(d, verify_greedy(target, tcache, seq, g))
+        else:
+            p = verify(target, tcache, seq, g, warp_args)
+            n, token = accept(np.array(d, dtype=np.int64), p, q, u[g:2 * g], u[2 * g])
         stats.target_forwards += 1
-        n, token = accept(np.array(d, dtype=np.int64), p, q, u[g:2 * g], u[2 * g])
         t3 = time.perf_counter()
         stats.seconds_draft += t2 - t1
         stats.seconds_verify += t3 - t2

@@ -104,8 +104,8 @@ class RecordingRng:
 
 
 @pytest.mark.parametrize("warp_args", [dict(temperature=1.0), dict(temperature=0.7, top_k=5),
-                                       dict(temperature=1.2, top_p=0.6), dict(temperature=0.0)],
-                         ids=["T1", "T0.7_k5", "T1.2_p0.6", "greedy"])
+                                       dict(temperature=1.2, top_p=0.6)],
+                         ids=["T1", "T0.7_k5", "T1.2_p0.6"])  # greedy: test_speculative_greedy.py
 def test_q_is_what_the_draft_sampled_from_and_p_is_warped_alike(monkeypatch, warp_args):
     target, draft = tiny_model(seed=41, n_layer=2), tiny_model(seed=42, n_layer=1)
     p_row, q_row = kit.model_table(target, **warp_args), kit.model_table(draft, **warp_args)
