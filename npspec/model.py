@@ -203,8 +203,9 @@ def linear_panels(x, w, b=None):  # [n, d_in], [d_in, d_out], [d_out] -> [n, d_o
     The loop order is panel-major ([P, n, 1, width]), so a panel read from memory for the first
     row is served from cache to the others. A matrix of SPLIT_BYTES or more is cut into
     get_threads() runs of whole panels, one stacked call per thread; the panel products are the
-    same calls either way, so the bits do not depend on the thread count. Columns past the last
-    full panel (d_out not a multiple of the width, e.g. the head's 50257) get one GEMV per row.
+    same calls either way, so the bits do not depend on the thread count. If d_out is not a
+    multiple of the width (the head's 50257), one more panel covers the last `width` columns,
+    overlapping the previous one, so every column comes from a GEMV of the same width.
     b=None: no bias.
     """
     n, (d_in, d_out) = x.shape[0], w.shape
@@ -221,8 +222,8 @@ def linear_panels(x, w, b=None):  # [n, d_in], [d_in, d_out], [d_out] -> [n, d_o
         job.result()
     out = np.empty((n, d_out), dtype=np.float32)
     out[:, :main] = y[:, :, 0].transpose(1, 0, 2).reshape(n, main)
-    if main < d_out:
-        out[:, main:] = np.matmul(x[:, None, :], w[:, main:])[:, 0]
+    if main < d_out:  # the last panel, [d_out - width, d_out)
+        out[:, main:] = np.matmul(x[:, None, :], w[:, d_out - width :])[:, 0, main - d_out :]
     return out if b is None else out + b
 
 
