@@ -29,8 +29,10 @@ QUICK_MODELS = ["shipped:target", "random:distilgpt2"]
 def time_forward(model, m, matmul, repeats, context):
     """Median seconds of one forward over m new tokens after `context` cached ones (then rolled back).
 
-    matmul: a strategy of npspec.model.MATMULS, or None for the model's invariant default (what decoding uses).
+    matmul: a strategy of npspec.model.MATMULS, or None for what the model decodes with (`model.matmul`,
+    else the layout's invariant default).
     """
+    matmul = matmul or getattr(model, "matmul", None)
     cache = model.new_cache()
     rng = np.random.default_rng(m)
     model.forward(rng.integers(0, model.config.n_vocab, context), cache, invariant=False)

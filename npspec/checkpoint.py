@@ -150,14 +150,18 @@ class Model:
     tokenizer: object  # tokenizers.Tokenizer
     path: Path
     metadata: dict
+    matmul: str | None = None  # the invariant strategy of forward (model.INVARIANT_MATMULS); None: model.default_matmul
 
     def new_cache(self):
         """An empty KVCache sized for this model."""
         return KVCache(self.config)
 
     def forward(self, ids, cache, invariant=True):
-        """Logits `[n_new, n_vocab]` float32 for `ids` fed after `cache.length` (see model.gpt2)."""
-        return gpt2(ids, self.params, self.config, cache, invariant)
+        """Logits `[n_new, n_vocab]` float32 for `ids` fed after `cache.length` (see model.gpt2).
+
+        invariant=True uses the strategy `self.matmul` (None: the default for the layout).
+        """
+        return gpt2(ids, self.params, self.config, cache, invariant, self.matmul if invariant else None)
 
     @property
     def n_params(self):

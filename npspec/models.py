@@ -96,10 +96,24 @@ def _shapes():
 def load(spec=None, role="target", cache_dir=None):
     """Load a model from a SPEC (see the module docstring); None loads the shipped `role`.
 
-    role: "target" or "draft", the shipped model used when spec is None.
+    role: "target" or "draft": the shipped model used when spec is None, and the matmul strategy.
+    A draft decodes with "rows" (one BLAS GEMV per row over each whole matrix, which BLAS
+    threads itself: the fastest one-token product; see bench/results/README.md), a target with
+    the layout's default ("panels": the cheapest verify of gamma + 1 rows). Which product the
+    draft uses never changes the output: every q gives exactly the target's law, and greedy
+    output is the target's argmax sequence (notes/derivation.md).
     cache_dir: npspec's conversion cache (default: $NPSPEC_CACHE, else ~/.cache/npspec).
-    Returns a checkpoint.Model. Raises CheckpointError with the fix.
+    Returns a checkpoint.Model. Raises CheckpointError with the fix, ValueError for another role.
     """
+    if role not in ("target", "draft"):
+        raise ValueError(f"role must be 'target' or 'draft', got {role!r}")
+    model = _load(spec, role, cache_dir)
+    if role == "draft":
+        model.matmul = "rows"
+    return model
+
+
+def _load(spec, role, cache_dir):
     if spec is None:
         return load_model(shipped_dir(f"{SHIPPED_PAIR}/{role}"))
     path = resolve(spec, cache_dir)

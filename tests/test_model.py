@@ -207,6 +207,27 @@ def test_loaded_models_are_in_panel_layout(shipped):
 
     for model in shipped:
         assert default_matmul(model.params, True) == "panels"
+    assert shipped[0].matmul is None and shipped[1].matmul == "rows"  # a draft takes the fast one-row product
+
+
+def test_the_drafts_product_does_not_change_greedy_output(shipped):
+    import dataclasses
+
+    from npspec.speculative import speculative_generate
+
+    target, draft = shipped
+    prompt = target.tokenizer.encode("ROMEO:").ids
+    ar = speculative_generate(target, None, prompt, 24, gamma=0, temperature=0).ids
+    for matmul in ("rows", "panels"):
+        d = dataclasses.replace(draft, matmul=matmul)
+        assert speculative_generate(target, d, prompt, 24, gamma=3, temperature=0).ids == ar
+
+
+def test_load_refuses_an_unknown_role():
+    from npspec.models import load
+
+    with pytest.raises(ValueError, match="role must be 'target' or 'draft'"):
+        load(None, "drafter")
 
 
 def test_strategies_agree_and_bad_choices_are_refused(tiny):
