@@ -48,8 +48,8 @@ def section(results=common.RESULTS):
         rows, meta = common.read_table(results / "verify_cost_summary.csv")
         for n in sorted({int(r["threads"]) for r in rows}):
             lines += ["", f"Verify cost v(5) = t(5 tokens) / t(1 token) of one cached forward, {n} BLAS "
-                      f"thread{'s' * (n > 1)}: `rows` on the matrices as loaded (row-major), `panels` on the panel "
-                      "layout (both batch invariant), `gemm` (not invariant) for comparison:", "",
+                      f"thread{'s' * (n > 1)}: `panels` on the panel layout (what a target decodes with), `rows` on "
+                      "row-major matrices (both batch invariant), `gemm` (not invariant) for comparison:", "",
                       "| model | t(1) rows, ms | t(1) panels, ms | v(5) rows | v(5) panels | v(5) gemm | v(5) roofline |",
                       "|---|---|---|---|---|---|---|"]
             for name in dict.fromkeys(r["model"] for r in rows):
@@ -86,8 +86,9 @@ def section(results=common.RESULTS):
         loads = sorted(float(m.get("load_average_1min_at_start", "nan")) for m in metas)
         lines += ["", f"Hardware: {meta.get('machine')}; {meta.get('blas')} {meta.get('blas_version')} "
                   f"({meta.get('blas_arch')}), numpy {meta.get('numpy')}, Python {meta.get('python')}. "
-                  f"Measured {dates[0]} to {dates[-1]}, with other jobs sharing the machine (1-minute load average "
-                  f"{loads[0]:.1f} to {loads[-1]:.1f} at the starts), so the timings are noisy."]
+                  f"Measured {dates[0]} to {dates[-1]} (1-minute load average {loads[0]:.1f} to {loads[-1]:.1f} at the "
+                  "starts, the previous command's own load included) on a shared virtual machine, so single timings "
+                  "are noisy; `bench/results/README.md` reads them."]
     else:
         lines += ["", "No results are committed yet: run the commands above."]
     return "\n".join(lines)

@@ -8,4 +8,5 @@ python -m bench.speedup
 python -m bench.sweep
 python -m bench.memory
 python -m bench.profile
+python -m bench.threads
 python -m bench.report

@@ -127,7 +127,8 @@ QUICK = [("bench.verify_cost", ["verify_cost.csv", "verify_cost_summary.md"]),
          ("bench.speedup", ["speedup.csv", "speedup.md", "speedup_ar.csv"]),
          ("bench.sweep", ["sweep_gamma.csv", "sweep_position.csv", "sweep_temperature.md"]),
          ("bench.memory", ["memory.csv", "memory.md"]),
-         ("bench.profile", ["profile.md"])]
+         ("bench.profile", ["profile.md"]),
+         ("bench.threads", ["threads.csv", "threads.md"])]
 
 
 @pytest.mark.slow
