@@ -18,7 +18,7 @@ import numpy as np
 
 from .checkpoint import CheckpointError
 from .models import load, same_tokenizer
-from .model import ContextOverflowError
+from .model import ContextOverflowError, get_threads
 from .sampling import check_warp_args
 from .speculative import speculative_generate
 from .text import TextStreamer, encode_prompt
@@ -93,6 +93,7 @@ def run(args, out=sys.stdout, err=sys.stderr):
     if args.seed < 0:
         raise ValueError(f"--seed must be >= 0, got {args.seed}")
     check_warp_args(args.temperature, args.top_k, args.top_p)
+    get_threads()  # a bad NPSPEC_NUM_THREADS is reported now, not in the middle of the output
     prompt = read_prompt(args.prompt)
     target = load(args.target, "target")
     draft = None

@@ -89,3 +89,13 @@ def test_piping_into_a_closed_reader_stops_quietly():
     p.stdout.close()  # the reader leaves before the first write, like `| head -c 0`
     err = p.stderr.read().decode()
     assert p.wait(timeout=300) == 141 and "Traceback" not in err and err == ""
+
+
+def test_a_bad_thread_count_is_refused_before_any_output():
+    import os
+
+    env = {**os.environ, "NPSPEC_NUM_THREADS": "zero"}
+    r = subprocess.run([sys.executable, "-m", "npspec.generate", "--max-new-tokens", "4"], capture_output=True,
+                       text=True, cwd=ROOT, timeout=300, env=env)
+    assert r.returncode != 0 and r.stdout == ""
+    assert "NPSPEC_NUM_THREADS='zero' is not a positive integer" in r.stderr
