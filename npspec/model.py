@@ -24,7 +24,8 @@ measures each for M = 1..16):
     matrix's panels are shared out to `get_threads()` threads. Contiguous panels need the "panel
     layout" (`panel_layout(params)`: matrices stored column-major, same values and shapes), which
     `load_model` and `random_model` apply. Also batch invariant, but its bits differ from "rows"
-    (each GEMV runs over a narrower matrix), so a run must use one invariant strategy throughout;
+    (each GEMV runs over a narrower matrix), so a model must keep one invariant strategy
+    throughout (`Model.matmul`: a target decodes with "panels", a draft with "rows");
   * "panels-gemm": one GEMM per panel (stacked). Not batch invariant; measured for comparison.
 `gpt2(..., invariant=True)` (the default) uses an invariant strategy (`default_matmul`: "panels"
 on the panel layout, else "rows") and computes each query row's attention over exactly its key
