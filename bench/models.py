@@ -11,7 +11,7 @@ import gc
 import numpy as np
 
 from npspec.init import random_model
-from npspec.model import panel_layout
+from npspec.model import block_linears, panel_layout
 from npspec.models import load
 
 
@@ -31,9 +31,8 @@ def get(name, seed=0, layout="panel"):
     if layout == "panel":
         panel_layout(model.params)
     elif layout == "C":
-        for h in model.params["h"]:
-            for lin in (h["attn"]["c_attn"], h["attn"]["c_proj"], h["mlp"]["c_fc"], h["mlp"]["c_proj"]):
-                lin["w"] = np.ascontiguousarray(lin["w"])
+        for lin in block_linears(model.params):
+            lin["w"] = np.ascontiguousarray(lin["w"])
     else:
         raise ValueError(f"unknown layout {layout!r}: use 'panel' or 'C'")
     return model
@@ -44,12 +43,7 @@ def matrix_bytes(model):
 
     Excludes `wpe` (one row read per token), biases and layer-norm vectors (under 0.1%).
     """
-    p = model.params
-    total = p["wte"].nbytes
-    for h in p["h"]:
-        total += sum(h[a][b]["w"].nbytes for a, b in
-                     (("attn", "c_attn"), ("attn", "c_proj"), ("mlp", "c_fc"), ("mlp", "c_proj")))
-    return total
+    return model.params["wte"].nbytes + sum(lin["w"].nbytes for lin in block_linears(model.params))
 
 
 def matmul_flops(model, m, n_past):

@@ -246,10 +246,15 @@ def panel_layout(params):
     `wte.T` is already column-major. Returns `params`. With this layout the default invariant
     strategy is "panels" (see default_matmul).
     """
-    for h in params["h"]:
-        for lin in (h["attn"]["c_attn"], h["attn"]["c_proj"], h["mlp"]["c_fc"], h["mlp"]["c_proj"]):
-            lin["w"] = np.asfortranarray(lin["w"])
+    for lin in block_linears(params):
+        lin["w"] = np.asfortranarray(lin["w"])
     return params
+
+
+def block_linears(params):
+    """Every block's linear layers, `{"w", "b"}` dicts of the tree, in order: attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj."""
+    for h in params["h"]:
+        yield from (h["attn"]["c_attn"], h["attn"]["c_proj"], h["mlp"]["c_fc"], h["mlp"]["c_proj"])
 
 
 def default_matmul(params, invariant):
