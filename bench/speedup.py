@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from npspec.evaluate import fixed_prompts, split_corpus
-from npspec.models import shipped_dir
+from npspec.models import as_draft, shipped_dir
 from npspec.speculative import Stats, speculative_generate
 
 from . import common, models
@@ -143,7 +143,7 @@ def controlled_rows(pair, new_tokens, a_values, gammas, repeats, threads, bandwi
     The models are warm from the AR run, so the speculative runs have no extra warm-up.
     """
     target, draft = models.get(f"random:{pair[0]}", seed=0), models.get(f"random:{pair[1]}", seed=1)
-    draft.matmul = "rows"  # as npspec.models.load(spec, "draft") sets it
+    as_draft(draft)  # decode as npspec.models.load(spec, "draft") does
     prompt = target.tokenizer.encode(PROMPT).ids[:16]
     ar_speed, ar = median_run(lambda: speculative_generate(target, None, prompt, new_tokens, gamma=0,
                                                            temperature=0), repeats)

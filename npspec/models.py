@@ -108,8 +108,12 @@ def load(spec=None, role="target", cache_dir=None):
     if role not in ("target", "draft"):
         raise ValueError(f"role must be 'target' or 'draft', got {role!r}")
     model = _load(spec, role, cache_dir)
-    if role == "draft":
-        model.matmul = "rows"
+    return as_draft(model) if role == "draft" else model
+
+
+def as_draft(model):
+    """Make `model` decode as a draft: matmul "rows" (see `load`). Returns the model."""
+    model.matmul = "rows"
     return model
 
 
