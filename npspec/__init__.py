@@ -5,19 +5,23 @@
     out = npspec.generate_text(target, "ROMEO:", draft=draft, gamma=4, temperature=0, max_new_tokens=64)
     print(out.text, out.stats.alpha)
 
-Modules: model (the forward and KV cache), checkpoint (converted files), convert (from Hugging
-Face), sampling (warping, inverse-CDF sampling, residual), speculative (the loop), evaluate
-(perplexity, acceptance), text (prompts, streaming), testing (the conformance kit for any
-speculative sampler), models and hub (SPECs, the conversion cache), generate (the CLI).
+Modules, from the math up (each imports only modules listed before it): gpt2 (the forward's
+math and the KV cache), kernels (the products and the batch-invariance contract), model (Model:
+weights + the kernel its forwards use), files (the converted-model file format), init (GPT-2's
+random initialisation), convert (Hugging Face checkpoint -> npspec files), sources (load(spec,
+role): SPECs, the registry of names, the conversion cache, the shipped pair), sampling (warping,
+inverse-CDF sampling, residual), text (prompts, streaming), speculative (the round and the loop),
+evaluate (perplexity, acceptance), testing (the conformance kit), generate (the CLI).
 """
 
 from dataclasses import dataclass
 
 import numpy as np
 
-from .checkpoint import CheckpointError, Model, load_model
-from .model import ContextOverflowError, GPT2Config, KVCache
-from .models import load
+from .files import CheckpointError, load_model
+from .gpt2 import ContextOverflowError, GPT2Config, KVCache
+from .model import Model
+from .sources import load, random_model
 from .speculative import Generation, Stats, speculative_generate
 from .text import encode_prompt
 
@@ -46,4 +50,4 @@ def generate_text(target, prompt, draft=None, gamma=4, max_new_tokens=64, temper
 
 
 __all__ = ["CheckpointError", "ContextOverflowError", "GPT2Config", "Generation", "KVCache", "Model", "Stats",
-           "TextGeneration", "generate_text", "load", "load_model", "speculative_generate"]
+           "TextGeneration", "generate_text", "load", "load_model", "random_model", "speculative_generate"]

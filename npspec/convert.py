@@ -8,7 +8,9 @@ SRC is a directory as transformers' `save_pretrained` writes it (or as the hub h
 (bfloat16 is read from its raw bytes: numpy has no bfloat16); `attn.bias` and
 `attn.masked_bias` buffers are ignored; an explicit `lm_head.weight` must equal `wte` (the
 head is tied). Every problem is reported at once. Pickle files (`pytorch_model.bin`) are
-never loaded. Writes are atomic (see checkpoint.save_converted).
+never loaded. Writes are atomic (see files.save_converted). Every check of a Hugging Face
+checkpoint lives here (`read_source` for the config and tokenizer, `convert_tensors` for the
+tensors). Imports npspec.gpt2 and npspec.files, safetensors and tokenizers.
 """
 
 import argparse
@@ -23,9 +25,12 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+from safetensors import safe_open
+from safetensors.numpy import save_file
+from tokenizers import Tokenizer
 
-from .checkpoint import CheckpointError, oneline, read_header, read_tensor, reading, save_converted, tensor_shapes
-from .model import GPT2Config
+from .files import CheckpointError, oneline, read_header, read_tensor, reading, save_converted, tensor_shapes
+from .gpt2 import GPT2Config
 
 IGNORED = re.compile(r"^h\.\d+\.attn\.(bias|masked_bias)$")
 
@@ -98,8 +103,6 @@ def read_hf_tensors(path):
     Raises CheckpointError for a file safetensors cannot read (truncated, not safetensors, a
     header whose offsets or sizes do not fit) and for tensors of dtypes numpy cannot hold (F8...).
     """
-    from safetensors import safe_open
-
     tensors, exotic = {}, []
     with reading(path):
         with safe_open(str(path), framework="numpy") as f:
@@ -156,20 +159,19 @@ def convert_tensors(raw, config):
     return out
 
 
-def check_tokenizer(tokenizer_json, config, where):
-    """Parse tokenizer text with `tokenizers`; warn if it has more tokens than the model's n_vocab.
+def check_tokenizer(tokenizer_json, config, where, fix):
+    """Parse tokenizer text with `tokenizers`; returns the Tokenizer.
 
-    Raises CheckpointError if the text is not a tokenizers file.
+    Raises CheckpointError, ending with `fix`, if the text is not a tokenizers file or has more
+    ids than the model's n_vocab (the model could not score them: it is another model's tokenizer).
     """
-    from tokenizers import Tokenizer
-
     try:
         tokenizer = Tokenizer.from_str(tokenizer_json)
     except Exception as e:  # tokenizers raises a bare Exception for malformed JSON
-        raise CheckpointError(f"{where} is not a valid tokenizers file ({oneline(e)})") from e
+        raise CheckpointError(f"{where} is not a valid tokenizers file ({oneline(e)}); {fix}") from e
     if tokenizer.get_vocab_size() > config.n_vocab:
-        warnings.warn(f"{where} has {tokenizer.get_vocab_size()} tokens but the model's vocabulary holds "
-                      f"{config.n_vocab}: prompts using the extra tokens will fail", stacklevel=3)
+        raise CheckpointError(f"{where} has {tokenizer.get_vocab_size()} ids but the model's n_vocab is "
+                              f"{config.n_vocab}: it is not this model's tokenizer; {fix}")
     return tokenizer
 
 
@@ -187,6 +189,40 @@ def no_weights_error(src):
     return CheckpointError(f"{src} has no model.safetensors{hint}")
 
 
+def read_source(src, tokenizer_json=None):
+    """Check a Hugging Face checkpoint directory before its tensors are read: (config, tokenizer text).
+
+    src must hold `config.json` (a GPT-2 config, see config_from_hf) and `model.safetensors`.
+    The tokenizer is `src/tokenizer.json`, else the text `tokenizer_json`; it must parse and
+    fit the vocabulary. Raises CheckpointError naming the problem and the fix.
+    """
+    src = Path(src)
+    if not src.is_dir():
+        raise CheckpointError(f"source {src} is not a directory; give a Hugging Face checkpoint directory")
+    cfg_path = src / "config.json"
+    if not cfg_path.is_file():
+        raise CheckpointError(f"{src} has no config.json; is it a Hugging Face GPT-2 checkpoint?")
+    try:
+        cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"{cfg_path} is not valid JSON ({oneline(e)})") from e
+    except OSError as e:
+        raise CheckpointError(f"cannot read {cfg_path} ({oneline(e)})") from e
+    config = config_from_hf(cfg, cfg_path)
+    if not (src / "model.safetensors").is_file():
+        raise no_weights_error(src)
+    tok_path = src / "tokenizer.json"
+    fix = f"put the model's own tokenizer.json in {src}"
+    if tok_path.is_file():
+        tokenizer_json, where = tok_path.read_text(encoding="utf-8"), tok_path
+    elif tokenizer_json is None:
+        raise CheckpointError(f"{src} has no tokenizer.json; add the model's tokenizer.json to it")
+    else:
+        where = f"GPT-2's tokenizer (used because {src} has no tokenizer.json)"
+    check_tokenizer(tokenizer_json, config, where, fix)
+    return config, tokenizer_json
+
+
 def convert(src, out_dir, source=None, tokenizer_json=None, source_sha256=None):
     """Convert the Hugging Face checkpoint directory `src` into `out_dir`; return `out_dir` as a Path.
 
@@ -198,26 +234,8 @@ def convert(src, out_dir, source=None, tokenizer_json=None, source_sha256=None):
     the problem and the fix; `out_dir` is then left as it was.
     """
     src, out_dir = Path(src), Path(out_dir)
-    if not src.is_dir():
-        raise CheckpointError(f"source {src} is not a directory; give a Hugging Face checkpoint directory")
-    cfg_path, weights = src / "config.json", src / "model.safetensors"
-    if not cfg_path.is_file():
-        raise CheckpointError(f"{src} has no config.json; is it a Hugging Face GPT-2 checkpoint?")
-    if not weights.is_file():
-        raise no_weights_error(src)
-    try:
-        cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise CheckpointError(f"{cfg_path} is not valid JSON ({oneline(e)})") from e
-    config = config_from_hf(cfg, cfg_path)
-    tok_path = src / "tokenizer.json"
-    if tok_path.is_file():
-        tokenizer_json, tok_where = tok_path.read_text(encoding="utf-8"), tok_path
-    elif tokenizer_json is None:
-        raise CheckpointError(f"{src} has no tokenizer.json; add the model's tokenizer.json to it")
-    else:
-        tok_where = "the tokenizer given for " + str(src)
-    check_tokenizer(tokenizer_json, config, tok_where)
+    config, tokenizer_json = read_source(src, tokenizer_json)
+    weights = src / "model.safetensors"
     tensors = convert_tensors(read_hf_tensors(weights), config)
     save = dict(source=source or str(src.resolve()), source_sha256=source_sha256 or sha256_file(weights),
                 tokenizer_json=tokenizer_json)
@@ -243,8 +261,6 @@ def write_hf_checkpoint(out_dir, tensors, config, prefix="", dtype=np.float32):
     (prefix "transformer.") or the hub's `gpt2` file holds (prefix ""), in `dtype` (float32 or
     float16). Used to build `random:` models through the same convert -> load path, and by tests.
     """
-    from safetensors.numpy import save_file
-
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     cfg = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "activation_function": "gelu_new",

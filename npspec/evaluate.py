@@ -1,7 +1,8 @@
 """Measurements on a model pair: validation loss / perplexity, and acceptance.
 
 The shipped pair's model card and the regression tests both call these functions, so the
-numbers in weights/shakespeare/README.md are the numbers the tests check.
+numbers in weights/shakespeare/README.md are the numbers the tests check. Imports
+npspec.sampling and npspec.speculative.
 """
 
 import numpy as np
@@ -32,7 +33,7 @@ def validation_loss(model, ids, max_windows=None):
         starts = starts[:max_windows]
     for s in starts:
         window = ids[s : s + n_ctx + 1]
-        logits = model.forward(window[:-1], model.new_cache(), invariant=False).astype(np.float64)
+        logits = model.prefill(window[:-1], model.new_cache()).astype(np.float64)
         logz = np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1)) + logits.max(-1)
         total += float((logz - logits[np.arange(len(window) - 1), window[1:]]).sum())
         count += len(window) - 1
@@ -68,8 +69,8 @@ def expected_acceptance(target, draft, ids, temperature=1.0, max_windows=1):
     n_ctx = min(target.config.n_ctx, draft.config.n_ctx)
     for s in range(0, len(ids) - 1, n_ctx)[:max_windows]:
         window = np.asarray(ids[s : s + n_ctx])
-        p = warp(target.forward(window, target.new_cache(), invariant=False), temperature)
-        q = warp(draft.forward(window, draft.new_cache(), invariant=False), temperature)
+        p = warp(target.prefill(window, target.new_cache()), temperature)
+        q = warp(draft.prefill(window, draft.new_cache()), temperature)
         betas.append(np.minimum(p, q).sum(-1))
     return float(np.concatenate(betas).mean())
 

@@ -7,6 +7,11 @@
 Text streams to stdout; a one-line summary goes to stderr. `--gamma 0` is plain
 autoregressive decoding with the target alone. On a terminal, accepted draft tokens are
 coloured (green) apart from target-produced ones; `--no-color` or NO_COLOR turns it off.
+
+The top of the house: argparse -> load (npspec.sources) -> speculative_generate -> print. Every
+option is checked by npspec.speculative's own checks before a model loads; this module maps
+errors to one-line messages. The only environment variables read are here: NO_COLOR, and
+NPSPEC_NUM_THREADS as the default of --threads.
 """
 
 import argparse
@@ -16,11 +21,10 @@ import sys
 
 import numpy as np
 
-from .checkpoint import CheckpointError
-from .models import load, same_tokenizer
-from .model import ContextOverflowError, get_threads
-from .sampling import check_warp_args
-from .speculative import speculative_generate
+from .files import CheckpointError
+from .kernels import KERNELS
+from .sources import HUB_NAMES, load
+from .speculative import check_options, check_pair, check_prompt, context_size, speculative_generate
 from .text import TextStreamer, encode_prompt
 
 DEFAULT_PROMPT = "ROMEO:"
@@ -32,7 +36,7 @@ def build_parser():
     ap.add_argument("prompt", nargs="?", default=None,
                     help=f"prompt text, or - to read it from stdin (default: {DEFAULT_PROMPT!r})")
     spec = ("SPEC: a model directory (converted or Hugging Face), random:<shape>, or a hub name "
-            "(gpt2, gpt2-medium, gpt2-large, gpt2-xl, distilgpt2, org/name)")
+            f"({', '.join(HUB_NAMES)}, org/name)")
     ap.add_argument("--target", metavar="SPEC", default=None, help=f"{spec} (default: the shipped target)")
     ap.add_argument("--draft", metavar="SPEC", default=None, help=f"{spec} (default: the shipped draft)")
     ap.add_argument("--gamma", type=int, default=4, help="draft tokens per round; 0 = plain decoding (default 4)")
@@ -43,6 +47,13 @@ def build_parser():
     ap.add_argument("--seed", type=int, default=0,
                     help="seed of the one random generator (default 0): the same seed, models, prompt and "
                          "options give the same output (README: Reproducibility)")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="worker threads of the target's gemv-panels kernel (default: $NPSPEC_NUM_THREADS, else "
+                         "the CPUs this process may use); results never depend on it")
+    ap.add_argument("--target-kernel", choices=KERNELS, default=None,
+                    help="the target's product (default gemv-panels: batch invariant, the cheapest verify)")
+    ap.add_argument("--draft-kernel", choices=KERNELS, default=None,
+                    help="the draft's product (default gemv-rows: the fastest one-token product)")
     ap.add_argument("--json", action="store_true", help="print one JSON object: text, ids, stats")
     ap.add_argument("--trace", action="store_true",
                     help="with --json: add a record per round (drafted ids, accepted count, corrected or bonus id)")
@@ -85,27 +96,41 @@ def read_prompt(arg):
     return arg
 
 
+def cpu_count():
+    """The CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def thread_count(arg, environ=os.environ):
+    """--threads, else NPSPEC_NUM_THREADS, else cpu_count(). Raises ValueError naming the bad setting."""
+    if arg is not None:
+        if arg < 1:
+            raise ValueError(f"--threads must be >= 1, got {arg}")
+        return arg
+    env = environ.get("NPSPEC_NUM_THREADS", "")
+    if not env:
+        return cpu_count()
+    if not env.strip().isdigit() or int(env) < 1:
+        raise ValueError(f"NPSPEC_NUM_THREADS={env!r} is not a positive integer; set it to a thread count such "
+                         "as 2, or unset it")
+    return int(env)
+
+
 def run(args, out=sys.stdout, err=sys.stderr):
-    if args.max_new_tokens < 1:
-        raise ValueError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
-    if args.gamma < 0:
-        raise ValueError(f"--gamma must be >= 0, got {args.gamma}")
+    check_options(args.max_new_tokens, args.gamma, args.temperature, args.top_k, args.top_p)
     if args.seed < 0:
         raise ValueError(f"--seed must be >= 0, got {args.seed}")
-    check_warp_args(args.temperature, args.top_k, args.top_p)
-    get_threads()  # a bad NPSPEC_NUM_THREADS is reported now, not in the middle of the output
+    threads = thread_count(args.threads)
     prompt = read_prompt(args.prompt)
-    target = load(args.target, "target")
-    draft = None
-    if args.gamma > 0:
-        draft = load(args.draft, "draft")
-        if not same_tokenizer(draft.tokenizer, target.tokenizer):
-            raise ValueError(f"the draft ({draft.path}) and target ({target.path}) use different tokenizers; "
-                             "pick a draft trained with the target's tokenizer")
+    target = load(args.target, "target", kernel=args.target_kernel, threads=threads)
+    draft = load(args.draft, "draft", kernel=args.draft_kernel, threads=threads) if args.gamma > 0 else None
+    if draft is not None:
+        check_pair(target, draft)
     ids = encode_prompt(target.tokenizer, prompt, target.config.eos_token_id)
-    n_ctx = min(target.config.n_ctx, draft.config.n_ctx) if draft is not None else target.config.n_ctx
-    if len(ids) > n_ctx:
-        raise ContextOverflowError(f"the prompt has {len(ids)} tokens but the context holds {n_ctx}; shorten it")
+    check_prompt(ids, context_size(target, draft))
     color = out.isatty() and not args.no_color and not os.environ.get("NO_COLOR") and not args.json
     streamer = TextStreamer(target.tokenizer)
 

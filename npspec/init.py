@@ -3,17 +3,16 @@
 Radford et al. 2019, section 2.3 / openai/gpt-2 `model.py`: weights ~ N(0, 0.02), the residual
 projections (`attn.c_proj`, `mlp.c_proj`) scaled by 1/sqrt(2 * n_layer), biases 0, layer-norm
 gains 1. Used for tests and for timing full-size shapes, which cost the same time as trained
-weights.
+weights. Imports npspec.files (the tensor names) and numpy; no I/O of its own.
 """
 
 import numpy as np
 
-from .checkpoint import tensor_shapes
-from .model import GPT2Config
+from .files import tensor_shapes
 
 
 def init_tensors(config, seed=0):
-    """`{name: float32 array}` for every tensor of `config` (names as in checkpoint.tensor_shapes)."""
+    """`{name: float32 array}` for every tensor of `config` (names as in files.tensor_shapes)."""
     rng = np.random.default_rng(seed)
     out = {}
     for name, shape in tensor_shapes(config).items():
@@ -26,7 +25,6 @@ def init_tensors(config, seed=0):
             a = rng.standard_normal(shape, dtype=np.float32) * np.float32(std)
         out[name] = a
     return out
-
 
 
 def init_tensors_varied(config, seed=0):
@@ -48,37 +46,3 @@ def init_tensors_varied(config, seed=0):
             a = a * np.float32(5 if name in ("wte.weight", "wpe.weight") else 20)
         out[name] = a
     return out
-
-# Shapes of the GPT-2 family (Radford et al. 2019, Table 2; distilgpt2: Sanh et al. 2019), and tiny test shapes.
-_GPT2 = dict(n_vocab=50257, n_ctx=1024, eos_token_id=50256)
-SHAPES = {
-    "gpt2": GPT2Config(n_embd=768, n_head=12, n_layer=12, **_GPT2),
-    "gpt2-medium": GPT2Config(n_embd=1024, n_head=16, n_layer=24, **_GPT2),
-    "gpt2-large": GPT2Config(n_embd=1280, n_head=20, n_layer=36, **_GPT2),
-    "gpt2-xl": GPT2Config(n_embd=1600, n_head=25, n_layer=48, **_GPT2),
-    "distilgpt2": GPT2Config(n_embd=768, n_head=12, n_layer=6, **_GPT2),
-    "tiny": GPT2Config(n_embd=64, n_head=4, n_layer=2, **_GPT2),
-    "tiny-draft": GPT2Config(n_embd=32, n_head=2, n_layer=1, **_GPT2),
-}
-
-
-def random_model(shape, seed=0, tokenizer=None):
-    """An in-memory Model with the exact shapes of `shape` (a key of SHAPES) and random weights.
-
-    tokenizer: a tokenizers.Tokenizer (default: GPT-2's, shipped in weights/gpt2/).
-    Memory: the weight bytes (gpt2-large: 3.1e9 bytes). Raises KeyError for an unknown shape.
-    """
-    from pathlib import Path
-
-    from .checkpoint import Model, params_tree
-    from .model import panel_layout
-
-    config = SHAPES[shape]
-    if tokenizer is None:
-        from tokenizers import Tokenizer
-
-        from .models import shipped_dir
-
-        tokenizer = Tokenizer.from_file(str(shipped_dir("gpt2", "tokenizer.json") / "tokenizer.json"))
-    params = panel_layout(params_tree(init_tensors(config, seed), config))
-    return Model(config, params, tokenizer, Path(f"random:{shape}"), {})

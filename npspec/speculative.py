@@ -26,6 +26,10 @@ Randomness: one `np.random.Generator`, seeded once per run. Each round draws exa
 `2 * gamma_r + 1` uniforms at its start, in this order: gamma_r for the draft's samples,
 gamma_r for the acceptance tests, 1 for the residual or bonus sample (gamma_r = this round's
 clamped gamma). The draw count never depends on what gets accepted.
+
+Options are validated here only (`check_options`, `check_pair`, `check_prompt`); the CLI calls
+the same functions early and maps their errors to messages. Imports npspec.gpt2, npspec.sampling
+and npspec.text; the models are duck-typed (`config`, `tokenizer`, `new_cache`, `forward`, `prefill`).
 """
 
 import time
@@ -33,8 +37,9 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from .model import ContextOverflowError
+from .gpt2 import ContextOverflowError
 from .sampling import check_warp_args, greedy, residual, sample, warp
+from .text import same_tokenizer
 
 
 @dataclass
@@ -100,24 +105,48 @@ class Generation:
     trace: list = field(default_factory=list)
 
 
+def check_options(max_new_tokens, gamma, temperature, top_k, top_p):
+    """Raise ValueError naming the first bad option and its valid range (see speculative_generate)."""
+    check_warp_args(temperature, top_k, top_p)
+    if isinstance(max_new_tokens, bool) or int(max_new_tokens) != max_new_tokens or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens}")
+    if isinstance(gamma, bool) or int(gamma) != gamma or gamma < 0:
+        raise ValueError(f"gamma must be an integer >= 0 (0 = no drafting), got {gamma}")
+
+
 def check_pair(target, draft):
     """Raise ValueError, before any decoding, unless `draft` can speak for `target`.
 
     Both must have the same `n_vocab`, and, when both carry a tokenizer, the same tokenizer
-    (compared by its serialised JSON): the same ids must mean the same text.
+    (text.same_tokenizer: the same ids mean the same text; runtime truncation/padding settings aside).
     """
     if draft.config.n_vocab != target.config.n_vocab:
         raise ValueError(f"draft vocabulary ({draft.config.n_vocab}) differs from the target's "
                          f"({target.config.n_vocab}); pick a draft with the target's tokenizer")
-    a, b = getattr(target, "tokenizer", None), getattr(draft, "tokenizer", None)
-    if a is not None and b is not None and a is not b and a.to_str() != b.to_str():
-        raise ValueError(f"the draft ({getattr(draft, 'path', '?')}) and target ({getattr(target, 'path', '?')}) "
-                         "use different tokenizers; pick a draft trained with the target's tokenizer")
+    a, b = target.tokenizer, draft.tokenizer
+    if a is not None and b is not None and not same_tokenizer(a, b):
+        raise ValueError(f"the draft ({draft.source}) and target ({target.source}) use different tokenizers; "
+                         "pick a draft trained with the target's tokenizer")
 
 
-def feed(model, cache, seq, invariant=True):
+def context_size(target, draft):
+    """The context a generation can use: the target's n_ctx, or the smaller of the two with a draft (None: no draft)."""
+    return min(target.config.n_ctx, draft.config.n_ctx) if draft is not None else target.config.n_ctx
+
+
+def check_prompt(prompt_ids, n_ctx):
+    """Raise ValueError for an empty or non-integer prompt, ContextOverflowError for one longer than `n_ctx`."""
+    if len(prompt_ids) and np.asarray(prompt_ids).dtype.kind not in "iu":
+        raise ValueError("prompt_ids must be integer token ids; encode text with the model's tokenizer first")
+    if not len(prompt_ids):
+        raise ValueError("the prompt is empty: give at least one id (GPT-2 starts from <|endoftext|>)")
+    if len(prompt_ids) > n_ctx:
+        raise ContextOverflowError(f"the prompt has {len(prompt_ids)} tokens but the context holds {n_ctx}; shorten it")
+
+
+def feed(model, cache, seq):
     """Feed `seq[cache.length:]` and return the logits of its last position `[n_vocab]`."""
-    return model.forward(np.asarray(seq[cache.length:]), cache, invariant=invariant)[-1]
+    return model.forward(np.asarray(seq[cache.length:]), cache)[-1]
 
 
 def propose(draft, cache, seq, gamma, u, warp_args):
@@ -194,29 +223,21 @@ def speculative_generate(target, draft, prompt_ids, max_new_tokens, gamma=4, tem
     with "drafted" cut after an accepted EOS (as the statistics are) and "token" the corrected
     or bonus id, or None when the round ended on an accepted EOS.
     Output is exactly target-distributed; with temperature 0 it is token-identical to greedy
-    decoding of the target (the verify forward is batch-invariant, see model.gpt2).
+    decoding of the target when the target's kernel is batch invariant (npspec.kernels).
     Stops at EOS (included in the ids and counted), after max_new_tokens, or when the sequence
     reaches the smaller n_ctx of the two models (stop_reason "context").
-    Raises ValueError for bad options, a vocabulary or tokenizer mismatch (check_pair) or an
-    empty prompt, and ContextOverflowError if the prompt alone exceeds the context.
+    Raises ValueError for bad options (check_options), a vocabulary or tokenizer mismatch
+    (check_pair) or an empty prompt, and ContextOverflowError if the prompt alone exceeds the
+    context (check_prompt); all before any forward.
     """
-    check_warp_args(temperature, top_k, top_p)
-    if int(max_new_tokens) != max_new_tokens or max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens}")
-    if int(gamma) != gamma or gamma < 0:
-        raise ValueError(f"gamma must be an integer >= 0 (0 = no drafting), got {gamma}")
+    check_options(max_new_tokens, gamma, temperature, top_k, top_p)
     if draft is None:
         gamma = 0
     if gamma:
         check_pair(target, draft)
-    if np.asarray(prompt_ids).dtype.kind not in "iu" and len(prompt_ids):
-        raise ValueError("prompt_ids must be integer token ids; encode text with the model's tokenizer first")
+    n_ctx = context_size(target, draft if gamma else None)
+    check_prompt(prompt_ids, n_ctx)
     seq = [int(i) for i in prompt_ids]
-    if not seq:
-        raise ValueError("the prompt is empty: give at least one id (GPT-2 starts from <|endoftext|>)")
-    n_ctx = min(target.config.n_ctx, draft.config.n_ctx) if gamma else target.config.n_ctx
-    if len(seq) > n_ctx:
-        raise ContextOverflowError(f"the prompt has {len(seq)} tokens but the context holds {n_ctx}; shorten it")
     gamma = min(gamma, max_new_tokens - 1, n_ctx - 1)  # no round can use more (and a huge gamma costs nothing)
     if rng is None or isinstance(rng, (int, np.integer)):
         rng = np.random.default_rng(0 if rng is None else rng)
@@ -228,12 +249,12 @@ def speculative_generate(target, draft, prompt_ids, max_new_tokens, gamma=4, tem
 
     t0 = time.perf_counter()
     tcache = target.new_cache()
-    target.forward(np.asarray(seq[:-1]), tcache, invariant=False)  # prefill: all but the last id
+    target.prefill(np.asarray(seq[:-1]), tcache)  # all but the last id
     stats.target_forwards += len(seq) > 1
     stats.seconds_verify = time.perf_counter() - t0
     if gamma:
         dcache = draft.new_cache()
-        draft.forward(np.asarray(seq[:-1]), dcache, invariant=False)
+        draft.prefill(np.asarray(seq[:-1]), dcache)
         stats.draft_forwards += len(seq) > 1
         stats.seconds_draft = time.perf_counter() - t0 - stats.seconds_verify
 

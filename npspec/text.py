@@ -3,11 +3,15 @@
 Byte-level BPE tokens (GPT-2's scheme, Radford et al. 2019, section 2.2) can end in the middle
 of a UTF-8 character, and speculative decoding emits several tokens at once. `TextStreamer`
 keeps the undecoded bytes and emits only complete characters, so the concatenated stream
-equals `tokenizer.decode(all_ids)`.
+equals `tokenizer.decode(all_ids)`. `same_tokenizer` is the one test of whether two models' ids
+mean the same text. Imports tokenizers and the standard library only.
 """
 
 import codecs
+import json
 from functools import lru_cache
+
+from tokenizers import decoders
 
 
 @lru_cache(maxsize=None)
@@ -23,6 +27,20 @@ def byte_decoder():
             chars[chr(256 + n)] = b
             n += 1
     return chars
+
+
+def same_tokenizer(a, b):
+    """True if two tokenizers.Tokenizer map text to the same ids and back.
+
+    Compares their JSON without the runtime settings `truncation` and `padding` (the target's
+    tokenizer does all encoding and decoding), so the same vocabulary saved by different
+    repositories (gpt2-large, distilgpt2) still counts as the same.
+    """
+    def core(t):
+        d = json.loads(t.to_str())
+        return {k: v for k, v in d.items() if k not in ("truncation", "padding")}
+
+    return a is b or a.to_str() == b.to_str() or core(a) == core(b)
 
 
 def encode_prompt(tokenizer, text, eos_token_id):
@@ -60,8 +78,6 @@ class TextStreamer:
     """
 
     def __init__(self, tokenizer):
-        from tokenizers import decoders
-
         self.tokenizer = tokenizer
         self.special = {t.content for t in tokenizer.get_added_tokens_decoder().values() if t.special}
         self.byte_level = isinstance(tokenizer.decoder, decoders.ByteLevel)

@@ -1,13 +1,26 @@
+"""What the tests share: the tiny models, the shipped pair, and the one subprocess runner.
+
+Models here decode with the kernels the shipped models use: a target with "gemv-panels", a
+draft with "gemv-rows" (npspec.sources.ROLE_KERNELS). The one scripted-uniforms double is
+npspec.testing.ScriptedRng; the one enumeration oracle is npspec.testing.
+"""
+
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 from hypothesis import settings
 
-from npspec.checkpoint import Model, params_tree
+from npspec.evaluate import split_corpus
+from npspec.files import params_tree
+from npspec.gpt2 import GPT2Config
 from npspec.init import init_tensors
-from npspec.model import GPT2Config
+from npspec.model import Model
+from npspec.sources import ROLE_KERNELS, load
 
 settings.register_profile("npspec", deadline=None, print_blob=True)
 settings.load_profile("npspec")
@@ -16,15 +29,33 @@ ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = ROOT / "weights" / "shakespeare"
 
 
-def tiny_model(seed=0, **shape):
-    """A randomly initialised Model (no tokenizer) of a tiny shape, built in memory."""
+def tiny_model(seed=0, role="target", **shape):
+    """A randomly initialised Model (no tokenizer) of a tiny shape, built in memory, with `role`'s kernel.
+
+    Weights are 5x GPT-2's init, so logits are far from uniform and the tests can see errors.
+    """
     cfg = dict(n_vocab=67, n_ctx=32, n_embd=16, n_head=2, n_layer=2, eos_token_id=None)
     config = GPT2Config(**{**cfg, **shape})
     tensors = init_tensors(config, seed)
-    # larger weights than GPT-2's init, so logits are far from uniform and the tests can see errors
     tensors = {k: v * np.float32(5) if k.endswith("weight") and ".ln" not in k and "ln_f" not in k else v
                for k, v in tensors.items()}
-    return Model(config, params_tree(tensors, config), None, Path("tiny"), {})
+    return Model(config, params_tree(tensors, config), None, "tiny", ROLE_KERNELS[role])
+
+
+def run_python(*argv, stdin=None, env=None, cwd=ROOT, timeout=600, text=True):
+    """Run this interpreter with `argv` (e.g. "-m", "npspec.generate", "--gamma", 2, or "-c", code) in a subprocess.
+
+    Returns the CompletedProcess (stdout, stderr, returncode).
+    env: variables added to this process's environment (a value None removes one). stdin: str or bytes.
+    """
+    full_env = dict(os.environ)
+    for k, v in (env or {}).items():
+        if v is None:
+            full_env.pop(k, None)
+        else:
+            full_env[k] = v
+    return subprocess.run([sys.executable, *map(str, argv)], input=stdin, capture_output=True,
+                          text=text, cwd=cwd, env=full_env, timeout=timeout)
 
 
 @pytest.fixture(scope="session")
@@ -34,8 +65,6 @@ def tiny():
 
 @pytest.fixture(scope="session")
 def shipped():
-    from npspec.models import load
-
     return load(None, "target"), load(None, "draft")
 
 
@@ -46,7 +75,5 @@ def card():
 
 @pytest.fixture(scope="session")
 def val_ids(shipped):
-    from npspec.evaluate import split_corpus
-
     _, val = split_corpus((SHIPPED / "input.txt").read_text(encoding="utf-8"))
     return shipped[0].tokenizer.encode(val).ids

@@ -1,4 +1,7 @@
-"""npspec's converted-model layout: read and write, atomically, safetensors only.
+"""npspec's converted-model file format: read it, write it atomically, and report what is wrong with it.
+
+Imports npspec.gpt2 (GPT2Config) and npspec.model (Model), safetensors and tokenizers; safetensors
+only, never pickle.
 
 A converted model is a directory holding
   * `model.safetensors`: float32 tensors with GPT-2's names without the `transformer.` prefix
@@ -13,12 +16,15 @@ import contextlib
 import json
 import os
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from safetensors import SafetensorError, safe_open
+from safetensors.numpy import save_file
+from tokenizers import Tokenizer
 
-from .model import GPT2Config, KVCache, gpt2, panel_layout
+from .gpt2 import GPT2Config
+from .model import Model
 
 FORMAT_VERSION = "1"
 WEIGHTS_FILE = "model.safetensors"
@@ -102,8 +108,6 @@ def save_converted(out_dir, tensors, config, source, source_sha256, tokenizer_js
     tensors: `{name: float32 array}` with exactly the names of `tensor_shapes(config)`.
     tokenizer_json: the tokenizer file's text. Raises CheckpointError if tensors do not fit config.
     """
-    from safetensors.numpy import save_file
-
     problems = check_tensors(tensors, config)
     if problems:
         raise CheckpointError("cannot save: " + "; ".join(problems))
@@ -139,49 +143,6 @@ def config_from_metadata(metadata, where):
     except (KeyError, ValueError, TypeError) as e:
         raise CheckpointError(f"{where}: bad model metadata ({oneline(e)}); "
                               "reconvert it with python -m npspec.convert") from e
-
-
-@dataclass
-class Model:
-    """A loaded model: config, parameter tree, tokenizer, and where it came from."""
-
-    config: GPT2Config
-    params: dict
-    tokenizer: object  # tokenizers.Tokenizer
-    path: Path
-    metadata: dict
-    matmul: str | None = None  # the invariant strategy of forward (model.INVARIANT_MATMULS); None: model.default_matmul
-
-    def new_cache(self):
-        """An empty KVCache sized for this model."""
-        return KVCache(self.config)
-
-    def forward(self, ids, cache, invariant=True):
-        """Logits `[n_new, n_vocab]` float32 for `ids` fed after `cache.length` (see model.gpt2).
-
-        invariant=True uses the strategy `self.matmul` (None: the default for the layout).
-        """
-        return gpt2(ids, self.params, self.config, cache, invariant, self.matmul if invariant else None)
-
-    @property
-    def n_params(self):
-        return sum(a.size for a in _leaves(self.params))
-
-    @property
-    def n_bytes(self):
-        """Bytes of all weight arrays."""
-        return sum(a.nbytes for a in _leaves(self.params))
-
-
-def _leaves(tree):
-    if isinstance(tree, dict):
-        for v in tree.values():
-            yield from _leaves(v)
-    elif isinstance(tree, list):
-        for v in tree:
-            yield from _leaves(v)
-    else:
-        yield tree
 
 
 def read_header(fh):
@@ -220,8 +181,6 @@ def reading(path, fix=""):
     failure (permissions, a vanished file, no memory) says "could not be read". `fix`, when
     given, is appended after "; ". CheckpointError and other BaseExceptions pass through.
     """
-    from safetensors import SafetensorError
-
     tail = f"; {fix}" if fix else ""
     try:
         yield
@@ -237,7 +196,7 @@ def reading(path, fix=""):
         raise
 
 
-def _read_weights(weights):
+def read_weights(weights):
     """(metadata, config, {name: float32 array}, problems) of a converted `model.safetensors`.
 
     safetensors parses and checks the header (offsets contiguous and inside the file, sizes
@@ -245,8 +204,6 @@ def _read_weights(weights):
     into the array the forward uses. Reading through safetensors' memory map instead would
     count the whole file in the process's resident memory a second time while loading.
     """
-    from safetensors import safe_open
-
     with safe_open(str(weights), framework="numpy") as f:
         metadata = f.metadata() or {}
         config = config_from_metadata(metadata, weights)
@@ -277,18 +234,16 @@ def _read_weights(weights):
     return metadata, config, tensors, []
 
 
-def load_model(path):
-    """Load a converted model directory (see module docstring) into a `Model`.
+def load_model(path, kernel="gemv-panels", threads=1):
+    """Load a converted model directory (see module docstring) into a `Model` decoding with `kernel` and `threads`.
 
-    Reads each tensor once, straight into an array, then stores the block matrices in panel
-    layout (model.panel_layout, one matrix at a time): peak memory is the weight bytes plus one
-    matrix (tests/test_hub.py measures it). Raises CheckpointError,
+    Reads each tensor once, straight into an array; Model then stores the block matrices
+    column-major, one matrix at a time: peak memory is the weight bytes plus one matrix
+    (tests/test_files.py measures it). Raises CheckpointError,
     one line naming the problem and the fix, for a missing or empty directory, a missing,
     truncated or non-safetensors file, a header whose offsets or sizes do not fit the file,
     wrong metadata, missing, misshaped or non-float32 tensors, and a malformed tokenizer.json.
     """
-    from tokenizers import Tokenizer
-
     path = Path(path)
     weights, tok = path / WEIGHTS_FILE, path / TOKENIZER_FILE
     if not path.exists():
@@ -301,7 +256,7 @@ def load_model(path):
                                   "Convert a Hugging Face checkpoint with: python -m npspec.convert SRC OUT_DIR")
     fix = "reconvert it with python -m npspec.convert"
     with reading(weights, fix):
-        metadata, config, tensors, problems = _read_weights(weights)
+        metadata, config, tensors, problems = read_weights(weights)
     if problems:
         raise CheckpointError(f"{weights}: " + "; ".join(problems) + f"; {fix}")
     try:
@@ -312,5 +267,5 @@ def load_model(path):
         raise CheckpointError(f"{tok} has {tokenizer.get_vocab_size()} ids but the model's n_vocab is {config.n_vocab}: "
                               "it is not this model's tokenizer; put the model's own tokenizer.json there")
     params = params_tree(tensors, config)
-    del tensors  # so panel_layout frees each row-major matrix as soon as its copy exists (peak: one matrix)
-    return Model(config, panel_layout(params), tokenizer, path, dict(metadata))
+    del tensors  # so Model frees each row-major matrix as soon as its column-major copy exists (peak: one matrix)
+    return Model(config, params, tokenizer, path, kernel, threads, metadata)

@@ -1,6 +1,6 @@
-"""Where models come from: the Hugging Face hub, and npspec's cache of converted models.
+"""The conversion cache: Hugging Face checkpoints (hub or local) and `random:` models, converted once.
 
-npspec runs only its converted layout (npspec.checkpoint). A Hugging Face checkpoint (from the
+npspec runs only its converted layout (npspec.files). A Hugging Face checkpoint (from the
 hub, or a local directory) and a `random:` model are converted once into the cache directory,
 and later runs load the conversion:
 
@@ -18,6 +18,8 @@ keeps the cache whole where locks are missing (a process that loses the race dis
 
 Downloads use huggingface_hub (its cache, HF_HUB_CACHE / HF_HOME, its progress bars and
 HF_HUB_OFFLINE), fetching only `config.json`, `model.safetensors` and `tokenizer.json`.
+Imports npspec.files, npspec.convert, npspec.init and the registry and shipped files of
+npspec.sources; huggingface_hub.
 """
 
 import hashlib
@@ -30,16 +32,16 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
-from .checkpoint import CheckpointError, oneline
+from huggingface_hub import constants, snapshot_download
+from huggingface_hub.utils import GatedRepoError, HfHubHTTPError, LocalEntryNotFoundError, RepositoryNotFoundError
+
+from ..convert import convert, read_source, write_hf_checkpoint
+from ..files import CheckpointError, oneline
+from ..init import init_tensors
+from .names import SHAPES
+from .shipped import gpt2_tokenizer_json
 
 CACHE_ENV = "NPSPEC_CACHE"
-HUB_NAMES = {
-    "gpt2": "openai-community/gpt2",
-    "gpt2-medium": "openai-community/gpt2-medium",
-    "gpt2-large": "openai-community/gpt2-large",
-    "gpt2-xl": "openai-community/gpt2-xl",
-    "distilgpt2": "distilbert/distilgpt2",
-}
 HUB_FILES = ["config.json", "model.safetensors", "tokenizer.json"]
 RANDOM_SEED = 0
 
@@ -121,46 +123,17 @@ def cached(root, final, build, what):
     return final
 
 
-def gpt2_tokenizer_json():
-    """The text of GPT-2's tokenizer.json, shipped in weights/gpt2/."""
-    from .models import shipped_dir
-
-    return (shipped_dir("gpt2", "tokenizer.json") / "tokenizer.json").read_text(encoding="utf-8")
-
-
-def check_hf(src, source):
-    """Check a Hugging Face directory before converting it: config.json, model.safetensors, the tokenizer.
-
-    Returns the tokenizer text to use when `src` has no tokenizer.json (GPT-2's), else None.
-    Raises CheckpointError for a bad config.json, no model.safetensors, or no tokenizer.json
-    with a vocabulary GPT-2's tokenizer does not fit. The tensors are checked by convert.
-    """
-    from .convert import config_from_hf, no_weights_error
-
-    src = Path(src)
-    cfg_path = src / "config.json"
-    try:
-        config = config_from_hf(json.loads(cfg_path.read_text(encoding="utf-8")), cfg_path)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise CheckpointError(f"{cfg_path} is not valid JSON ({oneline(e)})") from e
-    except OSError as e:
-        raise CheckpointError(f"{source}: cannot read {cfg_path} ({oneline(e)})") from e
-    if not (src / "model.safetensors").is_file():
-        raise no_weights_error(src)
-    if (src / "tokenizer.json").is_file():
-        return None
-    if config.n_vocab < 50257:
-        raise CheckpointError(f"{source} has no tokenizer.json and its vocabulary ({config.n_vocab}) is smaller than "
-                              "GPT-2's (50257), so GPT-2's tokenizer does not fit; add the model's tokenizer.json")
-    return gpt2_tokenizer_json()
+def check_hf(src):
+    """Check a Hugging Face directory before converting it (convert.read_source; GPT-2's tokenizer when it has
+    none); returns the tokenizer text to give convert (None: its own). Raises CheckpointError."""
+    tokenizer_json = None if (Path(src) / "tokenizer.json").is_file() else gpt2_tokenizer_json()
+    read_source(src, tokenizer_json)
+    return tokenizer_json
 
 
 def convert_hf(src, out_dir, source, source_sha256=None):
     """Check (check_hf) and convert the Hugging Face directory `src` into `out_dir`. Raises CheckpointError."""
-    from .convert import convert
-
-    tokenizer_json = check_hf(src, source)
-    return convert(src, out_dir, source=source, tokenizer_json=tokenizer_json, source_sha256=source_sha256)
+    return convert(src, out_dir, source=source, tokenizer_json=check_hf(src), source_sha256=source_sha256)
 
 
 def from_local(src, root):
@@ -171,14 +144,12 @@ def from_local(src, root):
     key = hashlib.sha256(json.dumps([str(src), stats]).encode()).hexdigest()[:16]
     final = root / "local" / f"{src.name}-{key}"
     if not final.is_dir():
-        check_hf(src, str(src))  # config-level problems before the "converting" note
+        check_hf(src)  # config-level problems before the "converting" note
     return cached(root, final, lambda out: convert_hf(src, out, source=str(src)), str(src))
 
 
 def random_key(shape, seed):
     """The cache entry name of `random:<shape>` with `seed`: changes whenever the shape's config does."""
-    from .init import SHAPES
-
     digest = hashlib.sha256(repr(SHAPES[shape]).encode()).hexdigest()[:8]
     return f"{shape}-seed{seed}-{digest}"
 
@@ -190,9 +161,6 @@ def from_random(shape, root, seed=RANDOM_SEED):
     Returns the entry's path. Peak memory while building: about the weight bytes (gpt2: 0.5 GB).
     Raises CheckpointError for an unknown shape.
     """
-    from .convert import write_hf_checkpoint
-    from .init import SHAPES, init_tensors
-
     if shape not in SHAPES:
         raise CheckpointError(f"unknown random shape {shape!r}; use one of: "
                               + ", ".join(f"random:{s}" for s in SHAPES))
@@ -208,14 +176,10 @@ def from_random(shape, root, seed=RANDOM_SEED):
 
 
 def _offline():
-    from huggingface_hub import constants
-
     return bool(constants.HF_HUB_OFFLINE)
 
 
 def _unreachable(spec, repo_id, why):
-    from huggingface_hub import constants
-
     reason = "HF_HUB_OFFLINE is set" if _offline() else "the hub cannot be reached"
     name = spec if spec == repo_id else f"{spec} ({repo_id})"
     return CheckpointError(
@@ -235,10 +199,6 @@ def from_hub(repo_id, root, spec=None):
     Raises CheckpointError: no network and nothing cached (saying what to run on a connected
     machine), no such repository, no model.safetensors in it, or a download failure.
     """
-    from huggingface_hub import snapshot_download
-    from huggingface_hub.utils import (GatedRepoError, HfHubHTTPError, LocalEntryNotFoundError,
-                                       RepositoryNotFoundError)
-
     spec = spec or repo_id
     entry_dir = root / "hub" / repo_id.replace("/", "--")
     try:
@@ -267,6 +227,6 @@ def from_hub(repo_id, root, spec=None):
     sha = blob.name if blob.parent.name == "blobs" and re.fullmatch(r"[0-9a-f]{64}", blob.name) else None
     final = entry_dir / snapshot.name
     if not final.is_dir():
-        check_hf(snapshot, repo_id)
+        check_hf(snapshot)
     return cached(root, final, lambda out: convert_hf(snapshot, out, source=f"hf://{repo_id}@{snapshot.name}",
                                                 source_sha256=sha), f"{repo_id} (revision {snapshot.name[:12]})")

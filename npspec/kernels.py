@@ -1,0 +1,168 @@
+"""The products: every way npspec multiplies a block of rows by a weight matrix.
+
+Imports numpy and the standard library only. A kernel is a callable
+`linear(x, w, b=None)`: `[n, d_in], [d_in, d_out], [d_out] -> [n, d_out]` float32 (b=None: no
+bias, as for the tied head). `make_kernel(name, threads)` builds one; the thread pool of
+"gemv-panels" belongs to that object (no module state).
+
+The batch-invariance contract (Thinking Machines Lab, "Defeating Nondeterminism in LLM
+Inference", He 2025): a kernel is INVARIANT when row i of its result is bit-identical to its
+result for the one row `x[i:i+1]`, whatever the other rows are. Then a verify forward over
+gamma + 1 positions gives the very logits of gamma + 1 one-token forwards, which makes greedy
+speculative decoding token-identical to greedy decoding by construction. Each row's reduction
+order must therefore be fixed by the matrix shape alone, never by how many rows come:
+  * "gemm" (`gemm`): one BLAS GEMM. Fastest for a long prompt (prefill). NOT invariant:
+    OpenBLAS picks a different kernel for each n, so a row's bits depend on n.
+  * "gemv-rows" (`gemv_rows`): one vector-matrix product (BLAS GEMV) per row, in one stacked
+    np.matmul call; each row is exactly the call the one-token forward makes. Invariant.
+  * "gemv-panels" (`GemvPanels`): the same GEMVs done panel by panel over the columns of w
+    (about 160 KiB each), so a panel read from memory for the first row is still in L2 cache
+    for the next rows: the cheapest verify. Its panels are contiguous when the matrices are
+    column-major (`column_major`). Large matrices are shared out to worker threads; every
+    panel's product is the same call whatever the thread count, so the bits never depend on
+    it. Invariant, but its bits differ from "gemv-rows" (each GEMV runs over a narrower
+    matrix): a model keeps one kernel for all its decoding forwards.
+  * "gemm-panels" (`gemm_panels`): one GEMM per panel, stacked. NOT invariant; measured by the
+    bench for comparison.
+bench/verify_cost measures each for n = 1..16; bench/results/README.md says what they cost.
+"""
+
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+PANEL_BYTES = 160 << 10  # the panel size of "gemv-panels": well inside a core's L2 cache (2 MiB here)
+WHOLE_BYTES = 1 << 20  # a matrix this small is one panel: it stays in L2 between rows anyway
+SPLIT_BYTES = 4 << 20  # "gemv-panels" shares the panels of a matrix this large out to its threads
+
+
+def gemm(x, w, b=None):  # [n, d_in], [d_in, d_out], [d_out] -> [n, d_out]; NOT batch invariant
+    """One BLAS GEMM ("gemm")."""
+    y = x @ w
+    return y if b is None else y + b
+
+
+def gemv_rows(x, w, b=None):  # [n, d_in], [d_in, d_out], [d_out] -> [n, d_out]; row i == gemv_rows(x[i:i+1])
+    """n vector-matrix products (BLAS GEMV) in one stacked np.matmul call ("gemv-rows"; batch invariant)."""
+    y = np.matmul(x[:, None, :], w)[:, 0]  # [n, 1, d_in] @ [d_in, d_out] -> [n, 1, d_out]
+    return y if b is None else y + b
+
+
+def panel_width(d_in, d_out, panel_bytes=PANEL_BYTES):
+    """Columns per panel of a `[d_in, d_out]` float32 matrix.
+
+    d_out (one panel) if the matrix has at most WHOLE_BYTES, else the largest multiple of 8 with
+    `d_in * width * 4 <= panel_bytes` (at least 8). A function of the shape only, so one-token
+    and n-token forwards use the same panels. The sizes come from bench/results/README.md
+    (panel widths 8 to 1024 measured on GPT-2 shapes).
+    """
+    if d_in * d_out * 4 <= WHOLE_BYTES:
+        return d_out
+    return min(d_out, max(8, panel_bytes // (4 * d_in) // 8 * 8))
+
+
+def panels(w, width):  # [d_in, d_out] -> [P, d_in, width], P = d_out // width; a view (no copy)
+    """The first P full column panels of `w`; each is contiguous when `w` is column-major."""
+    d_in, d_out = w.shape
+    p = d_out // width
+    return w[:, : p * width].reshape(d_in, p, width).transpose(1, 0, 2)
+
+
+def check_threads(threads):
+    """`threads` as an int; raises ValueError unless it is a positive integer."""
+    if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 1:
+        raise ValueError(f"the thread count must be a positive integer, got {threads!r}")
+    return int(threads)
+
+
+class GemvPanels:
+    """The "gemv-panels" kernel: for each column panel of w, every row's GEMV (batch invariant).
+
+    threads: a positive int, the threads that share out the panels of a matrix of SPLIT_BYTES or
+    more (numpy releases the GIL in its products); 1 runs everything on the calling thread. The
+    pool of `threads - 1` workers is this object's own, started on first use. The bits never
+    depend on `threads` (tests/test_kernels.py). Raises ValueError for a bad thread count.
+    """
+
+    name = "gemv-panels"
+
+    def __init__(self, threads=1):
+        self.threads = check_threads(threads)
+        self.pool = ThreadPoolExecutor(self.threads - 1, thread_name_prefix="npspec") if self.threads > 1 else None
+
+    def __call__(self, x, w, b=None):  # [n, d_in], [d_in, d_out], [d_out] -> [n, d_out]
+        """Panel-major loop ([P, n, 1, width] products): a panel is read once from memory for all n rows.
+
+        A matrix of SPLIT_BYTES or more is cut into `threads` runs of whole panels, one stacked
+        call per thread. If d_out is not a multiple of the width (the head's 50257), one more
+        panel covers the last `width` columns, overlapping the previous one, so every column
+        comes from a GEMV of the same width.
+        """
+        n, (d_in, d_out) = x.shape[0], w.shape
+        width = panel_width(d_in, d_out)
+        ws = panels(w, width)[:, None]  # [P, 1, d_in, width]
+        p, main = ws.shape[0], ws.shape[0] * width
+        xs = x[None, :, None, :]  # [1, n, 1, d_in]
+        y = np.empty((p, n, 1, width), dtype=np.float32)
+        threads = min(self.threads, p) if w.nbytes >= SPLIT_BYTES else 1
+        cuts = [p * i // threads for i in range(threads + 1)]
+        jobs = [self.pool.submit(np.matmul, xs, ws[a:b], out=y[a:b]) for a, b in zip(cuts[1:-1], cuts[2:])]
+        np.matmul(xs, ws[: cuts[1]], out=y[: cuts[1]])
+        for job in jobs:
+            job.result()
+        out = np.empty((n, d_out), dtype=np.float32)
+        out[:, :main] = y[:, :, 0].transpose(1, 0, 2).reshape(n, main)
+        if main < d_out:  # the last panel, [d_out - width, d_out)
+            out[:, main:] = np.matmul(x[:, None, :], w[:, d_out - width :])[:, 0, main - d_out :]
+        return out if b is None else out + b
+
+    def __repr__(self):
+        return f"GemvPanels(threads={self.threads})"
+
+
+def gemm_panels(x, w, b=None):  # [n, d_in], [d_in, d_out], [d_out] -> [n, d_out]; NOT batch invariant
+    """One GEMM per column panel, stacked ("gemm-panels"); plain GEMM when d_out is not a multiple of the width."""
+    n, (d_in, d_out) = x.shape[0], w.shape
+    width = panel_width(d_in, d_out)
+    if d_out % width:
+        return gemm(x, w, b)
+    y = np.matmul(x[None], panels(w, width)).transpose(1, 0, 2).reshape(n, d_out)  # [P, n, width] -> [n, d_out]
+    return y if b is None else y + b
+
+
+KERNELS = ("gemv-panels", "gemv-rows", "gemm", "gemm-panels")
+INVARIANT_KERNELS = ("gemv-panels", "gemv-rows")  # row i of the result never depends on the other rows
+
+
+def make_kernel(name, threads=1):
+    """The `linear` callable of kernel `name` (one of KERNELS), with `threads` workers for "gemv-panels".
+
+    threads only changes how "gemv-panels" shares out work (the other kernels run BLAS, whose
+    threads threadpoolctl or OPENBLAS_NUM_THREADS control). Raises ValueError for an unknown
+    name or a bad thread count.
+    """
+    if name not in KERNELS:
+        raise ValueError(f"unknown kernel {name!r}; pick one of {', '.join(KERNELS)}")
+    if name == "gemv-panels":
+        return GemvPanels(threads)
+    check_threads(threads)
+    return {"gemv-rows": gemv_rows, "gemm": gemm, "gemm-panels": gemm_panels}[name]
+
+
+def block_linears(params):
+    """Every block's linear layers, `{"w", "b"}` dicts of the tree, in order: attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj."""
+    for h in params["h"]:
+        yield from (h["attn"]["c_attn"], h["attn"]["c_proj"], h["mlp"]["c_fc"], h["mlp"]["c_proj"])
+
+
+def column_major(params):
+    """Store every block matrix column-major (Fortran order), in place; returns `params`.
+
+    Same values and shapes (`w` stays `[d_in, d_out]`, so `x @ w` is unchanged): only the memory
+    order changes, one matrix at a time (peak extra memory: one matrix; a matrix already
+    column-major is not copied). Every kernel reads this layout; "gemv-panels" needs it for
+    contiguous panels. The head needs nothing: `wte.T` is already column-major.
+    """
+    for lin in block_linears(params):
+        lin["w"] = np.asfortranarray(lin["w"])
+    return params

@@ -1,0 +1,103 @@
+"""Where models come from: `load(spec, role)`, the SPEC rules, the shipped pair and `random_model`.
+
+A SPEC is resolved in this order:
+  1. an existing local path: a converted npspec directory (model.safetensors + tokenizer.json),
+     or a Hugging Face checkpoint directory (config.json + model.safetensors [+ tokenizer.json]),
+     converted on first use into the cache;
+  2. `random:<shape>`, a name of npspec.sources.names (gpt2, gpt2-medium, gpt2-large, gpt2-xl,
+     distilgpt2, tiny, tiny-draft): GPT-2's initialisation, seed 0, built once into the cache;
+  3. a hub name: gpt2, gpt2-medium, gpt2-large, gpt2-xl (openai-community/...), distilgpt2
+     (distilbert/distilgpt2), or any `org/name`: downloaded with huggingface_hub and converted
+     once into the cache.
+A Hugging Face checkpoint without tokenizer.json gets GPT-2's tokenizer (weights/gpt2/). The
+cache directory and its layout are described in npspec.sources.cache.
+
+Submodules: `names` (the one registry of names), `cache` (the conversion cache and the hub),
+`shipped` (the files npspec ships). Imports npspec.files, npspec.init, npspec.model and those.
+"""
+
+import re
+from pathlib import Path
+
+from ..files import CheckpointError, load_model, params_tree
+from ..init import init_tensors
+from ..model import Model
+from . import cache
+from .names import HUB_NAMES, SHAPES
+from .shipped import SHIPPED_PAIR, gpt2_tokenizer, shipped_dir
+
+ROLE_KERNELS = {"target": "gemv-panels", "draft": "gemv-rows"}  # see load
+
+
+def _is_repo_id(name):
+    # org/name as the hub spells it: one slash, letters, digits, '-', '_', '.', no leading or trailing '-' / '.'
+    return re.fullmatch(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*", name) is not None and \
+        ".." not in name and not name.endswith((".", "-"))
+
+
+def resolve(spec, cache_dir=None):
+    """The converted model directory a SPEC (see the module docstring) names, converted into the cache first if needed.
+
+    cache_dir: npspec's cache (default cache.cache_dir(): $NPSPEC_CACHE or ~/.cache/npspec).
+    Returns a Path. Raises CheckpointError naming the problem and the fix.
+    """
+    root = Path(cache_dir).expanduser() if cache_dir is not None else cache.cache_dir()
+    spec = str(spec)
+    path = Path(spec).expanduser()
+    if path.exists():
+        if path.is_dir() and (path / "config.json").is_file():
+            return cache.from_local(path, root)
+        return path  # a converted directory; load_model reports anything wrong with it
+    if spec.startswith("random:"):
+        return cache.from_random(spec[len("random:"):], root)
+    repo_id = HUB_NAMES.get(spec, spec)
+    if _is_repo_id(repo_id) and not spec.startswith((".", "~", "/")):
+        return cache.from_hub(repo_id, root, spec)
+    if spec.startswith((".", "~", "/")) or spec.count("/") > 1 or "\\" in spec:
+        raise CheckpointError(f"model {spec!r} is not an existing directory; give the path of a converted model or "
+                              "of a Hugging Face checkpoint (config.json + model.safetensors)")
+    raise CheckpointError(
+        f"unknown model {spec!r}: not an existing directory, not random:<shape> ("
+        + ", ".join(SHAPES) + "), not a hub name (" + ", ".join(HUB_NAMES) + ") nor org/name")
+
+
+def load(spec=None, role="target", cache_dir=None, kernel=None, threads=1):
+    """Load a model from a SPEC (see the module docstring); None loads the shipped `role`.
+
+    role: "target" or "draft": the shipped model used when spec is None, and the default kernel
+    (ROLE_KERNELS). A target decodes with "gemv-panels" (the cheapest verify of gamma + 1 rows),
+    a draft with "gemv-rows" (one BLAS GEMV per row over each whole matrix, which BLAS threads
+    itself: the fastest one-token product; bench/results/README.md). Which kernel the draft uses
+    never changes the output: every q gives exactly the target's law, and greedy output is the
+    target's argmax sequence (notes/derivation.md).
+    kernel: one of kernels.KERNELS, overriding the role's. threads: the kernel's worker threads.
+    cache_dir: npspec's conversion cache (default: $NPSPEC_CACHE, else ~/.cache/npspec).
+    Returns a Model. Raises CheckpointError with the fix, ValueError for another role, kernel or thread count.
+    """
+    if role not in ROLE_KERNELS:
+        raise ValueError(f"role must be 'target' or 'draft', got {role!r}")
+    return _load(spec, role, cache_dir, kernel or ROLE_KERNELS[role], threads)
+
+
+def _load(spec, role, cache_dir, kernel, threads):
+    if spec is None:
+        return load_model(shipped_dir(f"{SHIPPED_PAIR}/{role}"), kernel, threads)
+    path = resolve(spec, cache_dir)
+    try:
+        return load_model(path, kernel, threads)
+    except CheckpointError as e:
+        root = Path(cache_dir).expanduser() if cache_dir is not None else cache.cache_dir()
+        if root.resolve() in path.resolve().parents:
+            raise CheckpointError(f"{e} (the cached conversion {path} is damaged: delete it and run again)") from e
+        raise
+
+
+def random_model(shape, seed=0, tokenizer=None, kernel="gemv-panels", threads=1):
+    """An in-memory Model with the exact shapes of `shape` (a name of names.SHAPES) and GPT-2's random init.
+
+    tokenizer: a tokenizers.Tokenizer (default: GPT-2's, shipped in weights/gpt2/).
+    Memory: the weight bytes (gpt2-large: 3.1e9 bytes). Raises KeyError for an unknown shape.
+    """
+    config = SHAPES[shape]
+    tokenizer = gpt2_tokenizer() if tokenizer is None else tokenizer
+    return Model(config, params_tree(init_tensors(config, seed), config), tokenizer, f"random:{shape}", kernel, threads)
