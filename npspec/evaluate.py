@@ -79,3 +79,23 @@ def fixed_prompts(ids, n=8, length=32):
     """n prompts of `length` ids each, taken at evenly spaced offsets of `ids` (a fixed, documented slice)."""
     step = (len(ids) - length) // n
     return [list(map(int, ids[i * step : i * step + length])) for i in range(n)]
+
+
+def expected_tokens_per_round(alpha, gamma):
+    """E[tokens per round] = (1 - alpha^(gamma+1)) / (1 - alpha), gamma + 1 at alpha = 1 (Leviathan et al. 2023, eq. 1).
+
+    The mean of (leading accepts + 1) when each of `gamma` drafts is accepted independently with
+    probability `alpha` (notes/derivation.md, claim 4). Works on floats and on fractions.Fraction
+    (exact); gamma an int >= 0.
+    """
+    return gamma + 1 if alpha == 1 else (1 - alpha ** (gamma + 1)) / (1 - alpha)
+
+
+def predicted_speedup(alpha, gamma, c, v):
+    """The speedup model E[tokens/round] / (gamma * c + v) (notes/derivation.md, claim 5; Leviathan et al. 2023, Theorem 3.8 at v = 1).
+
+    c: a draft forward's time over a target one-token forward's; v: the verify forward's time
+    (gamma + 1 rows) over a target one-token forward's. Speedup over the target's own plain
+    decoding, round overheads aside. Floats or Fractions.
+    """
+    return expected_tokens_per_round(alpha, gamma) / (gamma * c + v)
