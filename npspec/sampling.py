@@ -1,4 +1,4 @@
-"""Logits warping and sampling, in float64.
+"""Logits warping and sampling, in float64. Imports numpy only.
 
 Warping follows transformers' order: temperature, then top-k, then top-p. Temperature 0
 means greedy: a one-hot distribution on the argmax (ties go to the lowest id), so one

@@ -1,4 +1,4 @@
-"""notes/ cannot drift (issue 6): its code runs, and every test or function it names exists.
+"""notes/ and README.md cannot drift: the notes' code runs, and every test, test file or function they name exists.
 
 * Every ```python block of a note runs, in order, in one namespace per note (a small markdown
   runner); a failing block fails here with the note's own line numbers in the traceback.
@@ -6,6 +6,7 @@
 * Every `tests/<file>.py::<test>` reference in notes/*.md names a test function defined in that
   file, and every numbered claim of derivation.md names at least one.
 * Every `npspec/<module>.py::<name>` reference names an attribute that exists (`Stats.alpha` too).
+* Every `tests/<file>.py` that notes/*.md or README.md names exists.
 """
 
 import ast
@@ -19,6 +20,7 @@ from conftest import ROOT
 
 NOTES = ROOT / "notes"
 TEST_REF = re.compile(r"(tests/[\w/]+\.py)::(\w+)")
+TEST_FILE = re.compile(r"tests/[\w/]+\.py")
 CODE_REF = re.compile(r"(npspec/[\w/]+\.py)::([\w.]+)")
 FENCE = re.compile(r"^```python[ \t]*\n(.*?)^```[ \t]*$", re.S | re.M)
 
@@ -55,6 +57,11 @@ def missing_test_refs(text):
     return missing
 
 
+def missing_test_files(text):
+    """The `tests/...py` files named in text that do not exist."""
+    return sorted({f for f in TEST_FILE.findall(text) if not (ROOT / f).is_file()})
+
+
 def missing_code_refs(text):
     """The `npspec/...py::name` references in text that do not resolve to an attribute."""
     missing = []
@@ -89,13 +96,18 @@ def test_note_code_runs(note, monkeypatch):
         exec(compile("\n" * (line - 1) + code, str(path), "exec"), namespace)
 
 
-def test_test_references_exist():
+@pytest.mark.parametrize("pattern, missing, at_least", [
+    (TEST_REF, missing_test_refs, 30),  # the derivation names its tests; an empty match would pass vacuously
+    (CODE_REF, missing_code_refs, 10),  # notes/README.md maps the math to npspec/
+    (TEST_FILE, missing_test_files, 30),
+], ids=["tests", "code", "test-files"])
+def test_references_exist(pattern, missing, at_least):
     total = 0
-    for path in notes():
+    for path in [*notes(), ROOT / "README.md"]:
         text = path.read_text(encoding="utf-8")
-        assert missing_test_refs(text) == [], path.name
-        total += len(TEST_REF.findall(text))
-    assert total >= 30  # the derivation names its tests; an empty match would pass vacuously
+        assert missing(text) == [], path.name
+        total += len(pattern.findall(text))
+    assert total >= at_least
 
 
 def test_every_numbered_claim_names_a_test():
@@ -106,15 +118,6 @@ def test_every_numbered_claim_names_a_test():
         assert TEST_REF.search(claim), claim.splitlines()[0]
 
 
-def test_code_references_exist():
-    total = 0
-    for path in notes():
-        text = path.read_text(encoding="utf-8")
-        assert missing_code_refs(text) == [], path.name
-        total += len(CODE_REF.findall(text))
-    assert total >= 10  # README.md maps the math to npspec/
-
-
 def test_the_reference_checks_can_fail():
     assert missing_test_refs("see tests/test_derivation.py::test_no_such_thing") == \
         ["tests/test_derivation.py::test_no_such_thing"]
@@ -122,4 +125,5 @@ def test_the_reference_checks_can_fail():
         ["tests/test_nowhere.py::test_x"]
     assert missing_code_refs("npspec/sampling.py::residual, npspec/sampling.py::no_such") == \
         ["npspec/sampling.py::no_such"]
+    assert missing_test_files("tests/test_notes.py and tests/test_nowhere.py") == ["tests/test_nowhere.py"]
     assert python_blocks("a\n```python\nx = 1\n```\n```text\ny\n```\n") == [(3, "x = 1\n")]
