@@ -32,8 +32,7 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
-from huggingface_hub import constants, snapshot_download
-from huggingface_hub.utils import GatedRepoError, HfHubHTTPError, LocalEntryNotFoundError, RepositoryNotFoundError
+from huggingface_hub import constants
 
 from ..convert import convert, read_source, write_hf_checkpoint
 from ..files import CheckpointError, oneline
@@ -199,6 +198,12 @@ def from_hub(repo_id, root, spec=None):
     Raises CheckpointError: no network and nothing cached (saying what to run on a connected
     machine), no such repository, no model.safetensors in it, or a download failure.
     """
+    # huggingface_hub's download code (and the HTTP stack under it) takes half a second to import:
+    # only a hub name pays for it, not every start of the CLI
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import (GatedRepoError, HfHubHTTPError, LocalEntryNotFoundError,
+                                        RepositoryNotFoundError)
+
     spec = spec or repo_id
     entry_dir = root / "hub" / repo_id.replace("/", "--")
     try:
