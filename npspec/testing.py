@@ -38,6 +38,7 @@ import numpy as np
 
 from .model import ContextOverflowError
 from .sampling import residual, sample, warp
+from .speculative import round_gamma
 
 ONE_BELOW = float(np.nextafter(1.0, 0.0))  # the largest double below 1: 1 - 2**-53
 
@@ -178,8 +179,8 @@ def sequence_distribution(p, prompt, max_new_tokens, eos=None, n_ctx=None):
 def speculative_paths(p, q, prompt, gamma, max_new_tokens, eos=None, n_ctx=None, rule=leviathan_rule):
     """Every path through the speculative loop with target table p and draft table q, with its probability.
 
-    Each round drafts g = min(gamma, remaining - 1, n_ctx - len(seq) - 1) tokens (g = 0 is a
-    plain target step), tests them in order with `rule`, and emits the kept drafts plus the
+    Each round drafts g = round_gamma(gamma, remaining, n_ctx, len(seq)) tokens, npspec's loop's
+    own clamp (g = 0 is a plain target step), tests them in order with `rule`, and emits the kept drafts plus the
     replacement or bonus token; an accepted EOS ends the round and the generation. Stops as
     sequence_distribution does. Yields SpeculativePath; paths of probability 0 are skipped.
     Raises RuleError if the rule returns an invalid probability or row.
@@ -190,9 +191,7 @@ def speculative_paths(p, q, prompt, gamma, max_new_tokens, eos=None, n_ctx=None,
         if _stopped(seq, len(prompt), max_new_tokens, eos, n_ctx):
             yield SpeculativePath(seq[len(prompt):], prob, rounds)
             return
-        g = min(gamma, max_new_tokens - (len(seq) - len(prompt)) - 1)
-        if n_ctx is not None:
-            g = min(g, n_ctx - len(seq) - 1)
+        g = round_gamma(gamma, max_new_tokens - (len(seq) - len(prompt)), n_ctx, len(seq))
         for rnd, emitted, rp in _round(p, q, seq, g, eos, rule):
             yield from go(seq + emitted, prob * rp, rounds + (rnd,))
 
