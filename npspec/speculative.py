@@ -208,6 +208,18 @@ def accept_greedy(d, best):
     return n, int(best[n])
 
 
+def round_gamma(gamma, remaining, n_ctx, length):  # -> int
+    """The number of drafts of one round: gamma, cut so the round emits at most what is left.
+
+    A round emits at most g + 1 ids, so g = min(gamma, remaining - 1, n_ctx - length - 1), with
+    remaining the ids still allowed by max_new_tokens and length the ids so far (prompt included).
+    n_ctx None means no context limit. g = 0 is a plain target step.
+    """
+    if n_ctx is None:
+        return min(gamma, remaining - 1)
+    return min(gamma, remaining - 1, n_ctx - length - 1)
+
+
 def speculative_generate(target, draft, prompt_ids, max_new_tokens, gamma=4, temperature=1.0, top_k=0,
                          top_p=1.0, rng=None, on_emit=None, trace=False):
     """Generate with speculative decoding (Leviathan et al. 2023, Algorithm 1); gamma=0 or draft=None is autoregressive.
@@ -266,7 +278,7 @@ def speculative_generate(target, draft, prompt_ids, max_new_tokens, gamma=4, tem
         if len(seq) >= n_ctx:
             stats.stop_reason = "context"
             break
-        g = min(gamma, remaining - 1, n_ctx - len(seq) - 1)
+        g = round_gamma(gamma, remaining, n_ctx, len(seq))
         u = rng.random(2 * g + 1)
         base = len(seq)
 

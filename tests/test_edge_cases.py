@@ -16,7 +16,7 @@ from npspec import speculative
 from npspec import testing as kit
 from npspec.checkpoint import Model
 from npspec.sampling import residual, sample, warp
-from npspec.speculative import accept, speculative_generate
+from npspec.speculative import accept, round_gamma, speculative_generate
 
 from conftest import ROOT, tiny_model
 
@@ -191,6 +191,14 @@ def test_gamma_is_clamped_each_round(gamma, max_new_tokens, n_ctx):
     assert s.draft_forwards == s.drafted + (len(prompt) > 1 and max_new_tokens > 1)
     if max_new_tokens == 1:
         assert gen.ids == [3] and s.drafted == 0 and s.rounds == 1  # every draft would be accepted: still 1 token
+
+
+def test_round_gamma_values():
+    assert round_gamma(4, 10, 64, 2) == 4  # nothing binds
+    assert round_gamma(4, 3, 64, 2) == 2  # 3 ids left: 2 drafts + 1 target id
+    assert round_gamma(4, 10, 12, 9) == 2  # 3 positions left in the context
+    assert round_gamma(4, 1, 64, 2) == 0  # one id left: a plain target step
+    assert round_gamma(4, 3, None, 1000) == 2  # no context limit (the oracle's tables)
 
 
 def test_context_is_the_smaller_of_the_two():

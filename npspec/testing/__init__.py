@@ -1,0 +1,31 @@
+"""npspec.testing: a conformance kit for speculative-decoding samplers, yours or npspec's.
+
+A sampler is correct when its output has exactly the target's distribution. `oracle` checks a
+rule stated as probabilities by exact enumeration (check_rule), `probes` checks a black-box
+sampler with injected uniforms and chi-square tests (check_sampler), `doubles` holds the
+stand-ins that drive npspec's loop on a table (TableModel, ScriptedRng), and `strategies` the
+hypothesis strategies. The submodules import numpy and npspec's core modules, never each other
+(nor hypothesis, until a strategy is built); this file only re-exports them.
+"""
+
+from .doubles import ScriptedRng, TableCache, TableConfig, TableModel
+from .oracle import (Round, RuleError, RuleReport, SpeculativePath, check_rule, constant_table, leviathan_rule,
+                     model_table, npspec_rule, random_table, round_distribution, sequence_distribution, small_cases,
+                     speculative_distribution, speculative_paths, total_variation, truncate)
+from .probes import (ACCEPT_PROBES, ONE_BELOW, STATISTICAL_CASES, Finding, SamplerReport, Uniforms, check_sampler,
+                     chi2_sf, chi_square, npspec_sampler, probe_acceptance, probe_proposal, statistical_check)
+from .strategies import logits_rows, probability_pairs, probability_vectors
+
+__all__ = [
+    # oracle
+    "Round", "RuleError", "RuleReport", "SpeculativePath", "check_rule", "constant_table", "leviathan_rule",
+    "model_table", "npspec_rule", "random_table", "round_distribution", "sequence_distribution", "small_cases",
+    "speculative_distribution", "speculative_paths", "total_variation", "truncate",
+    # probes
+    "ACCEPT_PROBES", "ONE_BELOW", "STATISTICAL_CASES", "Finding", "SamplerReport", "Uniforms", "check_sampler",
+    "chi2_sf", "chi_square", "npspec_sampler", "probe_acceptance", "probe_proposal", "statistical_check",
+    # doubles
+    "ScriptedRng", "TableCache", "TableConfig", "TableModel",
+    # strategies
+    "logits_rows", "probability_pairs", "probability_vectors",
+]

@@ -1,0 +1,99 @@
+"""npspec.testing.doubles: stand-ins to drive npspec's loop on a table.
+
+ScriptedRng hands out scripted uniforms in place of an np.random.Generator; TableModel (with its
+TableConfig and TableCache) is a model whose logits are an explicit function of the sequence.
+Imports numpy and npspec.gpt2 (ContextOverflowError), nothing else of npspec.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..gpt2 import ContextOverflowError
+
+
+class ScriptedRng:
+    """Stands in for np.random.Generator in speculative_generate: `random(n)` hands out the next n scripted uniforms.
+
+    `sizes` records each request (npspec draws 2 * g + 1 per round). Raises AssertionError if
+    the script runs out, so a test sees a loop that draws more than it should.
+    """
+
+    def __init__(self, values):
+        self.values, self.sizes = [float(v) for v in values], []
+
+    def random(self, n):
+        self.sizes.append(n)
+        out, self.values = self.values[:n], self.values[n:]
+        assert len(out) == n, f"the script ran out: {n} uniforms asked, {len(out)} left"
+        return np.array(out)
+
+
+@dataclass(frozen=True)
+class TableConfig:
+    """The config fields npspec's loop reads: n_vocab, n_ctx, eos_token_id."""
+
+    n_vocab: int
+    n_ctx: int
+    eos_token_id: int | None = None
+
+
+class TableCache:
+    """A 'cache' holding the ids fed so far; `length` and O(1)-style `rollback(n)` as KVCache."""
+
+    def __init__(self, n_ctx):
+        self.ids = []
+        self.n_ctx = n_ctx
+
+    @property
+    def length(self):
+        return len(self.ids)
+
+    def rollback(self, length):
+        if not 0 <= length <= self.length:
+            raise ValueError(f"cannot roll the cache back to {length}: it holds {self.length} positions")
+        del self.ids[length:]
+
+
+class TableModel:
+    """A stand-in for npspec.model.Model whose logits are an explicit function of the sequence.
+
+    logits(seq) -> `[n_vocab]`: the logits after the tuple of ids seq (all ids fed so far).
+    `forward(ids, cache)` and `prefill(ids, cache)` (the same here) return float32
+    `[n_new, n_vocab]` like Model.forward and raise ContextOverflowError past n_ctx. `calls`
+    counts both. No tokenizer.
+    """
+
+    def __init__(self, logits, n_vocab, n_ctx=64, eos_token_id=None):
+        self.logits = logits
+        self.config = TableConfig(n_vocab, n_ctx, eos_token_id)
+        self.tokenizer = None
+        self.source = "table"
+        self.calls = 0
+
+    @classmethod
+    def from_table(cls, table, n_vocab, n_ctx=64, eos_token_id=None):
+        """A TableModel whose softmax is `table` (a row of Fractions or floats): logits = log(prob), -inf at 0."""
+        def logits(seq):
+            row = np.array([float(v) for v in table(seq)])
+            with np.errstate(divide="ignore"):
+                return np.log(row)
+        return cls(logits, n_vocab, n_ctx, eos_token_id)
+
+    def new_cache(self):
+        return TableCache(self.config.n_ctx)
+
+    def forward(self, ids, cache):  # [n_new] -> [n_new, n_vocab] float32
+        ids = [int(i) for i in np.asarray(ids).reshape(-1)]
+        if cache.length + len(ids) > self.config.n_ctx:
+            raise ContextOverflowError(
+                f"{cache.length} cached + {len(ids)} new positions exceed n_ctx={self.config.n_ctx}")
+        self.calls += 1
+        rows = []
+        for i in ids:
+            cache.ids.append(i)
+            rows.append(np.asarray(self.logits(tuple(cache.ids)), dtype=np.float32))
+        return np.array(rows, dtype=np.float32).reshape(len(ids), self.config.n_vocab)
+
+    def prefill(self, ids, cache):  # [n_new] -> [n_new, n_vocab] float32
+        return self.forward(ids, cache)

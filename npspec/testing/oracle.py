@@ -1,0 +1,360 @@
+"""npspec.testing.oracle: the exact law of speculative decoding, by enumeration, for a rule stated as probabilities.
+
+A *rule* is `rule(p, q, x) -> (a, r)`: for a draft id x drawn from the draft row q, the
+probability a of accepting it and the row r sampled on rejection (Leviathan's letters: p the
+target's row, q the draft's). A *table* is `table(seq) -> row`, the next-token distribution after
+the tuple of ids seq (prompt included), a row of fractions.Fraction (exact) or of floats.
+`round_distribution` and `speculative_distribution` compose a rule into the law of one round and
+of a whole generation, `sequence_distribution` is the target's own law, and `check_rule` compares
+them on small p, q (Leviathan et al. 2023, Theorem 3.5; Chen et al. 2023, Theorem 1). Imports
+numpy, npspec.sampling and npspec.speculative, nothing else of npspec.
+"""
+
+import random
+from collections import defaultdict
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+
+from ..sampling import residual, warp
+from ..speculative import round_gamma
+
+
+def leviathan_rule(p, q, x):
+    """The rule of Leviathan et al. 2023, Algorithm 1 (Chen et al. 2023, Algorithm 2).
+
+    p, q: rows `[n_vocab]` of Fractions or floats; x: a draft id with q[x] > 0.
+    Returns (a, r): a = min(1, p[x] / q[x]); r = norm(max(0, p - q)), or p itself when
+    max(0, p - q) has no mass (then a == 1 for every x in exact arithmetic, so r is never used).
+    """
+    a = min(1, p[x] / q[x])
+    r = [max(0, pi - qi) for pi, qi in zip(p, q)]
+    mass = sum(r)
+    return a, ([ri / mass for ri in r] if mass > 0 else list(p))
+
+
+def npspec_rule(p, q, x):
+    """npspec's own rule in float64: the ratio npspec.speculative.accept tests, npspec.sampling.residual.
+
+    p, q: float rows `[n_vocab]`. Returns (min(1, p[x] / q[x]) float, residual(p, q) `[n_vocab]` float64).
+    """
+    p, q = np.asarray(p, dtype=np.float64), np.asarray(q, dtype=np.float64)
+    with np.errstate(over="ignore"):  # p/q overflows to inf for a denormal q: min(1, inf) == 1, as it should
+        return min(1.0, p[x] / q[x]), residual(p, q)
+
+
+@dataclass(frozen=True)
+class Round:
+    """One round of a path, with the fields of a `--trace` record.
+
+    drafted: the drafts that decided the round, up to the rejected one or the accepted EOS;
+    accepted: how many were kept; token: the corrected or bonus id, None after an accepted EOS.
+    """
+
+    drafted: tuple
+    accepted: int
+    token: int | None
+
+
+@dataclass(frozen=True)
+class SpeculativePath:
+    """One path through the speculative loop: the emitted ids (prompt excluded), its probability, its rounds."""
+
+    ids: tuple
+    prob: object
+    rounds: tuple
+
+
+class RuleError(ValueError):
+    """A rule returned something that is not a probability and a distribution."""
+
+
+def _check_output(a, r, p, x, exact):
+    tol = 0 if exact else 1e-9
+    if not -tol <= a <= 1 + tol:
+        raise RuleError(f"acceptance probability {a} for x={x} is outside [0, 1]")
+    if len(r) != len(p):
+        raise RuleError(f"replacement row has {len(r)} entries, expected {len(p)}")
+    if any(not ri >= 0 for ri in r) or abs(sum(r) - 1) > tol:  # `not >=` also catches NaN
+        raise RuleError(f"replacement row {list(r)} for x={x} is not a distribution")
+
+
+def _is_exact(row):
+    return all(isinstance(v, (Fraction, int)) for v in row)
+
+
+def _round(p, q, seq, g, eos, rule):
+    """Yield (Round, emitted ids, probability) for every outcome of one round of g drafts after seq."""
+
+    def walk(drafted, prob):
+        ctx = seq + drafted
+        prow = p(ctx)
+        if len(drafted) == g:  # every draft kept: the bonus token
+            for y, py in enumerate(prow):
+                if py:
+                    yield Round(drafted, g, y), drafted + (y,), prob * py
+            return
+        qrow = q(ctx)
+        exact = _is_exact(prow) and _is_exact(qrow)
+        for x, qx in enumerate(qrow):
+            if not qx:
+                continue
+            a, r = rule(prow, qrow, x)
+            _check_output(a, r, prow, x, exact)
+            kept = drafted + (x,)
+            if a and x == eos:  # an accepted EOS ends the round and the generation
+                yield Round(kept, len(kept), None), kept, prob * qx * a
+            elif a:
+                yield from walk(kept, prob * qx * a)
+            if a != 1:
+                for y, ry in enumerate(r):
+                    if ry:
+                        yield Round(kept, len(drafted), y), drafted + (y,), prob * qx * (1 - a) * ry
+
+    yield from walk((), 1)
+
+
+def _stopped(seq, n_prompt, max_new_tokens, eos, n_ctx):
+    out = seq[n_prompt:]
+    return (len(out) >= max_new_tokens or (n_ctx is not None and len(seq) >= n_ctx)
+            or (eos is not None and len(out) > 0 and out[-1] == eos))
+
+
+def _start(prompt, n_ctx):
+    prompt = tuple(int(i) for i in prompt)
+    if not prompt:
+        raise ValueError("the prompt is empty: give at least one id")
+    if n_ctx is not None and len(prompt) > n_ctx:
+        raise ValueError(f"the prompt has {len(prompt)} ids but n_ctx is {n_ctx}")
+    return prompt
+
+
+def sequence_distribution(p, prompt, max_new_tokens, eos=None, n_ctx=None):
+    """The target's own law: `{emitted ids: probability}` of plain autoregressive sampling from table p.
+
+    prompt: ids (at least one). Generation stops after max_new_tokens ids (0 allowed), after an
+    emitted `eos` (included), or when prompt + emitted reaches n_ctx ids (as npspec's loop does).
+    Probabilities are Fractions for Fraction tables. Raises ValueError for an empty or too long prompt.
+    """
+    prompt = _start(prompt, n_ctx)
+    dist = defaultdict(int)
+
+    def go(seq, prob):
+        if _stopped(seq, len(prompt), max_new_tokens, eos, n_ctx):
+            dist[seq[len(prompt):]] += prob
+            return
+        for y, py in enumerate(p(seq)):
+            if py:
+                go(seq + (y,), prob * py)
+
+    go(prompt, 1)
+    return dict(dist)
+
+
+def speculative_paths(p, q, prompt, gamma, max_new_tokens, eos=None, n_ctx=None, rule=leviathan_rule):
+    """Every path through the speculative loop with target table p and draft table q, with its probability.
+
+    Each round drafts g = round_gamma(gamma, remaining, n_ctx, len(seq)) tokens, npspec's loop's
+    own clamp (g = 0 is a plain target step), tests them in order with `rule`, and emits the kept drafts plus the
+    replacement or bonus token; an accepted EOS ends the round and the generation. Stops as
+    sequence_distribution does. Yields SpeculativePath; paths of probability 0 are skipped.
+    Raises RuleError if the rule returns an invalid probability or row.
+    """
+    prompt = _start(prompt, n_ctx)
+
+    def go(seq, prob, rounds):
+        if _stopped(seq, len(prompt), max_new_tokens, eos, n_ctx):
+            yield SpeculativePath(seq[len(prompt):], prob, rounds)
+            return
+        g = round_gamma(gamma, max_new_tokens - (len(seq) - len(prompt)), n_ctx, len(seq))
+        for rnd, emitted, rp in _round(p, q, seq, g, eos, rule):
+            yield from go(seq + emitted, prob * rp, rounds + (rnd,))
+
+    yield from go(prompt, 1, ())
+
+
+def speculative_distribution(p, q, prompt, gamma, max_new_tokens, eos=None, n_ctx=None, rule=leviathan_rule):
+    """`{emitted ids: probability}` of the speculative loop: speculative_paths summed by output."""
+    dist = defaultdict(int)
+    for path in speculative_paths(p, q, prompt, gamma, max_new_tokens, eos, n_ctx, rule):
+        dist[path.ids] += path.prob
+    return dict(dist)
+
+
+def round_distribution(p, q, prompt, gamma, eos=None, rule=leviathan_rule):
+    """The law of ONE round of gamma drafts, continued by the target alone up to gamma + 1 ids.
+
+    `{ids: probability}` over sequences of gamma + 1 ids (shorter if they end in eos). A rule is
+    correct iff this equals sequence_distribution(p, prompt, gamma + 1, eos) for every p, q.
+    """
+    prompt = _start(prompt, None)
+    dist = defaultdict(int)
+    for _, emitted, prob in _round(p, q, prompt, gamma, eos, rule):
+        if eos is not None and emitted[-1] == eos:
+            dist[emitted] += prob
+            continue
+        for tail, tp in sequence_distribution(p, prompt + emitted, gamma + 1 - len(emitted), eos).items():
+            dist[emitted + tail] += prob * tp
+    return dict(dist)
+
+
+def total_variation(a, b):
+    """1/2 * sum |a - b| over the union of the keys of two `{outcome: probability}` dicts."""
+    return sum(abs(a.get(k, 0) - b.get(k, 0)) for k in set(a) | set(b)) / 2
+
+
+def _nonzero(dist):
+    return {k: v for k, v in dist.items() if v}
+
+
+def constant_table(row):
+    """A table whose row does not depend on the sequence."""
+    row = list(row)
+    return lambda seq: row
+
+
+def random_table(n_vocab, seed=0, zero_prob=Fraction(1, 4), denominator=12):
+    """A table of random Fraction rows, a different row per sequence, reproducible from `seed`.
+
+    Each entry is k / (sum of weights) for integer weights k in 1..denominator, or exactly 0
+    with probability zero_prob (at least one entry stays positive). Rows are memoised.
+    """
+    memo = {}
+
+    def table(seq):
+        seq = tuple(seq)
+        if seq not in memo:
+            rng = random.Random(f"{seed}:{n_vocab}:{seq}")
+            w = [0 if rng.random() < zero_prob else rng.randint(1, denominator) for _ in range(n_vocab)]
+            if not any(w):
+                w[rng.randrange(n_vocab)] = 1
+            memo[seq] = [Fraction(k, sum(w)) for k in w]
+        return memo[seq]
+
+    return table
+
+
+def truncate(row, top_k=0, top_p=1):
+    """Exact top-k / top-p truncation of a row of Fractions, with npspec.sampling.warp's conventions.
+
+    top_k: keep entries >= the k-th largest (ties kept); 0 = off. top_p: sort ascending (ties
+    by id), drop the prefix whose cumulative mass stays <= 1 - top_p, keep the most likely
+    entry always; 1 = off. Returns the renormalised row as a list.
+    """
+    row = [Fraction(v) for v in row]
+    if top_k and top_k < len(row):
+        kth = sorted(row, reverse=True)[top_k - 1]
+        row = [v if v >= kth else Fraction(0) for v in row]
+        row = [v / sum(row) for v in row]
+    if top_p < 1:
+        order = sorted(range(len(row)), key=lambda i: row[i])  # stable: ascending, ties by id
+        cum = Fraction(0)
+        for i in order[:-1]:
+            cum += row[i]
+            if cum <= 1 - Fraction(top_p):
+                row[i] = Fraction(0)
+        row = [v / sum(row) for v in row]
+    return row
+
+
+def model_table(model, temperature=1.0, top_k=0, top_p=1.0):
+    """An npspec model (or TableModel) as a table: seq -> warp(logits of its last position), float64, memoised.
+
+    Each new sequence costs one fresh forward over it (batch-invariant path).
+    """
+    memo = {}
+
+    def table(seq):
+        seq = tuple(seq)
+        if seq not in memo:
+            logits = model.forward(np.array(seq, dtype=np.int64), model.new_cache())[-1]
+            memo[seq] = warp(logits, temperature=temperature, top_k=top_k, top_p=top_p)
+        return memo[seq]
+
+    return table
+
+
+def small_cases(max_vocab=3, max_denominator=4):
+    """Pairs (p, q) of constant rows, smallest first: by n_vocab 2..max_vocab, then denominator.
+
+    Rows are every distribution whose entries are multiples of 1/d; a pair is listed once, under
+    the smallest d that fits both. Includes zeros, one-hot rows, p == q and disjoint supports.
+    """
+    def rows(n, d):
+        def comp(n, total):
+            if n == 1:
+                yield (total,)
+                return
+            for k in range(total, -1, -1):
+                for rest in comp(n - 1, total - k):
+                    yield (k,) + rest
+        return [tuple(Fraction(k, d) for k in c) for c in comp(n, d)]
+
+    for n in range(2, max_vocab + 1):
+        seen = set()
+        for d in range(1, max_denominator + 1):
+            grid = rows(n, d)
+            for p in grid:
+                for q in grid:
+                    if (p, q) not in seen:
+                        seen.add((p, q))
+                        yield list(p), list(q)
+
+
+@dataclass
+class RuleReport:
+    """The result of check_rule. If not ok: the smallest failing p, q, gamma and both laws (or the error)."""
+
+    ok: bool
+    cases: int
+    p: object = None
+    q: object = None
+    gamma: int | None = None
+    expected: dict | None = None
+    got: dict | None = None
+    error: str | None = None
+
+    def __str__(self):
+        if self.ok:
+            return f"the rule gives the target's distribution on all {self.cases} cases"
+        lines = [f"the rule FAILS (case {self.cases}): p = {_fmt(self.p)}, q = {_fmt(self.q)}, gamma = {self.gamma}"]
+        if self.error:
+            lines.append(f"  it raised {self.error}")
+        else:
+            for k in sorted(set(self.expected) | set(self.got)):
+                e, g = self.expected.get(k, 0), self.got.get(k, 0)
+                lines.append(f"  {k}: target {e}, rule {g}" + ("" if e == g else "   <-- differs"))
+        return "\n".join(lines)
+
+
+def _fmt(row):
+    if callable(row):
+        return repr(row)
+    return "[" + ", ".join(str(v) for v in row) + "]"
+
+
+def check_rule(rule, cases=None, gammas=(1, 2), prompt=(0,), eos=None):
+    """Does `rule` give exactly the target's distribution? Exact enumeration, no sampling.
+
+    rule: `rule(p, q, x) -> (a, r)` (see the module docstring); it must accept rows of Fractions.
+    cases: iterable of (p, q), each a row or a table; default small_cases() (smallest first).
+    For each case and each gamma, compares round_distribution with sequence_distribution
+    (gamma + 1 ids). Returns a RuleReport for the first failure, whose p and q are then the
+    smallest failing case in the order of `cases`; a rule that raises or returns something
+    invalid fails on that case. `str(report)` prints both distributions.
+    """
+    n = 0
+    for p, q in (small_cases() if cases is None else cases):
+        n += 1
+        pt = p if callable(p) else constant_table(p)
+        qt = q if callable(q) else constant_table(q)
+        for gamma in gammas:
+            expected = _nonzero(sequence_distribution(pt, prompt, gamma + 1, eos))
+            try:
+                got = _nonzero(round_distribution(pt, qt, prompt, gamma, eos, rule))
+            except Exception as e:  # a rule's own exception is a finding, not a crash of the kit
+                return RuleReport(False, n, p, q, gamma, expected, None, f"{type(e).__name__}: {e}")
+            if got != expected:
+                return RuleReport(False, n, p, q, gamma, expected, got)
+    return RuleReport(True, n)

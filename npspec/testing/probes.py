@@ -1,0 +1,324 @@
+"""npspec.testing.probes: black-box checks of a sampler given as two functions.
+
+They are `propose(logits, uniform) -> (x, q)` and `accept(x, p, q, uniform) -> (accepted, token)`;
+`uniform()` returns the next float in [0, 1). `check_sampler` runs deterministic probes with
+injected uniforms (probe_proposal, probe_acceptance over ACCEPT_PROBES), then Pearson chi-square
+tests at a stated false-alarm rate (statistical_check). A non-strict `u <= p/q` differs from the
+correct `u < p/q` only when u equals p/q exactly, which sampling never hits: only the probes catch
+it. `npspec_sampler` is npspec's own pair. Imports numpy, npspec.sampling and npspec.speculative,
+nothing else of npspec.
+"""
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..sampling import sample, warp
+from ..speculative import accept as accept_block
+
+ONE_BELOW = float(np.nextafter(1.0, 0.0))  # the largest double below 1: 1 - 2**-53
+
+
+class Uniforms:
+    """A uniform source for probes: hands out `values` in order, then draws from a seeded generator.
+
+    Call it for the next float in [0, 1). `drawn` records every value handed out.
+    """
+
+    def __init__(self, values=(), seed=0):
+        self.values = list(values)
+        self.rng = np.random.default_rng(seed)
+        self.drawn = []
+
+    def __call__(self):
+        u = self.values.pop(0) if self.values else float(self.rng.random())
+        self.drawn.append(u)
+        return u
+
+
+@dataclass
+class Finding:
+    """One way a sampler failed: the probe's name and what happened, with its inputs."""
+
+    probe: str
+    problem: str
+
+    def __str__(self):
+        return f"[{self.probe}] {self.problem}"
+
+
+@dataclass
+class SamplerReport:
+    """The result of check_sampler: ok, every Finding, and the chi-square tests run.
+
+    tests: list of dicts `{name, statistic, df, p_value, threshold}`; a test fails when
+    p_value < threshold (threshold = alpha / number of tests).
+    """
+
+    ok: bool
+    findings: list = field(default_factory=list)
+    tests: list = field(default_factory=list)
+
+    def __str__(self):
+        if self.ok:
+            return f"the sampler passes every probe and {len(self.tests)} chi-square tests"
+        return "the sampler FAILS:\n" + "\n".join(f"  {f}" for f in self.findings)
+
+
+def npspec_sampler(temperature=1.0, top_k=0, top_p=1.0):
+    """npspec's own sampler as a (propose, accept) pair for check_sampler.
+
+    propose(logits `[n_vocab]`, uniform) -> (x, q): q = npspec.sampling.warp(logits, ...), x = sample(q, uniform()).
+    accept(x, p, q, uniform) -> (accepted, token): npspec.speculative.accept with gamma = 1,
+    drawing the acceptance uniform first, then the replacement's.
+    """
+    def propose(logits, uniform):
+        q = warp(np.asarray(logits), temperature=temperature, top_k=top_k, top_p=top_p)
+        return sample(q, uniform()), q
+
+    def accept(x, p, q, uniform):
+        p, q = np.asarray(p, dtype=np.float64), np.asarray(q, dtype=np.float64)
+        u_accept, u_final = uniform(), uniform()
+        n, token = accept_block(np.array([x]), np.stack([p, p]), q[None], np.array([u_accept]), u_final)
+        return (True, int(x)) if n == 1 else (False, int(token))
+
+    return propose, accept
+
+
+_TINY = 2.0 ** -1074  # the smallest positive double (denormal)
+_REPLACEMENT_US = (0.0, 0.25, 0.5, 0.75, ONE_BELOW)
+
+# (name, p, q, x, u for the acceptance test, "accept" / "reject" / "either", ids allowed on
+# rejection, the bug it targets)
+# Rows are dyadic, so p/q is exact and `u < p/q` and `u * q < p` agree at every probe.
+ACCEPT_PROBES = [
+    ("strict-u0-p0", [0, .5, .5], [.5, .25, .25], 0, 0.0, "reject", {1, 2},
+     "u = 0 with p(x) = 0 must reject (a non-strict u <= p/q accepts a token the target never emits)"),
+    ("below-ratio", [.25, .75], [.5, .5], 0, float(np.nextafter(.5, 0)), "accept", None,
+     "u just below p/q must accept"),
+    ("at-ratio", [.25, .75], [.5, .5], 0, .5, "reject", {1}, "u == p/q must reject (the test is strict u < p/q)"),
+    ("above-ratio", [.25, .75], [.5, .5], 0, float(np.nextafter(.5, 1)), "reject", {1},
+     "u just above p/q must reject"),
+    ("denormal-p", [_TINY, .5, .5 - _TINY], [.5, .25, .25], 0, 0.0, "accept", None,
+     "u = 0 must accept a token with p(x) > 0, however small (here the smallest denormal)"),
+    *[(f"p-equals-q-{x}", [.25, .25, .5], [.25, .25, .5], x, ONE_BELOW, "accept", None,
+       "p == q must always accept") for x in range(3)],
+    ("one-hot-same", [0, 1, 0], [0, 1, 0], 1, ONE_BELOW, "accept", None, "p == q one-hot must accept"),
+    ("one-hot-different", [0, 0, 1], [1, 0, 0], 0, 0.0, "reject", {2},
+     "one-hot p on 2, q on 0: must reject and replace with 2"),
+    *[(f"disjoint-supports-{x}", [.5, .5, 0, 0], [0, 0, .25, .75], x, 0.0, "reject", {0, 1},
+       "disjoint supports: must reject and replace inside p's support") for x in (2, 3)],
+    ("residual-not-p", [.5, .5, 0], [1, 0, 0], 0, .75, "reject", {1},
+     "after a rejection the replacement comes from norm(max(0, p - q)) = [0, 1, 0], not from p"),
+    ("residual-zero-mass", [0, .5, .5 - 2.0 ** -54], [0, .5, .5], 2, ONE_BELOW, "either", {1, 2},
+     "max(0, p - q) is all zero in floating point: a rejection must fall back to p, never divide by 0"),
+]
+
+_LOGITS_PROBES = [
+    [2.0, 1.0, 0.0, -1.0],
+    [-np.inf, 0.0, 0.0, -np.inf],
+    [10.0, -10.0, -np.inf, 10.0],
+    [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+]
+
+
+def _valid_row(q, n):
+    q = np.asarray(q, dtype=np.float64)
+    return q.shape == (n,) and np.all(np.isfinite(q)) and np.all(q >= 0) and abs(q.sum() - 1) <= 1e-9
+
+
+def probe_proposal(propose, streams=64):
+    """Deterministic probes of a proposal: a list of Findings (empty: passed).
+
+    For each logits row in the kit's list: with the first uniform 0, 1 - 2**-53, and `streams`
+    seeded streams, the returned q must be a probability row (finite, >= 0, sums to 1 within
+    1e-9), the same each time, and x an id with q[x] > 0. And x must depend on the uniforms:
+    if the same x came back from all streams although q is not one-hot, the proposal ignores
+    its uniforms (for example it takes the argmax): flagged only when a correct sampler would
+    do so with probability sum(q**streams) < 1e-12.
+    """
+    findings = []
+    for logits in _LOGITS_PROBES:
+        logits = np.array(logits, dtype=np.float64)
+        n = len(logits)
+        xs, q0 = [], None
+        sources = [Uniforms([0.0])] + [Uniforms([ONE_BELOW])] + [Uniforms(seed=s) for s in range(streams)]
+        for k, src in enumerate(sources):
+            try:
+                x, q = propose(logits.copy(), src)
+            except Exception as e:
+                findings.append(Finding("proposal-raises", f"logits {logits.tolist()}: {type(e).__name__}: {e}"))
+                break
+            q = np.asarray(q, dtype=np.float64)
+            if not _valid_row(q, n):
+                findings.append(Finding("proposal-q", f"logits {logits.tolist()}: q = {q.tolist()} is not a "
+                                        f"probability row over {n} ids"))
+                break
+            if q0 is None:
+                q0 = q
+            elif not np.array_equal(q, q0):
+                findings.append(Finding("proposal-q", f"logits {logits.tolist()}: q changed between calls "
+                                        f"({q0.tolist()} then {q.tolist()})"))
+                break
+            if int(x) != x or not 0 <= x < n or q[int(x)] <= 0:
+                findings.append(Finding("proposal-support", f"logits {logits.tolist()}, uniforms {src.drawn}: "
+                                        f"x = {x} is not an id with q[x] > 0 (q = {q.tolist()})"))
+                break
+            if k >= 2:
+                xs.append(int(x))
+        else:
+            if len(set(xs)) == 1 and float(np.sum(q0 ** streams)) < 1e-12:
+                findings.append(Finding("proposal-ignores-uniforms", f"logits {logits.tolist()}: x = {xs[0]} for "
+                                        f"all {streams} uniform streams although q = {q0.tolist()} (the token is "
+                                        "not drawn from q: an argmax proposal reporting a softmax q?)"))
+    return findings
+
+
+def probe_acceptance(accept):
+    """Deterministic probes of an acceptance function with injected uniforms (ACCEPT_PROBES).
+
+    Convention: the FIRST uniform accept draws is the acceptance test's u (accept iff u < p[x]/q[x]);
+    later ones are its replacement's. Each rejecting probe is run with the replacement uniforms
+    0, 1/4, 1/2, 3/4, 1 - 2**-53 and must return an allowed id every time. Returns Findings.
+    """
+    findings = []
+    for name, p, q, x, u, expect, allowed, why in ACCEPT_PROBES:
+        p, q = np.array(p, dtype=np.float64), np.array(q, dtype=np.float64)
+        for ur in (_REPLACEMENT_US if expect != "accept" else (0.5,)):
+            src = Uniforms([u, ur])
+            try:
+                kept, token = accept(x, p.copy(), q.copy(), src)
+            except Exception as e:
+                findings.append(Finding(name, f"raised {type(e).__name__}: {e} (p = {p.tolist()}, q = {q.tolist()}, "
+                                        f"x = {x}, uniforms {src.drawn}); {why}"))
+                break
+            what = f"p = {p.tolist()}, q = {q.tolist()}, x = {x}, uniforms {src.drawn}: got ({kept}, {token}); {why}"
+            if kept and (expect == "reject" or token != x):
+                findings.append(Finding(name, what))
+                break
+            if not kept and (expect == "accept" or token not in allowed):
+                findings.append(Finding(name, what))
+                break
+    return findings
+
+
+def chi2_sf(x, df):
+    """P(X >= x) for X ~ chi-square with `df` degrees of freedom (integer df >= 1).
+
+    Closed forms of the regularised upper incomplete gamma Q(df/2, x/2): a finite sum for even
+    df, erfc plus a finite sum for odd df; terms are summed in log space (no overflow).
+    """
+    if x <= 0:
+        return 1.0
+    y = x / 2
+    if df % 2 == 0:
+        return min(1.0, sum(math.exp(-y + i * math.log(y) - math.lgamma(i + 1)) for i in range(df // 2)))
+    terms = sum(math.exp(-y + (i - 0.5) * math.log(y) - math.lgamma(i + 0.5)) for i in range(1, (df - 1) // 2 + 1))
+    return min(1.0, math.erfc(math.sqrt(y)) + terms)
+
+
+def chi_square(counts, probs, min_expected=5.0):
+    """Pearson's chi-square of observed `counts` against `probs` (same length).
+
+    Cells with expected count below `min_expected` are pooled into one (merged into the
+    smallest other cell if the pool is still below it), so the asymptotic law holds.
+    Returns (statistic, df, p_value, impossible), where impossible lists the cells with a
+    count but probability 0 (an exact failure, whatever the p-value).
+    """
+    counts, probs = np.asarray(counts, dtype=np.float64), np.asarray(probs, dtype=np.float64)
+    n = counts.sum()
+    impossible = [int(i) for i in np.flatnonzero((probs <= 0) & (counts > 0))]
+    expected = n * probs
+    big = expected >= min_expected
+    cells_e, cells_o = list(expected[big]), list(counts[big])
+    pool_e, pool_o = expected[~big].sum(), counts[~big].sum()
+    if pool_e > 0:
+        if pool_e >= min_expected or not cells_e:
+            cells_e.append(pool_e)
+            cells_o.append(pool_o)
+        else:
+            i = int(np.argmin(cells_e))
+            cells_e[i] += pool_e
+            cells_o[i] += pool_o
+    if len(cells_e) < 2:
+        return 0.0, 0, 1.0, impossible
+    e, o = np.array(cells_e), np.array(cells_o)
+    stat = float(np.sum((o - e) ** 2 / e))
+    return stat, len(e) - 1, chi2_sf(stat, len(e) - 1), impossible
+
+
+# (draft logits, target row p): the cases of the statistical test
+STATISTICAL_CASES = [
+    ([1.0, 0.5, 0.0, -1.0], [0.1, 0.2, 0.3, 0.4]),
+    ([0.0, 0.0, 0.0, -np.inf], [0.7, 0.1, 0.1, 0.1]),
+    ([3.0, 0.0, 0.0, 0.0], [0.25, 0.25, 0.25, 0.25]),
+]
+
+
+def statistical_check(propose, accept, n_samples=20000, alpha=1e-6, seed=0):
+    """Chi-square tests of a black-box sampler. Returns (Findings, tests).
+
+    For each (draft logits, p) of STATISTICAL_CASES, n_samples trials of x, q = propose(logits);
+    (kept, token) = accept(x, p, q), one seeded uniform stream. Three tests per case:
+      * "proposal": x against q (x must be drawn from the q the proposal reports);
+      * "round": the joint (kept, token) against min(p, q) for kept, max(0, p - q) for replaced
+        (Leviathan et al. 2023, Appendix A.1: acceptance rate beta = sum(min(p, q)) = 1 - TV(p, q));
+      * "output": the emitted token against p (the theorem itself).
+    False-alarm rate: at most alpha in total, asymptotically (alpha / 9 per test, Bonferroni).
+    Power: a TV of d between the true and the claimed law gives a noncentrality of at least
+    n_samples * (2 d)**2 (Cauchy-Schwarz); at the defaults, d = 0.03 is found with probability
+    above 0.98 by each test (noncentral chi-square, up to 7 degrees of freedom).
+    """
+    src = Uniforms(seed=seed)
+    findings, tests = [], []
+    per_test = alpha / (3 * len(STATISTICAL_CASES))
+    for c, (logits, p) in enumerate(STATISTICAL_CASES):
+        logits, p = np.array(logits, dtype=np.float64), np.array(p, dtype=np.float64)
+        n = len(p)
+        xs, kept_tokens, tokens = np.zeros(n), np.zeros(2 * n), np.zeros(n)
+        q0 = None
+        try:
+            for _ in range(n_samples):
+                x, q = propose(logits.copy(), src)
+                if q0 is None:
+                    q0 = np.asarray(q, dtype=np.float64)
+                kept, token = accept(int(x), p.copy(), np.asarray(q, dtype=np.float64).copy(), src)
+                xs[int(x)] += 1
+                kept_tokens[int(token) + (0 if kept else n)] += 1
+                tokens[int(token)] += 1
+        except Exception as e:
+            findings.append(Finding(f"statistical-case-{c}", f"raised {type(e).__name__}: {e}"))
+            continue
+        round_law = np.concatenate([np.minimum(p, q0), np.maximum(p - q0, 0)])  # [kept as y; replaced by y]
+        laws = {"proposal": (xs, q0), "round": (kept_tokens, round_law), "output": (tokens, p)}
+        for name, (counts, probs) in laws.items():
+            stat, df, pv, impossible = chi_square(counts, probs / probs.sum())
+            tests.append(dict(name=f"case {c} {name}", statistic=stat, df=df, p_value=pv, threshold=per_test))
+            if impossible or pv < per_test:
+                findings.append(Finding(f"statistical-{name}", f"case {c} (draft logits {logits.tolist()}, "
+                                        f"p = {p.tolist()}): counts {counts.astype(int).tolist()} against "
+                                        f"probabilities {np.round(probs, 6).tolist()}: chi-square {stat:.1f}, df {df}, "
+                                        f"p-value {pv:.3g} < {per_test:.3g}" + (f"; impossible cells {impossible}"
+                                                                               if impossible else "")))
+    return findings, tests
+
+
+def check_sampler(propose, accept, n_samples=20000, alpha=1e-6, seed=0, statistical=True):
+    """Run every probe (probe_proposal, probe_acceptance) and, if `statistical`, statistical_check.
+
+    propose(logits `[n_vocab]` float64, uniform) -> (x int, q `[n_vocab]`): draws x from the q it returns.
+    accept(x, p `[n_vocab]`, q `[n_vocab]`, uniform) -> (accepted bool, token int): token is x if
+    accepted, else the replacement; its first uniform is the acceptance test's u.
+    uniform: a callable returning the next float in [0, 1).
+    Returns a SamplerReport; the probes are exact (no false alarms), the statistical tests have a
+    total false-alarm rate of at most alpha (asymptotic chi-square). Probes catch a non-strict
+    u <= p/q, a missing or unguarded residual and an argmax proposal; the statistical tests
+    catch any rule whose law is off by a TV of a few percent.
+    """
+    findings = probe_proposal(propose) + probe_acceptance(accept)
+    tests = []
+    if statistical:
+        more, tests = statistical_check(propose, accept, n_samples, alpha, seed)
+        findings += more
+    return SamplerReport(not findings, findings, tests)
