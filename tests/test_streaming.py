@@ -1,4 +1,4 @@
-"""Streaming text without broken characters (issue 3, "Streaming without broken characters").
+"""TextStreamer: streamed text never breaks a UTF-8 character and always adds up to `decode`.
 
 Byte-level BPE tokens can end inside a UTF-8 character (GPT-2 spells most emoji and CJK characters
 with two or three tokens), and speculative decoding emits several tokens at once. One checker,
@@ -65,16 +65,9 @@ class Pools:
         return f"Pools({self.name!r})"
 
 
-def load(name):
-    path = TOKENIZERS[name]
-    if not path.is_file():
-        pytest.skip(f"{path} is missing (the shipped Shakespeare pair is committed after training)")
-    return _load(name, path)
-
-
 @lru_cache(maxsize=None)
-def _load(name, path):
-    return Pools(name, Tokenizer.from_file(str(path)))
+def load(name):
+    return Pools(name, Tokenizer.from_file(str(TOKENIZERS[name])))
 
 
 @pytest.fixture(scope="module", params=sorted(TOKENIZERS))

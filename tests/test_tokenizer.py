@@ -1,8 +1,9 @@
-"""GPT-2's tokenizer as shipped in weights/gpt2/, loaded with `tokenizers` (issue 3, "GPT-2's tokenizer").
+"""Tokenizers: GPT-2's as shipped in weights/gpt2/, prompts to ids, and when two tokenizers count as the same.
 
 The test vectors (tests/data/gpt2_test_vectors.json) come with the tokenizer files: "published"
 ids are printed in a named public source (transformers, tiktoken), "cross_checked" ids are the ones
-three implementations agreed on. See weights/gpt2/PROVENANCE.md.
+three implementations agreed on. See weights/gpt2/PROVENANCE.md. `same_tokenizer` is the one
+predicate the speculative loop and the CLI use to accept a target/draft pair.
 """
 
 import hashlib
@@ -12,10 +13,10 @@ import re
 import pytest
 from tokenizers import Tokenizer
 
-from npspec.models import shipped_dir
-from npspec.text import encode_prompt
+from npspec.sources.shipped import gpt2_tokenizer, gpt2_tokenizer_json, shipped_dir
+from npspec.text import encode_prompt, same_tokenizer
 
-from conftest import ROOT
+from conftest import ROOT, SHIPPED
 
 GPT2_DIR = ROOT / "weights" / "gpt2"
 VECTORS = json.loads((ROOT / "tests" / "data" / "gpt2_test_vectors.json").read_text(encoding="utf-8"))
@@ -87,3 +88,53 @@ def test_empty_prompt_starts_from_endoftext(tok):
 def test_empty_prompt_without_eos_is_refused(tok):
     with pytest.raises(ValueError, match="prompt is empty.*give a prompt"):
         encode_prompt(tok, "", None)
+
+
+def test_the_tokenizer_npspec_loads_is_the_shipped_file(tok):
+    assert gpt2_tokenizer_json() == (GPT2_DIR / "tokenizer.json").read_text(encoding="utf-8")
+    assert gpt2_tokenizer().to_str() == tok.to_str()
+
+
+def edited(text, edit):
+    """A Tokenizer from tokenizer.json `text` after `edit(d)` changes its parsed JSON `d` in place."""
+    d = json.loads(text)
+    edit(d)
+    return Tokenizer.from_str(json.dumps(d))
+
+
+def test_same_tokenizer_ignores_truncation_and_padding():
+    # runtime settings some repositories save in tokenizer.json; ids and text are the same
+    text = gpt2_tokenizer_json()
+    a, b, c = Tokenizer.from_str(text), Tokenizer.from_str(text), Tokenizer.from_str(text)
+    assert same_tokenizer(a, a) and same_tokenizer(a, b)
+    b.enable_truncation(16)
+    c.enable_padding(pad_id=EOT, pad_token=SPECIAL)
+    for other in (b, c):
+        assert a.to_str() != other.to_str()
+        assert same_tokenizer(a, other) and same_tokenizer(other, a)
+    assert same_tokenizer(b, c)
+
+
+def test_same_tokenizer_tells_other_merges_and_vocabularies_apart():
+    text = gpt2_tokenizer_json()
+    a = Tokenizer.from_str(text)
+
+    def drop_last_merge(d):  # one merge fewer: other ids for some text
+        d["model"]["merges"] = d["model"]["merges"][:-1]
+
+    def swap_two_ids(d):  # the same tokens, two of them numbered the other way round
+        vocab = d["model"]["vocab"]
+        vocab["a"], vocab["b"] = vocab["b"], vocab["a"]
+
+    for edit in (drop_last_merge, swap_two_ids):
+        other = edited(text, edit)
+        assert not same_tokenizer(a, other) and not same_tokenizer(other, a), edit.__name__
+    # each edit changes ids: " gazed" needs GPT-2's last merge ("Ġg", "azed"); "a" and "b" are ids 64 and 65
+    assert (len(a.encode(" gazed").ids), len(edited(text, drop_last_merge).encode(" gazed").ids)) == (1, 2)
+    assert (a.encode("a").ids, edited(text, swap_two_ids).encode("a").ids) == ([64], [65])
+    assert not same_tokenizer(a, Tokenizer.from_file(str(SHIPPED / "draft" / "tokenizer.json")))
+
+
+def test_shipped_pair_shares_one_tokenizer():
+    target, draft = (Tokenizer.from_file(str(SHIPPED / role / "tokenizer.json")) for role in ("target", "draft"))
+    assert same_tokenizer(target, draft)

@@ -16,14 +16,16 @@ from pathlib import Path
 
 import numpy as np
 
-from npspec.checkpoint import atomic_write, load_model
 from npspec.convert import convert, sha256_file
 from npspec.evaluate import acceptance, fixed_prompts, split_corpus, validation_loss
+from npspec.files import atomic_write
+from npspec.sources import load
 from npspec.speculative import speculative_generate
 from npspec.text import encode_prompt
 
 SLICE_WINDOWS = 4  # the fixed validation slice the tests recompute
-DONE_WHEN = dict(prompt="ROMEO:", max_new_tokens=64, gamma=4, temperature=0.0)
+# the card's demo run: python -m npspec.generate --json --max-new-tokens 64 --temperature 0 "ROMEO:" (gamma 4: the CLI's default)
+DEMO = dict(prompt="ROMEO:", max_new_tokens=64, gamma=4, temperature=0.0)
 
 
 def measure(target, draft, corpus_path):
@@ -46,24 +48,24 @@ def measure(target, draft, corpus_path):
         card["acceptance"][label] = {"alpha": s.alpha, "tokens_per_round": s.tokens_per_round,
                                      "accepted": s.accepted, "rejected": s.rejected, "rounds": s.rounds,
                                      "new_tokens": s.new_tokens}
-    ids = encode_prompt(target.tokenizer, DONE_WHEN["prompt"], target.config.eos_token_id)
-    kw = dict(temperature=0.0, max_new_tokens=DONE_WHEN["max_new_tokens"])
-    spec = speculative_generate(target, draft, ids, gamma=DONE_WHEN["gamma"], **kw)
+    ids = encode_prompt(target.tokenizer, DEMO["prompt"], target.config.eos_token_id)
+    kw = dict(temperature=0.0, max_new_tokens=DEMO["max_new_tokens"])
+    spec = speculative_generate(target, draft, ids, gamma=DEMO["gamma"], **kw)
     plain = speculative_generate(target, None, ids, gamma=0, **kw)
     s = spec.stats
-    card["done_when"] = dict(DONE_WHEN, alpha=s.alpha, rounds=s.rounds, tokens_per_round=s.tokens_per_round,
-                             new_tokens=s.new_tokens, ids_equal_gamma0=spec.ids == plain.ids, ids=spec.ids,
-                             text=target.tokenizer.decode(spec.ids))
+    card["demo"] = dict(DEMO, alpha=s.alpha, rounds=s.rounds, tokens_per_round=s.tokens_per_round,
+                        new_tokens=s.new_tokens, ids_equal_gamma0=spec.ids == plain.ids, ids=spec.ids,
+                        text=target.tokenizer.decode(spec.ids))
     return card
 
 
 def render(card, recipe, sizes):
-    t, d, a, dw = card["target"], card["draft"], card["acceptance"], card["done_when"]
+    t, d, a, demo = card["target"], card["draft"], card["acceptance"], card["demo"]
     rows = "\n".join(
         f"| {k} | {v['alpha']:.4f} | {v['tokens_per_round']:.3f} | {v['accepted']} / {v['accepted'] + v['rejected']} |"
         for k, v in a.items())
     files = "\n".join(f"| `{k}` | {v:,} |" for k, v in sizes.items())
-    text = dw["text"].replace("\n", "\\n")
+    text = demo["text"].replace("\n", "\\n")
     return f"""# The Shakespeare pair: npspec's shipped target and draft
 
 Two small GPT-2-architecture models trained by npspec on Tiny Shakespeare, so that
@@ -99,10 +101,10 @@ the first {card['slice_windows']} windows (target {t['slice_loss']:.6f}, draft {
 |---|---:|---:|---:|
 {rows}
 
-## The "Done when" command
+## The demo command
 `python -m npspec.generate --json --max-new-tokens 64 --temperature 0 "ROMEO:"` gives
-alpha **{dw['alpha']:.6f}**, **{dw['rounds']}** rounds, **{dw['tokens_per_round']:.6f}** tokens per round,
-{dw['new_tokens']} new tokens, ids identical to `--gamma 0`: **{dw['ids_equal_gamma0']}**.
+alpha **{demo['alpha']:.6f}**, **{demo['rounds']}** rounds, **{demo['tokens_per_round']:.6f}** tokens per round,
+{demo['new_tokens']} new tokens, ids identical to `--gamma 0`: **{demo['ids_equal_gamma0']}**.
 Text: `ROMEO:{text}`
 
 ## Files (bytes added to the repository: {sum(sizes.values()):,})
@@ -124,10 +126,9 @@ last bits, so a retrained pair can differ slightly from the shipped one.
 
 
 def convert_and_report(ckpt, out, train_seconds=None):
-    root = out.parent.parent
     for name in ("target", "draft"):
         convert(ckpt / name, out / name, source=f"weights/shakespeare/checkpoints/{name}")
-    target, draft = load_model(out / "target"), load_model(out / "draft")
+    target, draft = load(out / "target", "target"), load(out / "draft", "draft")  # each with its role's kernel
     card = measure(target, draft, out / "input.txt")
     card["eos_token_id"] = target.config.eos_token_id
     card["corpus_sha256"] = sha256_file(out / "input.txt")
@@ -142,6 +143,6 @@ def convert_and_report(ckpt, out, train_seconds=None):
     atomic_write(out / "card.json", lambda tmp: Path(tmp).write_text(json.dumps(card, indent=1) + "\n"))
     atomic_write(out / "README.md", lambda tmp: Path(tmp).write_text(render(card, recipe, sizes)))
     print(json.dumps({k: card[k] for k in ("target", "draft", "acceptance")}, indent=1), file=sys.stderr)
-    dw = card["done_when"]
-    print(f"done-when: alpha {dw['alpha']:.4f}, rounds {dw['rounds']}, ids equal: {dw['ids_equal_gamma0']}", file=sys.stderr)
+    demo = card["demo"]
+    print(f"demo: alpha {demo['alpha']:.4f}, rounds {demo['rounds']}, ids equal: {demo['ids_equal_gamma0']}", file=sys.stderr)
     return 0

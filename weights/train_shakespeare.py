@@ -29,6 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
+from npspec.evaluate import split_corpus
+
 HERE = Path(__file__).resolve().parent
 OUT = HERE / "shakespeare"
 SEED = 1337
@@ -145,8 +147,6 @@ def train(args, ckpt):
     import torch
 
     torch.set_num_threads(args.threads)
-    from npspec.evaluate import split_corpus
-
     text = (OUT / "input.txt").read_text(encoding="utf-8")
     train_text, _ = split_corpus(text)
     tok = train_tokenizer(train_text)
