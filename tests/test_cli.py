@@ -1,21 +1,65 @@
-"""python -m npspec.generate and python -m npspec.convert, run as a user would."""
+"""python -m npspec.generate and python -m npspec.convert, run as a user would.
+
+Output streams to stdout, a summary to stderr; every refusal is one line `<prog>: error: ...`,
+exit status 1, no traceback, nothing on stdout and nothing written to npspec's cache. Runs that
+could touch a cache get their own temporary caches and no network (`offline_env`).
+`offline_env`, `assert_one_clean_line` and `cache_entries` are shared with test_files.py,
+test_convert.py and test_sources.py, which import them from here.
+"""
 
 import json
-import subprocess
-import sys
+import os
 
 import pytest
 
-from conftest import ROOT
+from npspec.kernels import INVARIANT_KERNELS, KERNELS
+
+from conftest import ROOT, run_python
+
+GENERATE = ("-m", "npspec.generate")
+CONVERT = ("-m", "npspec.convert")
 
 
-def run(*args, stdin=None, module="npspec.generate"):
-    return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, input=stdin,
-                          cwd=ROOT, timeout=300)
+def offline_env(tmp_path, **extra):
+    """Variables for a subprocess that never touches the user's caches: no hub access, Hugging Face and npspec
+    caches in `tmp_path` ("hf", "npspec"), one BLAS thread. `extra` adds or (value None) removes variables."""
+    env = {k: None for k in os.environ if k.startswith(("HF_", "NPSPEC_"))}
+    env.update(HF_HUB_OFFLINE="1", HF_HUB_CACHE=str(tmp_path / "hf"), HF_HOME=str(tmp_path / "hf_home"),
+               NPSPEC_CACHE=str(tmp_path / "npspec"), OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
+    env.update(extra)
+    return env
+
+
+def assert_one_clean_line(r, *phrases, prog="npspec.generate"):
+    """Exit status 1, no traceback, and one error line holding every phrase (only a conversion's progress note may
+    come before it)."""
+    assert r.returncode == 1, (r.returncode, r.stderr)
+    assert "Traceback" not in r.stderr
+    *notes, error = r.stderr.strip().splitlines()
+    assert error.startswith(f"{prog}: error: "), r.stderr
+    assert all(n.startswith("npspec: converting ") for n in notes), r.stderr
+    for phrase in phrases:
+        assert phrase in error, (phrase, error)
+
+
+def cache_entries(tmp_path):
+    """Every file in the npspec cache of offline_env(tmp_path) but its lock files."""
+    root = tmp_path / "npspec"
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if ".locks" not in p.parts
+                  and p.is_file()) if root.exists() else []
+
+
+def greedy_ids(*args, env=None):
+    r = run_python(*GENERATE, "--json", "--temperature", "0", "--max-new-tokens", "24", *args, env=env)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)["ids"]
+
+
+# --- runs that succeed -------------------------------------------------------------------------------
 
 
 def test_default_run_streams_text_and_summary():
-    r = run("--max-new-tokens", "20")
+    r = run_python(*GENERATE, "--max-new-tokens", "20")
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("ROMEO:") and len(r.stdout) > len("ROMEO:") + 10
     assert "\x1b[" not in r.stdout  # piped output is plain
@@ -24,78 +68,166 @@ def test_default_run_streams_text_and_summary():
 
 
 def test_json_and_stdin_prompt():
-    r = run("-", "--json", "--max-new-tokens", "8", "--seed", "3", stdin="JULIET:\n")
+    args = ("-", "--json", "--max-new-tokens", "8", "--seed", "3")
+    r = run_python(*GENERATE, *args, stdin="JULIET:\n")
     assert r.returncode == 0, r.stderr
     obj = json.loads(r.stdout)
     assert set(obj) == {"text", "ids", "stats"} and len(obj["ids"]) == 8
     for key in ("new_tokens", "rounds", "drafted", "accepted", "rejected", "alpha", "draft_acceptance",
                 "tokens_per_round", "target_forwards", "draft_forwards", "seconds", "tokens_per_s", "stop_reason"):
         assert key in obj["stats"]
-    again = json.loads(run("-", "--json", "--max-new-tokens", "8", "--seed", "3", stdin="JULIET:\n").stdout)
+    again = json.loads(run_python(*GENERATE, *args, stdin="JULIET:\n").stdout)
     assert again["ids"] == obj["ids"]  # same seed, same output
 
 
-@pytest.mark.parametrize("args, msg", [
-    (["--max-new-tokens", "0"], "max-new-tokens"),
-    (["--gamma", "-1"], "gamma"),
-    (["--temperature", "-1"], "temperature"),
-    (["--top-p", "1.5"], "top_p"),
-    (["--top-k", "-2"], "top_k"),
-    (["--target", "/nonexistent/model"], "not an existing directory"),
-    (["x" * 2000], "context"),
-])
-def test_bad_input_is_one_clean_line(args, msg):
-    r = run(*args, "--max-new-tokens", "4") if "--max-new-tokens" not in args else run(*args)
-    assert r.returncode == 1
-    assert "Traceback" not in r.stderr and msg in r.stderr
-    assert r.stderr.startswith("npspec.generate: error:")
-
-
-def test_convert_cli_errors(tmp_path):
-    r = run(str(tmp_path / "missing"), str(tmp_path / "out"), module="npspec.convert")
-    assert r.returncode == 1 and "not a directory" in r.stderr and "Traceback" not in r.stderr
-    assert not (tmp_path / "out").exists()
-
-
 def test_json_is_strict_when_nothing_was_drafted():
-    r = run("--json", "--gamma", "0", "--max-new-tokens", "3")
+    r = run_python(*GENERATE, "--json", "--gamma", "0", "--max-new-tokens", "3")
     assert r.returncode == 0, r.stderr
     obj = json.loads(r.stdout, parse_constant=lambda c: pytest.fail(f"non-standard JSON constant {c}"))
     assert obj["stats"]["alpha"] is None and obj["stats"]["rounds"] == 3
 
 
-def test_prompt_is_not_printed_before_a_bad_option_is_refused():
-    for args in (["--temperature", "nan"], ["--top-p", "0"], ["--seed", "-1"], ["y" * 3000]):
-        r = run(*args)
-        assert r.returncode == 1 and r.stdout == "" and "Traceback" not in r.stderr
-
-
-def test_non_utf8_stdin_is_one_clean_line():
-    r = subprocess.run([sys.executable, "-m", "npspec.generate", "-"], input=b"ROMEO\xff\xfe:", capture_output=True,
-                       cwd=ROOT, timeout=300)
-    assert r.returncode == 1 and b"not valid UTF-8" in r.stderr and b"Traceback" not in r.stderr
-
-
 def test_huge_gamma_is_clamped_not_allocated():
-    r = run("--json", "--gamma", "999999999", "--max-new-tokens", "5", "--temperature", "0")
+    r = run_python(*GENERATE, "--json", "--gamma", "999999999", "--max-new-tokens", "5", "--temperature", "0")
     assert r.returncode == 0, r.stderr
     stats = json.loads(r.stdout)["stats"]
     assert stats["new_tokens"] == 5 and len(stats["acceptance_by_position"]) == 4
 
 
 def test_piping_into_a_closed_reader_stops_quietly():
-    p = subprocess.Popen([sys.executable, "-m", "npspec.generate", "--max-new-tokens", "200"], cwd=ROOT,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    p.stdout.close()  # the reader leaves before the first write, like `| head -c 0`
-    err = p.stderr.read().decode()
-    assert p.wait(timeout=300) == 141 and "Traceback" not in err and err == ""
+    # stdout is a pipe whose reader left before the first write, like `| head -c 0`
+    code = ("import os, runpy, sys; r, w = os.pipe(); os.close(r); os.dup2(w, 1); "
+            "sys.argv = ['npspec.generate', '--max-new-tokens', '200']; "
+            "runpy.run_module('npspec.generate', run_name='__main__')")
+    r = run_python("-c", code)
+    assert r.returncode == 141 and "Traceback" not in r.stderr and r.stderr == ""
 
 
-def test_a_bad_thread_count_is_refused_before_any_output():
-    import os
+# --- threads and kernels -----------------------------------------------------------------------------
 
-    env = {**os.environ, "NPSPEC_NUM_THREADS": "zero"}
-    r = subprocess.run([sys.executable, "-m", "npspec.generate", "--max-new-tokens", "4"], capture_output=True,
-                       text=True, cwd=ROOT, timeout=300, env=env)
-    assert r.returncode != 0 and r.stdout == ""
-    assert "NPSPEC_NUM_THREADS='zero' is not a positive integer" in r.stderr
+
+def test_thread_count_never_changes_the_output(tmp_path):
+    sampled = ("--json", "--max-new-tokens", "12", "--seed", "5")
+    outs = [run_python(*GENERATE, *sampled, *args, env=env) for args, env in (
+        (("--threads", "1"), None), (("--threads", "3"), None), ((), {"NPSPEC_NUM_THREADS": "2"}),
+        (("--threads", "2"), {"NPSPEC_NUM_THREADS": "zero"}))]  # the option wins over the variable
+    assert all(r.returncode == 0 for r in outs), [r.stderr for r in outs]
+    assert len({tuple(json.loads(r.stdout)["ids"]) for r in outs}) == 1
+
+
+@pytest.mark.parametrize("args, env, message", [
+    (["--threads", "0"], None, "--threads must be >= 1, got 0"),
+    (["--threads", "-3"], None, "--threads must be >= 1, got -3"),
+    ([], {"NPSPEC_NUM_THREADS": "zero"}, "NPSPEC_NUM_THREADS='zero' is not a positive integer"),
+    ([], {"NPSPEC_NUM_THREADS": "0"}, "NPSPEC_NUM_THREADS='0' is not a positive integer"),
+    ([], {"NPSPEC_NUM_THREADS": "-1"}, "NPSPEC_NUM_THREADS='-1' is not a positive integer"),
+    ([], {"NPSPEC_NUM_THREADS": "1.5"}, "NPSPEC_NUM_THREADS='1.5' is not a positive integer"),
+])
+def test_a_bad_thread_count_is_refused_before_any_output(args, env, message):
+    r = run_python(*GENERATE, "--max-new-tokens", "4", *args, env=env)
+    assert_one_clean_line(r, message)
+    assert r.stdout == "" and len(r.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("target_kernel", INVARIANT_KERNELS)
+def test_invariant_target_kernels_give_greedy_decodings_output(target_kernel):
+    # with a batch-invariant target, greedy speculative output is the target's own greedy output,
+    # whichever product the draft uses
+    plain = greedy_ids("--gamma", "0", "--target-kernel", target_kernel)
+    for draft_kernel in KERNELS:
+        assert greedy_ids("--target-kernel", target_kernel, "--draft-kernel", draft_kernel) == plain, draft_kernel
+
+
+@pytest.mark.parametrize("kernel", sorted(set(KERNELS) - set(INVARIANT_KERNELS)))
+def test_other_target_kernels_run(kernel):
+    ids = greedy_ids("--target-kernel", kernel)
+    assert len(ids) == 24 and all(0 <= i < 2048 for i in ids)
+
+
+def test_an_unknown_kernel_is_a_usage_error():
+    for option in ("--target-kernel", "--draft-kernel"):
+        r = run_python(*GENERATE, option, "gemv")
+        assert r.returncode == 2 and r.stdout == "" and "Traceback" not in r.stderr
+        assert f"argument {option}: invalid choice: 'gemv'" in r.stderr and all(k in r.stderr for k in KERNELS)
+
+
+# --- refusals ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("args, phrases", [
+    (["--max-new-tokens", "0"], ["max_new_tokens must be an integer >= 1, got 0"]),
+    (["--max-new-tokens", "-5"], ["max_new_tokens must be an integer >= 1, got -5"]),
+    (["--gamma", "-1"], ["gamma must be an integer >= 0 (0 = no drafting), got -1"]),
+    (["--temperature", "-1"], ["temperature must be a finite number >= 0"]),
+    (["--temperature", "nan"], ["temperature must be a finite number >= 0"]),
+    (["--top-p", "1.5"], ["top_p must be in (0, 1]"]),
+    (["--top-p", "0"], ["top_p must be in (0, 1]"]),
+    (["--top-p", "nan"], ["top_p must be in (0, 1]"]),
+    (["--top-k", "-2"], ["top_k must be an integer >= 0"]),
+    (["--seed", "-1"], ["--seed must be >= 0, got -1"]),
+    (["x" * 2000], ["the prompt has 2000 tokens but the context holds 256"]),
+    (["--target", "/nonexistent/model"], ["'/nonexistent/model' is not an existing directory"]),
+    (["--draft", "./no/such/dir"], ["'./no/such/dir' is not an existing directory"]),
+    (["--target", "bogus"], ["unknown model 'bogus'", "random:<shape>", "gpt2-large", "org/name"]),
+    (["--target", "random:gpt3"], ["unknown random shape 'gpt3'", "random:gpt2-xl", "random:tiny"]),
+])
+def test_bad_options_and_names_are_one_clean_line(tmp_path, args, phrases):
+    r = run_python(*GENERATE, *args, *(["--max-new-tokens", "2"] if "--max-new-tokens" not in args else []),
+                   env=offline_env(tmp_path))
+    assert_one_clean_line(r, *phrases)
+    assert len(r.stderr.strip().splitlines()) == 1
+    assert r.stdout == ""  # the prompt is not echoed before a refusal
+    assert cache_entries(tmp_path) == []
+
+
+def test_non_utf8_stdin_is_one_clean_line():
+    r = run_python(*GENERATE, "-", stdin=b"ROMEO\xff\xfe:", text=False)
+    assert r.returncode == 1 and b"not valid UTF-8" in r.stderr and b"Traceback" not in r.stderr
+    assert r.stdout == b""
+
+
+def test_debug_shows_the_traceback():
+    r = run_python(*GENERATE, "--max-new-tokens", "0", "--debug")
+    assert r.returncode != 0 and "Traceback" in r.stderr and "max_new_tokens must be an integer >= 1" in r.stderr
+
+
+def test_spec_help_names_the_forms():
+    r = run_python(*GENERATE, "--help")
+    assert r.returncode == 0
+    assert "random:<shape>" in r.stdout and "org/name" in r.stdout
+
+
+# --- python -m npspec.convert ------------------------------------------------------------------------
+
+
+def test_convert_cli_missing_source(tmp_path):
+    r = run_python(*CONVERT, tmp_path / "missing", tmp_path / "out")
+    assert_one_clean_line(r, "not a directory", prog="npspec.convert")
+    assert not (tmp_path / "out").exists()
+
+
+def test_convert_cli_unwritable_out_dir(tmp_path):
+    from npspec.convert import write_hf_checkpoint
+    from npspec.gpt2 import GPT2Config
+    from npspec.init import init_tensors
+
+    config = GPT2Config(n_vocab=2048, n_ctx=16, n_embd=8, n_head=2, n_layer=1, eos_token_id=0)
+    src = write_hf_checkpoint(tmp_path / "hf", init_tensors(config, 3), config)
+    (src / "tokenizer.json").write_text((ROOT / "weights" / "shakespeare" / "target" / "tokenizer.json").read_text())
+    (tmp_path / "file").write_text("")
+    r = run_python(*CONVERT, src, tmp_path / "file" / "out")
+    assert_one_clean_line(r, "cannot write", "writable OUT_DIR", prog="npspec.convert")
+    assert r.stderr.startswith("npspec.convert: error: cannot write")
+
+
+# --- the README's table of messages ------------------------------------------------------------------
+
+
+def test_bad_input_table_is_in_readme():
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## Troubleshooting"):]
+    for phrase in ("has no model.safetensors", "not a readable safetensors file", "missing tensor",
+                   "is not divisible by n_head", "unknown model", "not in the local Hugging Face cache",
+                   "draft vocabulary", "different tokenizers", "the prompt has",
+                   "max_new_tokens must be an integer >= 1", "cannot write npspec's cache"):
+        assert phrase in section, phrase

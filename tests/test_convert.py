@@ -1,4 +1,10 @@
-"""Converting Hugging Face checkpoints, and loading npspec's layout (issue 2, section 3)."""
+"""Converting Hugging Face GPT-2 checkpoints into npspec's format, and every check made on the way.
+
+A checkpoint is built by hand as save_pretrained writes it (no torch needed). Float16, float64
+and bfloat16 sources are cast to float32 (bfloat16 bit-exactly); every problem is reported at
+once, through the API and through `python -m npspec.convert` and `python -m npspec.generate`,
+and a refused conversion writes nothing.
+"""
 
 import json
 import os
@@ -8,37 +14,48 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from npspec.checkpoint import CheckpointError, load_model, tensor_shapes
 from npspec.convert import convert, read_hf_tensors
+from npspec.files import CheckpointError, load_model, tensor_shapes
+from npspec.gpt2 import GPT2Config
 from npspec.init import init_tensors
-from npspec.model import GPT2Config
 
-from conftest import ROOT, SHIPPED
+from conftest import ROOT, SHIPPED, run_python
+from test_cli import CONVERT, GENERATE, assert_one_clean_line, cache_entries, offline_env
 
 CONFIG = GPT2Config(n_vocab=2048, n_ctx=16, n_embd=8, n_head=2, n_layer=2, eos_token_id=0)  # shakespeare's tokenizer
+SMALL = GPT2Config(n_vocab=2048, n_ctx=32, n_embd=8, n_head=2, n_layer=1, eos_token_id=0)
 TOKENIZER = (SHIPPED / "target" / "tokenizer.json").read_text()
+GPT2_TOKENIZER = (ROOT / "weights" / "gpt2" / "tokenizer.json").read_text()
 
 
-def hf_dir(tmp_path, prefix="transformer.", extra=(), drop=(), dtype=np.float32):
-    """A checkpoint laid out as save_pretrained writes it, built by hand (no torch needed)."""
-    d = tmp_path / "hf"
-    d.mkdir(exist_ok=True)
-    cfg = {"model_type": "gpt2", "vocab_size": CONFIG.n_vocab, "n_positions": CONFIG.n_ctx, "n_embd": CONFIG.n_embd,
-           "n_head": CONFIG.n_head, "n_layer": CONFIG.n_layer, "layer_norm_epsilon": 1e-5, "eos_token_id": 0}
-    (d / "config.json").write_text(json.dumps(cfg))
-    tensors = {prefix + k: v.astype(dtype) for k, v in init_tensors(CONFIG, 3).items() if k not in drop}
-    for i in range(CONFIG.n_layer):
+def hf_dir(d, config=CONFIG, prefix="transformer.", extra=(), drop=(), dtype=np.float32, tensors=None,
+           cfg_patch=None, tokenizer=TOKENIZER):
+    """A checkpoint laid out as save_pretrained writes it, attention-mask buffers included: config.json,
+    model.safetensors (`tensors`, default a seeded init, without `drop`, plus `extra`) and tokenizer.json."""
+    d.mkdir(parents=True, exist_ok=True)
+    cfg = {"model_type": "gpt2", "vocab_size": config.n_vocab, "n_positions": config.n_ctx, "n_embd": config.n_embd,
+           "n_head": config.n_head, "n_layer": config.n_layer, "layer_norm_epsilon": 1e-5, "eos_token_id": 0}
+    (d / "config.json").write_text(json.dumps({**cfg, **(cfg_patch or {})}))
+    tensors = init_tensors(config, 3) if tensors is None else tensors
+    tensors = {prefix + k: v.astype(dtype) for k, v in tensors.items() if k not in drop}
+    for i in range(config.n_layer):
         tensors[f"{prefix}h.{i}.attn.bias"] = np.tril(np.ones((1, 1, 16, 16), np.float32))
     tensors.update(dict(extra))
     save_file(tensors, str(d / "model.safetensors"))
-    (d / "tokenizer.json").write_text(TOKENIZER)
+    if tokenizer is not None:
+        (d / "tokenizer.json").write_text(tokenizer)
     return d
+
+
+def test_tensor_names_match_transformers_layout():
+    names = tensor_shapes(CONFIG)
+    assert "h.1.attn.c_attn.weight" in names and names["h.1.attn.c_attn.weight"] == (8, 24)
+    assert len(names) == 4 + 12 * CONFIG.n_layer
 
 
 @pytest.mark.parametrize("prefix", ["transformer.", ""])
 def test_convert_round_trip(tmp_path, prefix):
-    src = hf_dir(tmp_path, prefix)
-    convert(src, tmp_path / "out")
+    convert(hf_dir(tmp_path / "hf", prefix=prefix), tmp_path / "out")
     m = load_model(tmp_path / "out")
     assert m.config == CONFIG
     ref = init_tensors(CONFIG, 3)
@@ -52,7 +69,7 @@ def test_convert_round_trip(tmp_path, prefix):
 
 
 def test_float16_source_is_cast(tmp_path):
-    convert(hf_dir(tmp_path, dtype=np.float16), tmp_path / "out")
+    convert(hf_dir(tmp_path / "hf", dtype=np.float16), tmp_path / "out")
     w = load_model(tmp_path / "out").params["wpe"]
     assert w.dtype == np.float32
     assert np.array_equal(w, init_tensors(CONFIG, 3)["wpe.weight"].astype(np.float16).astype(np.float32))
@@ -63,21 +80,26 @@ def to_bf16_bits(a):
     return (np.ascontiguousarray(a, np.float32).view(np.uint32) >> 16).astype("<u2")
 
 
-def save_bf16(tensors, path):
-    """A safetensors file of BF16 tensors, written byte by byte from the format's spec (no torch, no safetensors)."""
-    header, data = {}, b""
-    for name, a in tensors.items():
-        raw = to_bf16_bits(a).tobytes()
-        header[name] = {"dtype": "BF16", "shape": list(a.shape), "data_offsets": [len(data), len(data) + len(raw)]}
-        data += raw
+def write_safetensors(path, header, data):
+    """A safetensors file from a header dict and data bytes, written byte by byte from the format's spec."""
     h = json.dumps(header).encode()
     h += b" " * (-len(h) % 8)
     path.write_bytes(struct.pack("<Q", len(h)) + h + data)
 
 
+def save_bf16(tensors, path):
+    """A safetensors file of BF16 tensors (no torch, no safetensors)."""
+    header, data = {}, b""
+    for name, a in tensors.items():
+        raw = to_bf16_bits(a).tobytes()
+        header[name] = {"dtype": "BF16", "shape": list(a.shape), "data_offsets": [len(data), len(data) + len(raw)]}
+        data += raw
+    write_safetensors(path, header, data)
+
+
 @pytest.mark.parametrize("prefix", ["transformer.", ""])
 def test_bfloat16_source_is_widened_exactly(tmp_path, prefix):
-    src = hf_dir(tmp_path, prefix)
+    src = hf_dir(tmp_path / "hf", prefix=prefix)
     ref = init_tensors(CONFIG, 3)
     ref["wte.weight"][0, :4] = [1.5, -2.25, 0.15625, 2.0 ** 100]  # exactly representable in bfloat16
     raw = {prefix + k: v for k, v in ref.items()}
@@ -96,17 +118,12 @@ def test_bfloat16_source_is_widened_exactly(tmp_path, prefix):
         assert np.abs(got - ref[name]).max() <= np.abs(ref[name]).max() * 2.0 ** -7  # bf16 has 8 significant bits
 
 
-def test_bfloat16_bit_patterns():
+def test_bfloat16_bit_patterns(tmp_path):
     # hand-computed: 0x3FC0 = +1.5, 0xC010 = -2.25, 0x7F80 = +inf, 0x0001 = the smallest subnormal 2^-133
-    import tempfile
-    from pathlib import Path
-
-    with tempfile.TemporaryDirectory() as d:
-        path = Path(d) / "x.safetensors"
-        h = json.dumps({"x": {"dtype": "BF16", "shape": [2, 2], "data_offsets": [0, 8]}}).encode()
-        h += b" " * (-len(h) % 8)
-        path.write_bytes(struct.pack("<Q", len(h)) + h + np.array([0x3FC0, 0xC010, 0x7F80, 0x0001], "<u2").tobytes())
-        x = read_hf_tensors(path)["x"]
+    path = tmp_path / "x.safetensors"
+    write_safetensors(path, {"x": {"dtype": "BF16", "shape": [2, 2], "data_offsets": [0, 8]}},
+                      np.array([0x3FC0, 0xC010, 0x7F80, 0x0001], "<u2").tobytes())
+    x = read_hf_tensors(path)["x"]
     assert x.dtype == np.float32 and x.shape == (2, 2)
     assert x.ravel().tolist() == [1.5, -2.25, float("inf"), 2.0 ** -133]
 
@@ -122,11 +139,11 @@ def test_bfloat16_matches_torch(tmp_path):
 
 
 def test_float64_source_and_exotic_dtypes(tmp_path):
-    convert(hf_dir(tmp_path, dtype=np.float64), tmp_path / "out")
+    convert(hf_dir(tmp_path / "hf", dtype=np.float64), tmp_path / "out")
     assert np.array_equal(load_model(tmp_path / "out").params["wpe"], init_tensors(CONFIG, 3)["wpe.weight"])
-    src = hf_dir(tmp_path)
-    h = json.dumps({"transformer.wte.weight": {"dtype": "F8_E4M3", "shape": [2], "data_offsets": [0, 2]}}).encode()
-    (src / "model.safetensors").write_bytes(struct.pack("<Q", len(h)) + h + b"\x00\x00")
+    src = hf_dir(tmp_path / "hf")
+    write_safetensors(src / "model.safetensors",
+                      {"transformer.wte.weight": {"dtype": "F8_E4M3", "shape": [2], "data_offsets": [0, 2]}}, b"\0\0")
     with pytest.raises(CheckpointError, match=r"dtype npspec cannot read: transformer.wte.weight \(F8_E4M3\)"):
         convert(src, tmp_path / "out2")
     assert not (tmp_path / "out2").exists()
@@ -140,15 +157,12 @@ def test_float64_source_and_exotic_dtypes(tmp_path):
     ({"n_positions": None, "n_ctx": None}, "n_positions must be an integer"),
 ])
 def test_unsupported_or_bad_config_refused(tmp_path, patch, msg):
-    src = hf_dir(tmp_path)
-    cfg = json.loads((src / "config.json").read_text())
-    (src / "config.json").write_text(json.dumps({**cfg, **patch}))
     with pytest.raises(CheckpointError, match=msg):
-        convert(src, tmp_path / "out")
+        convert(hf_dir(tmp_path / "hf", cfg_patch=patch), tmp_path / "out")
 
 
 def test_missing_config_fields_listed(tmp_path):
-    src = hf_dir(tmp_path)
+    src = hf_dir(tmp_path / "hf")
     cfg = json.loads((src / "config.json").read_text())
     del cfg["n_head"], cfg["n_positions"]
     (src / "config.json").write_text(json.dumps(cfg))
@@ -156,16 +170,29 @@ def test_missing_config_fields_listed(tmp_path):
         convert(src, tmp_path / "out")
 
 
-def test_tokenizer_larger_than_vocabulary_warned(tmp_path):
-    src = hf_dir(tmp_path)
-    (src / "tokenizer.json").write_text((SHIPPED.parent / "gpt2" / "tokenizer.json").read_text())
-    with pytest.warns(UserWarning, match="has 50257 tokens but the model's vocabulary holds 2048"):
+def test_tokenizer_larger_than_vocabulary_refused(tmp_path):
+    # GPT-2's 50257 ids for a model of 2048: not this model's tokenizer
+    src = hf_dir(tmp_path / "hf", tokenizer=GPT2_TOKENIZER)
+    message = (f"{src / 'tokenizer.json'} has 50257 ids but the model's n_vocab is 2048: it is not this model's "
+               f"tokenizer; put the model's own tokenizer.json in {src}")
+    with pytest.raises(CheckpointError) as e:
         convert(src, tmp_path / "out")
+    assert str(e.value) == message
+    assert not (tmp_path / "out").exists()
+    r = run_python(*CONVERT, src, tmp_path / "out")
+    assert_one_clean_line(r, message, prog="npspec.convert")
+    assert not (tmp_path / "out").exists()
+    convert(hf_dir(tmp_path / "hf"), tmp_path / "out")  # into an existing directory: left as it was
+    before = {name: (tmp_path / "out" / name).read_bytes() for name in os.listdir(tmp_path / "out")}
+    (src / "tokenizer.json").write_text(GPT2_TOKENIZER)
+    with pytest.raises(CheckpointError, match="has 50257 ids but the model's n_vocab is 2048"):
+        convert(src, tmp_path / "out")
+    assert {name: (tmp_path / "out" / name).read_bytes() for name in os.listdir(tmp_path / "out")} == before
 
 
 def test_every_problem_reported_at_once(tmp_path):
     bad = {"transformer.h.0.mlp.c_fc.weight": np.zeros((3, 3), np.float32)}
-    src = hf_dir(tmp_path, extra=bad, drop=("ln_f.bias", "h.1.attn.c_proj.weight"))
+    src = hf_dir(tmp_path / "hf", extra=bad, drop=("ln_f.bias", "h.1.attn.c_proj.weight"))
     with pytest.raises(CheckpointError) as e:
         convert(src, tmp_path / "out")
     msg = str(e.value)
@@ -175,10 +202,10 @@ def test_every_problem_reported_at_once(tmp_path):
 
 
 def test_untied_head_refused_and_extras_warned(tmp_path):
-    src = hf_dir(tmp_path, extra={"lm_head.weight": np.ones((2048, 8), np.float32)})
+    src = hf_dir(tmp_path / "hf", extra={"lm_head.weight": np.ones((2048, 8), np.float32)})
     with pytest.raises(CheckpointError, match="lm_head.weight differs"):
         convert(src, tmp_path / "out")
-    src = hf_dir(tmp_path, extra={"something.else": np.ones(2, np.float32)})
+    src = hf_dir(tmp_path / "hf", extra={"something.else": np.ones(2, np.float32)})
     with pytest.warns(UserWarning, match="something.else"):
         convert(src, tmp_path / "out")
 
@@ -187,74 +214,71 @@ def test_non_finite_refused(tmp_path):
     w = init_tensors(CONFIG, 3)["wte.weight"].copy()
     w[0, 0] = np.nan
     with pytest.raises(CheckpointError, match="wte.weight holds non-finite"):
-        convert(hf_dir(tmp_path, extra={"transformer.wte.weight": w}), tmp_path / "out")
+        convert(hf_dir(tmp_path / "hf", extra={"transformer.wte.weight": w}), tmp_path / "out")
 
 
-def test_failed_write_leaves_old_files(tmp_path, monkeypatch):
-    convert(hf_dir(tmp_path), tmp_path / "out")
-    before = (tmp_path / "out" / "model.safetensors").read_bytes()
-    import safetensors.numpy
-
-    def boom(tensors, path, metadata=None):
-        with open(path, "wb") as f:
-            f.write(b"partial")
-        raise OSError("disk full")
-
-    monkeypatch.setattr(safetensors.numpy, "save_file", boom)
-    with pytest.raises(OSError, match="disk full"):
-        convert(hf_dir(tmp_path), tmp_path / "out")
-    assert (tmp_path / "out" / "model.safetensors").read_bytes() == before
-    assert sorted(os.listdir(tmp_path / "out")) == ["model.safetensors", "tokenizer.json"]
+# --- broken checkpoints, as the user meets them: converted on first use, nothing half-written ---------
 
 
-def test_new_out_dir_appears_whole_or_not_at_all(tmp_path, monkeypatch):
-    import npspec.checkpoint
-
-    real, calls = npspec.checkpoint.atomic_write, []
-
-    def second_write_fails(path, write):
-        calls.append(path)
-        if len(calls) == 2:  # model.safetensors written, tokenizer.json fails
-            raise OSError("disk full")
-        return real(path, write)
-
-    monkeypatch.setattr(npspec.checkpoint, "atomic_write", second_write_fails)
-    with pytest.raises(OSError, match="disk full"):
-        convert(hf_dir(tmp_path), tmp_path / "new" / "out")
-    assert len(calls) == 2 and os.listdir(tmp_path / "new") == []  # no out/, no staging left
+def _hf_missing_and_misshaped(d):
+    t = init_tensors(SMALL, 1)
+    del t["ln_f.bias"], t["h.0.attn.c_proj.weight"]
+    t["wpe.weight"] = t["wpe.weight"][:, :4].copy()
+    hf_dir(d, SMALL, tensors=t)
 
 
-def test_convert_cli_unwritable_out_dir(tmp_path):
-    import subprocess
-    import sys
-
-    (tmp_path / "file").write_text("")
-    r = subprocess.run([sys.executable, "-m", "npspec.convert", str(hf_dir(tmp_path)), str(tmp_path / "file" / "out")],
-                       capture_output=True, text=True, cwd=ROOT)
-    assert r.returncode == 1 and "Traceback" not in r.stderr
-    assert r.stderr.startswith("npspec.convert: error: cannot write") and "writable OUT_DIR" in r.stderr
+def _hf_heads(d):
+    hf_dir(d, SMALL, cfg_patch={"n_head": 3})
 
 
-def test_load_errors(tmp_path):
-    with pytest.raises(CheckpointError, match="does not exist"):
-        load_model(tmp_path / "nope")
-    (tmp_path / "empty").mkdir()
-    with pytest.raises(CheckpointError, match="no model.safetensors"):
-        load_model(tmp_path / "empty")
-    src = hf_dir(tmp_path)  # a Hugging Face directory is not a converted one
-    with pytest.raises(CheckpointError, match="python -m npspec.convert"):
-        load_model(src)
-    convert(src, tmp_path / "out")
-    data = (tmp_path / "out" / "model.safetensors").read_bytes()
-    (tmp_path / "out" / "model.safetensors").write_bytes(data[: len(data) // 2])  # truncated
-    with pytest.raises(CheckpointError, match="reconvert"):
-        load_model(tmp_path / "out")
-    (tmp_path / "out" / "model.safetensors").write_bytes(b"not a safetensors file at all")
-    with pytest.raises(CheckpointError):
-        load_model(tmp_path / "out")
+def _hf_not_json(d):
+    (hf_dir(d, SMALL) / "config.json").write_text("{oops")
 
 
-def test_tensor_names_match_transformers_layout():
-    names = tensor_shapes(CONFIG)
-    assert "h.1.attn.c_attn.weight" in names and names["h.1.attn.c_attn.weight"] == (8, 24)
-    assert len(names) == 4 + 12 * CONFIG.n_layer
+def _hf_llama(d):
+    hf_dir(d, SMALL, cfg_patch={"model_type": "llama"})
+
+
+def _hf_untied(d):
+    hf_dir(d, SMALL, extra={"lm_head.weight": np.ones((2048, 8), np.float32)})
+
+
+def _hf_pickle_only(d):
+    (hf_dir(d, SMALL) / "model.safetensors").unlink()
+    (d / "pytorch_model.bin").write_bytes(b"\x80\x04")
+
+
+def _hf_non_finite(d):
+    t = init_tensors(SMALL, 1)
+    t["h.0.mlp.c_fc.bias"][3] = np.inf
+    hf_dir(d, SMALL, tensors=t)
+
+
+def _hf_foreign_tokenizer(d):
+    hf_dir(d, SMALL, tokenizer=GPT2_TOKENIZER)
+
+
+@pytest.mark.parametrize("make, phrases", [
+    (_hf_missing_and_misshaped, ["missing tensor ln_f.bias [8]", "missing tensor h.0.attn.c_proj.weight [8, 8]",
+                                 "tensor wpe.weight has shape [32, 4], expected [32, 8]"]),
+    (_hf_heads, ["n_embd (8) is not divisible by n_head (3)", "fix the checkpoint's config.json"]),
+    (_hf_not_json, ["config.json is not valid JSON"]),
+    (_hf_llama, ["unsupported model_type 'llama'"]),
+    (_hf_untied, ["lm_head.weight differs from wte.weight"]),
+    (_hf_pickle_only, ["no model.safetensors", "never loads", "safe_serialization=True"]),
+    (_hf_non_finite, ["h.0.mlp.c_fc.bias holds non-finite values"]),
+    (_hf_foreign_tokenizer, ["has 50257 ids but the model's n_vocab is 2048", "put the model's own tokenizer.json"]),
+], ids=lambda x: x.__name__.strip("_") if callable(x) else "")
+def test_broken_hf_checkpoint(tmp_path, make, phrases):
+    d = tmp_path / "ckpt"
+    make(d)
+    before = sorted(os.listdir(d))
+    r = run_python(*GENERATE, "--target", d, "--gamma", "0", "--max-new-tokens", "2", env=offline_env(tmp_path))
+    assert_one_clean_line(r, *phrases)
+    assert r.stdout == ""
+    assert cache_entries(tmp_path) == []  # the failed conversion left nothing in the cache
+    assert sorted(os.listdir(d)) == before  # and did not touch the source
+    out = tmp_path / "out"
+    r = run_python(*CONVERT, d, out, env=offline_env(tmp_path))  # the converter says the same
+    assert_one_clean_line(r, *phrases, prog="npspec.convert")
+    assert not out.exists() or os.listdir(out) == []

@@ -1,21 +1,32 @@
-"""The shipped pair is found both from the source tree (pip install -e .) and from a plain `pip install .`."""
+"""A plain `pip install .` (not editable) finds the shipped pair in `<prefix>/share/npspec`, without the source tree.
+
+Builds the package into a fresh virtual environment (slow). That environment is made from the
+base interpreter and sees the dependencies (numpy, safetensors, tokenizers, huggingface_hub)
+installed in the environment running the tests, whether it is a virtualenv or not: their
+directories are listed in a .pth file after the new environment's own site-packages. Listed as
+plain directories, so the .pth files in them (such as an editable npspec) do not run there.
+(The source-tree case, `pip install -e .`, is tests/test_sources.py.)
+"""
 
 import json
 import os
 import shutil
+import site
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from npspec.models import shipped_dir
+from conftest import ROOT, run_python
 
-from conftest import ROOT
+pytestmark = pytest.mark.slow
 
 
-def test_source_tree_install_finds_shipped_pair():
-    assert shipped_dir("shakespeare/target") == ROOT / "weights" / "shakespeare" / "target"
+def running_site_dirs():
+    """The site-packages directories of the running environment (a virtualenv's, or the interpreter's and the
+    user's)."""
+    dirs = site.getsitepackages() + ([site.getusersitepackages()] if site.ENABLE_USER_SITE else [])
+    return [d for d in dict.fromkeys(dirs) if os.path.isdir(d)]
 
 
 def test_non_editable_install_finds_shipped_pair(tmp_path):
@@ -24,20 +35,29 @@ def test_non_editable_install_finds_shipped_pair(tmp_path):
     shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".git", "*.egg-info", "build", "__pycache__",
                                                              "checkpoints", "input.txt", "tests", "bench", "notes"))
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+    r = run_python("-m", "venv", venv)
+    assert r.returncode == 0, r.stderr
     py = venv / "bin" / "python"
-    r = subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", str(src)],
-                       capture_output=True, text=True)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # only what is installed counts
+
+    def inner(*argv):
+        return subprocess.run([str(py), *map(str, argv)], capture_output=True, text=True, cwd=tmp_path, env=env)
+
+    purelib = Path(inner("-c", "import sysconfig; print(sysconfig.get_path('purelib'))").stdout.strip())
+    assert purelib.is_relative_to(venv)
+    (purelib / "running-environment.pth").write_text("".join(d + "\n" for d in running_site_dirs()))
+    r = inner("-m", "pip", "install", "-q", "--no-deps", src)
     if r.returncode and "No module named" in r.stderr:
         pytest.skip(f"cannot build here: {r.stderr.strip().splitlines()[-1]}")
     assert r.returncode == 0, r.stderr
     shutil.rmtree(src)  # the installed copy must not need the source tree
-    code = ("import json, npspec; from npspec.models import shipped_dir; "
-            "g = npspec.generate_text(npspec.load(role='target'), 'ROMEO:', draft=npspec.load(role='draft'), max_new_tokens=5); "
-            "print(json.dumps([npspec.__file__, str(shipped_dir('shakespeare/draft')), len(g.ids)]))")
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    r = subprocess.run([str(py), "-c", code], capture_output=True, text=True, cwd=tmp_path, env=env)
+    code = ("import json, npspec, tokenizers; from npspec.sources import shipped_dir; "
+            "g = npspec.generate_text(npspec.load(role='target'), 'ROMEO:', draft=npspec.load(role='draft'), "
+            "max_new_tokens=5); print(json.dumps([npspec.__file__, str(shipped_dir('shakespeare/draft')), len(g.ids), "
+            "tokenizers.__file__]))")
+    r = inner("-c", code)
     assert r.returncode == 0, r.stderr
-    module, draft, n = json.loads(r.stdout)
+    module, draft, n, dependency = json.loads(r.stdout)
     assert Path(module).is_relative_to(venv) and Path(draft) == venv / "share" / "npspec" / "shakespeare" / "draft"
     assert n == 5
+    assert any(Path(dependency).is_relative_to(d) for d in running_site_dirs()), dependency

@@ -1,0 +1,398 @@
+"""Where models come from: SPECs (load / resolve), the registry of names, the conversion cache, the hub, and the
+rule that a draft must share the target's tokenizer.
+
+The hub is unreachable here, so the download path is tested on a hub-layout cache built by
+hand in a temp dir (`models--org--name/{blobs, refs/main, snapshots/<commit>}`, as
+huggingface_hub writes it) and read with HF_HUB_OFFLINE=1. Subprocesses get their own
+HF_HUB_CACHE and NPSPEC_CACHE (test_cli.offline_env), so the user's caches are never touched.
+"""
+
+import hashlib
+import json
+import os
+import shutil
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+from tokenizers import Tokenizer
+
+from npspec import sources
+from npspec.convert import write_hf_checkpoint
+from npspec.files import CheckpointError, load_model
+from npspec.gpt2 import GPT2Config
+from npspec.init import init_tensors
+from npspec.sources import HUB_NAMES, SHAPES, cache, load, names, random_model, resolve, shipped_dir
+from npspec.speculative import speculative_generate
+from npspec.text import same_tokenizer
+
+from conftest import ROOT, SHIPPED, run_python
+from test_cli import GENERATE, assert_one_clean_line, offline_env
+
+SMALL = GPT2Config(n_vocab=2048, n_ctx=64, n_embd=16, n_head=2, n_layer=2, eos_token_id=0)  # shakespeare's tokenizer
+WIDE = GPT2Config(n_vocab=50257, n_ctx=64, n_embd=8, n_head=2, n_layer=1, eos_token_id=50256)  # GPT-2's tokenizer
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+TOKENIZER = (SHIPPED / "target" / "tokenizer.json").read_text()
+GPT2_TOKENIZER = (ROOT / "weights" / "gpt2" / "tokenizer.json").read_text()
+
+
+def make_hub_cache(hf_cache, repo_id, config, seed=0, tokenizer=True, commit=COMMIT):
+    """Write a tiny GPT-2 checkpoint into `hf_cache` as huggingface_hub lays out a downloaded repo.
+
+    Files live in blobs/ (named by sha256, as the hub names LFS files; git's sha1 for small ones
+    is not needed offline), snapshots/<commit>/ holds relative symlinks to them, refs/main the commit.
+    """
+    repo = hf_cache / ("models--" + repo_id.replace("/", "--"))
+    staging = write_hf_checkpoint(hf_cache / "staging" / repo_id, init_tensors(config, seed), config)
+    if tokenizer:
+        (staging / "tokenizer.json").write_text(TOKENIZER)
+    (repo / "blobs").mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    snap = repo / "snapshots" / commit
+    snap.mkdir(parents=True)
+    for name in ["config.json", "model.safetensors"] + (["tokenizer.json"] if tokenizer else []):
+        data = (staging / name).read_bytes()
+        blob = hashlib.sha256(data).hexdigest()
+        (repo / "blobs" / blob).write_bytes(data)
+        os.symlink(f"../../blobs/{blob}", snap / name)
+    return repo
+
+
+LOAD = ("import json, numpy as np, npspec.sources as s; x = s.load({spec!r}); "
+        "print(json.dumps({{'path': x.source, 'n_vocab': x.config.n_vocab, 'n_embd': x.config.n_embd, "
+        "'source': x.metadata['source'], 'sha': x.metadata['source_sha256'], "
+        "'wte_sum': float(np.float64(x.params['wte']).sum()), 'tok_size': x.tokenizer.get_vocab_size()}}))")
+
+
+def load_in_subprocess(spec, env):
+    r = run_python("-c", LOAD.format(spec=spec), env=env)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout), r.stderr
+
+
+# --- the hub, through an offline Hugging Face cache --------------------------------------------------
+
+
+def test_hub_repo_from_offline_cache_converts_once(tmp_path):
+    repo = make_hub_cache(tmp_path / "hf", "someorg/tiny-gpt2", SMALL, seed=5)
+    env = offline_env(tmp_path)
+    got, err = load_in_subprocess("someorg/tiny-gpt2", env)
+    entry = tmp_path / "npspec" / "hub" / "someorg--tiny-gpt2" / COMMIT
+    assert got["path"] == str(entry) and got["source"] == f"hf://someorg/tiny-gpt2@{COMMIT}"
+    assert (got["n_vocab"], got["n_embd"], got["tok_size"]) == (2048, 16, 2048)  # its own tokenizer.json
+    assert got["wte_sum"] == float(np.float64(init_tensors(SMALL, 5)["wte.weight"]).sum())  # the very weights
+    blob = (repo / "snapshots" / COMMIT / "model.safetensors").resolve()
+    assert got["sha"] == blob.name == hashlib.sha256(blob.read_bytes()).hexdigest()
+    assert "converting someorg/tiny-gpt2" in err
+    assert sorted(os.listdir(entry)) == ["model.safetensors", "tokenizer.json"]
+    assert sorted(os.listdir(entry.parent)) == [COMMIT]  # no staging leftovers
+    assert sorted(os.listdir(tmp_path / "npspec")) == [".locks", "hub"]
+    inode = (entry / "model.safetensors").stat().st_ino
+
+    again, err = load_in_subprocess("someorg/tiny-gpt2", env)  # reuses the conversion
+    assert again == got and "converting" not in err
+    assert (entry / "model.safetensors").stat().st_ino == inode
+
+    r = run_python(*GENERATE, "--target", "someorg/tiny-gpt2", "--draft", "someorg/tiny-gpt2", "--json",
+                   "--max-new-tokens", "5", "ROMEO:", env=env)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert len(out["ids"]) == 5 and out["stats"]["new_tokens"] == 5
+    assert "converting" not in r.stderr
+
+
+def test_hub_repo_without_tokenizer_gets_gpt2s(tmp_path):
+    make_hub_cache(tmp_path / "hf", "someorg/no-tok", WIDE, tokenizer=False)
+    got, _ = load_in_subprocess("someorg/no-tok", offline_env(tmp_path))
+    assert (tmp_path / "npspec" / "hub" / "someorg--no-tok" / COMMIT / "tokenizer.json").read_text() == GPT2_TOKENIZER
+    assert got["path"].endswith(COMMIT) and got["tok_size"] == 50257
+
+
+def test_hub_repo_without_tokenizer_and_small_vocab_refused(tmp_path):
+    make_hub_cache(tmp_path / "hf", "someorg/small", SMALL, tokenizer=False)
+    r = run_python(*GENERATE, "--target", "someorg/small", "--gamma", "0", env=offline_env(tmp_path))
+    assert_one_clean_line(r, "GPT-2's tokenizer (used because", "has no tokenizer.json)",
+                          "has 50257 ids but the model's n_vocab is 2048", "put the model's own tokenizer.json")
+    assert r.stdout == "" and not (tmp_path / "npspec").exists()  # refused before any conversion: nothing written
+
+
+def test_no_network_no_cache_says_what_to_run(tmp_path):
+    env = offline_env(tmp_path)
+    for spec, repo in (("gpt2", "openai-community/gpt2"), ("distilgpt2", "distilbert/distilgpt2"),
+                       ("someorg/absent", "someorg/absent")):
+        r = run_python(*GENERATE, "--target", spec, "--gamma", "0", "--max-new-tokens", "1", env=env)
+        assert_one_clean_line(r, "not in the local Hugging Face cache", "HF_HUB_OFFLINE",
+                              f"on a connected machine run `hf download {repo} config.json model.safetensors "
+                              "tokenizer.json`")
+        assert len(r.stderr.strip().splitlines()) == 1
+    r = run_python(*GENERATE, "--target", "gpt2", "--gamma", "0", "--debug", env=env)
+    assert r.returncode != 0 and "Traceback" in r.stderr  # --debug shows it
+
+
+def test_connection_errors_fall_back_to_the_cache(tmp_path):
+    # no HF_HUB_OFFLINE: the hub is tried at a local port nothing listens on (refused at once)
+    env = offline_env(tmp_path, HF_ENDPOINT="http://127.0.0.1:9", HF_HUB_OFFLINE=None)
+    r = run_python(*GENERATE, "--target", "someorg/absent", "--gamma", "0", env=env)
+    assert_one_clean_line(r, "someorg/absent is not in the local Hugging Face cache and the hub cannot be reached; "
+                             "on a connected machine run `hf download someorg/absent")
+    assert len(r.stderr.strip().splitlines()) == 1
+    make_hub_cache(tmp_path / "hf", "someorg/tiny-gpt2", SMALL)
+    assert load_in_subprocess("someorg/tiny-gpt2", env)[0]["path"].endswith(COMMIT)
+
+
+def test_partial_hf_cache_says_what_to_run(tmp_path):
+    repo = make_hub_cache(tmp_path / "hf", "someorg/partial", SMALL)
+    (repo / "snapshots" / COMMIT / "model.safetensors").unlink()  # e.g. only config.json was fetched
+    r = run_python(*GENERATE, "--target", "someorg/partial", "--gamma", "0", env=offline_env(tmp_path))
+    assert_one_clean_line(r, "`hf download someorg/partial config.json model.safetensors tokenizer.json`")
+    assert r.stderr.startswith("npspec.generate: error: someorg/partial has no model.safetensors in the local "
+                               "Hugging Face cache (revision 0123456789ab) and HF_HUB_OFFLINE is set")
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_offline_reuses_conversion_after_hf_cache_is_cleared(tmp_path):
+    make_hub_cache(tmp_path / "hf", "someorg/tiny-gpt2", SMALL)
+    env = offline_env(tmp_path)
+    load_in_subprocess("someorg/tiny-gpt2", env)
+    shutil.rmtree(tmp_path / "hf")
+    assert load_in_subprocess("someorg/tiny-gpt2", env)[0]["path"].endswith(COMMIT)
+
+
+# --- random: models, local directories, names --------------------------------------------------------
+
+
+def test_random_shapes_are_built_through_convert_and_reused(tmp_path):
+    m = load("random:tiny", cache_dir=tmp_path)
+    ref = random_model("tiny")
+    assert m.config == SHAPES["tiny"]
+    for a, b in ((m.params["wte"], ref.params["wte"]), (m.params["h"][1]["mlp"]["c_proj"]["w"],
+                                                         ref.params["h"][1]["mlp"]["c_proj"]["w"])):
+        assert np.array_equal(a, b)  # the same seeded init, through write -> convert -> load
+    assert m.metadata["source"] == "random:tiny (npspec.init, seed 0)"
+    assert m.tokenizer.to_str() == ref.tokenizer.to_str()  # GPT-2's
+    entry = Path(m.source)
+    assert entry.parent == tmp_path / "random" and sorted(os.listdir(entry)) == ["model.safetensors", "tokenizer.json"]
+    assert os.listdir(entry.parent) == [entry.name]  # the temporary hub-layout copy is gone
+    mtime = (entry / "model.safetensors").stat().st_mtime_ns
+    assert load("random:tiny", cache_dir=tmp_path).source == str(entry)
+    assert (entry / "model.safetensors").stat().st_mtime_ns == mtime
+
+
+def test_local_hf_directory_is_converted_into_the_cache(tmp_path):
+    src = write_hf_checkpoint(tmp_path / "ckpt", init_tensors(SMALL, 2), SMALL, prefix="transformer.")
+    (src / "tokenizer.json").write_text(TOKENIZER)
+    m = load(str(src), cache_dir=tmp_path / "cache")
+    path = Path(m.source)
+    assert path.parent == tmp_path / "cache" / "local" and path.name.startswith("ckpt-")
+    assert np.array_equal(m.params["wpe"], init_tensors(SMALL, 2)["wpe.weight"])
+    assert sorted(os.listdir(src)) == ["config.json", "model.safetensors", "tokenizer.json"]  # source untouched
+    assert resolve(str(src), tmp_path / "cache") == path  # reused
+    os.utime(src / "model.safetensors", ns=(1, 1))  # an edited checkpoint is converted again
+    assert resolve(str(src), tmp_path / "cache") != path
+    converted = load(str(path), cache_dir=tmp_path / "other")  # a converted directory loads in place
+    assert converted.source == str(path) and not (tmp_path / "other").exists()
+
+
+def test_one_registry_of_names():
+    assert HUB_NAMES["gpt2-large"] == "openai-community/gpt2-large"
+    assert HUB_NAMES["distilgpt2"] == "distilbert/distilgpt2"
+    assert SHAPES == {name: n.config for name, n in names.NAMES.items()}
+    assert HUB_NAMES == {name: n.hub for name, n in names.NAMES.items() if n.hub}
+    assert set(SHAPES) - set(HUB_NAMES) == {"tiny", "tiny-draft"}  # test shapes exist only as random: models
+
+
+def test_an_existing_path_wins_over_a_hub_name(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    m = load("random:tiny-draft", cache_dir=tmp_path / "c")
+    os.symlink(m.source, tmp_path / "gpt2")
+    assert Path(load("gpt2", cache_dir=tmp_path / "c").source).name == "gpt2"
+
+
+def test_role_picks_the_shipped_model_and_the_kernel(shipped):
+    target, draft = shipped
+    assert (target.kernel, draft.kernel) == ("gemv-panels", "gemv-rows") == (sources.ROLE_KERNELS["target"],
+                                                                             sources.ROLE_KERNELS["draft"])
+    assert Path(target.source) == SHIPPED / "target" and Path(draft.source) == SHIPPED / "draft"
+    assert load(role="draft", kernel="gemm", threads=2).kernel == "gemm"
+    with pytest.raises(ValueError, match="role must be 'target' or 'draft'"):
+        load(role="verifier")
+
+
+def test_source_tree_install_finds_shipped_pair():
+    assert shipped_dir("shakespeare/target") == ROOT / "weights" / "shakespeare" / "target"
+
+
+# --- the conversion cache ----------------------------------------------------------------------------
+
+
+def test_cache_dir_env(tmp_path, monkeypatch):
+    monkeypatch.setenv("NPSPEC_CACHE", str(tmp_path / "x"))
+    assert cache.cache_dir() == tmp_path / "x"
+    monkeypatch.delenv("NPSPEC_CACHE")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache.cache_dir() == tmp_path / "xdg" / "npspec"
+
+
+def test_unwritable_cache_is_one_clean_line(tmp_path):
+    (tmp_path / "file").write_text("")
+    r = run_python(*GENERATE, "--target", "random:tiny", "--gamma", "0",
+                   env=offline_env(tmp_path, NPSPEC_CACHE=str(tmp_path / "file" / "c")))
+    assert_one_clean_line(r, "cannot write npspec's cache", "NPSPEC_CACHE")
+
+
+CONCURRENT = ("import json, os, sys, time, numpy as np, npspec.sources as s; "
+              "open(sys.argv[1], 'a').close()\n"
+              "while len(os.listdir(os.path.dirname(sys.argv[1]))) < 2: time.sleep(0.01)\n"
+              "x = s.load('random:tiny'); print(json.dumps([x.source, float(np.float64(x.params['wte']).sum())]))")
+
+
+def test_two_processes_converting_at_once(tmp_path):
+    # both wait until the other has started, then convert the same model into the same cache
+    (tmp_path / "go").mkdir()
+    env = offline_env(tmp_path)
+    with ThreadPoolExecutor(2) as pool:
+        runs = list(pool.map(lambda i: run_python("-c", CONCURRENT, tmp_path / "go" / str(i), env=env), range(2)))
+    assert all(r.returncode == 0 for r in runs), [r.stderr for r in runs]
+    results = [json.loads(r.stdout) for r in runs]
+    assert results[0] == results[1]
+    assert sum("converting" in r.stderr for r in runs) == 1  # the lock: one converts, the other waits and reuses
+    assert os.listdir(tmp_path / "npspec" / "random") == [os.path.basename(results[0][0])]  # one entry, no leftovers
+    m = load_model(results[0][0])  # and it is whole
+    assert np.array_equal(m.params["wte"], random_model("tiny").params["wte"])
+
+
+def test_publish_keeps_the_first_copy(tmp_path):
+    # without a lock (e.g. no fcntl), the loser of the race discards its own copy
+    final = Path(load("random:tiny-draft", cache_dir=tmp_path).source)
+    before = (final / "model.safetensors").read_bytes()
+    staging = tmp_path / "random" / ".staging"
+    staging.mkdir()
+    (staging / "model.safetensors").write_bytes(b"other")
+    assert cache.publish(staging, final) is False
+    assert not staging.exists() and (final / "model.safetensors").read_bytes() == before
+
+
+def test_damaged_cache_entry_says_delete_it(tmp_path):
+    entry = load("random:tiny-draft", cache_dir=tmp_path).source
+    (Path(entry) / "tokenizer.json").unlink()
+    with pytest.raises(CheckpointError, match=f"the cached conversion {entry} is damaged: delete it and run again"):
+        load("random:tiny-draft", cache_dir=tmp_path)
+
+
+def test_killed_conversion_leftovers_are_cleaned(tmp_path):
+    key = cache.random_key("tiny-draft", 0)
+    stale = tmp_path / "random" / f".{key}.abc123.partial"
+    stale.mkdir(parents=True)
+    (stale / "model.safetensors").write_bytes(b"half")
+    m = load("random:tiny-draft", cache_dir=tmp_path)
+    assert sorted(os.listdir(tmp_path / "random")) == [key] and Path(m.source).name == key
+
+
+@pytest.mark.slow
+def test_random_gpt2_with_random_distilgpt2(tmp_path):
+    # the first build writes ~0.8 GB (gpt2 + distilgpt2, converted) into a temp cache
+    r = run_python(*GENERATE, "--target", "random:gpt2", "--draft", "random:distilgpt2", "--max-new-tokens", "16",
+                   "--json", "Hello", env=offline_env(tmp_path))
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert len(out["ids"]) == 16 and all(0 <= i < 50257 for i in out["ids"])
+    assert sorted(os.listdir(tmp_path / "npspec" / "random")) == sorted(
+        [cache.random_key("distilgpt2", 0), cache.random_key("gpt2", 0)])
+    m = load_model(tmp_path / "npspec" / "random" / cache.random_key("gpt2", 0))
+    assert m.config == SHAPES["gpt2"] and m.n_params == 124439808  # GPT-2 small without the tied head
+
+
+# --- the same-tokenizer rule -------------------------------------------------------------------------
+
+
+def test_same_tokenizer_ignores_runtime_settings_only():
+    a, b = Tokenizer.from_str(GPT2_TOKENIZER), Tokenizer.from_str(GPT2_TOKENIZER)
+    b.enable_truncation(16)  # a setting saved in tokenizer.json by some repositories
+    assert a.to_str() != b.to_str() and same_tokenizer(a, b)
+    d = json.loads(GPT2_TOKENIZER)
+    d["model"]["merges"] = d["model"]["merges"][:-1]  # one merge fewer: other ids for some text
+    assert not same_tokenizer(a, Tokenizer.from_str(json.dumps(d)))
+    assert not same_tokenizer(a, Tokenizer.from_file(str(SHIPPED / "draft" / "tokenizer.json")))
+
+
+def _runtime_settings(tokenizer):  # truncation and padding only: the same ids for the same text
+    t = Tokenizer.from_str(json.dumps(tokenizer))
+    t.enable_truncation(16)
+    t.enable_padding(pad_id=0, pad_token=t.id_to_token(0))
+    return json.loads(t.to_str())
+
+
+def _swapped_ids(tokenizer):  # the same tokens, two of them with each other's ids
+    vocab = tokenizer["model"]["vocab"]
+    vocab["a"], vocab["e"] = vocab["e"], vocab["a"]
+    return tokenizer
+
+
+def _one_merge_fewer(tokenizer):
+    tokenizer["model"]["merges"] = tokenizer["model"]["merges"][:-1]
+    return tokenizer
+
+
+def draft_with_tokenizer(tmp_path, edit):
+    """A copy of the shipped draft whose tokenizer.json is `edit(the shipped one as a dict)`."""
+    d = tmp_path / "draft"
+    shutil.copytree(SHIPPED / "draft", d)
+    (d / "tokenizer.json").write_text(json.dumps(edit(json.loads(TOKENIZER))))
+    return d
+
+
+EDITS = pytest.mark.parametrize("edit, same", [(_runtime_settings, True), (_swapped_ids, False),
+                                               (_one_merge_fewer, False)], ids=["runtime-settings", "ids", "merges"])
+
+
+@EDITS
+def test_the_cli_applies_the_same_tokenizer_rule(tmp_path, edit, same):
+    draft = draft_with_tokenizer(tmp_path, edit)
+    args = ("--json", "--max-new-tokens", "12", "--seed", "4")
+    r = run_python(*GENERATE, "--draft", draft, *args, env=offline_env(tmp_path))
+    if same:  # accepted: the output is the shipped pair's, whose draft tokenizer is the target's own
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout)["ids"] == json.loads(run_python(*GENERATE, *args).stdout)["ids"]
+    else:
+        assert_one_clean_line(r, "use different tokenizers", "pick a draft trained with the target's tokenizer")
+        assert r.stdout == ""
+
+
+@EDITS
+def test_the_loop_applies_the_same_tokenizer_rule(shipped, tmp_path, edit, same):
+    target, draft = shipped
+    other = load(str(draft_with_tokenizer(tmp_path, edit)), "draft", cache_dir=tmp_path / "cache")
+    prompt = target.tokenizer.encode("ROMEO:").ids
+    emitted = []
+
+    def generate(d):
+        return speculative_generate(target, d, prompt, 12, gamma=4, temperature=0.8, rng=np.random.default_rng(4),
+                                    on_emit=lambda ids, n: emitted.append(list(ids)))
+
+    if same:
+        assert generate(other).ids == generate(draft).ids
+    else:
+        with pytest.raises(ValueError, match="use different tokenizers; pick a draft trained with the target's"):
+            generate(other)
+        assert emitted == []  # refused before any output
+
+
+def test_pair_with_another_tokenizer_and_vocabulary_size(tmp_path):
+    # GPT-2's tokenizer and 50257 ids against Shakespeare's and 2048: the vocabulary sizes are named first
+    r = run_python(*GENERATE, "--target", "random:tiny-draft", "--draft", SHIPPED / "draft", "--max-new-tokens", "2",
+                   env=offline_env(tmp_path))
+    assert_one_clean_line(r, "draft vocabulary (2048) differs from the target's (50257)",
+                          "pick a draft with the target's tokenizer")
+    assert r.stdout == ""
+
+
+def test_pair_with_different_vocabularies(tmp_path):
+    wide = GPT2Config(n_vocab=50304, n_ctx=32, n_embd=8, n_head=2, n_layer=1, eos_token_id=50256)  # padded vocab
+    d = write_hf_checkpoint(tmp_path / "wide", init_tensors(wide, 1), wide, prefix="transformer.")
+    (d / "tokenizer.json").write_text(GPT2_TOKENIZER)
+    r = run_python(*GENERATE, "--target", "random:tiny-draft", "--draft", d, "--max-new-tokens", "2",
+                   env=offline_env(tmp_path))
+    assert_one_clean_line(r, "draft vocabulary (50304) differs from the target's (50257)")
+    assert r.stdout == ""
