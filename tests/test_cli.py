@@ -207,7 +207,7 @@ def test_convert_cli_missing_source(tmp_path):
 
 
 def test_convert_cli_unwritable_out_dir(tmp_path):
-    from npspec.convert import write_hf_checkpoint
+    from npspec.huggingface import write_hf_checkpoint
     from npspec.gpt2 import GPT2Config
     from npspec.init import init_tensors
 

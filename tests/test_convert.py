@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from npspec.convert import convert, read_hf_tensors
+from npspec.huggingface import convert, read_hf_tensors
 from npspec.files import CheckpointError, load_model, tensor_shapes
 from npspec.gpt2 import GPT2Config
 from npspec.init import init_tensors

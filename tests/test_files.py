@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from safetensors import safe_open
 from safetensors.numpy import save_file
 
-from npspec.convert import read_hf_tensors, write_hf_checkpoint
+from npspec.huggingface import read_hf_tensors, write_hf_checkpoint
 from npspec.files import CheckpointError, atomic_write, load_model, save_converted
 from npspec.gpt2 import GPT2Config
 from npspec.init import init_tensors
@@ -104,7 +104,7 @@ def test_atomic_write_keeps_the_old_file_when_a_write_fails(tmp_path):
     assert path.read_text() == "old" and os.listdir(tmp_path) == ["f"]
 
 
-FULL_DISK = ("import resource, signal, sys; from npspec.convert import convert\n"
+FULL_DISK = ("import resource, signal, sys; from npspec.huggingface import convert\n"
              "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails (EFBIG) like a full disk\n"
              "resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[3]), resource.RLIM_INFINITY))\n"
              "try:\n    convert(sys.argv[1], sys.argv[2])\nexcept Exception as e:\n    print(type(e).__name__, e)\n")

@@ -1,7 +1,7 @@
 """npspec against Hugging Face transformers' GPT2LMHeadModel across the GPT-2 family (issue 3, "The oracle").
 
 Every case writes ONE Hugging Face checkpoint directory; transformers loads it with
-`GPT2LMHeadModel.from_pretrained`, npspec converts it (npspec.convert.convert) and loads the
+`GPT2LMHeadModel.from_pretrained`, npspec converts it (npspec.huggingface.convert) and loads the
 conversion (npspec.checkpoint.load_model). Three levels, as minGPT's import test:
   1. logits match, `max |npspec - transformers| <= RTOL * max |transformers|` (the bound is relative
      to the logits' scale), on the GEMM path, the batch-invariant row path and the cached path;
@@ -27,7 +27,7 @@ import pytest
 
 from npspec import hub
 from npspec.checkpoint import load_model, tensor_shapes
-from npspec.convert import convert
+from npspec.huggingface import convert
 from npspec.init import SHAPES, init_tensors, init_tensors_varied
 from npspec.model import GPT2Config
 from npspec.speculative import speculative_generate

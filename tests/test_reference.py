@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from npspec.checkpoint import load_model
-from npspec.convert import convert
+from npspec.huggingface import convert
 from npspec.speculative import speculative_generate
 from npspec.text import TextStreamer
 

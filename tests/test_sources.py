@@ -19,7 +19,7 @@ import pytest
 from tokenizers import Tokenizer
 
 from npspec import sources
-from npspec.convert import write_hf_checkpoint
+from npspec.huggingface import write_hf_checkpoint
 from npspec.files import CheckpointError, load_model
 from npspec.gpt2 import GPT2Config
 from npspec.init import init_tensors

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from npspec.convert import convert, sha256_file
+from npspec.huggingface import convert, sha256_file
 from npspec.evaluate import acceptance, fixed_prompts, split_corpus, validation_loss
 from npspec.files import atomic_write
 from npspec.sources import load

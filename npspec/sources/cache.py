@@ -18,7 +18,7 @@ keeps the cache whole where locks are missing (a process that loses the race dis
 
 Downloads use huggingface_hub (its cache, HF_HUB_CACHE / HF_HOME, its progress bars and
 HF_HUB_OFFLINE), fetching only `config.json`, `model.safetensors` and `tokenizer.json`.
-Imports npspec.files, npspec.convert, npspec.init and the registry and shipped files of
+Imports npspec.files, npspec.huggingface, npspec.init and the registry and shipped files of
 npspec.sources; huggingface_hub.
 """
 
@@ -34,7 +34,7 @@ from pathlib import Path
 
 from huggingface_hub import constants
 
-from ..convert import convert, read_source, write_hf_checkpoint
+from ..huggingface import convert, read_source, write_hf_checkpoint
 from ..files import CheckpointError, oneline
 from ..init import init_tensors
 from .names import SHAPES

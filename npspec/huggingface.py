@@ -1,0 +1,270 @@
+"""Hugging Face GPT-2 checkpoints: read them, check them, and convert them into npspec's layout.
+
+The command line is `python -m npspec.convert SRC OUT_DIR` (npspec/convert.py). SRC is a directory as transformers' `save_pretrained` writes it (or as the hub holds it):
+`config.json` + `model.safetensors` [+ `tokenizer.json`]. Tensor names may carry the
+`transformer.` prefix or not; float16, bfloat16 and float64 sources are cast to float32
+(bfloat16 is read from its raw bytes: numpy has no bfloat16); `attn.bias` and
+`attn.masked_bias` buffers are ignored; an explicit `lm_head.weight` must equal `wte` (the
+head is tied). Every problem is reported at once. Pickle files (`pytorch_model.bin`) are
+never loaded. Writes are atomic (see files.save_converted). Every check of a Hugging Face
+checkpoint lives here (`read_source` for the config and tokenizer, `convert_tensors` for the
+tensors). Imports npspec.gpt2 and npspec.files, safetensors and tokenizers.
+"""
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+import warnings
+from pathlib import Path
+
+import numpy as np
+from safetensors import safe_open
+from safetensors.numpy import save_file
+from tokenizers import Tokenizer
+
+from .files import CheckpointError, oneline, read_header, read_tensor, reading, save_converted, tensor_shapes
+from .gpt2 import GPT2Config
+
+IGNORED = re.compile(r"^h\.\d+\.attn\.(bias|masked_bias)$")
+
+
+def sha256_file(path, chunk=1 << 20):
+    """Hex sha256 of a file's bytes."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def config_from_hf(cfg, where="config.json"):
+    """GPT2Config from a transformers GPT-2 `config.json` dict.
+
+    Raises CheckpointError for a missing or bad field and for GPT-2 variants npspec does not
+    compute (another model_type, activation or MLP width, per-layer attention scaling).
+    """
+    if not isinstance(cfg, dict):
+        raise CheckpointError(f"{where}: expected a JSON object, got {type(cfg).__name__}")
+    unsupported = []
+    if cfg.get("model_type", "gpt2") != "gpt2":
+        unsupported.append(f"model_type {cfg['model_type']!r} (npspec runs GPT-2 only)")
+    if cfg.get("activation_function", "gelu_new") not in ("gelu_new", "gelu_pytorch_tanh"):
+        unsupported.append(f"activation_function {cfg['activation_function']!r} (GPT-2's is gelu_new)")
+    if cfg.get("n_inner") is not None and cfg.get("n_inner") != 4 * cfg.get("n_embd", 0):
+        unsupported.append(f"n_inner {cfg['n_inner']!r} (GPT-2's MLP is 4 * n_embd wide)")
+    if cfg.get("scale_attn_by_inverse_layer_idx") or cfg.get("scale_attn_weights") is False:
+        unsupported.append("non-standard attention scaling (scale_attn_by_inverse_layer_idx / scale_attn_weights)")
+    if unsupported:
+        raise CheckpointError(f"{where}: unsupported " + "; ".join(unsupported))
+    missing = [k for k in ("vocab_size", "n_embd", "n_head", "n_layer") if k not in cfg]
+    if "n_positions" not in cfg and "n_ctx" not in cfg:
+        missing.append("n_positions")
+    if missing:
+        raise CheckpointError(f"{where}: missing GPT-2 field(s) {', '.join(missing)}; is it a GPT-2 config.json?")
+    eos = cfg.get("eos_token_id")
+    if isinstance(eos, list):  # newer configs may list several; GPT-2 has one
+        eos = eos[0] if eos else None
+    try:
+        for k in ("vocab_size", "n_positions", "n_ctx", "n_embd", "n_head", "n_layer"):
+            if k in cfg and (isinstance(cfg[k], bool) or not isinstance(cfg[k], int)):
+                raise ValueError(f"{k} must be an integer, got {cfg[k]!r}")
+        if eos is not None and (isinstance(eos, bool) or not isinstance(eos, int)):
+            raise ValueError(f"eos_token_id must be an integer or null, got {eos!r}")
+        return GPT2Config(
+            n_vocab=cfg["vocab_size"], n_ctx=cfg.get("n_positions", cfg.get("n_ctx")),
+            n_embd=cfg["n_embd"], n_head=cfg["n_head"], n_layer=cfg["n_layer"],
+            layer_norm_epsilon=float(cfg.get("layer_norm_epsilon", 1e-5)), eos_token_id=eos)
+    except (ValueError, TypeError) as e:
+        raise CheckpointError(f"{where}: {oneline(e)}") from e
+
+
+NUMPY_DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "BF16": "<u2", "I64": "<i8", "I32": "<i4", "I16": "<i2",
+                "I8": "i1", "U64": "<u8", "U32": "<u4", "U16": "<u2", "U8": "u1", "BOOL": "?"}
+
+
+def widen_bf16(bits):  # [...] uint16 -> [...] float32
+    """bfloat16 bit patterns -> float32, exactly: a bfloat16 is the top 16 bits of a float32."""
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+def read_hf_tensors(path):
+    """All tensors of a Hugging Face safetensors file, names without `transformer.`.
+
+    Returns `{name: array}` in the file's dtypes, except bfloat16, which is widened to float32
+    (numpy has no bfloat16: its raw bytes are read at the header's offsets). safetensors checks
+    the header first; each tensor is then read once, with `readinto`, into its own array.
+    Raises CheckpointError for a file safetensors cannot read (truncated, not safetensors, a
+    header whose offsets or sizes do not fit) and for tensors of dtypes numpy cannot hold (F8...).
+    """
+    tensors, exotic = {}, []
+    with reading(path):
+        with safe_open(str(path), framework="numpy") as f:
+            dtypes = {name: f.get_slice(name).get_dtype() for name in f.keys()}
+        with open(path, "rb") as fh:
+            data_start, header = read_header(fh)
+            for name, dtype in dtypes.items():
+                key = name[len("transformer."):] if name.startswith("transformer.") else name
+                if dtype not in NUMPY_DTYPES:
+                    if not IGNORED.match(key):
+                        exotic.append(f"{name} ({dtype})")
+                    continue
+                a = read_tensor(fh, data_start, header[name], NUMPY_DTYPES[dtype], f"{path} (tensor {name})")
+                tensors[key] = widen_bf16(a) if dtype == "BF16" else a
+    if exotic:
+        raise CheckpointError(f"{path}: tensors of a dtype npspec cannot read: {', '.join(exotic)}; "
+                              "save the checkpoint in float32, float16 or bfloat16")
+    return tensors
+
+
+def convert_tensors(raw, config):
+    """Check and cast `raw` (HF names, prefix stripped) to the tensors npspec stores.
+
+    Returns `{name: float32 array}`. Warns about unexpected tensors; raises CheckpointError
+    listing every missing, misshaped or non-finite tensor, and an untied `lm_head.weight`.
+    """
+    expected = tensor_shapes(config)
+    problems, out = [], {}
+    for name, shape in expected.items():
+        if name not in raw:
+            problems.append(f"missing tensor {name} {list(shape)}")
+            continue
+        a = raw[name]
+        if tuple(a.shape) != shape:
+            problems.append(f"tensor {name} has shape {list(a.shape)}, expected {list(shape)}")
+            continue
+        if a.dtype.kind != "f":
+            problems.append(f"tensor {name} has dtype {a.dtype}, expected a float type")
+            continue
+        a = np.ascontiguousarray(a, dtype=np.float32)
+        if not np.isfinite(a).all():
+            problems.append(f"tensor {name} holds non-finite values")
+        out[name] = a
+    if "lm_head.weight" in raw and "wte.weight" in out:
+        head = raw["lm_head.weight"]
+        if head.shape != out["wte.weight"].shape or not np.array_equal(head.astype(np.float32), out["wte.weight"]):
+            problems.append("lm_head.weight differs from wte.weight, but GPT-2's head is tied to wte "
+                            "(npspec supports tied heads only)")
+    if problems:
+        raise CheckpointError("; ".join(problems))
+    extra = sorted(n for n in raw if n not in expected and n != "lm_head.weight" and not IGNORED.match(n))
+    if extra:
+        warnings.warn(f"ignoring {len(extra)} unexpected tensor(s): {', '.join(extra)}", stacklevel=2)
+    return out
+
+
+def check_tokenizer(tokenizer_json, config, where, fix):
+    """Parse tokenizer text with `tokenizers`; returns the Tokenizer.
+
+    Raises CheckpointError, ending with `fix`, if the text is not a tokenizers file or has more
+    ids than the model's n_vocab (the model could not score them: it is another model's tokenizer).
+    """
+    try:
+        tokenizer = Tokenizer.from_str(tokenizer_json)
+    except Exception as e:  # tokenizers raises a bare Exception for malformed JSON
+        raise CheckpointError(f"{where} is not a valid tokenizers file ({oneline(e)}); {fix}") from e
+    if tokenizer.get_vocab_size() > config.n_vocab:
+        raise CheckpointError(f"{where} has {tokenizer.get_vocab_size()} ids but the model's n_vocab is "
+                              f"{config.n_vocab}: it is not this model's tokenizer; {fix}")
+    return tokenizer
+
+
+def no_weights_error(src):
+    """The CheckpointError for a checkpoint directory without model.safetensors, with the fix that fits."""
+    src = Path(src)
+    if (src / "model.safetensors.index.json").exists():
+        hint = (" (it is sharded; npspec reads one model.safetensors: re-save it with "
+                "save_pretrained(..., max_shard_size='100GB'))")
+    elif (src / "pytorch_model.bin").exists():
+        hint = (" (only pytorch_model.bin, a pickle file npspec never loads; re-save it with "
+                "save_pretrained(..., safe_serialization=True))")
+    else:
+        hint = ""
+    return CheckpointError(f"{src} has no model.safetensors{hint}")
+
+
+def read_source(src, tokenizer_json=None):
+    """Check a Hugging Face checkpoint directory before its tensors are read: (config, tokenizer text).
+
+    src must hold `config.json` (a GPT-2 config, see config_from_hf) and `model.safetensors`.
+    The tokenizer is `src/tokenizer.json`, else the text `tokenizer_json`; it must parse and
+    fit the vocabulary. Raises CheckpointError naming the problem and the fix.
+    """
+    src = Path(src)
+    if not src.is_dir():
+        raise CheckpointError(f"source {src} is not a directory; give a Hugging Face checkpoint directory")
+    cfg_path = src / "config.json"
+    if not cfg_path.is_file():
+        raise CheckpointError(f"{src} has no config.json; is it a Hugging Face GPT-2 checkpoint?")
+    try:
+        cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"{cfg_path} is not valid JSON ({oneline(e)})") from e
+    except OSError as e:
+        raise CheckpointError(f"cannot read {cfg_path} ({oneline(e)})") from e
+    config = config_from_hf(cfg, cfg_path)
+    if not (src / "model.safetensors").is_file():
+        raise no_weights_error(src)
+    tok_path = src / "tokenizer.json"
+    fix = f"put the model's own tokenizer.json in {src}"
+    if tok_path.is_file():
+        tokenizer_json, where = tok_path.read_text(encoding="utf-8"), tok_path
+    elif tokenizer_json is None:
+        raise CheckpointError(f"{src} has no tokenizer.json; add the model's tokenizer.json to it")
+    else:
+        where = f"GPT-2's tokenizer (used because {src} has no tokenizer.json)"
+    check_tokenizer(tokenizer_json, config, where, fix)
+    return config, tokenizer_json
+
+
+def convert(src, out_dir, source=None, tokenizer_json=None, source_sha256=None):
+    """Convert the Hugging Face checkpoint directory `src` into `out_dir`; return `out_dir` as a Path.
+
+    source: the string stored as `source` in the metadata (default: the resolved `src` path).
+    tokenizer_json: tokenizer text to use when `src` has no `tokenizer.json`.
+    source_sha256: the hex sha256 of `src/model.safetensors` if already known (the hub cache
+    names blobs by it); computed otherwise.
+    Memory: about the weight bytes (1.5x for float16 sources). Raises CheckpointError naming
+    the problem and the fix; `out_dir` is then left as it was.
+    """
+    src, out_dir = Path(src), Path(out_dir)
+    config, tokenizer_json = read_source(src, tokenizer_json)
+    weights = src / "model.safetensors"
+    tensors = convert_tensors(read_hf_tensors(weights), config)
+    save = dict(source=source or str(src.resolve()), source_sha256=source_sha256 or sha256_file(weights),
+                tokenizer_json=tokenizer_json)
+    if out_dir.exists():  # each file is replaced atomically (save_converted)
+        save_converted(out_dir, tensors, config, **save)
+        return out_dir
+    # a new directory appears whole or not at all: written beside it, then renamed
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".partial", dir=out_dir.parent))
+    try:
+        save_converted(staging, tensors, config, **save)
+        os.rename(staging, out_dir)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+    return out_dir
+
+
+def write_hf_checkpoint(out_dir, tensors, config, prefix="", dtype=np.float32):
+    """Write `tensors` (npspec names) as a Hugging Face GPT-2 checkpoint: `config.json` + `model.safetensors`.
+
+    The inverse of `convert` (without the tokenizer): the layout `save_pretrained` writes
+    (prefix "transformer.") or the hub's `gpt2` file holds (prefix ""), in `dtype` (float32 or
+    float16). Used to build `random:` models through the same convert -> load path, and by tests.
+    """
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    cfg = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "activation_function": "gelu_new",
+           "vocab_size": config.n_vocab, "n_positions": config.n_ctx, "n_ctx": config.n_ctx,
+           "n_embd": config.n_embd, "n_head": config.n_head, "n_layer": config.n_layer,
+           "layer_norm_epsilon": config.layer_norm_epsilon, "bos_token_id": config.eos_token_id,
+           "eos_token_id": config.eos_token_id, "tie_word_embeddings": True}
+    (out_dir / "config.json").write_text(json.dumps(cfg, indent=2) + "\n", encoding="utf-8")
+    save_file({prefix + k: np.ascontiguousarray(v, dtype=dtype) for k, v in tensors.items()},
+              str(out_dir / "model.safetensors"))
+    return out_dir
