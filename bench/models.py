@@ -8,7 +8,7 @@ the file's row-major layout for comparisons that call npspec.gpt2.gpt2 directly.
 
 Prompts are PROMPT_LENGTH tokens: for the shipped pair, slices at fixed offsets of the
 validation part of its training text (`validation_prompts`); for random weights, the start of
-RANDOM_PROMPT in GPT-2's tokenizer (`random_prompt`).
+RANDOM_PROMPT in GPT-2's tokenizer, which every random model has (`random_prompt`).
 """
 
 import gc
@@ -17,7 +17,7 @@ import numpy as np
 
 from npspec.evaluate import fixed_prompts, split_corpus
 from npspec.kernels import block_linears
-from npspec.sources import ROLE_KERNELS, SHIPPED_PAIR, load, random_model, shipped_dir
+from npspec.sources import ROLE_KERNELS, SHIPPED_PAIR, gpt2_tokenizer, load, random_model, shipped_dir
 
 PROMPT_LENGTH = 16
 RANDOM_PROMPT = "The quick brown fox jumps over the lazy dog, and then the dog chases the fox around the"
@@ -48,9 +48,10 @@ def validation_prompts(val_ids, n):
     return fixed_prompts(val_ids, n=n, length=PROMPT_LENGTH)
 
 
-def random_prompt(tokenizer):
-    """The prompt of the random-weight runs: the first PROMPT_LENGTH ids of RANDOM_PROMPT."""
-    return tokenizer.encode(RANDOM_PROMPT).ids[:PROMPT_LENGTH]
+def random_prompt():
+    """The prompt of the random-weight runs: the first PROMPT_LENGTH ids of RANDOM_PROMPT in GPT-2's tokenizer
+    (the tokenizer of every random model)."""
+    return gpt2_tokenizer().encode(RANDOM_PROMPT).ids[:PROMPT_LENGTH]
 
 
 def row_major(params):
