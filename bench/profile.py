@@ -20,7 +20,7 @@ from . import common, models
 
 
 def profile_forward(model, m, calls, context=32):
-    """The top of a cProfile listing (own time) of `calls` forwards (model.forward) over m tokens, and seconds per call."""
+    """The top of a cProfile listing (own time) of `calls` model.forward calls over m tokens, and seconds per call."""
     cache = model.new_cache()
     model.prefill(np.arange(context), cache)
     ids = np.arange(1, m + 1)

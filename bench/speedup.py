@@ -80,7 +80,8 @@ def speedup_row(names, a, gamma, threads, ar, spec, t, c):
     return {"target": names[0], "draft": names[1], "acceptance": "real" if a is None else "controlled",
             "a": "" if a is None else a, "gamma": gamma, "threads": threads, "alpha": s.alpha,
             "tokens_per_round": s.tokens_per_round, "ar_tok_s": ar_speed, "spec_tok_s": speed,
-            "speedup": speed / ar_speed, "predicted_speedup": predicted_speedup(s.alpha if a is None else a, gamma, c, v),
+            "speedup": speed / ar_speed,
+            "predicted_speedup": predicted_speedup(s.alpha if a is None else a, gamma, c, v),
             "identical": [g.ids for g in gens] == [g.ids for g in ar_gens],
             "draft_share": s.seconds_draft / s.seconds, "verify_share": s.seconds_verify / s.seconds,
             "other_share": s.seconds_other / s.seconds, "c": c, "v": v,
@@ -215,7 +216,8 @@ def main(argv=None):
                 if pair[1] not in ar:
                     ar[pair[1]] = plain_ar_row(pair[1], new_tokens, repeats, n, bandwidth)
             for shape, row in ar.items():
-                hf = None if args.no_transformers else transformers_ar(shape, models.random_prompt(), new_tokens, repeats, n)
+                hf = (None if args.no_transformers
+                      else transformers_ar(shape, models.random_prompt(), new_tokens, repeats, n))
                 row["transformers_tok_s"] = float("nan") if hf is None else hf
                 row["npspec_vs_transformers"] = float("nan") if hf is None else row["npspec_tok_s"] / hf
                 ar_rows.append(row)

@@ -53,7 +53,10 @@ def temperature_sweep(target, draft, prompts, temperatures, seeds, new_tokens, v
 
 
 def plot(gamma_rows, position_rows, temp_rows, path):
-    """sweep.png: tokens per round against gamma, acceptance by position, acceptance against temperature; None without matplotlib."""
+    """sweep.png: tokens per round against gamma, acceptance by position, acceptance against temperature.
+
+    None without matplotlib.
+    """
     plt = common.pyplot()
     if plt is None:
         return None

@@ -52,7 +52,11 @@ def time_forward(model, m, repeats, context, forward=None):
 
 
 def kernel_forward(params, config, kernel, threads):
-    """A forward(ids, cache) over `params` with `kernel` (npspec.gpt2.gpt2): per-row attention if the kernel is invariant, masked otherwise."""
+    """A forward(ids, cache) over `params` with `kernel` (npspec.gpt2.gpt2).
+
+    Per-row attention if the kernel is invariant, masked attention otherwise (as Model.forward
+    and Model.prefill pair them).
+    """
     linear = make_kernel(kernel, threads)
     attend = attention if kernel in INVARIANT_KERNELS else attention_masked
     return lambda ids, cache: gpt2(ids, params, config, cache, linear, attend)
@@ -106,7 +110,7 @@ def measure(model_names, threads, kernels, ms, repeats, context, quick=False):
 
 
 def plot(rows, path):
-    """verify_cost.png: t(M) / t(1) of the AR decode per kernel and layout, with the roofline; None without matplotlib."""
+    """verify_cost.png: t(M) / t(1) of the AR decode per kernel and layout, and the roofline (None: no matplotlib)."""
     plt = common.pyplot()
     if plt is None:
         return None
@@ -137,7 +141,7 @@ def plot(rows, path):
 
 
 def kernel_names(text):
-    """Kernel names from "gemv-rows,gemm": a list of names of npspec.kernels.KERNELS. Raises argparse.ArgumentTypeError otherwise."""
+    """Kernel names from "gemv-rows,gemm": a list of npspec.kernels.KERNELS; else argparse.ArgumentTypeError."""
     names = text.split(",")
     bad = [k for k in names if k not in KERNELS]
     if bad:

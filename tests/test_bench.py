@@ -85,7 +85,7 @@ def test_controlled_acceptance_matches_a_within_sampling_error(a):
 
 
 def test_speedup_row_pools_the_runs_and_predicts_with_the_library_model():
-    """One row builder serves the shipped and the controlled rows: pooled counts, the speedup model of npspec.evaluate."""
+    """One row builder serves the shipped and the controlled rows: pooled counts, npspec.evaluate's speedup model."""
     target, draft = pair()
     prompts = [[1, 2, 3], [4, 5]]
     ar = speedup.median_run(speedup.runner(target, None, prompts, 8, 0), repeats=1)
@@ -102,7 +102,7 @@ def test_speedup_row_pools_the_runs_and_predicts_with_the_library_model():
 
 
 def test_row_major_copy_computes_the_same_forward_through_gpt2():
-    """verify_cost's row-major layout: a copy of the tree with C-order matrices; the Model keeps its column-major ones."""
+    """verify_cost's row-major layout: a copy of the tree with C-order matrices; the Model keeps column-major ones."""
     model = tiny_model(n_embd=32, n_vocab=97).with_kernel("gemv-rows")
     params = models.row_major(model.params)
     w, w0 = params["h"][0]["mlp"]["c_fc"]["w"], model.params["h"][0]["mlp"]["c_fc"]["w"]
