@@ -1,4 +1,5 @@
-"""What every benchmark shares: arguments, output folders, machine description, timing, tables, plots.
+"""What every benchmark shares: the command line (command_line -> Run, then finish), output folders,
+machine description, thread control, timing, tables, plots.
 
 Units: seconds, bytes, tokens/s, GB/s (1e9 bytes/s), GFLOP/s (1e9 float32 operations/s).
 """
@@ -10,26 +11,72 @@ import datetime
 import io
 import os
 import platform
+import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
-from npspec.checkpoint import atomic_write
+from npspec.files import atomic_write
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def parser(prog, description):
-    """An argparse parser with the options every benchmark takes: --quick, --out, --threads."""
-    ap = argparse.ArgumentParser(prog=f"python -m {prog}", description=description)
+@dataclass
+class Run:
+    """One run of a benchmark command: its parsed `args`, output folder `out`, the thread counts to
+    measure (`threads`: each one both the BLAS pools' and the "gemv-panels" kernel's) and `meta`, the
+    header every table of the run carries (machine_info() plus the command line; a command adds
+    what it measures once, e.g. the read bandwidth)."""
+
+    args: argparse.Namespace
+    out: Path
+    threads: list
+    meta: dict
+
+
+def command_line(prog, doc, argv=None, options=None, threads=("1,2", "1"), many=True):
+    """Parse a benchmark command's arguments and set up its run: returns a Run.
+
+    Every command takes --quick, --out and --threads. prog: the module ("bench.sweep"); doc: its
+    docstring (the first line is the --help description); argv: the arguments (default
+    sys.argv[1:]); options: a function adding the command's own options to the parser.
+    threads: the default --threads of a full and of a --quick run; many=False: the command
+    measures one thread count. Exits with a usage error for bad options, and before creating
+    anything if a --quick run is pointed into bench/results/ (output_dir).
+    """
+    ap = argparse.ArgumentParser(prog=f"python -m {prog}", description=doc.split("\n")[0])
     ap.add_argument("--quick", action="store_true",
                     help="a small run (under 3 minutes) written to a new temporary folder, never to bench/results/")
     ap.add_argument("--out", default=None, help="output folder (default: bench/results/, or a temporary one with --quick)")
-    ap.add_argument("--threads", default=None,
-                    help="comma-separated BLAS thread counts to measure (default: 1,2; --quick: 1)")
-    return ap
+    ap.add_argument("--threads", type=thread_counts, default=None,
+                    help=f"comma-separated thread counts to measure{'' if many else ' (one)'}, each for BLAS and the "
+                         f"gemv-panels kernel (default: {threads[0]}; --quick: {threads[1]})")
+    if options is not None:
+        options(ap)
+    args = ap.parse_args(argv)
+    counts = args.threads or thread_counts(threads[args.quick])
+    if not many and len(counts) != 1:
+        ap.error(f"--threads takes one thread count here, got {len(counts)}")
+    out = output_dir(args)
+    meta = machine_info()
+    meta["command"] = f"python -m {prog} " + " ".join(sys.argv[1:] if argv is None else argv)
+    return Run(args, out, counts, meta)
+
+
+def thread_counts(text):
+    """Thread counts from "1,2": a list of positive ints. Raises argparse.ArgumentTypeError otherwise."""
+    try:
+        counts = [int(t) for t in text.split(",")]
+    except ValueError:
+        counts = []
+    if not counts or min(counts) < 1:
+        raise argparse.ArgumentTypeError(f"takes positive integers like 1,2; got {text!r}")
+    return counts
 
 
 def output_dir(args):
@@ -48,30 +95,41 @@ def output_dir(args):
     return out
 
 
-def thread_counts(args):
-    """The BLAS thread counts to measure, from --threads (default 1,2; --quick: 1)."""
-    if args.threads is None:
-        return [1] if args.quick else [1, 2]
-    counts = [int(t) for t in args.threads.split(",")]
-    if not counts or min(counts) < 1:
-        raise SystemExit(f"--threads takes positive integers like 1,2; got {args.threads!r}")
-    return counts
+def log(message):
+    """Progress for the person running a benchmark: one line on stderr (stdout ends with what was written)."""
+    print(message, file=sys.stderr, flush=True)
+
+
+class Table(NamedTuple):
+    """One result table of a run: written as `name.csv` and `name.md` by `finish`."""
+
+    name: str
+    rows: list  # dicts; the columns are their keys' union, in first-seen order
+    title: str
+    notes: str = ""
+
+
+def finish(run, tables, files=()):
+    """The end of every command: write each Table under run.out with run.meta (write_table), print one
+    line "wrote <the .md files and `files`>" (the last line of stdout), and return 0, main's exit status."""
+    written = [write_table(run.out, t.name, t.rows, run.meta, t.title, t.notes)[1] for t in tables]
+    print("wrote " + ", ".join(str(p) for p in [*written, *files] if p))
+    return 0
 
 
 @contextlib.contextmanager
 def blas_threads(n):
-    """Run the body with n threads: BLAS and OpenMP pools limited by threadpoolctl, and npspec's
-    own "panels" workers (npspec.model.set_threads) set to n; both restored afterwards."""
+    """Run the body with BLAS and OpenMP pools limited to n threads (threadpoolctl), restored afterwards.
+
+    npspec's own "gemv-panels" threads are not global: each command passes n to the models it
+    builds (`Model(..., threads=n)`, `model.with_kernel(kernel, n)`).
+    threadpoolctl is the bench extra's (pip install -e '.[bench]'), imported here so that
+    bench's pure parts import without it.
+    """
     from threadpoolctl import threadpool_limits
 
-    from npspec.model import set_threads
-
-    previous = set_threads(n)
-    try:
-        with threadpool_limits(limits=n):
-            yield
-    finally:
-        set_threads(previous)
+    with threadpool_limits(limits=n):
+        yield
 
 
 def blas_info():
@@ -148,8 +206,6 @@ def read_bandwidth(nbytes=1 << 30, repeats=5):
     releases the GIL in reductions). Each is timed `repeats` times; the best time counts. The
     array must be much larger than the last-level cache (default 1 GiB).
     """
-    from concurrent.futures import ThreadPoolExecutor
-
     a = np.ones(nbytes // 4, dtype=np.float32)
     n_threads = int(blas_info()["blas_threads"] or 1)
     best = min(time_call(lambda: np.dot(a, a), repeats))
@@ -226,8 +282,7 @@ def pyplot():
 
 
 def save_figure(fig, path):
-    """Save a matplotlib figure as PNG atomically, and close it."""
+    """Save a matplotlib figure as PNG atomically, close it, and return `path`."""
     atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight"))
-    import matplotlib.pyplot as plt
-
-    plt.close(fig)
+    pyplot().close(fig)
+    return path

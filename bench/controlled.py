@@ -33,21 +33,25 @@ class ControlledDraft:
         self.config = draft.config
         if self.greedy.size and self.greedy.max() >= self.config.n_vocab:
             raise ValueError("the greedy sequence has ids outside the draft's vocabulary")
-        self.tokenizer = draft.tokenizer
+        self.tokenizer, self.source = draft.tokenizer, f"controlled({draft.source}, a={self.a})"
         self.proposals = 0  # rows whose proposal was steered
         self.correct = 0  # of which were set to the greedy token
 
     def new_cache(self):
         return self.draft.new_cache()
 
-    def forward(self, ids, cache, invariant=True):
-        """The draft's real forward over `ids`, with each row's logits replaced: `[n_new, n_vocab]` float32.
+    def prefill(self, ids, cache):  # [n_new] -> [n_new, n_vocab] float32
+        """The draft's own prefill, unsteered: the loop only fills the cache with it, never proposes from it."""
+        return self.draft.prefill(ids, cache)
+
+    def forward(self, ids, cache):  # [n_new] -> [n_new, n_vocab] float32
+        """The draft's real forward over `ids`, with each row's logits replaced.
 
         Row j is the prediction for position `n_past + j + 1`; it becomes 1.0 on the chosen token
         and 0.0 elsewhere.
         """
         n_past = cache.length
-        logits = self.draft.forward(ids, cache, invariant)
+        logits = self.draft.forward(ids, cache)
         n_new, n_vocab = logits.shape
         steered = np.zeros_like(logits)
         for j in range(n_new):

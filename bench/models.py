@@ -1,41 +1,78 @@
-"""The models the benchmarks run: the shipped pair and in-memory random GPT-2 shapes.
+"""The models the benchmarks run (the shipped pair, in-memory random GPT-2 shapes) and the prompts they run on.
 
 A name is "shipped:target", "shipped:draft" or "random:<shape>" with a shape of
-npspec.init.SHAPES (gpt2, gpt2-medium, gpt2-large, distilgpt2, ...). Random models are built in
-memory with npspec.init.random_model (gpt2-large: 3.1e9 bytes of float32; build at most two
-large ones at a time).
+npspec.sources.SHAPES (gpt2, gpt2-medium, gpt2-large, distilgpt2, ...). Random models are built in
+memory with npspec.sources.random_model (gpt2-large: 3.1e9 bytes of float32; build at most two
+large ones at a time). Every Model stores its block matrices column-major; `row_major` gives
+the file's row-major layout for comparisons that call npspec.gpt2.gpt2 directly.
+
+Prompts are PROMPT_LENGTH tokens: for the shipped pair, slices at fixed offsets of the
+validation part of its training text (`validation_prompts`); for random weights, the start of
+RANDOM_PROMPT in GPT-2's tokenizer, which every random model has (`random_prompt`).
 """
 
 import gc
 
 import numpy as np
 
-from npspec.init import random_model
-from npspec.model import block_linears, panel_layout
-from npspec.models import load
+from npspec.evaluate import fixed_prompts, split_corpus
+from npspec.kernels import block_linears
+from npspec.sources import ROLE_KERNELS, SHIPPED_PAIR, gpt2_tokenizer, load, random_model, shipped_dir
+
+PROMPT_LENGTH = 16
+RANDOM_PROMPT = "The quick brown fox jumps over the lazy dog, and then the dog chases the fox around the"
 
 
-def get(name, seed=0, layout="panel"):
-    """The Model called `name` (see the module docstring). Raises ValueError for another name.
+def get(name, seed=0, role="target", threads=1):
+    """The Model called `name` (see the module docstring), decoding with `role`'s kernel and `threads`.
 
-    layout: "panel" keeps the block matrices in the panel layout npspec loads them in
-    (npspec.model.panel_layout; the invariant forward then uses "panels"); "C" stores them
-    row-major, as in the file (the invariant forward then uses "rows").
+    role: "target" ("gemv-panels") or "draft" ("gemv-rows"), as npspec.sources.load picks them;
+    a shipped model's role is its name's. threads: the kernel's worker threads.
+    Raises ValueError for another name.
     """
     if name.startswith("shipped:"):
-        model = load(None, name.split(":", 1)[1])
-    elif name.startswith("random:"):
-        model = random_model(name.split(":", 1)[1], seed=seed)
-    else:
-        raise ValueError(f"unknown benchmark model {name!r}: use shipped:target, shipped:draft or random:<shape>")
-    if layout == "panel":
-        panel_layout(model.params)
-    elif layout == "C":
-        for lin in block_linears(model.params):
-            lin["w"] = np.ascontiguousarray(lin["w"])
-    else:
-        raise ValueError(f"unknown layout {layout!r}: use 'panel' or 'C'")
-    return model
+        return load(None, name.split(":", 1)[1], threads=threads)
+    if name.startswith("random:"):
+        return random_model(name.split(":", 1)[1], seed=seed, kernel=ROLE_KERNELS[role], threads=threads)
+    raise ValueError(f"unknown benchmark model {name!r}: use shipped:target, shipped:draft or random:<shape>")
+
+
+def validation_ids(tokenizer):
+    """The validation part of the shipped pair's training text (npspec.evaluate.split_corpus), as ids of `tokenizer`."""
+    text = (shipped_dir(f"{SHIPPED_PAIR}/target").parent / "input.txt").read_text(encoding="utf-8")
+    return tokenizer.encode(split_corpus(text)[1]).ids
+
+
+def validation_prompts(val_ids, n):
+    """n prompts of PROMPT_LENGTH ids at evenly spaced offsets of `val_ids` (npspec.evaluate.fixed_prompts)."""
+    return fixed_prompts(val_ids, n=n, length=PROMPT_LENGTH)
+
+
+def random_prompt():
+    """The prompt of the random-weight runs: the first PROMPT_LENGTH ids of RANDOM_PROMPT in GPT-2's tokenizer
+    (the tokenizer of every random model)."""
+    return gpt2_tokenizer().encode(RANDOM_PROMPT).ids[:PROMPT_LENGTH]
+
+
+def row_major(params):
+    """A copy of the parameter tree whose block matrices are stored row-major (C order), as in the file.
+
+    Every other array is shared, not copied. Memory: one more copy of the block matrices
+    (gpt2-large: 2.9e9 bytes); drop it as soon as it has been timed.
+    """
+    tree = _copy_tree(params)
+    for lin in block_linears(tree):
+        lin["w"] = np.ascontiguousarray(lin["w"])
+    return tree
+
+
+def _copy_tree(tree):
+    """The nested dicts and lists of a parameter tree copied; the arrays themselves shared."""
+    if isinstance(tree, dict):
+        return {k: _copy_tree(v) for k, v in tree.items()}
+    if isinstance(tree, list):
+        return [_copy_tree(v) for v in tree]
+    return tree
 
 
 def matrix_bytes(model):

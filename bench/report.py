@@ -4,8 +4,13 @@ The section between `<!-- bench:start -->` and `<!-- bench:end -->` is generated
 bench/results/*.csv (written by bench.verify_cost, bench.speedup and bench.memory), so every
 figure README quotes comes from one of npspec's own commands, with the machine stated.
 `--check` only compares (exit status 1 if README.md is stale).
+
+Results written before npspec named its kernels (npspec.kernels.KERNELS) say "strategy" where
+bench now says "kernel", and use the old names; `current` reads both (OLD_NAMES), so committed
+results are never rewritten to be reported.
 """
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -13,6 +18,16 @@ from . import common
 
 START, END = "<!-- bench:start -->", "<!-- bench:end -->"
 README = Path(__file__).resolve().parent.parent / "README.md"
+# verify_cost's old column and values -> today's: matmul strategies became kernels, layouts got plain names
+OLD_COLUMNS = {"strategy": "kernel"}
+OLD_NAMES = {"rows": "gemv-rows", "panels": "gemv-panels", "panels-gemm": "gemm-panels",  # "gemm" kept its name
+             "C": "row-major", "panel": "column-major"}
+
+
+def current(row):
+    """A verify_cost row with today's column and names, whether it was written with the old or the new ones."""
+    row = {OLD_COLUMNS.get(k, k): v for k, v in row.items()}
+    return {k: OLD_NAMES.get(v, v) if k in ("kernel", "layout") else v for k, v in row.items()}
 
 
 def f(x, digits=2):
@@ -46,6 +61,7 @@ def section(results=common.RESULTS):
                   for r in rows]
     if (results / "verify_cost_summary.csv").is_file():
         rows, meta = common.read_table(results / "verify_cost_summary.csv")
+        rows = [current(r) for r in rows]
         for n in sorted({int(r["threads"]) for r in rows}):
             lines += ["", f"Verify cost v(5) = t(5 tokens) / t(1 token) of one cached forward, {n} BLAS "
                       f"thread{'s' * (n > 1)}: `panels` on the panel layout (what a target decodes with), `rows` on "
@@ -53,11 +69,11 @@ def section(results=common.RESULTS):
                       "| model | t(1) rows, ms | t(1) panels, ms | v(5) rows | v(5) panels | v(5) gemm | v(5) roofline |",
                       "|---|---|---|---|---|---|---|"]
             for name in dict.fromkeys(r["model"] for r in rows):
-                by = {(r["layout"], r["strategy"]): r for r in rows if r["model"] == name and int(r["threads"]) == n}
-                if ("C", "rows") not in by or ("panel", "panels") not in by:
+                by = {(r["layout"], r["kernel"]): r for r in rows if r["model"] == name and int(r["threads"]) == n}
+                if ("row-major", "gemv-rows") not in by or ("column-major", "gemv-panels") not in by:
                     continue
-                rc, pp = by["C", "rows"], by["panel", "panels"]
-                gm = f(by["C", "gemm"]["v5"]) if ("C", "gemm") in by else ""
+                rc, pp = by["row-major", "gemv-rows"], by["column-major", "gemv-panels"]
+                gm = f(by["row-major", "gemm"]["v5"]) if ("row-major", "gemm") in by else ""
                 lines.append(f"| {short(name)} | {f(rc['t1_ms'])} | {f(pp['t1_ms'])} | {f(rc['v5'])} | "
                              f"{f(pp['v5'])} | {gm} | {f(pp['roofline_v5'])} |")
     if (results / "speedup.csv").is_file():
@@ -104,8 +120,6 @@ def rewrite(text, body):
 
 
 def main(argv=None):
-    import argparse
-
     ap = argparse.ArgumentParser(prog="python -m bench.report", description=__doc__.split("\n")[0])
     ap.add_argument("--readme", default=str(README), help="the README to rewrite (default: the repository's)")
     ap.add_argument("--results", default=str(common.RESULTS), help="results folder (default bench/results/)")

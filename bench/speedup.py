@@ -6,10 +6,12 @@ Rows (all greedy, temperature 0, so the output must be token-identical to AR dec
     gpt2-large/gpt2, gpt2/distilgpt2) with CONTROLLED ACCEPTANCE (bench/controlled.py): the
     real draft forward runs, but each draft token is the target's greedy token with
     probability a; gamma = 1, 2, 4, 8 with a = 0.5, 0.7, 0.9 for the first pair, a = 0.7 for the others.
-Each speed is the median over runs after a warm-up run. Next to each controlled row, the
-prediction E[tokens/round] / (gamma c + t(gamma+1)/t(1)) from Leviathan et al. 2023 (section
-3.4, with E[tokens/round] = (1 - a^(gamma+1)) / (1 - a)), with the draft/target cost ratio
-c = t_draft(1)/t_target(1) and the target's forward times t(M) measured in the same run.
+Targets decode with "gemv-panels", drafts with "gemv-rows" (npspec.sources.ROLE_KERNELS), both
+with the run's thread count. Each speed is the median over runs after a warm-up run. Next to
+each row, the speedup model of npspec.evaluate.predicted_speedup(alpha, gamma, c, v) (Leviathan
+et al. 2023, section 3.4; alpha = a for controlled rows, the measured alpha for the shipped pair),
+with the draft/target cost ratio c = t_draft(1)/t_target(1) and v = t_target(gamma+1)/t_target(1)
+from forwards timed alone in the same run.
 
 A second table, speedup_ar.csv, compares npspec's AR decode on each shape with the bandwidth
 roofline (weight bytes per token / read bandwidth, measured in the same run) and, when torch and
@@ -19,12 +21,11 @@ weights of the same shape) as "what a user would pick instead".
 
 import sys
 import time
-from dataclasses import dataclass
 
 import numpy as np
 
-from npspec.evaluate import fixed_prompts, split_corpus
-from npspec.models import as_draft, shipped_dir
+from npspec.evaluate import predicted_speedup
+from npspec.sources import SHAPES
 from npspec.speculative import Stats, speculative_generate
 
 from . import common, models
@@ -34,75 +35,114 @@ from .verify_cost import time_forward
 FULL_PAIRS = [("gpt2-large", "distilgpt2"), ("gpt2-medium", "distilgpt2"), ("gpt2-large", "gpt2"),
               ("gpt2", "distilgpt2")]
 QUICK_PAIRS = [("gpt2", "distilgpt2")]
-PROMPT = "The quick brown fox jumps over the lazy dog, and then the dog chases the fox around the"
+POOLED = ("new_tokens", "rounds", "accepted", "rejected", "seconds", "seconds_draft", "seconds_verify")
 
 
-def expected_tokens_per_round(a, gamma):
-    """E[tokens per round] = (1 - a^(gamma+1)) / (1 - a) for i.i.d. acceptance a (Leviathan et al. 2023, eq. 1)."""
-    return gamma + 1.0 if a == 1 else (1 - a ** (gamma + 1)) / (1 - a)
+def runner(target, draft, prompts, new_tokens, gamma):
+    """A function that decodes every prompt greedily (gamma 0: AR) and returns the Generations."""
+    return lambda: [speculative_generate(target, draft, p, new_tokens, gamma=gamma, temperature=0) for p in prompts]
+
+
+def pooled(gens):
+    """One Stats summing the counts and seconds of several Generations (alpha, tokens/round, shares over all)."""
+    return Stats(**{k: sum(getattr(g.stats, k) for g in gens) for k in POOLED})
 
 
 def median_run(run, repeats, warmup=True):
-    """A warm-up run (unless warmup=False), then `repeats` runs; returns (median tokens/s, the last Generation)."""
+    """A warm-up run (unless warmup=False), then `repeats` runs; returns (median tokens/s, the last run's Generations).
+
+    Each run's speed pools its prompts: all new tokens over all seconds.
+    """
     if warmup:
         run()
-    speeds, gen = [], None
+    speeds, gens = [], None
     for _ in range(repeats):
-        gen = run()
-        speeds.append(gen.stats.new_tokens / gen.stats.seconds)
-    return common.median(speeds), gen
+        gens = run()
+        speeds.append(pooled(gens).tokens_per_s)
+    return common.median(speeds), gens
 
 
-@dataclass
-class Pooled:
-    """Generations over several prompts: their ids, pooled token count and seconds, and each run's Stats."""
-
-    ids: list
-    stats: Stats
-    parts: list
+def forward_costs(target, draft, gammas, repeats, context):
+    """The target's forward seconds t[M] for M = 1..max(gammas) + 1, and c = t_draft(1) / t_target(1)."""
+    t = {m: time_forward(target, m, repeats, context) for m in range(1, max(gammas) + 2)}
+    return t, time_forward(draft, 1, repeats, context) / t[1]
 
 
-def shipped_rows(n_prompts, new_tokens, gammas, repeats, threads, log):
-    from npspec.models import load
+def speedup_row(names, a, gamma, threads, ar, spec, t, c):
+    """A row of the speedup table.
 
-    target, draft = load(None, "target"), load(None, "draft")
-    text = (shipped_dir("shakespeare/target").parent / "input.txt").read_text(encoding="utf-8")
-    prompts = fixed_prompts(target.tokenizer.encode(split_corpus(text)[1]).ids, n=n_prompts, length=16)
+    names: (target, draft) as shown; a: the controlled acceptance, None for the real one;
+    ar, spec: (median tokens/s, Generations) of the AR and the speculative runs; t, c: forward_costs.
+    """
+    (ar_speed, ar_gens), (speed, gens) = ar, spec
+    s, v = pooled(gens), t[gamma + 1] / t[1]
+    forwards = gamma * c + v  # a round's cost in target one-token forwards
+    return {"target": names[0], "draft": names[1], "acceptance": "real" if a is None else "controlled",
+            "a": "" if a is None else a, "gamma": gamma, "threads": threads, "alpha": s.alpha,
+            "tokens_per_round": s.tokens_per_round, "ar_tok_s": ar_speed, "spec_tok_s": speed,
+            "speedup": speed / ar_speed,
+            "predicted_speedup": predicted_speedup(s.alpha if a is None else a, gamma, c, v),
+            "identical": [g.ids for g in gens] == [g.ids for g in ar_gens],
+            "draft_share": s.seconds_draft / s.seconds, "verify_share": s.seconds_verify / s.seconds,
+            "other_share": s.seconds_other / s.seconds, "c": c, "v": v,
+            "overhead_ms_per_round": 1e3 * (s.seconds / s.rounds - forwards * t[1]),
+            "ar_overhead_ms_per_token": 1e3 * (1 / ar_speed - t[1])}
 
-    def run_all(gamma):
-        def run():
-            gens = [speculative_generate(target, draft, p, new_tokens, gamma=gamma, temperature=0) for p in prompts]
-            total = Stats(new_tokens=sum(g.stats.new_tokens for g in gens), seconds=sum(g.stats.seconds for g in gens))
-            return Pooled([g.ids for g in gens], total, [g.stats for g in gens])
-        return run
 
-    ar_speed, ar = median_run(run_all(0), repeats)
-    context = 16 + new_tokens // 2
-    t = {m: time_forward(target, m, None, max(repeats, 5), context) for m in range(1, max(gammas) + 2)}
-    c = time_forward(draft, 1, None, max(repeats, 5), context) / t[1]
+def ar_row(shape, model, threads, speed, bandwidth):
+    """A row of the AR table: npspec's AR tokens/s on random:<shape> against the bandwidth roofline."""
+    nbytes = models.matrix_bytes(model)
+    return {"model": f"random:{shape}", "threads": threads, "weight_MB": nbytes / 1e6, "npspec_tok_s": speed,
+            "roofline_tok_s": bandwidth / nbytes, "of_roofline": speed * nbytes / bandwidth}
+
+
+def shipped_rows(n_prompts, new_tokens, gammas, repeats, threads):
+    target, draft = models.get("shipped:target", threads=threads), models.get("shipped:draft", threads=threads)
+    prompts = models.validation_prompts(models.validation_ids(target.tokenizer), n_prompts)
+    ar = median_run(runner(target, None, prompts, new_tokens, 0), repeats)
+    t, c = forward_costs(target, draft, gammas, max(repeats, 5), models.PROMPT_LENGTH + new_tokens // 2)
     rows = []
     for gamma in gammas:
-        speed, spec = median_run(run_all(gamma), repeats)
-        parts = spec.parts
-        accepted, rejected = sum(s.accepted for s in parts), sum(s.rejected for s in parts)
-        rounds = sum(s.rounds for s in parts)
-        split = {k: sum(getattr(s, k) for s in parts) / sum(s.seconds for s in parts)
-                 for k in ("seconds_draft", "seconds_verify", "seconds_other")}
-        tokens_per_round = sum(s.new_tokens for s in parts) / rounds
-        forwards = gamma * c + t[gamma + 1] / t[1]  # per round, in target one-token forwards
-        seconds_per_round = sum(s.seconds for s in parts) / rounds
-        rows.append({"target": "shipped target", "draft": "shipped draft", "acceptance": "real", "a": "",
-                     "gamma": gamma, "threads": threads, "alpha": accepted / max(accepted + rejected, 1),
-                     "tokens_per_round": tokens_per_round,
-                     "ar_tok_s": ar_speed, "spec_tok_s": speed, "speedup": speed / ar_speed,
-                     "predicted_speedup": tokens_per_round / forwards, "identical": spec.ids == ar.ids,
-                     "draft_share": split["seconds_draft"], "verify_share": split["seconds_verify"],
-                     "other_share": split["seconds_other"], "c": c, "v": t[gamma + 1] / t[1],
-                     "overhead_ms_per_round": 1e3 * (seconds_per_round - forwards * t[1]),
-                     "ar_overhead_ms_per_token": 1e3 * (1 / ar_speed - t[1])})
-        log(f"shipped gamma {gamma}: AR {ar_speed:.1f} tok/s, spec {speed:.1f} tok/s ({speed / ar_speed:.2f}x), "
-            f"alpha {rows[-1]['alpha']:.3f}")
+        spec = median_run(runner(target, draft, prompts, new_tokens, gamma), repeats)
+        rows.append(speedup_row(("shipped target", "shipped draft"), None, gamma, threads, ar, spec, t, c))
+        common.log(f"shipped gamma {gamma}: AR {ar[0]:.1f} tok/s, spec {spec[0]:.1f} tok/s "
+                   f"({rows[-1]['speedup']:.2f}x), alpha {rows[-1]['alpha']:.3f}")
     return rows
+
+
+def controlled_rows(pair, new_tokens, a_values, gammas, repeats, threads, bandwidth):
+    """Rows of the speedup table for one random-weight pair, and the target's row of the AR table.
+
+    The models are warm from the AR run, so the speculative runs have no extra warm-up.
+    """
+    target = models.get(f"random:{pair[0]}", seed=0, threads=threads)
+    draft = models.get(f"random:{pair[1]}", seed=1, role="draft", threads=threads)
+    prompt = models.random_prompt()
+    ar = median_run(runner(target, None, [prompt], new_tokens, 0), repeats)
+    t, c = forward_costs(target, draft, gammas, repeats, len(prompt) + new_tokens // 2)
+    greedy = prompt + ar[1][0].ids
+    rows = []
+    for a in a_values:
+        for gamma in gammas:
+            steered = ControlledDraft(draft, greedy, a, np.random.default_rng(1000 * gamma + int(100 * a)))
+            spec = median_run(runner(target, steered, [prompt], new_tokens, gamma), repeats, warmup=False)
+            rows.append(speedup_row((f"random:{pair[0]}", f"random:{pair[1]}"), a, gamma, threads, ar, spec, t, c))
+            common.log(f"{pair[0]}/{pair[1]} a {a} gamma {gamma}: {rows[-1]['speedup']:.2f}x "
+                       f"(predicted {rows[-1]['predicted_speedup']:.2f}x), alpha {rows[-1]['alpha']:.3f}")
+    target_row = ar_row(pair[0], target, threads, ar[0], bandwidth)
+    del target, draft
+    models.release()
+    return rows, target_row
+
+
+def plain_ar_row(shape, new_tokens, repeats, threads, bandwidth):
+    """The AR table's row of a shape that is no pair's target: random:<shape> decoding alone, as a target would."""
+    model = models.get(f"random:{shape}", threads=threads)
+    speed, _ = median_run(runner(model, None, [models.random_prompt()], new_tokens, 0), repeats)
+    row = ar_row(shape, model, threads, speed, bandwidth)
+    del model
+    models.release()
+    return row
 
 
 def transformers_ar(shape, prompt_ids, new_tokens, repeats, threads):
@@ -112,8 +152,6 @@ def transformers_ar(shape, prompt_ids, new_tokens, repeats, threads):
         from transformers import GPT2Config as HFConfig, GPT2LMHeadModel
     except ImportError:
         return None
-    from npspec.init import SHAPES
-
     c = SHAPES[shape]
     torch.manual_seed(0)
     old = torch.get_num_threads()
@@ -134,118 +172,70 @@ def transformers_ar(shape, prompt_ids, new_tokens, repeats, threads):
         return common.median([once() for _ in range(repeats)])
     finally:
         torch.set_num_threads(old)
-        del hf
 
 
-def controlled_rows(pair, new_tokens, a_values, gammas, repeats, threads, bandwidth, log):
-    """Rows of the speedup table for one random-weight pair, and its row of the AR table.
-
-    The models are warm from the AR run, so the speculative runs have no extra warm-up.
-    """
-    target, draft = models.get(f"random:{pair[0]}", seed=0), models.get(f"random:{pair[1]}", seed=1)
-    as_draft(draft)  # decode as npspec.models.load(spec, "draft") does
-    prompt = target.tokenizer.encode(PROMPT).ids[:16]
-    ar_speed, ar = median_run(lambda: speculative_generate(target, None, prompt, new_tokens, gamma=0,
-                                                           temperature=0), repeats)
-    greedy = prompt + ar.ids
-    context = len(prompt) + new_tokens // 2
-    t = {m: time_forward(target, m, None, repeats, context) for m in range(1, max(gammas) + 2)}
-    c = time_forward(draft, 1, None, repeats, context) / t[1]
-    rows = []
-    for a in a_values:
-        for gamma in gammas:
-            rng = np.random.default_rng(1000 * gamma + int(100 * a))
-            steered = ControlledDraft(draft, greedy, a, rng)
-            speed, spec = median_run(lambda: speculative_generate(target, steered, prompt, new_tokens, gamma=gamma,
-                                                                  temperature=0), repeats, warmup=False)
-            s = spec.stats
-            predicted = expected_tokens_per_round(a, gamma) / (gamma * c + t[gamma + 1] / t[1])
-            rows.append({"target": f"random:{pair[0]}", "draft": f"random:{pair[1]}", "acceptance": "controlled",
-                         "a": a, "gamma": gamma, "threads": threads, "alpha": s.alpha,
-                         "tokens_per_round": s.tokens_per_round, "ar_tok_s": ar_speed, "spec_tok_s": speed,
-                         "speedup": speed / ar_speed, "predicted_speedup": predicted,
-                         "identical": spec.ids == ar.ids, "draft_share": s.seconds_draft / s.seconds,
-                         "verify_share": s.seconds_verify / s.seconds, "other_share": s.seconds_other / s.seconds,
-                         "c": c, "v": t[gamma + 1] / t[1],
-                         "overhead_ms_per_round": 1e3 * (s.seconds / s.rounds - (gamma * c + t[gamma + 1] / t[1]) * t[1]),
-                         "ar_overhead_ms_per_token": 1e3 * (1 / ar_speed - t[1])})
-            log(f"{pair[0]}/{pair[1]} a {a} gamma {gamma}: {speed / ar_speed:.2f}x (predicted {predicted:.2f}x), "
-                f"alpha {s.alpha:.3f}")
-    ar_row = {"model": f"random:{pair[0]}", "threads": threads, "weight_MB": models.matrix_bytes(target) / 1e6,
-              "npspec_tok_s": ar_speed, "roofline_tok_s": bandwidth / models.matrix_bytes(target),
-              "of_roofline": ar_speed * models.matrix_bytes(target) / bandwidth}
-    del target, draft
-    models.release()
-    return rows, ar_row, prompt
+def numbers(kind):
+    """A parser of comma-separated numbers of `kind` ("0.5,0.7" -> (0.5, 0.7))."""
+    return lambda text: tuple(kind(x) for x in text.split(","))
 
 
-def main(argv=None):
-    ap = common.parser("bench.speedup", __doc__.split("\n")[0])
-    ap.add_argument("--pairs", default=None,
-                    help="comma-separated target/draft shapes, e.g. gpt2-large/distilgpt2 (default: the four of the "
-                         "issue; --quick: gpt2/distilgpt2)")
+def options(ap):
+    ap.add_argument("--pairs", type=lambda text: [tuple(p.split("/")) for p in text.split(",")], default=None,
+                    help="comma-separated target/draft shapes, e.g. gpt2-large/distilgpt2 (default: "
+                         + ",".join("/".join(p) for p in FULL_PAIRS) + "; --quick: gpt2/distilgpt2)")
     ap.add_argument("--new-tokens", type=int, default=None, help="tokens per random-weight run (default 64; --quick: 24)")
     ap.add_argument("--repeats", type=int, default=None, help="timed runs per row, median taken (default 3; --quick: 1)")
     ap.add_argument("--no-transformers", action="store_true", help="skip the transformers baseline")
-    ap.add_argument("--a", default=None, help="controlled acceptances, comma-separated (default 0.5,0.7,0.9)")
-    ap.add_argument("--gammas", default=None, help="gammas, comma-separated (default 1,2,4,8)")
-    args = ap.parse_args(argv)
-    out = common.output_dir(args)
-    log = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
-    pairs = ([tuple(p.split("/")) for p in args.pairs.split(",")] if args.pairs
-             else QUICK_PAIRS if args.quick else FULL_PAIRS)
+    ap.add_argument("--a", type=numbers(float), default=None,
+                    help="controlled acceptances, comma-separated (default 0.5,0.7,0.9; --quick: 0.7)")
+    ap.add_argument("--gammas", type=numbers(int), default=None, help="gammas, comma-separated (default 1,2,4,8; "
+                                                                       "--quick: 1,4)")
+
+
+def main(argv=None):
+    run = common.command_line("bench.speedup", __doc__, argv, options, threads=("2", "1"))
+    args = run.args
+    pairs = args.pairs or (QUICK_PAIRS if args.quick else FULL_PAIRS)
     new_tokens = args.new_tokens or (24 if args.quick else 64)
     repeats = args.repeats or (1 if args.quick else 3)
-    a_values, gammas = ((0.7,), (1, 4)) if args.quick else ((0.5, 0.7, 0.9), (1, 2, 4, 8))
-    a_values = tuple(float(a) for a in args.a.split(",")) if args.a else a_values
-    gammas = tuple(int(g) for g in args.gammas.split(",")) if args.gammas else gammas
-    threads = common.thread_counts(args) if args.threads else [1 if args.quick else 2]
-    meta = common.machine_info()
+    a_values = args.a or ((0.7,) if args.quick else (0.5, 0.7, 0.9))
+    gammas = args.gammas or ((1, 4) if args.quick else (1, 2, 4, 8))
+    n_prompts, shipped_tokens = (2, 32) if args.quick else (8, 128)
     rows, ar_rows = [], []
-    for n in threads:
+    for n in run.threads:
         with common.blas_threads(n):
             bandwidth = common.read_bandwidth()
-            meta[f"read_bandwidth_GBps_{n}_threads"] = f"{bandwidth / 1e9:.1f}"
-            rows += shipped_rows(2 if args.quick else 8, 32 if args.quick else 128, gammas, repeats, n, log)
-            seen = set()
+            run.meta[f"read_bandwidth_GBps_{n}_threads"] = f"{bandwidth / 1e9:.1f}"
+            rows += shipped_rows(n_prompts, shipped_tokens, gammas, repeats, n)
+            ar = {}  # shape -> its AR row; each shape once, in first-seen order
             for i, pair in enumerate(pairs):  # the full a grid for the first pair, a = 0.7 for the others
-                r, ar_row, prompt = controlled_rows(pair, new_tokens, a_values if i == 0 else (0.7,), gammas, repeats, n,
-                                                    bandwidth, log)
+                r, target_row = controlled_rows(pair, new_tokens, a_values if i == 0 else (0.7,), gammas, repeats, n,
+                                                bandwidth)
                 rows += r
-                for shape in pair:
-                    if shape in seen:
-                        continue
-                    seen.add(shape)
-                    if shape == pair[0]:
-                        row = ar_row
-                    else:
-                        m = models.get(f"random:{shape}")
-                        speed, _ = median_run(lambda: speculative_generate(m, None, prompt, new_tokens, gamma=0,
-                                                                           temperature=0), repeats)
-                        row = {"model": f"random:{shape}", "threads": n, "weight_MB": models.matrix_bytes(m) / 1e6,
-                               "npspec_tok_s": speed, "roofline_tok_s": bandwidth / models.matrix_bytes(m),
-                               "of_roofline": speed * models.matrix_bytes(m) / bandwidth}
-                        del m
-                        models.release()
-                    hf = None if args.no_transformers else transformers_ar(shape, prompt, new_tokens, repeats, n)
-                    row["transformers_tok_s"] = float("nan") if hf is None else hf
-                    row["npspec_vs_transformers"] = float("nan") if hf is None else row["npspec_tok_s"] / hf
-                    ar_rows.append(row)
-                    log(f"AR {shape}: npspec {row['npspec_tok_s']:.1f} tok/s ({row['of_roofline']:.2f} of roofline), "
-                        f"transformers {row['transformers_tok_s']:.1f} tok/s")
-    meta["new_tokens"] = f"{new_tokens} (random-weight rows; prompt 16 tokens), shipped pair: 128 tokens x 8 prompts"
-    meta["command"] = "python -m bench.speedup " + " ".join(argv if argv is not None else sys.argv[1:])
+                ar.setdefault(pair[0], target_row)
+                if pair[1] not in ar:
+                    ar[pair[1]] = plain_ar_row(pair[1], new_tokens, repeats, n, bandwidth)
+            for shape, row in ar.items():
+                hf = (None if args.no_transformers
+                      else transformers_ar(shape, models.random_prompt(), new_tokens, repeats, n))
+                row["transformers_tok_s"] = float("nan") if hf is None else hf
+                row["npspec_vs_transformers"] = float("nan") if hf is None else row["npspec_tok_s"] / hf
+                ar_rows.append(row)
+                common.log(f"AR {shape}: npspec {row['npspec_tok_s']:.1f} tok/s ({row['of_roofline']:.2f} of "
+                           f"roofline), transformers {row['transformers_tok_s']:.1f} tok/s")
+    run.meta["new_tokens"] = (f"random-weight rows: {new_tokens} (prompt {models.PROMPT_LENGTH} tokens); shipped pair: "
+                              f"{shipped_tokens} tokens x {n_prompts} prompts")
     note = ("Greedy decoding. \"controlled\" rows use random weights with CONTROLLED ACCEPTANCE: each draft token "
             "is the target's greedy token with probability a (bench/controlled.py), the draft's real forward still "
-            "runs. predicted_speedup = E[tokens/round] / (gamma c + v), c = t_draft(1)/t_target(1), "
+            "runs. predicted_speedup = E[tokens/round] / (gamma c + v) (npspec.evaluate.predicted_speedup) at alpha "
+            "= a (controlled) or the measured alpha (real), c = t_draft(1)/t_target(1), "
             "v = t_target(gamma+1)/t_target(1), measured in the same run. Median of the timed runs after a warm-up. "
             "identical: greedy output equal to AR decoding.")
-    common.write_table(out, "speedup", rows, meta, "Speculative vs AR decoding (greedy)", note)
-    common.write_table(out, "speedup_ar", ar_rows, meta, "AR decode: npspec, the bandwidth roofline, transformers",
-                       "roofline_tok_s = read bandwidth / (weight matrix + head bytes per token), measured in the same "
-                       "run; transformers: GPT2LMHeadModel.generate, greedy, same shape, random weights, torch CPU.")
-    print(f"wrote {out / 'speedup.md'}, {out / 'speedup_ar.md'}")
-    return 0
+    return common.finish(run, [
+        common.Table("speedup", rows, "Speculative vs AR decoding (greedy)", note),
+        common.Table("speedup_ar", ar_rows, "AR decode: npspec, the bandwidth roofline, transformers",
+                     "roofline_tok_s = read bandwidth / (weight matrix + head bytes per token), measured in the same "
+                     "run; transformers: GPT2LMHeadModel.generate, greedy, same shape, random weights, torch CPU.")])
 
 
 if __name__ == "__main__":

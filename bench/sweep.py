@@ -2,12 +2,13 @@
 
 1. Draft-length sweep, greedy: for gamma = 1..8, alpha (accepted / tested), acceptance by
    position within the round, and tokens per round against the geometric model
-   (1 - alpha^(gamma+1)) / (1 - alpha) (Leviathan et al. 2023, eq. 1) with the measured alpha.
+   (1 - alpha^(gamma+1)) / (1 - alpha) (npspec.evaluate.expected_tokens_per_round; Leviathan et
+   al. 2023, eq. 1) with the measured alpha.
 2. Temperature sweep, gamma = 4, no top-k/top-p: temperature 0 (greedy, exact, one run) and
    0.1 .. 2.0, each averaged over 8 seeds (mean and standard error over seeds), next to
    beta = E[sum min(p, q)], the acceptance the theory expects (Leviathan et al. 2023, section 3.1),
    computed on the first validation window.
-Prompts: 16-token slices at fixed offsets of the validation text (npspec.evaluate.fixed_prompts).
+Prompts: 16-token slices at fixed offsets of the validation text (bench.models.validation_prompts).
 Writes sweep_gamma, sweep_position, sweep_temperature (.csv/.md) and sweep.png.
 """
 
@@ -15,33 +16,28 @@ import sys
 
 import numpy as np
 
-from npspec.evaluate import acceptance, expected_acceptance, fixed_prompts, split_corpus
-from npspec.models import load, shipped_dir
+from npspec.evaluate import acceptance, expected_acceptance, expected_tokens_per_round
 
-from . import common
-
-
-def geometric(alpha, gamma):
-    """Expected tokens per round for i.i.d. acceptance alpha: (1 - alpha^(gamma+1)) / (1 - alpha)."""
-    return gamma + 1.0 if alpha == 1 else (1 - alpha ** (gamma + 1)) / (1 - alpha)
+from . import common, models
 
 
-def gamma_sweep(target, draft, prompts, gammas, new_tokens, log):
+def gamma_sweep(target, draft, prompts, gammas, new_tokens):
     rows, positions = [], []
     for gamma in gammas:
         s = acceptance(target, draft, prompts, gamma=gamma, max_new_tokens=new_tokens, temperature=0)
+        geometric = expected_tokens_per_round(s.alpha, gamma)
         rows.append({"gamma": gamma, "alpha": s.alpha, "tokens_per_round": s.tokens_per_round,
-                     "geometric_tokens_per_round": geometric(s.alpha, gamma), "accepted": s.accepted,
+                     "geometric_tokens_per_round": geometric, "accepted": s.accepted,
                      "rejected": s.rejected, "rounds": s.rounds, "new_tokens": s.new_tokens})
         for i, (a, t) in enumerate(zip(s.accepted_by_position, s.tested_by_position)):
             positions.append({"gamma": gamma, "position": i + 1, "tested": t, "accepted": a,
                               "acceptance": a / t if t else float("nan")})
-        log(f"gamma {gamma}: alpha {s.alpha:.3f}, tokens/round {s.tokens_per_round:.2f} "
-            f"(geometric {geometric(s.alpha, gamma):.2f})")
+        common.log(f"gamma {gamma}: alpha {s.alpha:.3f}, tokens/round {s.tokens_per_round:.2f} "
+                   f"(geometric {geometric:.2f})")
     return rows, positions
 
 
-def temperature_sweep(target, draft, prompts, temperatures, seeds, new_tokens, val_ids, log):
+def temperature_sweep(target, draft, prompts, temperatures, seeds, new_tokens, val_ids):
     rows = []
     for temp in temperatures:
         runs = [acceptance(target, draft, prompts, gamma=4, max_new_tokens=new_tokens, temperature=temp, seed=s)
@@ -52,11 +48,15 @@ def temperature_sweep(target, draft, prompts, temperatures, seeds, new_tokens, v
         beta = expected_acceptance(target, draft, val_ids, temperature=temp)  # temperature 0: argmax agreement
         rows.append({"temperature": temp, "seeds": len(runs), "alpha": float(alphas.mean()), "alpha_se": se(alphas),
                      "tokens_per_round": float(tpr.mean()), "tokens_per_round_se": se(tpr), "beta": beta})
-        log(f"temperature {temp}: alpha {alphas.mean():.3f}, beta {beta:.3f}, tokens/round {tpr.mean():.2f}")
+        common.log(f"temperature {temp}: alpha {alphas.mean():.3f}, beta {beta:.3f}, tokens/round {tpr.mean():.2f}")
     return rows
 
 
 def plot(gamma_rows, position_rows, temp_rows, path):
+    """sweep.png: tokens per round against gamma, acceptance by position, acceptance against temperature.
+
+    None without matplotlib.
+    """
     plt = common.pyplot()
     if plt is None:
         return None
@@ -77,45 +77,39 @@ def plot(gamma_rows, position_rows, temp_rows, path):
     ax[2].plot(t, [r["beta"] for r in temp_rows], "k--", label="beta = E sum min(p, q)")
     ax[2].set(xlabel="temperature", ylabel="acceptance", title="acceptance vs temperature (gamma 4)", ylim=(0, 1))
     ax[2].legend(fontsize=8)
-    common.save_figure(fig, path)
-    return path
+    return common.save_figure(fig, path)
 
 
 def main(argv=None):
-    ap = common.parser("bench.sweep", __doc__.split("\n")[0])
-    args = ap.parse_args(argv)
-    out = common.output_dir(args)
-    log = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
-    target, draft = load(None, "target"), load(None, "draft")
-    text = (shipped_dir("shakespeare/target").parent / "input.txt").read_text(encoding="utf-8")
-    val_ids = target.tokenizer.encode(split_corpus(text)[1]).ids
-    if args.quick:
-        n_prompts, new_tokens, gammas, temps, seeds = 2, 32, [1, 2, 4], [0.0, 0.5, 1.0], [0, 1]
-        t_prompts, t_tokens = 2, 32
-    else:
-        n_prompts, new_tokens, gammas = 8, 128, list(range(1, 9))
-        temps, seeds = [0.0] + [round(0.1 * i, 1) for i in range(1, 21)], list(range(8))
-        t_prompts, t_tokens = 4, 64
-    prompts = fixed_prompts(val_ids, n=n_prompts, length=16)
-    meta = common.machine_info()
-    with common.blas_threads(common.thread_counts(args)[0]):
-        gamma_rows, position_rows = gamma_sweep(target, draft, prompts, gammas, new_tokens, log)
-        temp_rows = temperature_sweep(target, draft, fixed_prompts(val_ids, n=t_prompts, length=16), temps, seeds,
-                                      t_tokens, val_ids, log)
-    meta["prompts"] = (f"gamma sweep: {n_prompts} x 16 tokens of the validation text, {new_tokens} new tokens each; "
-                       f"temperature sweep: {t_prompts} prompts x {t_tokens} new tokens per seed")
-    meta["command"] = "python -m bench.sweep " + " ".join(argv if argv is not None else sys.argv[1:])
-    common.write_table(out, "sweep_gamma", gamma_rows, meta, "Acceptance against gamma (shipped pair, greedy)",
-                       "geometric_tokens_per_round = (1 - alpha^(gamma+1)) / (1 - alpha) with the measured alpha; "
-                       "the last round of each prompt is shortened by the budget, so measured values sit slightly "
-                       "below.")
-    common.write_table(out, "sweep_position", position_rows, meta, "Acceptance by position within the round")
-    common.write_table(out, "sweep_temperature", temp_rows, meta, "Acceptance against temperature (gamma 4)",
-                       f"Mean and standard error over {len(seeds)} seeds (temperature 0: one exact run). "
-                       "beta: mean of sum min(p, q) over the first validation window.")
-    png = plot(gamma_rows, position_rows, temp_rows, out / "sweep.png")
-    print(f"wrote {out / 'sweep_gamma.md'}, {out / 'sweep_temperature.md'}" + (f", {png}" if png else ""))
-    return 0
+    run = common.command_line("bench.sweep", __doc__, argv, threads=("1", "1"), many=False)
+    with common.blas_threads(run.threads[0]):
+        target = models.get("shipped:target", threads=run.threads[0])
+        draft = models.get("shipped:draft", threads=run.threads[0])
+        val_ids = models.validation_ids(target.tokenizer)
+        if run.args.quick:
+            n_prompts, new_tokens, gammas, temps, seeds = 2, 32, [1, 2, 4], [0.0, 0.5, 1.0], [0, 1]
+            t_prompts, t_tokens = 2, 32
+        else:
+            n_prompts, new_tokens, gammas = 8, 128, list(range(1, 9))
+            temps, seeds = [0.0] + [round(0.1 * i, 1) for i in range(1, 21)], list(range(8))
+            t_prompts, t_tokens = 4, 64
+        gamma_rows, position_rows = gamma_sweep(target, draft, models.validation_prompts(val_ids, n_prompts), gammas,
+                                                new_tokens)
+        temp_rows = temperature_sweep(target, draft, models.validation_prompts(val_ids, t_prompts), temps, seeds,
+                                      t_tokens, val_ids)
+    run.meta["prompts"] = (f"gamma sweep: {n_prompts} x {models.PROMPT_LENGTH} tokens of the validation text, "
+                           f"{new_tokens} new tokens each; temperature sweep: {t_prompts} prompts x {t_tokens} new "
+                           "tokens per seed")
+    return common.finish(run, [
+        common.Table("sweep_gamma", gamma_rows, "Acceptance against gamma (shipped pair, greedy)",
+                     "geometric_tokens_per_round = (1 - alpha^(gamma+1)) / (1 - alpha) with the measured alpha; "
+                     "the last round of each prompt is shortened by the budget, so measured values sit slightly "
+                     "below."),
+        common.Table("sweep_position", position_rows, "Acceptance by position within the round"),
+        common.Table("sweep_temperature", temp_rows, "Acceptance against temperature (gamma 4)",
+                     f"Mean and standard error over {len(seeds)} seeds (temperature 0: one exact run). "
+                     "beta: mean of sum min(p, q) over the first validation window.")],
+        [plot(gamma_rows, position_rows, temp_rows, run.out / "sweep.png")])
 
 
 if __name__ == "__main__":

@@ -1,21 +1,24 @@
-"""bench/ (issue 5): the controlled-acceptance harness, the output rules, and the --quick runs."""
+"""bench/: the controlled-acceptance harness, the shared command line and its output rules, the report's
+reading of old and new result names, and the --quick run of every command (slow)."""
 
+import json
 import math
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
+from bench import common, models, speedup, verify_cost
 from bench.common import RESULTS
 from bench.controlled import ControlledDraft
+from bench.report import END, README, START, rewrite, section
+from npspec.evaluate import predicted_speedup
 from npspec.speculative import speculative_generate
 
-from conftest import ROOT, tiny_model
+from conftest import run_python, tiny_model
 
 
 def pair(n_ctx=40):
-    return tiny_model(seed=3, n_layer=2, n_ctx=n_ctx), tiny_model(seed=4, n_layer=1, n_ctx=n_ctx)
+    return tiny_model(seed=3, n_layer=2, n_ctx=n_ctx), tiny_model(seed=4, role="draft", n_layer=1, n_ctx=n_ctx)
 
 
 def controlled_run(target, draft, prompt, n_new, a, gamma, seed):
@@ -51,6 +54,12 @@ def test_controlled_acceptance_steers_the_real_draft_forward():
     assert cache.length == 3  # the draft's own cache advanced: its forward really ran
     assert logits.shape == (3, draft.config.n_vocab) and logits.dtype == np.float32
     assert list(np.argmax(logits, axis=-1)) == [2, 3, 4]  # row j predicts position j + 1
+    assert steered.proposals == 3
+    # the prefill only fills the cache: the draft's own logits, no proposal counted
+    cache = steered.new_cache()
+    np.testing.assert_array_equal(steered.prefill(np.array([1, 2]), cache), draft.prefill(np.array([1, 2]),
+                                                                                         draft.new_cache()))
+    assert cache.length == 2 and steered.proposals == 3
     with pytest.raises(ValueError, match=r"in \[0, 1\]"):
         ControlledDraft(draft, [1], 1.5, np.random.default_rng(0))
 
@@ -75,13 +84,56 @@ def test_controlled_acceptance_matches_a_within_sampling_error(a):
     assert abs(accepted - tested * a) <= 3.29 * math.sqrt(tested * a * (1 - a)), (accepted, tested)
 
 
-def run(module, *args):
-    return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, cwd=ROOT,
-                          timeout=900)
+def test_speedup_row_pools_the_runs_and_predicts_with_the_library_model():
+    """One row builder serves the shipped and the controlled rows: pooled counts, npspec.evaluate's speedup model."""
+    target, draft = pair()
+    prompts = [[1, 2, 3], [4, 5]]
+    ar = speedup.median_run(speedup.runner(target, None, prompts, 8, 0), repeats=1)
+    spec = speedup.median_run(speedup.runner(target, draft, prompts, 8, 2), repeats=1)
+    t, c = {1: 1.0, 2: 1.2, 3: 1.5}, 0.25
+    row = speedup.speedup_row(("t", "d"), None, 2, 1, ar, spec, t, c)
+    stats = [g.stats for g in spec[1]]
+    assert row["identical"] is True  # greedy speculative == greedy AR on every prompt
+    assert row["alpha"] == sum(s.accepted for s in stats) / sum(s.accepted + s.rejected for s in stats)
+    assert row["predicted_speedup"] == predicted_speedup(row["alpha"], 2, c, 1.5)
+    assert row["acceptance"] == "real" and row["a"] == ""
+    controlled = speedup.speedup_row(("t", "d"), 0.7, 2, 1, ar, spec, t, c)
+    assert controlled["predicted_speedup"] == predicted_speedup(0.7, 2, c, 1.5)  # alpha = the set acceptance a
+
+
+def test_row_major_copy_computes_the_same_forward_through_gpt2():
+    """verify_cost's row-major layout: a copy of the tree with C-order matrices; the Model keeps column-major ones."""
+    model = tiny_model(n_embd=32, n_vocab=97).with_kernel("gemv-rows")
+    params = models.row_major(model.params)
+    w, w0 = params["h"][0]["mlp"]["c_fc"]["w"], model.params["h"][0]["mlp"]["c_fc"]["w"]
+    assert w.flags.c_contiguous and w0.flags.f_contiguous and not np.shares_memory(w, w0)
+    assert params["wte"] is model.params["wte"]  # everything else is shared
+    ids = np.array([5, 6, 7])
+    logits = verify_cost.kernel_forward(params, model.config, "gemv-rows", 1)(ids, model.new_cache())
+    np.testing.assert_allclose(logits, model.forward(ids, model.new_cache()), rtol=1e-5, atol=1e-5)
+    assert logits.dtype == np.float32
+
+
+def test_command_line_parses_the_shared_options(tmp_path, capsys):
+    run = common.command_line("bench.example", "One line.\n\nMore.", ["--out", str(tmp_path / "o"), "--threads", "1,2"])
+    assert run.threads == [1, 2] and run.out.is_dir() and not run.args.quick
+    assert run.meta["command"].startswith("python -m bench.example --out") and "numpy" in run.meta
+    quick = common.command_line("bench.example", "doc", ["--quick", "--out", str(tmp_path / "q")], threads=("2", "3"))
+    assert quick.threads == [3]  # the --quick default
+    for bad in (["--threads", "0"], ["--threads", "x"]):
+        with pytest.raises(SystemExit):
+            common.command_line("bench.example", "doc", ["--out", str(tmp_path), *bad])
+    with pytest.raises(SystemExit):  # a command measuring one thread count refuses two
+        common.command_line("bench.example", "doc", ["--out", str(tmp_path), "--threads", "1,2"], many=False)
+    capsys.readouterr()
+    assert common.finish(run, [common.Table("t", [{"a": 1, "b": 2.5}], "Title", "A note.")]) == 0
+    assert capsys.readouterr().out.strip() == f"wrote {run.out / 't.md'}"  # the last line names what was written
+    rows, meta = common.read_table(run.out / "t.csv")
+    assert rows == [{"a": "1", "b": "2.5"}] and meta["command"] == run.meta["command"]
 
 
 def test_quick_never_writes_into_committed_results():
-    r = run("bench.verify_cost", "--quick", "--out", str(RESULTS / "quick"))
+    r = run_python("-m", "bench.verify_cost", "--quick", "--out", RESULTS / "quick")
     assert r.returncode != 0 and "never writes" in r.stderr
     assert not (RESULTS / "quick").exists()
 
@@ -89,26 +141,48 @@ def test_quick_never_writes_into_committed_results():
 def test_verify_cost_smoke(tmp_path):
     """A very small in-process run: the files exist and the numbers are sane (no timing asserted)."""
     pytest.importorskip("threadpoolctl", reason="needs the bench extra: pip install -e '.[bench]'")
-    from bench import common, verify_cost
-
     assert verify_cost.main(["--quick", "--out", str(tmp_path), "--models", "shipped:target", "--max-m", "3",
-                             "--repeats", "1", "--strategies", "rows,panels,gemm"]) == 0
+                             "--repeats", "1", "--kernels", "gemv-rows,gemv-panels,gemm"]) == 0
     rows, meta = common.read_table(tmp_path / "verify_cost.csv")
-    assert {"numpy", "blas", "blas_version", "machine", "date"} <= set(meta)
+    assert {"numpy", "blas", "blas_version", "machine", "date", "command"} <= set(meta)
     assert float(meta["read_bandwidth_GBps_1_threads"]) > 0
-    # C layout: rows, gemm; panel layout: rows, panels, gemm; M = 1..3
+    # row-major: gemv-rows, gemm; column-major: the three kernels asked for; M = 1..3
     assert len(rows) == 5 * 3
-    assert {(r["layout"], r["strategy"]) for r in rows} == {("C", "rows"), ("C", "gemm"), ("panel", "rows"),
-                                                            ("panel", "panels"), ("panel", "gemm")}
+    assert {(r["layout"], r["kernel"]) for r in rows} == {
+        ("row-major", "gemv-rows"), ("row-major", "gemm"), ("column-major", "gemv-rows"),
+        ("column-major", "gemv-panels"), ("column-major", "gemm")}
     for r in rows:
         assert float(r["seconds"]) > 0 and (r["M"] != "1" or float(r["v"]) == 1.0)
         assert float(r["roofline_v"]) >= 1.0 - 1e-9
+        assert r["invariant"] == str(r["kernel"] != "gemm")
     assert (tmp_path / "verify_cost.md").read_text().startswith("# Verify cost")
 
 
-def test_report_rewrites_only_between_markers(tmp_path):
-    from bench.report import END, START, rewrite
+def test_verify_cost_refuses_an_unknown_kernel(tmp_path):
+    with pytest.raises(SystemExit):
+        verify_cost.main(["--quick", "--out", str(tmp_path), "--kernels", "panels"])  # an old strategy name
 
+
+def test_report_reads_old_and_new_result_names_alike(tmp_path):
+    """Results written before the kernels were named (strategy rows/panels, layouts C/panel) report like new ones."""
+    meta = {"date": "2026-01-01 00:00 UTC", "machine": "m", "load_average_1min_at_start": "0.5"}
+    names = {("C", "rows"): ("row-major", "gemv-rows"), ("C", "gemm"): ("row-major", "gemm"),
+             ("panel", "panels"): ("column-major", "gemv-panels"),
+             ("panel", "panels-gemm"): ("column-major", "gemm-panels")}
+    old_rows, new_rows = [], []
+    for i, ((layout, strategy), (new_layout, kernel)) in enumerate(names.items()):
+        figures = {"model": "random:gpt2", "threads": 1, "t1_ms": 10 + i, "v5": 1.5 + i, "roofline_v5": 1.0}
+        old_rows.append({"layout": layout, "strategy": strategy, **figures})
+        new_rows.append({"layout": new_layout, "kernel": kernel, **figures})
+    old, new = tmp_path / "old", tmp_path / "new"
+    for folder, rows in ((old, old_rows), (new, new_rows)):
+        folder.mkdir()
+        common.write_table(folder, "verify_cost_summary", rows, meta, "Verify cost summary")
+    assert section(old) == section(new)
+    assert "| gpt2 | 10.00 | 12.00 | 1.50 | 3.50 | 2.50 | 1.00 |" in section(new)
+
+
+def test_report_rewrites_only_between_markers():
     text = f"intro\n{START}\nold\n{END}\noutro\n"
     assert rewrite(text, "new") == f"intro\n{START}\nnew\n{END}\noutro\n"
     with pytest.raises(ValueError, match="markers"):
@@ -117,8 +191,6 @@ def test_report_rewrites_only_between_markers(tmp_path):
 
 def test_readme_performance_section_is_generated_from_committed_results():
     """README quotes only figures bench/ wrote: its section must equal what bench.report generates."""
-    from bench.report import README, rewrite, section
-
     text = README.read_text(encoding="utf-8")
     assert rewrite(text, section()) == text, "README.md is stale: run python -m bench.report"
 
@@ -135,14 +207,13 @@ QUICK = [("bench.verify_cost", ["verify_cost.csv", "verify_cost_summary.md"]),
 @pytest.mark.parametrize("module, files", QUICK)
 def test_quick_mode_runs_end_to_end(tmp_path, module, files):
     pytest.importorskip("threadpoolctl", reason="needs the bench extra: pip install -e '.[bench]'")
-    from bench import common
-
-    r = run(module, "--quick", "--out", str(tmp_path))
+    r = run_python("-m", module, "--quick", "--out", tmp_path)
     assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip().splitlines()[-1].startswith(f"wrote {tmp_path}")
     for name in files:
         assert (tmp_path / name).is_file(), name
-    if files[0].endswith(".md"):
-        assert "linear_panels" in (tmp_path / files[0]).read_text()  # the BLAS-calling function is listed
+    if files[0].endswith(".md"):  # the profile: the kernel, which calls BLAS, is listed
+        assert "kernels.py" in (tmp_path / files[0]).read_text()
         return
     rows, meta = common.read_table(tmp_path / files[0])
     assert rows and meta["numpy"] == np.__version__
@@ -153,21 +224,20 @@ def test_quick_mode_runs_end_to_end(tmp_path, module, files):
 @pytest.mark.slow
 def test_quick_mode_defaults_to_a_temporary_folder():
     pytest.importorskip("threadpoolctl", reason="needs the bench extra: pip install -e '.[bench]'")
-    r = run("bench.sweep", "--quick")
+    r = run_python("-m", "bench.sweep", "--quick")
     assert r.returncode == 0, r.stderr[-2000:]
     out = r.stdout.strip().splitlines()[-1]
     assert str(RESULTS) not in out and "npspec-bench-" in out
 
 
 def test_generate_compare_prints_both_speeds_and_the_ratio():
-    r = run("npspec.generate", "--compare", "--temperature", "0", "--max-new-tokens", "12")
+    r = run_python("-m", "npspec.generate", "--compare", "--temperature", "0", "--max-new-tokens", "12")
     assert r.returncode == 0, r.stderr
     line = r.stderr.strip().splitlines()[-1]
     assert line.startswith("compare: speculative") and "plain" in line and "speedup" in line
     assert line.endswith("same output")  # greedy: speculative output == plain output
     spec, plain, ratio = (float(w.rstrip("x,")) for w in line.split() if w[0].isdigit())
     assert abs(ratio - spec / plain) < 0.01 * ratio + 0.006  # the printed ratio is the printed speeds' ratio
-    r = run("npspec.generate", "--compare", "--json", "--max-new-tokens", "6")
-    import json
+    r = run_python("-m", "npspec.generate", "--compare", "--json", "--max-new-tokens", "6")
     c = json.loads(r.stdout)["compare"]
     assert c["same_ids"] is None and c["speedup"] == c["speculative_tokens_per_s"] / c["plain_tokens_per_s"]
