@@ -64,9 +64,10 @@ def section(results=common.RESULTS):
         rows = [current(r) for r in rows]
         for n in sorted({int(r["threads"]) for r in rows}):
             lines += ["", f"Verify cost v(5) = t(5 tokens) / t(1 token) of one cached forward, {n} BLAS "
-                      f"thread{'s' * (n > 1)}: `panels` on the panel layout (what a target decodes with), `rows` on "
-                      "row-major matrices (both batch invariant), `gemm` (not invariant) for comparison:", "",
-                      "| model | t(1) rows, ms | t(1) panels, ms | v(5) rows | v(5) panels | v(5) gemm | v(5) roofline |",
+                      f"thread{'s' * (n > 1)}: kernel `gemv-panels` on column-major matrices (what a target decodes with), "
+                      "`gemv-rows` on row-major matrices (both batch invariant), `gemm` (not invariant) for comparison:", "",
+                      "| model | t(1) gemv-rows, ms | t(1) gemv-panels, ms | v(5) gemv-rows | v(5) gemv-panels | v(5) gemm | "
+                      "v(5) roofline |",
                       "|---|---|---|---|---|---|---|"]
             for name in dict.fromkeys(r["model"] for r in rows):
                 by = {(r["layout"], r["kernel"]): r for r in rows if r["model"] == name and int(r["threads"]) == n}
