@@ -36,7 +36,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from .model import ContextOverflowError
+from .gpt2 import ContextOverflowError
 from .sampling import residual, sample, warp
 
 ONE_BELOW = float(np.nextafter(1.0, 0.0))  # the largest double below 1: 1 - 2**-53
@@ -753,6 +753,7 @@ class TableModel:
         self.config = TableConfig(n_vocab, n_ctx, eos_token_id)
         self.tokenizer = None
         self.path = "table"
+        self.source = "table"
         self.calls = 0
 
     @classmethod
@@ -766,6 +767,9 @@ class TableModel:
 
     def new_cache(self):
         return TableCache(self.config.n_ctx)
+
+    def prefill(self, ids, cache):
+        return self.forward(ids, cache)
 
     def forward(self, ids, cache, invariant=True):
         ids = [int(i) for i in np.asarray(ids).reshape(-1)]
