@@ -1,7 +1,6 @@
-"""The conformance kit (npspec.testing): it passes npspec's sampler and catches each classic bug."""
+"""The conformance kit (npspec.testing): it passes npspec's sampler and catches each classic bug;
+its enumeration cuts outputs as the loop does; its chi-square, strategies and table model."""
 
-import subprocess
-import sys
 from fractions import Fraction as F
 
 import numpy as np
@@ -9,8 +8,11 @@ import pytest
 from hypothesis import given, settings
 
 from npspec import testing as kit
-from npspec.model import ContextOverflowError
+from npspec.gpt2 import ContextOverflowError
 from npspec.sampling import residual, sample, warp
+
+from conftest import run_python
+from test_one_step import tables
 
 
 # ---- level 1: rules stated as probabilities
@@ -68,6 +70,21 @@ def test_check_rule_takes_context_dependent_tables():
     cases = [(kit.random_table(4, seed=1), kit.random_table(4, seed=2))]
     assert kit.check_rule(kit.leviathan_rule, cases=cases, gammas=(1, 2, 3)).ok
     assert not kit.check_rule(no_residual, cases=cases).ok
+
+
+def test_enumeration_sees_eos_budget_and_context():
+    """The oracle itself: output lengths are cut exactly as the loop cuts them."""
+    prompt = (0, 1)
+    p, q = tables(4, {})
+    eos = next(i for i, v in enumerate(p(prompt)) if 0 < v < 1)  # a token the target may emit first
+    lengths = {len(k) for k in kit.sequence_distribution(p, prompt, 4, eos)}
+    assert min(lengths) == 1 and max(lengths) == 4  # EOS can end a sequence early
+    assert all(k[-1] == eos for k in kit.sequence_distribution(p, prompt, 4, eos) if len(k) < 4)
+    assert {len(k) for k in kit.sequence_distribution(p, prompt, 4, None, n_ctx=len(prompt) + 2)} == {2}
+    for path in kit.speculative_paths(p, q, prompt, 4, 4, eos):
+        assert len(path.ids) <= 4 and (len(path.ids) == 4 or path.ids[-1] == eos)
+        for rnd in path.rounds:  # an accepted EOS ends its round with no target-produced token
+            assert (rnd.token is None) == (rnd.accepted > 0 and rnd.drafted[rnd.accepted - 1] == eos)
 
 
 def test_truncate_matches_warp():
@@ -225,6 +242,8 @@ def test_table_model():
     np.testing.assert_allclose(warp(logits[1]), [float(v) for v in table((0, 1))], rtol=1e-6)
     cache.rollback(1)
     np.testing.assert_array_equal(m.forward(np.array([1]), cache)[0], logits[1])
+    np.testing.assert_array_equal(m.prefill(np.array([0, 1]), m.new_cache()), logits)  # the loop prefills too
+    assert m.source == "table" and m.tokenizer is None
     with pytest.raises(ContextOverflowError):
         m.forward(np.array([0, 0, 0]), cache)
     with pytest.raises(ValueError, match="roll the cache back"):
@@ -233,5 +252,5 @@ def test_table_model():
 
 def test_import_npspec_does_not_need_hypothesis():
     code = "import sys, npspec, npspec.testing; assert 'hypothesis' not in sys.modules, 'hypothesis imported'"
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    r = run_python("-c", code)
     assert r.returncode == 0, r.stderr

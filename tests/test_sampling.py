@@ -1,40 +1,47 @@
-"""Warping, inverse-CDF sampling and the one-step law (issue 2, section 5)."""
+"""npspec.sampling: warping (temperature, top-k, top-p), greedy, inverse-CDF sampling, the residual."""
 
 import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 from hypothesis.extra.numpy import arrays
 
-from npspec.sampling import check_warp_args, residual, sample, warp
+from npspec import testing as kit
+from npspec.sampling import check_warp_args, greedy, residual, sample, top_p_tail, warp
+from npspec.speculative import accept
 
-# probability vectors over 2..12 tokens with exact zeros allowed, in float64
-weights = st.integers(2, 12).flatmap(
-    lambda n: arrays(np.float64, n, elements=st.one_of(st.just(0.0), st.floats(1e-12, 1.0))))
-
-
-def normalise(w):
-    w = w.copy()
-    if w.sum() == 0:
-        w[0] = 1.0
-    return w / w.sum()
+ATOL = 1e-12  # float64: every quantity is a handful of operations on numbers in [0, 1]
+US = (0.0, 0.3, 0.5, kit.ONE_BELOW)  # uniforms, both ends included
+NOTHING_TO_SAMPLE = "NaN or \\+inf, or a row is entirely -inf"
 
 
-@given(weights, weights)
-def test_one_step_law(wp, wq):
-    """q * min(1, p/q) + (1 - beta) * residual == p, with beta = sum(min(p, q)) (Leviathan et al. 2023, Thm 3.5)."""
-    n = min(len(wp), len(wq))
-    p, q = normalise(wp[:n]), normalise(wq[:n])
-    beta = np.minimum(p, q).sum()
-    with np.errstate(divide="ignore", invalid="ignore"):
-        accept = np.where(q > 0, np.minimum(1.0, p / np.where(q > 0, q, 1.0)), 0.0)
-    law = q * accept + (1 - beta) * residual(p, q)
-    np.testing.assert_allclose(law, p, rtol=0, atol=1e-12)  # float64: a few ulps of rounding per entry
-
+# ---- warp: temperature 0, greedy
 
 def test_temperature_zero_is_argmax_lowest_id_on_ties():
     logits = np.array([[1.0, 3.0, 3.0, -2.0], [0.0, 0.0, 0.0, 0.0]], dtype=np.float32)
     assert np.array_equal(warp(logits, temperature=0), [[0, 1, 0, 0], [1, 0, 0, 0]])
 
+
+def test_greedy_is_the_id_warp_puts_its_mass_on():
+    logits = np.array([[1.0, 3.0, 3.0, -2.0],  # tie: the lower id, 1
+                       [0.0, 0.0, 0.0, 0.0],  # all tied: 0
+                       [-np.inf, -5.0, -np.inf, -6.0],  # -inf entries are never picked: 1
+                       [np.float32(1.0), np.nextafter(np.float32(1.0), np.float32(2.0)), 0.0, 0.0]],  # 1 ulp apart: 1
+                      dtype=np.float32)
+    assert greedy(logits).tolist() == [1, 0, 1, 1]
+    for row in logits:
+        assert all(greedy(row) == sample(warp(row, temperature=0), u) for u in US)
+
+
+@pytest.mark.parametrize("row", [[np.nan, 0.0], [0.0, np.nan], [np.inf, 0.0], [-np.inf, -np.inf]])
+@pytest.mark.parametrize("pick", [warp, greedy], ids=["warp", "greedy"])
+def test_rows_with_nothing_to_sample_are_refused(pick, row):
+    with pytest.raises(ValueError, match=NOTHING_TO_SAMPLE):
+        pick(np.array(row, dtype=np.float32))
+    with pytest.raises(ValueError, match=NOTHING_TO_SAMPLE):
+        pick(np.array([[0.0, 1.0], row], dtype=np.float32))  # one bad row among good ones
+
+
+# ---- top-k and top-p
 
 def test_top_k_and_top_p_follow_transformers_order():
     logits = np.log(np.array([0.5, 0.25, 0.15, 0.1]))
@@ -47,17 +54,44 @@ def test_top_k_and_top_p_follow_transformers_order():
     np.testing.assert_allclose(warp(logits, temperature=2, top_k=3), np.append(flat / flat.sum(), 0))
 
 
-def test_inverse_cdf_sampling():
-    p = np.array([0.0, 0.25, 0.0, 0.75])
-    assert [sample(p, u) for u in (0.0, 0.2499, 0.25, 0.9999)] == [1, 1, 3, 3]  # never a zero-probability id
-    with pytest.raises(ValueError, match="no positive finite mass"):
-        sample(np.zeros(3), 0.5)
+def stable_argsort_rule(probs, top_p):  # [..., n] -> [..., n] bool; the textbook form (transformers' TopPLogitsWarper)
+    order = np.argsort(probs, axis=-1, kind="stable")  # ascending, ties by id
+    sorted_probs = np.take_along_axis(probs, order, axis=-1)
+    remove_sorted = np.cumsum(sorted_probs, axis=-1) <= 1 - top_p
+    remove_sorted[..., -1] = False  # the most likely token always stays
+    remove = np.zeros_like(remove_sorted)
+    np.put_along_axis(remove, order, remove_sorted, axis=-1)
+    return remove
 
 
-def test_residual_falls_back_to_p_when_mass_vanishes():
-    p = np.array([0.5, 0.5, 0.0])
-    assert residual(p, p) is p
-    np.testing.assert_array_equal(residual(p, np.array([1.0, 0.0, 0.0])), [0.0, 1.0, 0.0])
+# rows of small integer weights: many ties, exact zeros, and cut points that land inside a run of ties
+tie_rows = st.integers(1, 4).flatmap(lambda rows: st.integers(1, 12).flatmap(
+    lambda n: arrays(np.int64, (rows, n), elements=st.integers(0, 4))))
+top_ps = st.sampled_from([1e-30, 0.1, 0.25, 0.5, 0.6, 0.75, 0.8, 0.9, 0.95, 0.999])
+
+
+@given(tie_rows, top_ps)
+def test_top_p_tail_matches_the_stable_argsort_rule_with_ties(w, top_p):
+    """top_p_tail (a sort of the values, no argsort) removes exactly what the stable-argsort rule removes."""
+    w = w.astype(np.float64)
+    w[:, 0] += 1  # every row has mass
+    probs = w / w.sum(axis=-1, keepdims=True)
+    np.testing.assert_array_equal(top_p_tail(probs, top_p), stable_argsort_rule(probs, top_p))
+
+
+@given(arrays(np.float32, (3, 40), elements=st.floats(-20, 20, width=32)), top_ps,
+       st.sampled_from([0.5, 1.0, 2.0]))
+def test_top_p_tail_matches_on_softmax_rows(logits, top_p, temperature):
+    probs = warp(logits, temperature=temperature)
+    np.testing.assert_array_equal(top_p_tail(probs, top_p), stable_argsort_rule(probs, top_p))
+
+
+def test_ties_at_the_cut_remove_the_lower_ids_first():
+    probs = np.array([0.1, 0.4, 0.1, 0.4])
+    # ascending, ties by id: 0 (0.1), 2 (0.1), 1, 3; cumsum 0.1, 0.2, 0.6, 1.0
+    assert top_p_tail(probs, 0.85).tolist() == [True, False, False, False]  # 1 - top_p = 0.15: only id 0
+    assert top_p_tail(probs, 0.75).tolist() == [True, False, True, False]  # 0.25: both 0.1s
+    assert top_p_tail(probs, 1e-30).tolist() == [True, True, True, False]  # all but the last: id 3 stays
 
 
 @pytest.mark.parametrize("args, msg", [((-1, 0, 1.0), "temperature"), ((1, -1, 1.0), "top_k"),
@@ -65,3 +99,58 @@ def test_residual_falls_back_to_p_when_mass_vanishes():
 def test_bad_warp_args(args, msg):
     with pytest.raises(ValueError, match=msg):
         check_warp_args(*args)
+
+
+@given(st.integers(2, 8).flatmap(lambda n: st.tuples(kit.logits_rows(size=n), kit.logits_rows(size=n))),
+       st.sampled_from([0.0, 1e-300, 0.3, 1.0, 5.0, 1e300]), st.integers(0, 3), st.sampled_from([1.0, 0.9, 0.5, 1e-9]))
+def test_no_nan_reaches_a_sampler_from_logits(rows, temperature, top_k, top_p):
+    """warp() of rows with -inf, +/-10 and wide values, at any temperature, gives finite rows summing to 1;
+    sampling and accept then only return ids of positive probability."""
+    p, q = (warp(row, temperature, top_k, top_p) for row in rows)
+    for row in (p, q):
+        assert np.all(np.isfinite(row)) and np.all(row >= 0) and abs(row.sum() - 1) <= ATOL
+    for u in (0.0, 0.5, kit.ONE_BELOW):
+        x = sample(q, u)
+        assert q[x] > 0
+        _, token = accept(np.array([x]), np.stack([p, p]), q[None], np.array([u]), u)
+        assert p[token] > 0
+
+
+# ---- sample: inverse CDF from one uniform
+
+def test_inverse_cdf_sampling():
+    p = np.array([0.0, 0.25, 0.0, 0.75])
+    assert [sample(p, u) for u in (0.0, 0.2499, 0.25, 0.9999)] == [1, 1, 3, 3]  # never a zero-probability id
+    with pytest.raises(ValueError, match="no positive finite mass"):
+        sample(np.zeros(3), 0.5)
+    with pytest.raises(ValueError, match="no positive finite mass"):
+        sample(np.array([np.nan, 1.0]), 0.5)  # the sampler refuses NaN rather than return an id
+
+
+# ---- residual: norm(max(0, p - q)), guarded
+
+def test_residual_falls_back_to_p_when_mass_vanishes():
+    p = np.array([0.5, 0.5, 0.0])
+    assert residual(p, p) is p
+    np.testing.assert_array_equal(residual(p, np.array([1.0, 0.0, 0.0])), [0.0, 1.0, 0.0])
+    p = np.array([0.0, 0.5, 0.5 - 2.0 ** -54])
+    q = np.array([0.0, 0.5, 0.5])  # p <= q everywhere: max(0, p - q) == 0
+    assert residual(p, q) is p
+    # and a rejection in that state samples p, no division by zero: u = 1 - 2**-53 is exactly p(2)/q(2)
+    n, token = accept(np.array([2]), np.stack([p, p]), q[None], np.array([kit.ONE_BELOW]), 0.0)
+    assert n == 0 and token == 1
+    assert residual(p, np.array([np.nan, 0.5, 0.5])) is p  # NaN mass
+    assert residual(np.array([np.inf, 0.0]), np.array([0.5, 0.5]))[0] == np.inf  # inf mass: p, never inf/inf
+
+
+@given(kit.probability_pairs())
+def test_residual_is_a_distribution(pq):
+    """residual(p, q) is finite, >= 0 and sums to 1 (in particular whenever beta < 1): norm(max(0, p - q))
+    when that has mass, else p. (In float64 beta can round to 1 while max(0, p - q) keeps a denormal mass.)"""
+    p, q = pq
+    r = residual(p, q)
+    assert np.all(np.isfinite(r)) and np.all(r >= 0) and abs(r.sum() - 1) <= ATOL
+    if np.maximum(p - q, 0).sum() > 0:
+        np.testing.assert_allclose(r, np.maximum(p - q, 0) / np.maximum(p - q, 0).sum(), rtol=0, atol=ATOL)
+    else:
+        assert r is p

@@ -1,10 +1,11 @@
-"""Statistical checks of the real loop against the exact law (slow: run with `pytest -m slow`).
+"""Statistical checks of the real loop against the exact law (marked statistical and slow: `pytest -m slow`).
 
 Each test compares counts from many seeded runs of speculative_generate with the exact law
 from npspec.testing's enumeration, by Pearson's chi-square (cells with expected count < 5
-pooled). ALPHA is the false-alarm rate of each test: a correct implementation fails it with
-probability ALPHA (asymptotically) for a random choice of seeds. The seeds are fixed, so a
-run is reproducible; the exact tests in test_exact.py are the proof, these watch the real loop.
+pooled). False-alarm rate: each chi-square comparison fails a correct implementation with
+probability ALPHA = 1e-4 (asymptotically, for a random choice of seeds); each test's docstring
+states its total. The seeds are fixed, so a run is reproducible; the exact tests in
+test_one_step.py and test_loop_replay.py are the proof, these watch the real loop.
 """
 
 import numpy as np
@@ -15,7 +16,7 @@ from npspec.speculative import speculative_generate
 
 from conftest import tiny_model
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.statistical, pytest.mark.slow]
 
 ALPHA = 1e-4
 
@@ -29,9 +30,10 @@ def assert_fits(counts, probs, what):
 
 def test_tiny_gpt2_sequences_match_the_exact_law():
     """10000 runs of 3 new tokens (gamma 2, temperature 1.3, top-k 4, EOS 4) on a 5-token GPT-2 pair:
-    the law of whole output sequences, and the acceptance rate of the first draft (beta = sum(min(p, q)))."""
+    the law of whole output sequences, and the acceptance rate of the first draft (beta = sum(min(p, q))).
+    False-alarm rate: at most 2 * ALPHA = 2e-4 (two comparisons)."""
     target = tiny_model(seed=61, n_vocab=5, n_ctx=16, n_layer=2, eos_token_id=4)
-    draft = tiny_model(seed=62, n_vocab=5, n_ctx=16, n_layer=1, eos_token_id=4)
+    draft = tiny_model(seed=62, role="draft", n_vocab=5, n_ctx=16, n_layer=1, eos_token_id=4)
     warp_args = dict(temperature=1.3, top_k=4)
     prompt = [1, 2]
     p, q = kit.model_table(target, **warp_args), kit.model_table(draft, **warp_args)
@@ -53,7 +55,8 @@ def test_tiny_gpt2_sequences_match_the_exact_law():
 
 def test_shipped_pair_first_token_matches_the_target(shipped):
     """5000 runs on the shipped pair (temperature 0.8, top-p 0.95, gamma 4): the first emitted token
-    (an accepted draft or a residual sample) has the target's warped law at the prompt."""
+    (an accepted draft or a residual sample) has the target's warped law at the prompt.
+    False-alarm rate: ALPHA = 1e-4."""
     target, draft = shipped
     prompt = target.tokenizer.encode("ROMEO:\n").ids
     warp_args = dict(temperature=0.8, top_p=0.95)
@@ -70,6 +73,7 @@ def test_shipped_pair_first_token_matches_the_target(shipped):
 
 
 def test_npspec_sampler_passes_the_kit_at_full_size():
-    """The kit's own statistical tests at their default size (20000 trials per case, total alpha 1e-6)."""
+    """The kit's own statistical tests at their default size (20000 trials per case).
+    False-alarm rate: at most 1e-6 in total (the kit's alpha, split over its 9 chi-square tests)."""
     report = kit.check_sampler(*kit.npspec_sampler(temperature=0.9, top_p=0.9))
     assert report.ok, str(report)
