@@ -140,7 +140,7 @@ def test_greedy_identity_on_the_shipped_pair(shipped, val_ids, shipped_plain, ga
     assert (target.kernel, draft.kernel) == ("gemv-panels", "gemv-rows") and target.invariant
     for prompt in fixed_prompts(val_ids, n=3, length=24):
         plain = greedy_identity(target, draft, [prompt], 40, [gamma], shipped_plain)
-        assert plain.stats.new_tokens == 40
+        assert plain.stats.new_tokens == 40 and plain.stats.stop_reason == "max_new_tokens"  # so every round counts
     prompts = fixed_prompts(val_ids, n=6, length=17) + [[0], val_ids[:2]]  # incl. prompts of 1 and 2 ids
     greedy_identity(target, draft, prompts, 24, [gamma], shipped_plain)
 

@@ -89,7 +89,7 @@ def test_invariant_kernels_rows_are_one_row_products(name, order, d_in, d_out):
 @pytest.mark.parametrize("d_in, d_out", [(768, 3072), (3072, 768), (768, 2304)])
 def test_gemv_panels_gives_the_same_bits_for_any_thread_count(d_in, d_out):
     w = matrix(d_in, d_out, "F")
-    assert w.nbytes >= SPLIT_BYTES or d_out == 2304  # the large ones are shared out to the threads
+    assert w.nbytes >= SPLIT_BYTES  # so its panels are shared out to the threads
     x = matrix(6, d_in, seed=5)
     ref = GemvPanels(1)(x, w)
     for threads in (2, 3, 7, 64):
