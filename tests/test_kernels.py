@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 
 from npspec.files import params_tree
-from npspec.gpt2 import GPT2Config
 from npspec.init import init_tensors
 from npspec.kernels import (INVARIANT_KERNELS, KERNELS, PANEL_BYTES, SPLIT_BYTES, WHOLE_BYTES, GemvPanels,
                             block_linears, check_threads, column_major, gemm, gemm_panels, gemv_rows, make_kernel,
