@@ -12,6 +12,7 @@ import os
 
 import pytest
 
+from npspec.generate import cpu_count, thread_count
 from npspec.kernels import INVARIANT_KERNELS, KERNELS
 
 from conftest import ROOT, run_python
@@ -127,6 +128,17 @@ def test_a_bad_thread_count_is_refused_before_any_output(args, env, message):
     r = run_python(*GENERATE, "--max-new-tokens", "4", *args, env=env)
     assert_one_clean_line(r, message)
     assert r.stdout == "" and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_thread_count_reads_the_option_then_the_variable_then_the_cpus():
+    assert thread_count(5, {"NPSPEC_NUM_THREADS": "3"}) == 5
+    assert thread_count(None, {"NPSPEC_NUM_THREADS": "3"}) == 3
+    assert thread_count(None, {}) == thread_count(None, {"NPSPEC_NUM_THREADS": ""}) == cpu_count() >= 1
+    for bad in ("many", "0", "-2"):
+        with pytest.raises(ValueError, match=f"NPSPEC_NUM_THREADS='{bad}' is not a positive integer"):
+            thread_count(None, {"NPSPEC_NUM_THREADS": bad})
+    with pytest.raises(ValueError, match="--threads must be >= 1"):
+        thread_count(0, {})
 
 
 @pytest.mark.parametrize("target_kernel", INVARIANT_KERNELS)

@@ -1,0 +1,264 @@
+"""The products (npspec.kernels), the batch-invariance contract, and the Model that owns its kernel.
+
+The contract: for an INVARIANT kernel, row i of an M-row product, and so of an M-row forward, is
+bit-identical to the one-row result, whatever the other rows are. That is what makes greedy
+speculative decoding emit exactly greedy decoding's tokens (tests/test_greedy_identity.py).
+"""
+
+import copy
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from npspec.files import params_tree
+from npspec.init import init_tensors
+from npspec.kernels import (INVARIANT_KERNELS, KERNELS, PANEL_BYTES, SPLIT_BYTES, WHOLE_BYTES, GemvPanels,
+                            block_linears, check_threads, column_major, gemm, gemm_panels, gemv_rows, make_kernel,
+                            panel_width, panels)
+from npspec.model import Model, leaves
+from npspec.sources import SHAPES, random_model
+
+from conftest import tiny_model
+
+M_MAX = 9  # a verify forward feeds gamma + 1 rows; gamma goes up to 8
+
+
+def matrix(d_in, d_out, order="C", seed=0):
+    w = np.random.default_rng(seed).normal(0, 1, (d_in, d_out)).astype(np.float32)
+    return np.asfortranarray(w) if order == "F" else w
+
+
+# [d_in, d_out]: one whole panel; panels that divide d_out; a ragged last panel (as the head's 50257 columns);
+# GPT-2's four block matrices
+SHAPES_SMALL = [(16, 67), (512, 1280), (256, 2048)]
+SHAPES_GPT2 = [(768, 2304), (768, 768), (768, 3072), (3072, 768)]
+
+
+# ---- the products ----
+
+@pytest.mark.parametrize("name", KERNELS)
+@pytest.mark.parametrize("order", ["C", "F"])
+@pytest.mark.parametrize("d_in, d_out", SHAPES_SMALL + SHAPES_GPT2[:1])
+def test_every_kernel_computes_x_at_w_plus_b(name, order, d_in, d_out):
+    kernel = make_kernel(name)
+    w = matrix(d_in, d_out, order)
+    b = np.random.default_rng(1).normal(0, 1, d_out).astype(np.float32)
+    for n in (1, 3, M_MAX):
+        x = np.random.default_rng(n).normal(0, 1, (n, d_in)).astype(np.float32)
+        ref = x.astype(np.float64) @ w.astype(np.float64)
+        for bias, want in ((None, ref), (b, ref + b)):
+            y = kernel(x, w, bias)
+            assert y.shape == (n, d_out) and y.dtype == np.float32
+            assert np.abs(y - want).max() <= 1e-5 * np.abs(want).max(), f"{name}: n={n}, bias={bias is not None}"
+
+
+def test_gemm_panels_is_plain_gemm_when_the_panels_do_not_divide_the_columns():
+    x, w = matrix(5, 256, seed=2), matrix(256, 2048, "F")
+    assert 2048 % panel_width(256, 2048)  # a ragged last panel
+    assert np.array_equal(gemm_panels(x, w), gemm(x, w))
+
+
+def test_panels_fit_and_are_contiguous_views_of_a_column_major_matrix():
+    for d_in, d_out in [(768, 2304), (1280, 5120), (5120, 1280), (1280, 50257), (64, 67), (256, 1024), (256, 2048)]:
+        w = panel_width(d_in, d_out)
+        whole = d_in * d_out * 4 <= WHOLE_BYTES
+        assert w == d_out if whole else (w % 8 == 0 and d_in * w * 4 <= PANEL_BYTES and w < d_out)
+    a = np.asfortranarray(np.arange(12 * 40, dtype=np.float32).reshape(12, 40))
+    p = panels(a, 16)  # two full panels of 16 columns; the last 8 columns are left out
+    assert p.shape == (2, 12, 16) and np.shares_memory(p, a) and np.array_equal(p[1], a[:, 16:32])
+    assert all(p[i].flags.f_contiguous for i in range(2))
+
+
+# ---- the contract, product by product ----
+
+@pytest.mark.parametrize("name", INVARIANT_KERNELS)
+@pytest.mark.parametrize("order", ["C", "F"])
+@pytest.mark.parametrize("d_in, d_out", SHAPES_SMALL + SHAPES_GPT2)
+def test_invariant_kernels_rows_are_one_row_products(name, order, d_in, d_out):
+    kernel = make_kernel(name)
+    w, b = matrix(d_in, d_out, order), matrix(1, d_out, seed=3)[0]
+    x = matrix(M_MAX, d_in, seed=4)
+    single = np.concatenate([kernel(x[i : i + 1], w, b) for i in range(M_MAX)])
+    for m in range(1, M_MAX + 1):
+        assert np.array_equal(kernel(x[:m], w, b), single[:m]), f"{name}: M={m} rows differ from one-row products"
+        assert np.array_equal(kernel(x[M_MAX - m :], w, b), single[M_MAX - m :])  # whatever rows come first
+
+
+@pytest.mark.parametrize("d_in, d_out", [(768, 3072), (3072, 768), (768, 2304)])
+def test_gemv_panels_gives_the_same_bits_for_any_thread_count(d_in, d_out):
+    w = matrix(d_in, d_out, "F")
+    assert w.nbytes >= SPLIT_BYTES  # so its panels are shared out to the threads
+    x = matrix(6, d_in, seed=5)
+    ref = GemvPanels(1)(x, w)
+    for threads in (2, 3, 7, 64):
+        assert np.array_equal(GemvPanels(threads)(x, w), ref), f"threads={threads}"
+        assert np.array_equal(GemvPanels(threads)(x[:1], w), ref[:1])
+
+
+# ---- the contract, forward by forward ----
+
+def check_rows(model, n_past, seed=0):
+    """Feed M = 1..M_MAX ids at once after n_past prefilled ids: every forward's logits and new cache rows equal
+    the one-token forwards', bit for bit, and the prefill's logits up to rounding."""
+    ids = np.random.default_rng(seed).integers(0, model.config.n_vocab, n_past + M_MAX)
+    one = model.new_cache()
+    model.prefill(ids[:n_past], one)
+    single = np.concatenate([model.forward(ids[i : i + 1], one) for i in range(n_past, n_past + M_MAX)])
+    for m in range(1, M_MAX + 1):
+        cache = model.new_cache()
+        model.prefill(ids[:n_past], cache)
+        batch = model.forward(ids[n_past : n_past + m], cache)
+        assert batch.dtype == np.float32 and batch.shape == (m, model.config.n_vocab)
+        assert np.array_equal(batch, single[:m]), \
+            f"{model.kernel}: M={m} rows differ from one-token forwards by {np.abs(batch - single[:m]).max()}"
+        t = n_past + m
+        assert np.array_equal(cache.k[:, :, :t], one.k[:, :, :t]) and np.array_equal(cache.v[:, :, :t], one.v[:, :, :t])
+    whole = model.prefill(ids, model.new_cache())[n_past:]
+    np.testing.assert_allclose(single, whole, rtol=0, atol=1e-5 * np.abs(whole).max())  # and correct
+
+
+def shape_of(name):
+    return {k: getattr(SHAPES[name], k) for k in ("n_vocab", "n_ctx", "n_embd", "n_head", "n_layer")}
+
+
+TINY_SHAPES = {
+    "16x2x2": dict(n_vocab=67, n_ctx=40, n_embd=16, n_head=2, n_layer=2),
+    "48x3x1": dict(n_vocab=101, n_ctx=40, n_embd=48, n_head=3, n_layer=1),
+    "96x4x3": dict(n_vocab=257, n_ctx=40, n_embd=96, n_head=4, n_layer=3),
+    "64x4x2": dict(n_embd=64, n_head=4),
+    "96x3x1-v1000": dict(n_embd=96, n_head=3, n_layer=1, n_vocab=1000),
+    "256x4x1-v2048": dict(n_embd=256, n_head=4, n_layer=1, n_vocab=2048, n_ctx=64),  # a head of ragged panels
+    "tiny": shape_of("tiny"),
+    "tiny-draft": shape_of("tiny-draft"),
+}
+
+
+@pytest.mark.parametrize("kernel", INVARIANT_KERNELS)
+@pytest.mark.parametrize("shape", list(TINY_SHAPES))
+def test_invariant_forward_rows_are_one_token_forwards(shape, kernel):
+    model = tiny_model(seed=5, **TINY_SHAPES[shape]).with_kernel(kernel)
+    for n_past in (0, 1, 13):
+        check_rows(model, n_past, seed=n_past)
+
+
+@pytest.fixture(scope="module")
+def gpt2_shape():
+    """GPT-2 (124M)'s exact matrix shapes (n_embd 768, 12 heads, the 50257 x 768 head), 3 of its 12 layers."""
+    config = replace(SHAPES["gpt2"], n_layer=3)
+    return Model(config, params_tree(init_tensors(config, seed=0), config), None, "gpt2-3-layers")
+
+
+@pytest.mark.parametrize("kernel", INVARIANT_KERNELS)
+def test_invariant_forward_rows_on_the_gpt2_shape(gpt2_shape, kernel):
+    check_rows(gpt2_shape.with_kernel(kernel), n_past=9)
+
+
+def test_gemv_panels_threads_do_not_change_a_bit_of_a_forward(gpt2_shape):
+    """The worker threads of "gemv-panels" share out whole panels: any thread count gives the same bits."""
+    assert gpt2_shape.params["h"][0]["mlp"]["c_fc"]["w"].nbytes >= SPLIT_BYTES  # so the split really happens
+    ids = np.arange(100, 106)
+    out = {}
+    for n in (1, 2, 3):
+        m = gpt2_shape.with_kernel("gemv-panels", threads=n)
+        out[n] = m.forward(ids, m.new_cache()), m.forward(ids[:1], m.new_cache())
+    for n in (2, 3):
+        assert np.array_equal(out[n][0], out[1][0]) and np.array_equal(out[n][1], out[1][1])
+    assert np.array_equal(out[1][0][:1], out[1][1])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kernel", INVARIANT_KERNELS)
+@pytest.mark.parametrize("shape", ["gpt2", "distilgpt2"])
+def test_invariant_forward_rows_on_full_gpt2_shapes(shape, kernel):
+    check_rows(random_model(shape, kernel=kernel), n_past=11)
+
+
+# ---- choosing a kernel ----
+
+@pytest.mark.parametrize("name", KERNELS)
+def test_every_kernel_gives_the_prefills_logits(tiny, name):
+    ids = np.arange(1, 9)
+    ref = tiny.prefill(ids, tiny.new_cache())
+    m = tiny.with_kernel(name)
+    assert m.invariant == (name in INVARIANT_KERNELS)
+    out = m.forward(ids, m.new_cache())
+    np.testing.assert_allclose(out, ref, rtol=0, atol=1e-5 * np.abs(ref).max())
+
+
+def test_make_kernel_builds_each_named_product():
+    assert (make_kernel("gemv-rows"), make_kernel("gemm"), make_kernel("gemm-panels")) == (gemv_rows, gemm, gemm_panels)
+    k = make_kernel("gemv-panels", threads=3)
+    assert isinstance(k, GemvPanels) and k.threads == 3 and k.name == "gemv-panels"
+    assert repr(k) == "GemvPanels(threads=3)"
+    assert set(INVARIANT_KERNELS) < set(KERNELS) and KERNELS[0] == "gemv-panels"
+
+
+@pytest.mark.parametrize("name", ["fast", "panels", "rows", "GEMM", ""])
+def test_make_kernel_refuses_unknown_names(tiny, name):
+    message = f"unknown kernel {name!r}; pick one of gemv-panels, gemv-rows, gemm, gemm-panels"
+    with pytest.raises(ValueError, match=message):
+        make_kernel(name)
+    with pytest.raises(ValueError, match=message):
+        tiny.with_kernel(name)
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True, "2", None])
+def test_bad_thread_counts_are_refused(tiny, bad):
+    message = f"the thread count must be a positive integer, got {bad!r}"
+    refusals = [check_threads, GemvPanels, lambda t: Model(tiny.config, tiny.params, threads=t),
+                *(lambda t, k=k: make_kernel(k, t) for k in KERNELS)]
+    if bad is not None:  # with_kernel(threads=None) keeps the model's count
+        refusals.append(lambda t: tiny.with_kernel("gemv-panels", threads=t))
+    for refuse in refusals:
+        with pytest.raises(ValueError, match=message):
+            refuse(bad)
+    assert tiny.threads == 1
+
+
+def test_check_threads_takes_numpy_integers():
+    assert check_threads(np.int64(3)) == 3 and type(check_threads(np.int64(3))) is int
+
+
+def test_model_repr_shows_the_kernel(tiny):
+    assert repr(tiny) == "Model(source='tiny', n_layer=2, n_embd=16, n_vocab=67, kernel='gemv-panels', threads=1)"
+    assert "kernel='gemm', threads=2)" in repr(tiny.with_kernel("gemm", threads=2))
+    assert "kernel='gemv-rows', threads=1)" in repr(tiny_model(role="draft"))
+
+
+def test_with_kernel_shares_the_arrays(tiny):
+    other = tiny.with_kernel("gemv-rows")
+    assert other is not tiny and other.kernel == "gemv-rows" and tiny.kernel == "gemv-panels"
+    assert other.threads == tiny.threads and tiny.with_kernel("gemv-panels", threads=2).threads == 2
+    assert (other.config, other.tokenizer, other.source, other.metadata) == (tiny.config, None, "tiny", {})
+    pairs = list(zip(leaves(tiny.params), leaves(other.params), strict=True))
+    assert all(a is b for a, b in pairs)  # no copy of any weight
+    assert other.linear is gemv_rows and isinstance(tiny.linear, GemvPanels)
+
+
+def test_column_major_keeps_values_in_place(tiny):
+    c = tiny.config
+    params = params_tree(init_tensors(c, seed=3), c)  # C-order, as read from a file
+    before = copy.deepcopy(params)
+    untouched = [params["wte"], params["wpe"], params["h"][0]["ln_1"]["g"], params["h"][1]["mlp"]["c_fc"]["b"]]
+    assert column_major(params) is params
+    for w, w0 in zip(block_linears(params), block_linears(before), strict=True):
+        assert w["w"].flags.f_contiguous and w["w"].shape == w0["w"].shape and np.array_equal(w["w"], w0["w"])
+    assert all(a is b for a, b in zip(untouched, [params["wte"], params["wpe"], params["h"][0]["ln_1"]["g"],
+                                                  params["h"][1]["mlp"]["c_fc"]["b"]]))
+    first = params["h"][0]["attn"]["c_attn"]["w"]
+    assert column_major(params)["h"][0]["attn"]["c_attn"]["w"] is first  # already column-major: not copied
+
+
+def test_block_linears_walks_each_blocks_four_products_in_order(tiny):
+    d, n_layer = tiny.config.n_embd, tiny.config.n_layer
+    shapes = [lin["w"].shape for lin in block_linears(tiny.params)]
+    assert shapes == [(d, 3 * d), (d, d), (d, 4 * d), (4 * d, d)] * n_layer
+
+
+def test_models_store_block_matrices_column_major(shipped, tiny):
+    c = tiny.config
+    params = params_tree(init_tensors(c, seed=3), c)
+    assert Model(c, params).params is params  # in place
+    for model in (Model(c, params), tiny, *shipped):
+        assert all(lin["w"].flags.f_contiguous for lin in block_linears(model.params))
