@@ -115,6 +115,7 @@ def test_row_major_copy_computes_the_same_forward_through_gpt2():
 
 
 def test_command_line_parses_the_shared_options(tmp_path, capsys):
+    pytest.importorskip("threadpoolctl", reason="needs the bench extra: pip install -e '.[bench]'")  # the machine record
     run = common.command_line("bench.example", "One line.\n\nMore.", ["--out", str(tmp_path / "o"), "--threads", "1,2"])
     assert run.threads == [1, 2] and run.out.is_dir() and not run.args.quick
     assert run.meta["command"].startswith("python -m bench.example --out") and "numpy" in run.meta
