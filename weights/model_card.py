@@ -9,7 +9,6 @@ regression tests read.
 import json
 import math
 import platform
-import subprocess
 import sys
 from datetime import datetime, timezone
 from pathlib import Path

@@ -22,7 +22,6 @@ Only steps 5-6 need no torch: `--skip-training` reruns them from existing checkp
 import argparse
 import json
 import math
-import os
 import sys
 import time
 from pathlib import Path
