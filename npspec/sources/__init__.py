@@ -29,6 +29,11 @@ from .shipped import SHIPPED_PAIR, gpt2_tokenizer, shipped_dir
 ROLE_KERNELS = {"target": "gemv-panels", "draft": "gemv-rows"}  # see load
 
 
+def cache_root(cache_dir=None):
+    """The conversion cache's directory: `cache_dir` if given, else cache.cache_dir() ($NPSPEC_CACHE, ...)."""
+    return Path(cache_dir).expanduser() if cache_dir is not None else cache.cache_dir()
+
+
 def _is_repo_id(name):
     # org/name as the hub spells it: one slash, letters, digits, '-', '_', '.', no leading or trailing '-' / '.'
     return re.fullmatch(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*", name) is not None and \
@@ -41,7 +46,7 @@ def resolve(spec, cache_dir=None):
     cache_dir: npspec's cache (default cache.cache_dir(): $NPSPEC_CACHE or ~/.cache/npspec).
     Returns a Path. Raises CheckpointError naming the problem and the fix.
     """
-    root = Path(cache_dir).expanduser() if cache_dir is not None else cache.cache_dir()
+    root = cache_root(cache_dir)
     spec = str(spec)
     path = Path(spec).expanduser()
     if path.exists():
@@ -86,7 +91,7 @@ def _load(spec, role, cache_dir, kernel, threads):
     try:
         return load_model(path, kernel, threads)
     except CheckpointError as e:
-        root = Path(cache_dir).expanduser() if cache_dir is not None else cache.cache_dir()
+        root = cache_root(cache_dir)
         if root.resolve() in path.resolve().parents:
             raise CheckpointError(f"{e} (the cached conversion {path} is damaged: delete it and run again)") from e
         raise

@@ -122,17 +122,22 @@ def cached(root, final, build, what):
     return final
 
 
+def fallback_tokenizer_json(src):
+    """The tokenizer text convert gets for the Hugging Face directory `src`: None if it has its own
+    tokenizer.json, else GPT-2's."""
+    return None if (Path(src) / "tokenizer.json").is_file() else gpt2_tokenizer_json()
+
+
 def check_hf(src):
-    """Check a Hugging Face directory before converting it (convert.read_source; GPT-2's tokenizer when it has
-    none); returns the tokenizer text to give convert (None: its own). Raises CheckpointError."""
-    tokenizer_json = None if (Path(src) / "tokenizer.json").is_file() else gpt2_tokenizer_json()
-    read_source(src, tokenizer_json)
-    return tokenizer_json
+    """Check a Hugging Face directory before converting it (huggingface.read_source, with the fallback
+    tokenizer), so config-level problems come before the "converting" note. Raises CheckpointError."""
+    read_source(src, fallback_tokenizer_json(src))
 
 
 def convert_hf(src, out_dir, source, source_sha256=None):
-    """Check (check_hf) and convert the Hugging Face directory `src` into `out_dir`. Raises CheckpointError."""
-    return convert(src, out_dir, source=source, tokenizer_json=check_hf(src), source_sha256=source_sha256)
+    """Convert the Hugging Face directory `src` into `out_dir` (huggingface.convert checks it). Raises CheckpointError."""
+    return convert(src, out_dir, source=source, tokenizer_json=fallback_tokenizer_json(src),
+                   source_sha256=source_sha256)
 
 
 def from_local(src, root):
