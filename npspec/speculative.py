@@ -4,32 +4,37 @@ NOTE: letters as in Leviathan et al. 2023 ("Fast Inference from Transformers via
 Decoding", ICML, Algorithm 1): `p` is the TARGET's distribution, `q` the DRAFT's. Chen et al.
 2023 swap the two letters. `gamma` is the number of draft tokens per round.
 
-One round, with `seq` the ids so far (prompt + emitted) and both caches holding `seq[:-1]`:
-  1. propose: the draft samples d_1..d_gamma, d_i ~ q_i, keeping each q_i exactly as the
-     array it sampled from (after warping);
-  2. verify: the target runs ONE forward over [seq[-1], d_1..d_gamma] -> p_1..p_{gamma+1},
-     warped the same way;
+One round, with `seq` the ids so far (prompt + emitted) and the target's cache holding `seq[:-1]`:
+  1. propose: a drafter (npspec.drafters: a draft model, n-gram lookup, or yours) proposes
+     k <= g tokens d_1..d_k, each with the exact row q_i it was drawn from (after warping);
+  2. verify: the target runs ONE forward over [seq[-1], d_1..d_k] -> p_1..p_{k+1}, warped the
+     same way;
   3. accept: d_i is kept while u_i < p_i(d_i) / q_i(d_i) (strict); at the first rejection
      emit a sample of residual(p_i, q_i) = norm(max(0, p_i - q_i)); if every draft is kept,
-     emit a bonus token from p_{gamma+1};
-  4. roll back: both caches forget everything past what was emitted (O(1), no copy).
-`gamma = 0` is plain autoregressive decoding: each round is one target forward and a sample
-from p_1 (the same code path, so both share prefill, warping and statistics).
+     emit a bonus token from p_{k+1};
+  4. roll back: the target's cache forgets everything past what was emitted (O(1), no copy);
+     the drafter is told the outcome (`update`) and rolls itself back when it next proposes.
+`gamma = 0`, no drafter, or a round with no proposal is plain autoregressive decoding: one
+target forward and a sample from p_1 (the same code path, so all share prefill, warping and
+statistics). The round's g is the schedule's gamma (`next_gamma`: "constant", or transformers'
+"heuristic") cut by `round_gamma` to what the budget and the context allow.
 
 Temperature 0 (greedy) takes a fast path with the same result: with one-hot p and q, sampling
 q_i gives argmax q_i, `u < p(d) / q(d)` holds exactly when d = argmax p (p(d) is 1 or 0, u < 1),
 and the residual of two different one-hots is p's one-hot. So a greedy round takes the argmax
-of the float32 logits (`propose_greedy`, `verify_greedy`) and keeps drafts while they equal the
-target's argmax (`accept_greedy`), without building the float64 one-hot rows.
+of the float32 logits (`verify_greedy`) and keeps drafts while they equal the target's argmax
+(`accept_greedy`), without building the float64 one-hot rows. (Any deterministic proposal,
+n-gram lookup included, is accepted the same way.)
 
 Randomness: one `np.random.Generator`, seeded once per run. Each round draws exactly
-`2 * gamma_r + 1` uniforms at its start, in this order: gamma_r for the draft's samples,
-gamma_r for the acceptance tests, 1 for the residual or bonus sample (gamma_r = this round's
-clamped gamma). The draw count never depends on what gets accepted.
+`2 * g + 1` uniforms at its start, in this order: g for the drafter's samples (u[i] for d_i),
+g for the acceptance tests (u[g + i] tests d_i), 1 for the residual or bonus sample, with g the
+round's scheduled and clamped gamma. A drafter that proposes k < g tokens leaves the rest
+unused; the draw count never depends on what is proposed or accepted.
 
 Options are validated here only (`check_options`, `check_pair`, `check_prompt`); the CLI calls
-the same functions early and maps their errors to messages. Imports npspec.gpt2, npspec.sampling
-and npspec.text; the models are duck-typed (`config`, `tokenizer`, `new_cache`, `forward`, `prefill`).
+the same functions early and maps their errors to messages. Imports npspec.drafters,
+npspec.gpt2, npspec.sampling and npspec.text; models and drafters are duck-typed.
 """
 
 import time
@@ -37,18 +42,27 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from .drafters import ModelDrafter
 from .gpt2 import ContextOverflowError
 from .sampling import check_warp_args, greedy, residual, sample, warp
 from .text import same_tokenizer
 
+SCHEDULES = ("constant", "heuristic")
+
 
 @dataclass
 class Stats:
-    """What a generation did. Times in seconds (prefill included, model loading excluded)."""
+    """What a generation did. Times in seconds (prefill included, model loading excluded).
+
+    Besides npspec's own counts, vLLM's speculative-decoding metrics (vllm v1/spec_decode/metrics.py)
+    so figures compare across engines: num_drafts (rounds with at least one proposed token),
+    num_draft_tokens (tokens proposed), num_accepted_tokens, mean_acceptance_length
+    (1 + accepted / num_drafts) and acceptance_rate_by_position (accepted at position i / num_drafts).
+    """
 
     new_tokens: int = 0
     rounds: int = 0
-    drafted: int = 0  # draft tokens proposed (cut after an accepted EOS)
+    drafted: int = 0  # draft tokens proposed, cut after an accepted EOS
     accepted: int = 0  # drafts kept
     rejected: int = 0  # drafts tested and rejected (at most one per round)
     target_forwards: int = 0
@@ -57,8 +71,9 @@ class Stats:
     seconds_draft: float = 0.0
     seconds_verify: float = 0.0
     stop_reason: str = ""  # "eos", "max_new_tokens" or "context"
-    tested_by_position: list = field(default_factory=list)  # [gamma] drafts tested at position i+1
-    accepted_by_position: list = field(default_factory=list)  # [gamma] drafts kept at position i+1
+    tested_by_position: list = field(default_factory=list)  # [max k] drafts tested at position i+1
+    accepted_by_position: list = field(default_factory=list)  # [max k] drafts kept at position i+1
+    proposal_lengths: list = field(default_factory=list)  # [max k + 1] rounds that proposed k tokens, k = 0, 1, ...
 
     @property
     def alpha(self):
@@ -85,13 +100,58 @@ class Stats:
 
     @property
     def acceptance_by_position(self):
-        """[gamma] accepted / tested at each draft position 1..gamma (nan where none was tested)."""
+        """[max k] accepted / tested at each draft position 1, 2, ... (nan where none was tested)."""
         return [a / t if t else float("nan") for a, t in zip(self.accepted_by_position, self.tested_by_position)]
+
+    @property
+    def rounds_without_proposal(self):
+        """Rounds in which the drafter proposed nothing (plain target steps)."""
+        return self.proposal_lengths[0] if self.proposal_lengths else 0
+
+    @property
+    def num_drafts(self):
+        """vLLM's num_drafts: rounds with at least one proposed token."""
+        return self.rounds - self.rounds_without_proposal
+
+    @property
+    def num_draft_tokens(self):
+        """vLLM's num_draft_tokens: every proposed token (sum of the proposal lengths)."""
+        return sum(k * n for k, n in enumerate(self.proposal_lengths))
+
+    @property
+    def num_accepted_tokens(self):
+        """vLLM's num_accepted_tokens: drafts kept (= accepted)."""
+        return self.accepted
+
+    @property
+    def mean_acceptance_length(self):
+        """vLLM's mean_acceptance_length: 1 + accepted / num_drafts, the tokens a round with a proposal emits on average."""
+        return 1 + self.accepted / self.num_drafts if self.num_drafts else float("nan")
+
+    @property
+    def acceptance_rate_by_position(self):
+        """[max k] vLLM's per-position acceptance rate: drafts kept at position i / num_drafts."""
+        return [a / self.num_drafts if self.num_drafts else float("nan") for a in self.accepted_by_position]
+
+    def record_round(self, proposed, tested, accepted):
+        """Count one round: k proposed, the first `tested` of them tested, `accepted` of those kept."""
+        grow = max(proposed, tested) - len(self.tested_by_position)
+        self.tested_by_position += [0] * grow
+        self.accepted_by_position += [0] * grow
+        self.proposal_lengths += [0] * (proposed + 1 - len(self.proposal_lengths))
+        self.proposal_lengths[proposed] += 1
+        for i in range(tested):
+            self.tested_by_position[i] += 1
+            self.accepted_by_position[i] += i < accepted
+        self.accepted += accepted
+        self.rejected += tested - accepted
+        self.rounds += 1
 
     def as_dict(self):
         d = asdict(self)
         for key in ("alpha", "draft_acceptance", "tokens_per_round", "tokens_per_s", "seconds_other",
-                    "acceptance_by_position"):
+                    "acceptance_by_position", "rounds_without_proposal", "num_drafts", "num_draft_tokens",
+                    "num_accepted_tokens", "mean_acceptance_length", "acceptance_rate_by_position"):
             d[key] = getattr(self, key)
         return d
 
@@ -105,33 +165,46 @@ class Generation:
     trace: list = field(default_factory=list)
 
 
-def check_options(max_new_tokens, gamma, temperature, top_k, top_p):
+def check_options(max_new_tokens, gamma, temperature, top_k, top_p, gamma_schedule="constant"):
     """Raise ValueError naming the first bad option and its valid range (see speculative_generate)."""
     check_warp_args(temperature, top_k, top_p)
     if isinstance(max_new_tokens, bool) or int(max_new_tokens) != max_new_tokens or max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens}")
     if isinstance(gamma, bool) or int(gamma) != gamma or gamma < 0:
         raise ValueError(f"gamma must be an integer >= 0 (0 = no drafting), got {gamma}")
+    if gamma_schedule not in SCHEDULES:
+        raise ValueError(f"gamma_schedule (--gamma-schedule) must be one of {', '.join(SCHEDULES)}, "
+                         f"got {gamma_schedule!r}")
+
+
+def as_drafter(draft):
+    """A drafter (npspec.drafters) for `draft`: a model becomes ModelDrafter(draft); a drafter or None is returned as is."""
+    return ModelDrafter(draft) if draft is not None and not hasattr(draft, "propose") else draft
 
 
 def check_pair(target, draft):
-    """Raise ValueError, before any decoding, unless `draft` can speak for `target`.
+    """Raise ValueError, before any decoding, unless `draft` (a model or a drafter) can speak for `target`.
 
     Both must have the same `n_vocab`, and, when both carry a tokenizer, the same tokenizer
     (text.same_tokenizer: the same ids mean the same text; runtime truncation/padding settings aside).
     """
-    if draft.config.n_vocab != target.config.n_vocab:
-        raise ValueError(f"draft vocabulary ({draft.config.n_vocab}) differs from the target's "
+    drafter = as_drafter(draft)
+    if drafter.n_vocab != target.config.n_vocab:
+        raise ValueError(f"draft vocabulary ({drafter.n_vocab}) differs from the target's "
                          f"({target.config.n_vocab}); pick a draft with the target's tokenizer")
-    a, b = target.tokenizer, draft.tokenizer
+    a, b = target.tokenizer, drafter.tokenizer
     if a is not None and b is not None and not same_tokenizer(a, b):
-        raise ValueError(f"the draft ({draft.source}) and target ({target.source}) use different tokenizers; "
+        raise ValueError(f"the draft ({drafter.source}) and target ({target.source}) use different tokenizers; "
                          "pick a draft trained with the target's tokenizer")
 
 
 def context_size(target, draft):
-    """The context a generation can use: the target's n_ctx, or the smaller of the two with a draft (None: no draft)."""
-    return min(target.config.n_ctx, draft.config.n_ctx) if draft is not None else target.config.n_ctx
+    """The context a generation can use: the target's n_ctx, or the smaller of it and the draft's (a model or a
+    drafter; None or a drafter without a limit of its own: the target's)."""
+    drafter = as_drafter(draft)
+    if drafter is None or drafter.n_ctx is None:
+        return target.config.n_ctx
+    return min(target.config.n_ctx, drafter.n_ctx)
 
 
 def check_prompt(prompt_ids, n_ctx):
@@ -142,24 +215,6 @@ def check_prompt(prompt_ids, n_ctx):
         raise ValueError("the prompt is empty: give at least one id (GPT-2 starts from <|endoftext|>)")
     if len(prompt_ids) > n_ctx:
         raise ContextOverflowError(f"the prompt has {len(prompt_ids)} tokens but the context holds {n_ctx}; shorten it")
-
-
-def feed(model, cache, seq):
-    """Feed `seq[cache.length:]` and return the logits of its last position `[n_vocab]`."""
-    return model.forward(np.asarray(seq[cache.length:]), cache)[-1]
-
-
-def propose(draft, cache, seq, gamma, u, warp_args):
-    """Step 1: sample gamma draft tokens. Returns (d `[gamma]` ids, q `[gamma, n_vocab]` float64).
-
-    Each q[i] is exactly the array d[i] was sampled from; `seq` is extended with the drafts.
-    """
-    q = []
-    for i in range(gamma):
-        qi = warp(feed(draft, cache, seq), **warp_args)
-        seq.append(sample(qi, u[i]))
-        q.append(qi)
-    return seq[len(seq) - gamma:], np.array(q).reshape(gamma, -1)
 
 
 def verify(target, cache, seq, gamma, warp_args):
@@ -181,13 +236,6 @@ def accept(d, p, q, u_accept, u_final):
     n = int(np.argmin(kept)) if not kept.all() else gamma
     last = p[gamma] if n == gamma else residual(p[n], q[n])
     return n, sample(last, u_final)
-
-
-def propose_greedy(draft, cache, seq, gamma):
-    """Step 1 at temperature 0: d_i = argmax of the draft's logits. Returns d `[gamma]` ids; `seq` is extended."""
-    for _ in range(gamma):
-        seq.append(int(greedy(feed(draft, cache, seq))))
-    return seq[len(seq) - gamma:]
 
 
 def verify_greedy(target, cache, seq, gamma):
@@ -220,37 +268,58 @@ def round_gamma(gamma, remaining, n_ctx, length):  # -> int
     return min(gamma, remaining - 1, n_ctx - length - 1)
 
 
+def next_gamma(schedule, gamma, accepted):  # -> int
+    """The next round's scheduled gamma after a round that kept `accepted` of its drafts.
+
+    "constant": gamma. "heuristic": transformers' `num_assistant_tokens_schedule="heuristic"`
+    (AssistedCandidateGenerator.update_candidate_strategy): gamma + 2 if the round kept as many
+    drafts as it scheduled, else max(1, gamma - 1). It starts from the gamma the caller gives.
+    It depends only on past rounds, so the output stays exactly target-distributed.
+    """
+    if schedule == "constant":
+        return gamma
+    return gamma + 2 if accepted == gamma else max(1, gamma - 1)
+
+
 def speculative_generate(target, draft, prompt_ids, max_new_tokens, gamma=4, temperature=1.0, top_k=0,
-                         top_p=1.0, rng=None, on_emit=None, trace=False):
+                         top_p=1.0, rng=None, on_emit=None, trace=False, gamma_schedule="constant"):
     """Generate with speculative decoding (Leviathan et al. 2023, Algorithm 1); gamma=0 or draft=None is autoregressive.
 
-    target, draft: loaded `Model`s with the same vocabulary (draft may be None).
+    target: a loaded `Model`. draft: a `Model` with the target's vocabulary (drafted by
+    npspec.drafters.ModelDrafter), any drafter (npspec.drafters: NgramDrafter, ModelDrafter with
+    p_min, or yours), or None.
     prompt_ids: `[n_prompt]` ids, n_prompt >= 1. max_new_tokens >= 1. gamma >= 0.
+    gamma_schedule: "constant" (every round schedules gamma) or "heuristic" (next_gamma; starts at gamma).
     rng: an `np.random.Generator`, or an int seed (default: seeded with 0).
-    gamma larger than `max_new_tokens - 1` or `n_ctx - 1` is clamped to that (stats lists have that length).
+    gamma larger than `max_new_tokens - 1` or `n_ctx - 1` is clamped to that up front (the
+    heuristic schedule starts there), and each round drafts at most round_gamma(scheduled gamma, ...).
     on_emit(ids, n_accepted): called after each round with the round's new ids, of which the
     first n_accepted are accepted drafts and the rest (none after an accepted EOS, else one)
     target-produced (corrected or bonus).
-    trace: record each round in `Generation.trace` as `{"drafted": ids, "accepted": n, "token": id}`,
-    with "drafted" cut after an accepted EOS (as the statistics are) and "token" the corrected
-    or bonus id, or None when the round ended on an accepted EOS.
+    trace: record each round in `Generation.trace` as `{"drafted": ids, "accepted": n, "token": id,
+    "proposed": k, "gamma": g}`, with "drafted" cut after an accepted EOS (as the statistics
+    are), "token" the corrected or bonus id, or None when the round ended on an accepted EOS,
+    k the number proposed and g the round's scheduled and clamped gamma.
     Output is exactly target-distributed; with temperature 0 it is token-identical to greedy
     decoding of the target when the target's kernel is batch invariant (npspec.kernels).
     Stops at EOS (included in the ids and counted), after max_new_tokens, or when the sequence
-    reaches the smaller n_ctx of the two models (stop_reason "context").
+    reaches the smaller n_ctx of the target and the drafter (stop_reason "context").
     Raises ValueError for bad options (check_options), a vocabulary or tokenizer mismatch
-    (check_pair) or an empty prompt, and ContextOverflowError if the prompt alone exceeds the
-    context (check_prompt); all before any forward.
+    (check_pair), an empty prompt, or a drafter that proposes more than asked or malformed rows,
+    and ContextOverflowError if the prompt alone exceeds the context (check_prompt); all but
+    the drafter's before any forward.
     """
-    check_options(max_new_tokens, gamma, temperature, top_k, top_p)
-    if draft is None:
+    check_options(max_new_tokens, gamma, temperature, top_k, top_p, gamma_schedule)
+    drafter = as_drafter(draft) if gamma else None
+    if drafter is None:
         gamma = 0
-    if gamma:
-        check_pair(target, draft)
-    n_ctx = context_size(target, draft if gamma else None)
+    else:
+        check_pair(target, drafter)
+    n_ctx = context_size(target, drafter)
     check_prompt(prompt_ids, n_ctx)
     seq = [int(i) for i in prompt_ids]
     gamma = min(gamma, max_new_tokens - 1, n_ctx - 1)  # no round can use more (and a huge gamma costs nothing)
+    drafter = drafter if gamma else None  # no round can draft: the drafter is not even started
     if rng is None or isinstance(rng, (int, np.integer)):
         rng = np.random.default_rng(0 if rng is None else rng)
     warp_args = dict(temperature=temperature, top_k=top_k, top_p=top_p)
@@ -264,10 +333,9 @@ def speculative_generate(target, draft, prompt_ids, max_new_tokens, gamma=4, tem
     target.prefill(np.asarray(seq[:-1]), tcache)  # all but the last id
     stats.target_forwards += len(seq) > 1
     stats.seconds_verify = time.perf_counter() - t0
-    if gamma:
-        dcache = draft.new_cache()
-        draft.prefill(np.asarray(seq[:-1]), dcache)
-        stats.draft_forwards += len(seq) > 1
+    if drafter is not None:
+        forwards = drafter.forwards
+        drafter.start(list(seq))
         stats.seconds_draft = time.perf_counter() - t0 - stats.seconds_verify
 
     while True:
@@ -278,25 +346,24 @@ def speculative_generate(target, draft, prompt_ids, max_new_tokens, gamma=4, tem
         if len(seq) >= n_ctx:
             stats.stop_reason = "context"
             break
-        g = round_gamma(gamma, remaining, n_ctx, len(seq))
+        g = max(0, round_gamma(gamma, remaining, n_ctx, len(seq)))
         u = rng.random(2 * g + 1)
         base = len(seq)
 
         t1 = time.perf_counter()
-        d, q = [], np.zeros((0, target.config.n_vocab))
+        d, q = [], None
         if g:
-            dcache.rollback(min(dcache.length, base - 1))
-            if temperature == 0:  # the greedy fast path (see the module docstring)
-                d = propose_greedy(draft, dcache, seq, g)
-            else:
-                d, q = propose(draft, dcache, seq, g, u[:g], warp_args)
-            stats.draft_forwards += g
+            d, q = drafter.propose(list(seq), g, u[:g], warp_args)
+            check_proposal(d, q, g, target.config.n_vocab, temperature)
+        k = len(d)
+        seq.extend(d)
         t2 = time.perf_counter()
         if temperature == 0:
-            n, token = accept_greedy(d, verify_greedy(target, tcache, seq, g))
+            n, token = accept_greedy(d, verify_greedy(target, tcache, seq, k))
         else:
-            p = verify(target, tcache, seq, g, warp_args)
-            n, token = accept(np.array(d, dtype=np.int64), p, q, u[g:2 * g], u[2 * g])
+            p = verify(target, tcache, seq, k, warp_args)
+            q = np.zeros((0, target.config.n_vocab)) if q is None else q
+            n, token = accept(np.array(d, dtype=np.int64), p, q, u[g:g + k], u[2 * g])
         stats.target_forwards += 1
         t3 = time.perf_counter()
         stats.seconds_draft += t2 - t1
@@ -308,26 +375,39 @@ def speculative_generate(target, draft, prompt_ids, max_new_tokens, gamma=4, tem
         if len(emitted) <= n:  # an accepted draft was EOS: the round ends there
             n, tested, drafted = len(emitted), len(emitted), len(emitted)
         else:
-            tested, drafted = n + (n < g), g
+            tested, drafted = n + (n < k), k
         stats.drafted += drafted
-        stats.accepted += n
-        stats.rejected += tested - n
-        for i in range(tested):
-            stats.tested_by_position[i] += 1
-            stats.accepted_by_position[i] += i < n
-        stats.rounds += 1
+        stats.record_round(k, tested, n)
         del seq[base:]
         seq.extend(emitted)
         tcache.rollback(len(seq) - 1)
+        if drafter is not None:
+            drafter.update(k, n)
         if trace:
             rounds.append({"drafted": [int(x) for x in d[:drafted]], "accepted": n,
-                           "token": int(emitted[-1]) if len(emitted) > n else None})
+                           "token": int(emitted[-1]) if len(emitted) > n else None, "proposed": k, "gamma": g})
         if on_emit is not None:
             on_emit(emitted, n)
         if eos is not None and emitted[-1] == eos:
             stats.stop_reason = "eos"
             break
+        if drafter is not None:
+            gamma = next_gamma(gamma_schedule, gamma, n)
 
+    if drafter is not None:
+        stats.draft_forwards = drafter.forwards - forwards
     stats.new_tokens = len(seq) - n_prompt
     stats.seconds = time.perf_counter() - t0
     return Generation(seq[n_prompt:], stats, rounds)
+
+
+def check_proposal(d, q, g, n_vocab, temperature):
+    """Raise ValueError unless a drafter's proposal is well formed: at most g ids in [0, n_vocab), and (temperature > 0)
+    q float `[len(d), n_vocab]` with q[i, d[i]] > 0 (a token it cannot have drawn is a drafter bug)."""
+    if len(d) > g or any(not 0 <= int(x) < n_vocab for x in d):
+        raise ValueError(f"the drafter proposed {list(d)}: at most {g} ids in [0, {n_vocab}) were asked for")
+    if temperature == 0:
+        return
+    if q is None or np.shape(q) != (len(d), n_vocab) or (len(d) and not np.all(q[np.arange(len(d)), d] > 0)):
+        raise ValueError(f"the drafter's q has shape {np.shape(q)} or gives a proposed id probability 0; it must be "
+                         f"the [{len(d)}, {n_vocab}] rows the ids were drawn from")

@@ -93,7 +93,7 @@ def test_hand_made_rows_through_the_loop(case):
     draft, target = rows_model(np.array(draft_rows), 1), rows_model(np.array(target_rows), 1)
     rng = kit.ScriptedRng([0.25] * 30)
     gen = speculative_generate(target, draft, [0], 4, gamma=3, temperature=1.0, rng=rng, trace=True)
-    assert gen.trace[0] == {"drafted": drafted, "accepted": n_accepted, "token": token}
+    assert gen.trace[0] == {"drafted": drafted, "accepted": n_accepted, "token": token, "proposed": 3, "gamma": 3}
     assert gen.ids[: n_accepted + 1] == drafted[:n_accepted] + [token]
     assert rng.sizes[0] == 7  # g = min(3, 4 - 1): 3 draft draws, 3 acceptance tests, 1 final draw
 
@@ -206,7 +206,7 @@ def test_eos_accepted_mid_block_ends_output_and_statistics(gamma):
     assert s.drafted == s.accepted == 2 and s.rejected == 0  # ... nor counted
     assert s.tested_by_position == [1, 1] + [0] * (gamma - 2) and s.accepted_by_position == s.tested_by_position
     assert s.acceptance_by_position[:2] == [1.0, 1.0] and all(np.isnan(s.acceptance_by_position[2:]))
-    assert gen.trace == [{"drafted": [2, 3], "accepted": 2, "token": None}]
+    assert gen.trace == [{"drafted": [2, 3], "accepted": 2, "token": None, "proposed": gamma, "gamma": gamma}]
 
 
 def test_eos_as_corrected_token_and_as_bonus():
