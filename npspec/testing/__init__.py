@@ -2,16 +2,20 @@
 
 A sampler is correct when its output has exactly the target's distribution. `oracle` checks a
 rule stated as probabilities by exact enumeration (check_rule), `probes` checks a black-box
-sampler with injected uniforms and chi-square tests (check_sampler), `doubles` holds the
+sampler with injected uniforms and chi-square tests (check_sampler), `drafting` checks a drafter
+(npspec.drafters) by exact enumeration (check_drafter), `doubles` holds the
 stand-ins that drive npspec's loop on a table (TableModel, ScriptedRng), and `strategies` the
 hypothesis strategies. The submodules import numpy and npspec's core modules, never each other
-(nor hypothesis, until a strategy is built); this file only re-exports them.
+(drafting builds on oracle; nor hypothesis, until a strategy is built); this file only re-exports them.
 """
 
 from .doubles import ScriptedRng, TableCache, TableConfig, TableModel
-from .oracle import (Round, RuleError, RuleReport, SpeculativePath, check_rule, constant_table, leviathan_rule,
-                     model_table, npspec_rule, random_table, round_distribution, sequence_distribution, small_cases,
-                     speculative_distribution, speculative_paths, total_variation, truncate)
+from .drafting import (DrafterError, DrafterReport, check_drafter, confident_drafter, ngram_drafter, object_drafter,
+                       one_hot)
+from .oracle import (Round, RuleError, RuleReport, SpeculativePath, check_rule, constant_table, drafter_distribution,
+                     drafter_paths, leviathan_rule, model_table, npspec_rule, random_table, round_distribution,
+                     sequence_distribution, small_cases, speculative_distribution, speculative_paths, table_drafter,
+                     total_variation, truncate)
 from .probes import (ACCEPT_PROBES, ONE_BELOW, STATISTICAL_CASES, Finding, SamplerReport, Uniforms, check_sampler,
                      chi2_sf, chi_square, npspec_sampler, probe_acceptance, probe_proposal, statistical_check)
 from .strategies import logits_rows, probability_pairs, probability_vectors
@@ -20,7 +24,10 @@ __all__ = [
     # oracle
     "Round", "RuleError", "RuleReport", "SpeculativePath", "check_rule", "constant_table", "leviathan_rule",
     "model_table", "npspec_rule", "random_table", "round_distribution", "sequence_distribution", "small_cases",
-    "speculative_distribution", "speculative_paths", "total_variation", "truncate",
+    "speculative_distribution", "speculative_paths", "total_variation", "truncate", "drafter_distribution",
+    "drafter_paths", "table_drafter",
+    # drafting
+    "DrafterError", "DrafterReport", "check_drafter", "confident_drafter", "ngram_drafter", "object_drafter", "one_hot",
     # probes
     "ACCEPT_PROBES", "ONE_BELOW", "STATISTICAL_CASES", "Finding", "SamplerReport", "Uniforms", "check_sampler",
     "chi2_sf", "chi_square", "npspec_sampler", "probe_acceptance", "probe_proposal", "statistical_check",

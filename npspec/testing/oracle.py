@@ -6,8 +6,15 @@ target's row, q the draft's). A *table* is `table(seq) -> row`, the next-token d
 the tuple of ids seq (prompt included), a row of fractions.Fraction (exact) or of floats.
 `round_distribution` and `speculative_distribution` compose a rule into the law of one round and
 of a whole generation, `sequence_distribution` is the target's own law, and `check_rule` compares
-them on small p, q (Leviathan et al. 2023, Theorem 3.5; Chen et al. 2023, Theorem 1). Imports
-numpy, npspec.sampling and npspec.speculative, nothing else of npspec.
+them on small p, q (Leviathan et al. 2023, Theorem 3.5; Chen et al. 2023, Theorem 1).
+
+A *drafter description* generalises the draft table to any way of drafting (npspec.drafters):
+`drafter(seq, drafted) -> (proposal, q)` or None, with seq the ids before the round and drafted
+the drafts so far in it. proposal[x] is the probability of proposing x next (a row of mass at
+most 1: the missing mass is the probability of proposing nothing more; None proposes nothing
+more), q the row the acceptance test is given. A correct drafter has proposal == q (or stops);
+`table_drafter(q)` is the draft model. `drafter_paths` enumerates the loop with a drafter and
+a gamma schedule. Imports numpy, npspec.sampling and npspec.speculative, nothing else of npspec.
 """
 
 import random
@@ -18,7 +25,7 @@ from fractions import Fraction
 import numpy as np
 
 from ..sampling import residual, warp
-from ..speculative import round_gamma
+from ..speculative import next_gamma, round_gamma
 
 
 def leviathan_rule(p, q, x):
@@ -49,12 +56,14 @@ class Round:
     """One round of a path, with the fields of a `--trace` record.
 
     drafted: the drafts that decided the round, up to the rejected one or the accepted EOS;
-    accepted: how many were kept; token: the corrected or bonus id, None after an accepted EOS.
+    accepted: how many were kept; token: the corrected or bonus id, None after an accepted EOS;
+    gamma: the round's scheduled and clamped g (it draws 2g + 1 uniforms).
     """
 
     drafted: tuple
     accepted: int
     token: int | None
+    gamma: int | None = None
 
 
 @dataclass(frozen=True)
@@ -84,33 +93,42 @@ def _is_exact(row):
     return all(isinstance(v, (Fraction, int)) for v in row)
 
 
-def _round(p, q, seq, g, eos, rule):
-    """Yield (Round, emitted ids, probability) for every outcome of one round of g drafts after seq."""
+def table_drafter(q):
+    """The drafter description of a draft model with table q: it proposes x with probability q(ctx)[x] and reports q(ctx)."""
+    def drafter(seq, drafted):
+        row = q(seq + drafted)
+        return row, row
+    return drafter
+
+
+def _round(p, drafter, seq, g, eos, rule):
+    """Yield (Round, emitted ids, probability) for every outcome of one round of at most g drafts after seq."""
 
     def walk(drafted, prob):
         ctx = seq + drafted
         prow = p(ctx)
-        if len(drafted) == g:  # every draft kept: the bonus token
+        step = drafter(seq, drafted) if len(drafted) < g else None
+        proposal, qrow = step if step is not None else ((), None)
+        stop = (1 - sum(proposal) if _is_exact(proposal) else 0) if step is not None else 1
+        if stop:  # no more drafts: every draft was kept, the bonus token comes from p
             for y, py in enumerate(prow):
                 if py:
-                    yield Round(drafted, g, y), drafted + (y,), prob * py
-            return
-        qrow = q(ctx)
-        exact = _is_exact(prow) and _is_exact(qrow)
-        for x, qx in enumerate(qrow):
-            if not qx:
+                    yield Round(drafted, len(drafted), y, g), drafted + (y,), prob * stop * py
+        exact = _is_exact(prow) and (qrow is None or _is_exact(qrow))
+        for x, mx in enumerate(proposal):
+            if not mx:
                 continue
             a, r = rule(prow, qrow, x)
             _check_output(a, r, prow, x, exact)
             kept = drafted + (x,)
             if a and x == eos:  # an accepted EOS ends the round and the generation
-                yield Round(kept, len(kept), None), kept, prob * qx * a
+                yield Round(kept, len(kept), None, g), kept, prob * mx * a
             elif a:
-                yield from walk(kept, prob * qx * a)
+                yield from walk(kept, prob * mx * a)
             if a != 1:
                 for y, ry in enumerate(r):
                     if ry:
-                        yield Round(kept, len(drafted), y), drafted + (y,), prob * qx * (1 - a) * ry
+                        yield Round(kept, len(drafted), y, g), drafted + (y,), prob * mx * (1 - a) * ry
 
     yield from walk((), 1)
 
@@ -152,34 +170,49 @@ def sequence_distribution(p, prompt, max_new_tokens, eos=None, n_ctx=None):
     return dict(dist)
 
 
-def speculative_paths(p, q, prompt, gamma, max_new_tokens, eos=None, n_ctx=None, rule=leviathan_rule):
-    """Every path through the speculative loop with target table p and draft table q, with its probability.
+def drafter_paths(p, drafter, prompt, gamma, max_new_tokens, eos=None, n_ctx=None, rule=leviathan_rule,
+                  schedule="constant"):
+    """Every path through the speculative loop with target table p and a drafter description, with its probability.
 
-    Each round drafts g = round_gamma(gamma, remaining, n_ctx, len(seq)) tokens, npspec's loop's
-    own clamp (g = 0 is a plain target step), tests them in order with `rule`, and emits the kept drafts plus the
-    replacement or bonus token; an accepted EOS ends the round and the generation. Stops as
+    Each round drafts at most g = round_gamma(scheduled gamma, remaining, n_ctx, len(seq)) tokens,
+    npspec's loop's own clamp (g = 0 is a plain target step), with the scheduled gamma starting
+    at min(gamma, max_new_tokens - 1, n_ctx - 1) and moved by npspec.speculative.next_gamma after
+    each round; tests them in order with `rule`, and emits the kept drafts plus the replacement
+    or bonus token; an accepted EOS ends the round and the generation. Stops as
     sequence_distribution does. Yields SpeculativePath; paths of probability 0 are skipped.
     Raises RuleError if the rule returns an invalid probability or row.
     """
     prompt = _start(prompt, n_ctx)
+    gamma = min(gamma, max_new_tokens - 1, n_ctx - 1) if n_ctx is not None else min(gamma, max_new_tokens - 1)
 
-    def go(seq, prob, rounds):
+    def go(seq, prob, rounds, scheduled):
         if _stopped(seq, len(prompt), max_new_tokens, eos, n_ctx):
             yield SpeculativePath(seq[len(prompt):], prob, rounds)
             return
-        g = round_gamma(gamma, max_new_tokens - (len(seq) - len(prompt)), n_ctx, len(seq))
-        for rnd, emitted, rp in _round(p, q, seq, g, eos, rule):
-            yield from go(seq + emitted, prob * rp, rounds + (rnd,))
+        g = max(0, round_gamma(scheduled, max_new_tokens - (len(seq) - len(prompt)), n_ctx, len(seq)))
+        for rnd, emitted, rp in _round(p, drafter, seq, g, eos, rule):
+            yield from go(seq + emitted, prob * rp, rounds + (rnd,), next_gamma(schedule, scheduled, rnd.accepted))
 
-    yield from go(prompt, 1, ())
+    yield from go(prompt, 1, (), gamma)
+
+
+def speculative_paths(p, q, prompt, gamma, max_new_tokens, eos=None, n_ctx=None, rule=leviathan_rule):
+    """drafter_paths with a draft model of table q (table_drafter(q)) and a constant gamma."""
+    return drafter_paths(p, table_drafter(q), prompt, gamma, max_new_tokens, eos, n_ctx, rule)
+
+
+def drafter_distribution(p, drafter, prompt, gamma, max_new_tokens, eos=None, n_ctx=None, rule=leviathan_rule,
+                         schedule="constant"):
+    """`{emitted ids: probability}` of the speculative loop with a drafter description: drafter_paths summed by output."""
+    dist = defaultdict(int)
+    for path in drafter_paths(p, drafter, prompt, gamma, max_new_tokens, eos, n_ctx, rule, schedule):
+        dist[path.ids] += path.prob
+    return dict(dist)
 
 
 def speculative_distribution(p, q, prompt, gamma, max_new_tokens, eos=None, n_ctx=None, rule=leviathan_rule):
     """`{emitted ids: probability}` of the speculative loop: speculative_paths summed by output."""
-    dist = defaultdict(int)
-    for path in speculative_paths(p, q, prompt, gamma, max_new_tokens, eos, n_ctx, rule):
-        dist[path.ids] += path.prob
-    return dict(dist)
+    return drafter_distribution(p, table_drafter(q), prompt, gamma, max_new_tokens, eos, n_ctx, rule)
 
 
 def round_distribution(p, q, prompt, gamma, eos=None, rule=leviathan_rule):
@@ -190,7 +223,7 @@ def round_distribution(p, q, prompt, gamma, eos=None, rule=leviathan_rule):
     """
     prompt = _start(prompt, None)
     dist = defaultdict(int)
-    for _, emitted, prob in _round(p, q, prompt, gamma, eos, rule):
+    for _, emitted, prob in _round(p, table_drafter(q), prompt, gamma, eos, rule):
         if eos is not None and emitted[-1] == eos:
             dist[emitted] += prob
             continue
