@@ -3,13 +3,15 @@
     python -m npspec.generate                        # the shipped Shakespeare pair
     python -m npspec.generate "ROMEO:" --temperature 0 --max-new-tokens 64
     printf 'JULIET:' | python -m npspec.generate - --json   # stdin is used verbatim
+    python -m npspec.generate --draft ngram --gamma-schedule heuristic "ROMEO:"   # prompt lookup
 
 Text streams to stdout; a one-line summary goes to stderr. `--gamma 0` is plain
 autoregressive decoding with the target alone. On a terminal, accepted draft tokens are
 coloured (green) apart from target-produced ones; `--no-color` or NO_COLOR turns it off.
 
-The top of the house: argparse -> load (npspec.sources) -> speculative_generate -> print. Every
-option is checked by npspec.speculative's own checks before a model loads; this module maps
+The top of the house: argparse -> load (npspec.sources) -> a drafter (npspec.drafters) ->
+speculative_generate -> print. Every option is checked by npspec.speculative's and
+npspec.drafters' own checks before a model loads; this module maps
 errors to one-line messages. The only environment variables read are here: NO_COLOR, and
 NPSPEC_NUM_THREADS as the default of --threads.
 """
@@ -21,13 +23,15 @@ import sys
 
 import numpy as np
 
+from .drafters import ModelDrafter, NgramDrafter, check_ngram_sizes, check_p_min
 from .files import CheckpointError
 from .kernels import KERNELS
 from .sources import HUB_NAMES, load
-from .speculative import check_options, check_pair, check_prompt, context_size, speculative_generate
+from .speculative import SCHEDULES, check_options, check_pair, check_prompt, context_size, speculative_generate
 from .text import TextStreamer, encode_prompt
 
 DEFAULT_PROMPT = "ROMEO:"
+NGRAM = "ngram"  # the --draft word for prompt lookup (a directory of that name: ./ngram)
 GREEN, RESET = "\033[32m", "\033[0m"
 
 
@@ -38,8 +42,20 @@ def build_parser():
     spec = ("SPEC: a model directory (converted or Hugging Face), random:<shape>, or a hub name "
             f"({', '.join(HUB_NAMES)}, org/name)")
     ap.add_argument("--target", metavar="SPEC", default=None, help=f"{spec} (default: the shipped target)")
-    ap.add_argument("--draft", metavar="SPEC", default=None, help=f"{spec} (default: the shipped draft)")
-    ap.add_argument("--gamma", type=int, default=4, help="draft tokens per round; 0 = plain decoding (default 4)")
+    ap.add_argument("--draft", metavar="SPEC", default=None,
+                    help=f"{spec}, or `ngram`: prompt lookup, no draft model (default: the shipped draft)")
+    ap.add_argument("--gamma", type=int, default=4,
+                    help="draft tokens per round (the heuristic schedule's start); 0 = plain decoding (default 4)")
+    ap.add_argument("--gamma-schedule", choices=SCHEDULES, default="constant",
+                    help="constant: gamma every round; heuristic: transformers' rule, +2 after a round that kept "
+                         "every draft, else -1, at least 1 (default constant)")
+    ap.add_argument("--draft-p-min", type=float, default=0.0, metavar="P",
+                    help="confidence stopping for a draft model: stop drafting after a token whose largest draft "
+                         "probability is below P, as llama.cpp's --draft-p-min (default 0: off)")
+    ap.add_argument("--ngram-min", type=int, default=None, metavar="N",
+                    help="with --draft ngram: the shortest n-gram to match (default 1)")
+    ap.add_argument("--ngram-max", type=int, default=None, metavar="N",
+                    help="with --draft ngram: the longest n-gram to match, tried first (default 4)")
     ap.add_argument("--max-new-tokens", type=int, default=128, help="tokens to generate (default 128)")
     ap.add_argument("--temperature", type=float, default=0.8, help="0 = greedy (default 0.8)")
     ap.add_argument("--top-k", type=int, default=0, help="keep the k most likely tokens; 0 = off (default)")
@@ -119,14 +135,40 @@ def thread_count(arg, environ=os.environ):
     return int(env)
 
 
+def check_drafting_args(args):
+    """Raise ValueError for drafting options that cannot apply together (before anything loads)."""
+    ngram = args.draft == NGRAM
+    if ngram and args.gamma == 0:
+        raise ValueError("--draft ngram needs --gamma >= 1 (0 is plain decoding, with no drafter)")
+    if not ngram and (args.ngram_min is not None or args.ngram_max is not None):
+        raise ValueError("--ngram-min and --ngram-max apply to --draft ngram only; add --draft ngram or drop them")
+    if ngram and args.draft_p_min:
+        raise ValueError("--draft-p-min applies to a draft model, not to --draft ngram (its proposals are certain)")
+    check_p_min(args.draft_p_min)
+    if ngram:
+        check_ngram_sizes(1 if args.ngram_min is None else args.ngram_min, 4 if args.ngram_max is None else args.ngram_max)
+
+
+def make_drafter(args, target, threads):
+    """The drafter --draft names (None with --gamma 0): NgramDrafter for `ngram`, else ModelDrafter(load(SPEC))."""
+    if args.gamma == 0:
+        return None
+    if args.draft == NGRAM:
+        return NgramDrafter(target.config.n_vocab, target.config.eos_token_id,
+                            1 if args.ngram_min is None else args.ngram_min, 4 if args.ngram_max is None else args.ngram_max)
+    draft = load(args.draft, "draft", kernel=args.draft_kernel, threads=threads)
+    return ModelDrafter(draft, p_min=args.draft_p_min)
+
+
 def run(args, out=sys.stdout, err=sys.stderr):
-    check_options(args.max_new_tokens, args.gamma, args.temperature, args.top_k, args.top_p)
+    check_options(args.max_new_tokens, args.gamma, args.temperature, args.top_k, args.top_p, args.gamma_schedule)
+    check_drafting_args(args)
     if args.seed < 0:
         raise ValueError(f"--seed must be >= 0, got {args.seed}")
     threads = thread_count(args.threads)
     prompt = read_prompt(args.prompt)
     target = load(args.target, "target", kernel=args.target_kernel, threads=threads)
-    draft = load(args.draft, "draft", kernel=args.draft_kernel, threads=threads) if args.gamma > 0 else None
+    draft = make_drafter(args, target, threads)
     if draft is not None:
         check_pair(target, draft)
     ids = encode_prompt(target.tokenizer, prompt, target.config.eos_token_id)
@@ -149,7 +191,8 @@ def run(args, out=sys.stdout, err=sys.stderr):
         out.write(prompt)
     gen = speculative_generate(target, draft, ids, args.max_new_tokens, gamma=args.gamma,
                                temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-                               rng=np.random.default_rng(args.seed), on_emit=on_emit, trace=args.trace)
+                               rng=np.random.default_rng(args.seed), on_emit=on_emit, trace=args.trace,
+                               gamma_schedule=args.gamma_schedule)
     plain = None
     if args.compare:  # the same prompt, options and seed, with the target alone
         plain = speculative_generate(target, None, ids, args.max_new_tokens, gamma=0, temperature=args.temperature,

@@ -4,6 +4,7 @@ order of variable-length rounds, bad drafters and bad values, and greedy identit
 """
 
 import itertools
+import json
 
 import numpy as np
 import pytest
@@ -13,7 +14,8 @@ from npspec.drafters import ModelDrafter, NgramDrafter, ngram_scan
 from npspec.sources import random_model
 from npspec.speculative import next_gamma, speculative_generate
 
-from conftest import tiny_model
+from conftest import run_python, tiny_model
+from test_cli import GENERATE, assert_one_clean_line, offline_env
 
 # ---- n-gram lookup
 
@@ -235,3 +237,50 @@ def test_greedy_identity_of_ngram_on_random_gpt2(schedule):
     assert gen.stats.num_drafts > 0  # random GPT-2 repeats itself: lookups find matches
     assert_greedy_identity(target, lambda: NgramDrafter(target.config.n_vocab, target.config.eos_token_id), schedule,
                            [[464, 1893]], 24)
+
+
+# ---- the command line
+
+
+def cli_ids(*args, env=None):
+    r = run_python(*GENERATE, "--json", "--temperature", "0", "--max-new-tokens", "48", *args, env=env)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+@pytest.mark.parametrize("args", [("--draft", "ngram"), ("--draft", "ngram", "--gamma-schedule", "heuristic"),
+                                  ("--gamma-schedule", "heuristic"), ("--draft-p-min", "0.5")])
+def test_every_strategy_on_the_command_line_returns_plain_greedys_ids(args):
+    """The done-when of the drafters: on the shipped target, greedy ids equal --gamma 0's."""
+    plain = cli_ids("--gamma", "0", "ROMEO:")
+    out = cli_ids(*args, "ROMEO:")
+    assert out["ids"] == plain["ids"] and out["stats"]["num_drafts"] > 0
+    assert out["stats"]["num_draft_tokens"] >= out["stats"]["num_accepted_tokens"] == out["stats"]["accepted"]
+
+
+@pytest.mark.slow
+def test_ngram_on_random_gpt2_on_the_command_line_returns_plain_greedys_ids(tmp_path):
+    env = offline_env(tmp_path)
+    plain = cli_ids("--target", "random:gpt2", "--gamma", "0", "Hello", env=env)
+    out = cli_ids("--target", "random:gpt2", "--draft", "ngram", "Hello", env=env)
+    assert out["ids"] == plain["ids"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--draft", "ngram", "--gamma", "0"], "--draft ngram needs --gamma >= 1"),
+    (["--ngram-min", "2"], "apply to --draft ngram only"),
+    (["--draft", "ngram", "--ngram-min", "0"], "ngram_min (--ngram-min) must be an integer >= 1, got 0"),
+    (["--draft", "ngram", "--ngram-min", "3", "--ngram-max", "2"], "give --ngram-min <= --ngram-max"),
+    (["--draft", "ngram", "--draft-p-min", "0.5"], "--draft-p-min applies to a draft model"),
+    (["--draft-p-min", "1.5"], "must be a probability in [0, 1], got 1.5"),
+    (["--draft-p-min", "nan"], "must be a probability in [0, 1], got nan"),
+])
+def test_bad_drafting_options_get_one_clean_line_before_any_output(args, message):
+    r = run_python(*GENERATE, "--max-new-tokens", "4", *args, "x")
+    assert_one_clean_line(r, message)
+    assert r.stdout == ""
+
+
+def test_an_unknown_schedule_is_refused_by_the_parser():
+    r = run_python(*GENERATE, "--gamma-schedule", "dynamic", "x")
+    assert r.returncode == 2 and "invalid choice: 'dynamic'" in r.stderr and r.stdout == ""
