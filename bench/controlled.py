@@ -10,10 +10,13 @@ target produced first (prompt + continuation). The speculative loop itself is un
 Greedy decoding only (temperature 0): the replaced logits are one-hot-like (0 everywhere, 1 on
 the chosen token), which the loop's argmax turns into exactly that proposal. Each draft token
 that the target tests is then accepted with probability exactly `a`, independently, so the
-measured alpha estimates `a` (tested in tests/test_bench.py).
+measured alpha estimates `a` (tested in tests/test_bench.py). `ControlledLookup` does the same
+for n-gram lookup: the real lookup runs, its proposal is replaced.
 """
 
 import numpy as np
+
+from npspec.drafters import NgramDrafter
 
 
 class ControlledDraft:
@@ -65,3 +68,30 @@ class ControlledDraft:
             steered[j, token] = 1.0
             self.proposals += 1
         return steered
+
+
+class ControlledLookup(NgramDrafter):
+    """n-gram lookup with controlled acceptance: the real lookup runs (its cost is paid), then each round proposes
+    g tokens steered as ControlledDraft's: the target's greedy token `greedy[t]` with probability a, a wrong one
+    otherwise. Greedy decoding only (it returns no q rows). A drafter (npspec.drafters), not a model.
+
+    n_vocab, eos_token_id: the target's. greedy: `[n]` ids, prompt + the target's greedy continuation.
+    a: the acceptance probability in [0, 1]. rng: an `np.random.Generator`. Raises ValueError for `a`
+    outside [0, 1].
+    """
+
+    def __init__(self, n_vocab, eos_token_id, greedy, a, rng):
+        if not 0 <= a <= 1:
+            raise ValueError(f"the controlled acceptance a must be in [0, 1], got {a}")
+        super().__init__(n_vocab, eos_token_id)
+        self.greedy, self.a, self.rng = np.asarray(greedy, dtype=np.int64), float(a), rng
+        self.source = f"controlled(ngram, a={self.a})"
+
+    def propose(self, seq, gamma, u, warp_args):  # -> (list[int] [gamma], None)
+        self.lookup(seq, gamma)  # for its cost only
+        d = []
+        for t in range(len(seq), len(seq) + gamma):
+            right = int(self.greedy[t]) if t < len(self.greedy) else 0
+            wrong = (right + 1 + int(self.rng.integers(self.n_vocab - 1))) % self.n_vocab
+            d.append(right if self.rng.random() < self.a else wrong)
+        return d, None

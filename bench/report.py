@@ -46,7 +46,8 @@ def short(name):
 def section(results=common.RESULTS):
     """The generated Markdown of the Performance section (without the markers)."""
     results = Path(results)
-    lines = ["Measured by `python -m bench.verify_cost`, `python -m bench.speedup` and `python -m bench.memory` "
+    lines = ["Measured by `python -m bench.verify_cost`, `python -m bench.speedup`, `python -m bench.drafters` and "
+             "`python -m bench.memory` "
              "(figures copied by `python -m bench.report` from `bench/results/`, which also explains where each "
              "target is met or missed and why: `bench/results/README.md`)."]
     meta = None
@@ -89,6 +90,8 @@ def section(results=common.RESULTS):
                   f"{f(r['alpha'])} | {f(r['tokens_per_round'])} | {f(r['ar_tok_s'], 1)} | {f(r['spec_tok_s'], 1)} | "
                   f"{f(r['speedup'])}x | {f(r['predicted_speedup'])}x | {r['identical']} |"
                   for r in sel if r["gamma"] == "4"]
+    if (results / "drafters_controlled.csv").is_file():
+        lines += drafters_lines(results)
     if (results / "memory.csv").is_file():
         rows, meta_m = common.read_table(results / "memory.csv")
         for r in rows:
@@ -109,6 +112,77 @@ def section(results=common.RESULTS):
     else:
         lines += ["", "No results are committed yet: run the commands above."]
     return "\n".join(lines)
+
+
+def drafter_targets(controlled, cost):
+    """The drafters' benchmark targets, each as (statement, met: bool, the measured figure as text).
+
+    controlled, cost: rows of drafters_controlled.csv and ngram_cost.csv.
+    """
+    out = []
+    ngram = [r for r in controlled if r["strategy"] == "ngram" and r["schedule"] == "constant" and float(r["a"]) == 0.7]
+    if ngram:
+        best = max(ngram, key=lambda r: float(r["speedup"]))
+        out.append((f"n-gram lookup on {short(best['target'])} at a = 0.7: >= 1.5x the fastest plain decoding",
+                    float(best["speedup"]) >= 1.5, f"best {f(best['speedup'])}x at gamma {best['gamma']}"))
+    worst = None
+    for key in dict.fromkeys((r["strategy"], r["a"]) for r in controlled):
+        rows = [r for r in controlled if (r["strategy"], r["a"]) == key]
+        best = max((float(r["tok_s"]) for r in rows if r["schedule"] == "constant"), default=None)
+        for r in rows:
+            if r["schedule"] == "heuristic" and best:
+                ratio = float(r["tok_s"]) / best
+                if worst is None or ratio < worst[0]:
+                    worst = (ratio, key)
+    if worst:
+        out.append(("the heuristic schedule within 5% of the best constant gamma on every controlled row",
+                    worst[0] >= 0.95, f"worst {f(worst[0])} of the best constant ({worst[1][0]}, a = {worst[1][1]})"))
+    shares = [r for r in cost if r.get("lookup_share") not in (None, "", "nan")]
+    if shares:
+        r = shares[0]
+        out.append((f"the n-gram lookup under 2% of a round on the shipped target at n_ctx {r['n_ctx']}",
+                    float(r["lookup_share"]) < 0.02, f"{100 * float(r['lookup_share']):.2f}%"))
+    return out
+
+
+def drafters_lines(results):
+    """The Performance section's part on drafting strategies (bench.drafters), from its three tables."""
+    controlled, _ = common.read_table(results / "drafters_controlled.csv")
+    shipped = common.read_table(results / "drafters_shipped.csv")[0] if (results / "drafters_shipped.csv").is_file() else []
+    cost = common.read_table(results / "ngram_cost.csv")[0] if (results / "ngram_cost.csv").is_file() else []
+    lines = ["", "Drafting strategies (`python -m bench.drafters`; `speedup` is against the FASTEST plain decoding "
+             "over npspec's kernels for the same prompts and options, measured in the same run). The shipped pair, "
+             "real acceptance, gamma 4:", "",
+             "| temperature | prompts | drafter | schedule | alpha | mean acceptance length | tokens/round | "
+             "no proposal | tok/s | speedup | same output |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in shipped:
+        name = r["strategy"] + (f", p_min {r['p_min']}" if r.get("p_min") else "")
+        lines.append(f"| {r['temperature']} | {r['prompts']} | {name} | {r['schedule']} | {f(r['alpha'])} | "
+                     f"{f(r['mean_acceptance_length'])} | {f(r['tokens_per_round'])} | {f(r['no_proposal_share'])} | "
+                     f"{f(r['tok_s'], 1)} | {f(r['speedup'])}x | {r['identical'] or '-'} |")
+    if controlled:
+        lines += ["", f"{short(controlled[0]['target'])} with CONTROLLED acceptance a (greedy), speedup over the "
+                  "fastest plain decoding; `ngram` runs the real lookup and proposes gamma steered tokens (no draft "
+                  "forward), `model` drafts with random distilgpt2; `h` is the heuristic schedule from gamma 4:", ""]
+        gammas = sorted({int(r["gamma"]) for r in controlled if r["schedule"] == "constant"})
+        lines += ["| drafter | a | " + " | ".join(f"gamma {g}" for g in gammas) + " | h |",
+                  "|---|---|" + "---|" * (len(gammas) + 1)]
+        for key in dict.fromkeys((r["strategy"], r["a"]) for r in controlled):
+            rows = [r for r in controlled if (r["strategy"], r["a"]) == key]
+            by = {int(r["gamma"]): r for r in rows if r["schedule"] == "constant"}
+            h = [r for r in rows if r["schedule"] == "heuristic"]
+            lines.append(f"| {key[0]} | {key[1]} | " + " | ".join(f"{f(by[g]['speedup'])}x" if g in by else ""
+                                                                 for g in gammas)
+                         + f" | {f(h[0]['speedup']) + 'x' if h else ''} |")
+    if cost:
+        lines += ["", "The n-gram lookup per round (an index updated as ids arrive): "
+                  + "; ".join(f"{f(r['lookup_us_per_round'], 1)} us at {r['n_ctx']} ids (a plain scan: "
+                              f"{f(r['scan_us_per_round'], 1)} us)" for r in cost) + "."]
+    targets = drafter_targets(controlled, cost)
+    if targets:
+        lines += ["", "Targets: " + "; ".join(f"{s}: {'met' if ok else 'MISSED'} ({m})" for s, ok, m in targets)
+                  + ". Why: `bench/results/README.md`."]
+    return lines
 
 
 def rewrite(text, body):

@@ -9,8 +9,8 @@ import pytest
 
 from bench import common, models, speedup, verify_cost
 from bench.common import RESULTS
-from bench.controlled import ControlledDraft
-from bench.report import END, README, START, rewrite, section
+from bench.controlled import ControlledDraft, ControlledLookup
+from bench.report import END, README, START, drafter_targets, rewrite, section
 from npspec.evaluate import predicted_speedup
 from npspec.speculative import speculative_generate
 
@@ -201,7 +201,8 @@ QUICK = [("bench.verify_cost", ["verify_cost.csv", "verify_cost_summary.md"]),
          ("bench.sweep", ["sweep_gamma.csv", "sweep_position.csv", "sweep_temperature.md"]),
          ("bench.memory", ["memory.csv", "memory.md"]),
          ("bench.profile", ["profile.md"]),
-         ("bench.threads", ["threads.csv", "threads.md"])]
+         ("bench.threads", ["threads.csv", "threads.md"]),
+         ("bench.drafters", ["drafters_controlled.csv", "drafters_shipped.csv", "ngram_cost.csv"])]
 
 
 @pytest.mark.slow
@@ -218,7 +219,7 @@ def test_quick_mode_runs_end_to_end(tmp_path, module, files):
         return
     rows, meta = common.read_table(tmp_path / files[0])
     assert rows and meta["numpy"] == np.__version__
-    if module == "bench.speedup":
+    if module in ("bench.speedup", "bench.drafters"):
         assert all(row["identical"] == "True" for row in rows)  # greedy speculative == greedy AR, every row
 
 
@@ -242,3 +243,29 @@ def test_generate_compare_prints_both_speeds_and_the_ratio():
     r = run_python("-m", "npspec.generate", "--compare", "--json", "--max-new-tokens", "6")
     c = json.loads(r.stdout)["compare"]
     assert c["same_ids"] is None and c["speedup"] == c["speculative_tokens_per_s"] / c["plain_tokens_per_s"]
+
+
+@pytest.mark.parametrize("a", [0.0, 1.0])
+def test_controlled_lookup_proposes_gamma_steered_tokens(a):
+    """a = 1: every proposal is the target's greedy token (all kept, the output is AR's); a = 0: none is."""
+    target, _ = pair()
+    plain = speculative_generate(target, None, [1, 2], 20, gamma=0, temperature=0)
+    lookup = ControlledLookup(target.config.n_vocab, None, [1, 2] + plain.ids, a, np.random.default_rng(0))
+    gen = speculative_generate(target, lookup, [1, 2], 20, gamma=3, temperature=0)
+    assert gen.ids == plain.ids and gen.stats.draft_forwards == 0
+    assert gen.stats.rounds_without_proposal <= 1  # only where the budget leaves one token: g = 0
+    assert gen.stats.alpha == a
+    with pytest.raises(ValueError, match=r"in \[0, 1\]"):
+        ControlledLookup(10, None, [1], -0.1, np.random.default_rng(0))
+
+
+def test_drafter_targets_are_judged_from_the_rows():
+    row = dict(target="random:gpt2-large", schedule="constant", a="0.7")
+    controlled = [dict(row, strategy="ngram", gamma="2", speedup="1.4", tok_s="14"),
+                  dict(row, strategy="ngram", gamma="4", speedup="1.6", tok_s="16"),
+                  dict(row, strategy="ngram", gamma="4", schedule="heuristic", speedup="1.5", tok_s="15.5")]
+    cost = [{"n_ctx": "256", "lookup_share": "0.01"}, {"n_ctx": "1024", "lookup_share": ""}]
+    (s1, ok1, m1), (s2, ok2, m2), (s3, ok3, m3) = drafter_targets(controlled, cost)
+    assert ok1 and "1.60x at gamma 4" in m1 and ok2 and "0.97" in m2 and ok3 and "256" in s3
+    controlled[2]["tok_s"] = "15"  # 15 / 16 < 0.95
+    assert not drafter_targets(controlled, cost)[1][1]
