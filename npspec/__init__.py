@@ -10,7 +10,8 @@ math and the KV cache), kernels (the products and the batch-invariance contract)
 weights + the kernel its forwards use), files (the converted-model file format), init (GPT-2's
 random initialisation), huggingface (Hugging Face checkpoints -> npspec files), sources (load(spec,
 role): SPECs, the registry of names, the conversion cache, the shipped pair), sampling (warping,
-inverse-CDF sampling, residual), text (prompts, streaming), speculative (the round and the loop),
+inverse-CDF sampling, residual), text (prompts, streaming), drafters (who proposes: a draft model,
+n-gram lookup), speculative (the round and the loop),
 evaluate (perplexity, acceptance), testing (the conformance kit); generate and convert are
 the commands (`python -m npspec.generate`, `python -m npspec.convert`), imported by nothing.
 """
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .drafters import ModelDrafter, NgramDrafter
 from .files import CheckpointError, load_model
 from .gpt2 import ContextOverflowError, GPT2Config, KVCache
 from .model import Model
@@ -36,9 +38,12 @@ class TextGeneration(Generation):
     text: str = ""
 
 
-def generate_text(target, prompt, draft=None, gamma=4, max_new_tokens=64, temperature=0.8, top_k=0, top_p=0.95, seed=0):
+def generate_text(target, prompt, draft=None, gamma=4, max_new_tokens=64, temperature=0.8, top_k=0, top_p=0.95, seed=0,
+                  gamma_schedule="constant"):
     """Generate text after `prompt` (a str) with `target`; with a `draft` and gamma > 0, speculatively.
 
+    draft: a Model, a drafter (npspec.drafters: NgramDrafter, ModelDrafter(model, p_min)), or None.
+    gamma_schedule: "constant" or "heuristic" (npspec.speculative.next_gamma).
     (Not named `generate`: that name is the CLI module, `python -m npspec.generate`.)
     Returns a TextGeneration: `ids` (new ids), `text` (their decoding), `stats`. The same
     seed, models, prompt and options give the same output. See speculative_generate for the
@@ -46,9 +51,11 @@ def generate_text(target, prompt, draft=None, gamma=4, max_new_tokens=64, temper
     """
     ids = encode_prompt(target.tokenizer, prompt, target.config.eos_token_id)
     gen = speculative_generate(target, draft, ids, max_new_tokens, gamma=gamma if draft is not None else 0,
-                               temperature=temperature, top_k=top_k, top_p=top_p, rng=np.random.default_rng(seed))
+                               temperature=temperature, top_k=top_k, top_p=top_p, rng=np.random.default_rng(seed),
+                               gamma_schedule=gamma_schedule)
     return TextGeneration(gen.ids, gen.stats, gen.trace, target.tokenizer.decode(gen.ids))
 
 
-__all__ = ["CheckpointError", "ContextOverflowError", "GPT2Config", "Generation", "KVCache", "Model", "Stats",
+__all__ = ["CheckpointError", "ContextOverflowError", "GPT2Config", "Generation", "KVCache", "Model", "ModelDrafter",
+           "NgramDrafter", "Stats",
            "TextGeneration", "generate_text", "load", "load_model", "random_model", "speculative_generate"]
