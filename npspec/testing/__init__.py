@@ -12,8 +12,9 @@ from .doubles import ScriptedRng, TableCache, TableConfig, TableModel
 from .oracle import (Round, RuleError, RuleReport, SpeculativePath, check_rule, constant_table, leviathan_rule,
                      model_table, npspec_rule, random_table, round_distribution, sequence_distribution, small_cases,
                      speculative_distribution, speculative_paths, total_variation, truncate)
-from .probes import (ACCEPT_PROBES, ONE_BELOW, STATISTICAL_CASES, Finding, SamplerReport, Uniforms, check_sampler,
-                     chi2_sf, chi_square, npspec_sampler, probe_acceptance, probe_proposal, statistical_check)
+from .probes import (ACCEPT_PROBES, MISS_BOUND, ONE_BELOW, STATISTICAL_CASES, Finding, SamplerReport, Uniforms,
+                     check_sampler, chi2_sf, chi_square, npspec_sampler, probe_acceptance, probe_proposal,
+                     statistical_check)
 from .strategies import logits_rows, probability_pairs, probability_vectors
 
 __all__ = [
@@ -22,7 +23,7 @@ __all__ = [
     "model_table", "npspec_rule", "random_table", "round_distribution", "sequence_distribution", "small_cases",
     "speculative_distribution", "speculative_paths", "total_variation", "truncate",
     # probes
-    "ACCEPT_PROBES", "ONE_BELOW", "STATISTICAL_CASES", "Finding", "SamplerReport", "Uniforms", "check_sampler",
+    "ACCEPT_PROBES", "MISS_BOUND", "ONE_BELOW", "STATISTICAL_CASES", "Finding", "SamplerReport", "Uniforms", "check_sampler",
     "chi2_sf", "chi_square", "npspec_sampler", "probe_acceptance", "probe_proposal", "statistical_check",
     # doubles
     "ScriptedRng", "TableCache", "TableConfig", "TableModel",
