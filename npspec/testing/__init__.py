@@ -5,7 +5,8 @@ rule stated as probabilities by exact enumeration (check_rule), `probes` checks 
 sampler with injected uniforms and chi-square tests (check_sampler), `doubles` holds the
 stand-ins that drive npspec's loop on a table (TableModel, ScriptedRng), and `strategies` the
 hypothesis strategies. The submodules import numpy and npspec's core modules, never each other
-(nor hypothesis, until a strategy is built); this file only re-exports them.
+(nor hypothesis, until a strategy is built); this file only re-exports them. `vectors` (built on
+`oracle`) exports the exact laws as data: `python -m npspec.testing vectors OUT.json`.
 """
 
 from .doubles import ScriptedRng, TableCache, TableConfig, TableModel
