@@ -11,7 +11,7 @@ from npspec import testing as kit
 from npspec.gpt2 import ContextOverflowError
 from npspec.sampling import residual, sample, warp
 
-from conftest import run_python
+from conftest import ROOT, run_python
 from test_one_step import tables
 
 
@@ -324,3 +324,21 @@ def test_import_npspec_does_not_need_hypothesis():
     code = "import sys, npspec, npspec.testing; assert 'hypothesis' not in sys.modules, 'hypothesis imported'"
     r = run_python("-c", code)
     assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.oracle
+def test_the_kit_on_transformers_speculative_sampling():
+    """examples/kit_on_transformers.py, whose output README quotes: what the kit finds in transformers' sampler."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    r = run_python(ROOT / "examples" / "kit_on_transformers.py")
+    assert r.returncode == 0, r.stderr
+    head, verdict, *findings = r.stdout.splitlines()
+    assert head.startswith("transformers ") and verdict == "the sampler FAILS:", r.stdout
+    # its non-strict `r_i <= p_i / q_i` accepts at u == p/q (so also p(x) = 0 at u = 0), and it divides the
+    # residual by its mass when that is 0 (reached by the probe with u above p/q); nothing else is flagged
+    assert {f.split("]")[0].strip(" [") for f in findings} == {
+        "strict-u0-p0", "at-ratio", "one-hot-different", "disjoint-supports-2", "disjoint-supports-3",
+        "residual-zero-mass-above-ratio"}, r.stdout
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert f"`{head}`" in readme, f"README quotes another version than {head!r}: rerun the example, update README"

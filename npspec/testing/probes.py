@@ -218,10 +218,10 @@ def probe_acceptance(accept):
         p, q = np.array(p, dtype=np.float64), np.array(q, dtype=np.float64)
         for ur in (_REPLACEMENT_US if expect != "accept" else (0.5,)):
             src = Uniforms([u, ur])
-            inputs = f"(p = {p.tolist()}, q = {q.tolist()}, x = {x}, uniforms {src.drawn})"
             try:
                 kept, token = accept(x, p.copy(), q.copy(), src)
             except Exception as e:
+                inputs = f"(p = {p.tolist()}, q = {q.tolist()}, x = {x}, uniforms {src.drawn})"
                 findings.append(Finding(name, f"raised {type(e).__name__}: {e} {inputs}; {why}"))
                 break
             inputs = f"(p = {p.tolist()}, q = {q.tolist()}, x = {x}, uniforms {src.drawn})"
