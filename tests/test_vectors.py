@@ -69,7 +69,7 @@ def test_npspecs_float_rule_reproduces_every_law(c):
             c["eos_token_id"])
     got = kit.speculative_distribution(*args, rule=kit.npspec_rule)
     expected = {tuple(e["ids"]): float(F(e["probability"])) for e in c["output_law"]}
-    assert set(k for k, v in got.items() if v) == set(expected)
+    assert {k for k, v in got.items() if v} == set(expected)
     assert max(abs(got[k] - v) for k, v in expected.items()) <= 1e-12
     lengths = {}
     for path in kit.speculative_paths(*args, rule=kit.npspec_rule):
