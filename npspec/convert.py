@@ -1,8 +1,10 @@
 """python -m npspec.convert SRC OUT_DIR: convert a Hugging Face GPT-2 checkpoint directory into npspec's layout.
 
-SRC holds `config.json` + `model.safetensors` + `tokenizer.json` (as transformers' save_pretrained
-writes it); the conversion and its checks are npspec.huggingface.convert. This module is the
-command line only (argparse -> convert -> one line on stderr); nothing in npspec imports it.
+SRC holds `config.json` + `model.safetensors` [+ `tokenizer.json`] (as transformers' save_pretrained
+writes it); without tokenizer.json, GPT-2's is used if it fits, as `--target DIR` does (one rule:
+npspec.sources.cache.fallback_tokenizer_json). OUT_DIR must be new or empty, or hold an npspec model
+to replace with --force. The conversion and its checks are npspec.huggingface.convert. This module is
+the command line only (argparse -> convert -> one line on stderr); nothing in npspec imports it.
 """
 
 import argparse
@@ -10,16 +12,23 @@ import sys
 
 from .files import CheckpointError, oneline
 from .huggingface import convert
+from .sources.cache import fallback_tokenizer_json
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m npspec.convert", description=__doc__.split("\n")[0].split(": ", 1)[1])
     ap.add_argument("src", help="Hugging Face GPT-2 checkpoint directory (config.json + model.safetensors)")
-    ap.add_argument("out_dir", help="where to write the npspec model (created if needed)")
+    ap.add_argument("out_dir", help="where to write the npspec model: a new or empty directory")
+    ap.add_argument("--force", action="store_true", help="replace the npspec model OUT_DIR already holds")
     ap.add_argument("--debug", action="store_true", help="show a traceback on error")
     args = ap.parse_args(argv)
     try:
-        out = convert(args.src, args.out_dir)
+        out = convert(args.src, args.out_dir, tokenizer_json=fallback_tokenizer_json(args.src), force=args.force)
+    except KeyboardInterrupt:
+        if args.debug:
+            raise
+        print(f"npspec.convert: interrupted; {args.out_dir} was left as it was", file=sys.stderr)
+        return 130
     except (CheckpointError, OSError) as e:
         if args.debug:
             raise

@@ -1,7 +1,9 @@
 """npspec's converted-model file format: read it, write it atomically, and report what is wrong with it.
 
-Imports npspec.gpt2 (GPT2Config) and npspec.model (Model), safetensors and tokenizers; safetensors
-only, never pickle.
+Imports npspec.gpt2 (GPT2Config) and npspec.model (Model), safetensors and tokenizers (and fcntl where
+the OS has it, for `locked`); safetensors only, never pickle. A converted directory is written whole
+or not at all (`write_dir`: staged beside it, renamed into place; a killed run's leftovers are
+removed by the next write), each file atomically (`atomic_write`).
 
 A converted model is a directory holding
   * `model.safetensors`: float32 tensors with GPT-2's names without the `transformer.` prefix
@@ -15,6 +17,7 @@ A converted model is a directory holding
 import contextlib
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -25,6 +28,11 @@ from tokenizers import Tokenizer
 
 from .gpt2 import GPT2Config
 from .model import Model
+
+try:
+    import fcntl
+except ImportError:  # Windows: no flock; see locked
+    fcntl = None
 
 FORMAT_VERSION = "1"
 WEIGHTS_FILE = "model.safetensors"
@@ -38,6 +46,27 @@ class CheckpointError(ValueError):
 def oneline(e):
     """An exception's message on one line (library messages often span several), with its type if empty."""
     return " ".join(str(e).split()) or type(e).__name__
+
+
+def capped(problems, limit=10):
+    """Problems joined with "; ", at most `limit` of them, then "... and N more" (an error stays one readable line)."""
+    shown = "; ".join(problems[:limit])
+    return shown + (f"; ... and {len(problems) - limit:,} more" if len(problems) > limit else "")
+
+
+def layer_count_problem(config, names, where):
+    """A one-line problem if `config` asks for far more tensors than the file's header `names` holds, else None.
+
+    Checked before `tensor_shapes(config)` is built: the header's tensor count bounds every list
+    (a config.json saying n_layer 1e9 must not build a list of 1.2e10 names). A few layers missing
+    (up to 4) are left to the tensor-by-tensor check, which names each one.
+    """
+    n_expected = 4 + 12 * config.n_layer
+    if n_expected <= len(names) + 48:
+        return None
+    present = sum(1 for n in names if n.endswith(".ln_1.weight"))
+    return (f"{where} says n_layer {config.n_layer:,} ({n_expected:,} tensors) but the file holds "
+            f"{len(names):,} tensors ({present} layers)")
 
 
 def tensor_shapes(config):
@@ -102,6 +131,148 @@ def atomic_write(path, write):
         raise
 
 
+@contextlib.contextmanager
+def locked(path, blocking=True):
+    """Hold an exclusive `flock` on the existing file or directory `path` while the block runs.
+
+    Yields True when held; False when `blocking` is False and another process holds it, or where
+    flock is missing (Windows). The kernel drops the lock when its holder dies, even by SIGKILL,
+    and no lock file is created (a directory locks itself).
+    """
+    if fcntl is None:
+        yield False
+        return
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
+
+
+SAVED_FILES = {WEIGHTS_FILE, TOKENIZER_FILE}
+
+
+def _leftover(name):  # what a killed atomic_write leaves inside a model directory
+    return name.startswith(tuple(f".{f}." for f in SAVED_FILES)) and name.endswith(".tmp")
+
+
+def out_dir_state(path):
+    """What the would-be output directory `path` holds: "missing", "empty", "npspec" or "other".
+
+    "npspec": a converted model and nothing else (its two files, and a killed write's leftover
+    `.model.safetensors.*.tmp`), whose header says it is npspec's format. Raises nothing.
+    """
+    path = Path(path)
+    if not os.path.lexists(path):
+        return "missing"
+    if not path.is_dir():
+        return "other"
+    try:
+        names = {n for n in os.listdir(path) if not _leftover(n)}
+    except OSError:
+        return "other"
+    if not names:
+        return "empty"
+    if not names <= SAVED_FILES or WEIGHTS_FILE not in names:
+        return "other"
+    try:
+        with reading(path / WEIGHTS_FILE), safe_open(str(path / WEIGHTS_FILE), framework="numpy") as f:
+            return "npspec" if (f.metadata() or {}).get("format_version") else "other"
+    except CheckpointError:
+        return "other"
+
+
+def out_dir_problem(path, force):
+    """Why converting into `path` would lose something, as a one-line message, or None if it may be written.
+
+    A missing or empty directory may be; one holding an npspec model only with `force` (it is then
+    replaced whole); anything else never. A parent that is a file is named.
+    """
+    path = Path(path)
+    state = out_dir_state(path)
+    if state == "missing":
+        for parent in path.parents:
+            if os.path.lexists(parent):
+                if not parent.is_dir():
+                    return f"cannot create {path}: {parent} is a file, not a directory; choose another OUT_DIR"
+                return None
+        return None
+    if state == "other" and not path.is_dir():
+        return f"OUT_DIR {path} is a file; give a directory (new or empty) to convert into"
+    if state == "other":
+        return (f"OUT_DIR {path} is not empty and is not (only) an npspec model; nothing was written: "
+                "choose a new or empty directory")
+    if state == "npspec" and not force:
+        return f"OUT_DIR {path} already holds an npspec model; pass --force to replace it (nothing was written)"
+    return None
+
+
+def _stale(parent, name):
+    """The staging (`.NAME.*.partial`) and set-aside (`.NAME.*.old`) directories of `name` in `parent`."""
+    return [parent / n for n in os.listdir(parent) if n.startswith(f".{name}.") and n.endswith((".partial", ".old"))]
+
+
+def _clean_stale(parent, name, out):
+    """Under the parent's lock: delete what killed runs left beside `out` (a live run holds its staging's lock),
+    and put back a model a killed replacement had set aside (between its two renames)."""
+    for d in sorted(_stale(parent, name)):
+        if d.suffix == ".old" and not os.path.lexists(out) and out_dir_state(d) == "npspec":
+            os.rename(d, out)  # the replaced model, set aside when the run was killed: restore it
+            continue
+        with locked(d, blocking=False) as free:
+            if free:
+                shutil.rmtree(d, ignore_errors=True)
+
+
+def write_dir(out_dir, write, force=False):
+    """Make `out_dir` a directory whose whole content `write(staging_dir)` writes, appearing whole or not at all.
+
+    write: called with a new empty directory beside out_dir (`.NAME.<random>.partial`), renamed to
+    out_dir once complete. out_dir may be missing or empty; one holding an npspec model is replaced
+    (set aside, the new one renamed in, the old deleted) only with `force`. A staging directory is
+    locked while in use: leftovers of killed runs (staging, a set-aside model) are cleaned up by
+    the next write beside them, under a lock on the parent directory, which also serialises the
+    final renames of concurrent writes. Raises CheckpointError (out_dir_problem, re-checked at the
+    rename: another write may have finished first) and OSError; out_dir is then as it was.
+    """
+    out_dir = Path(out_dir)
+    if problem := out_dir_problem(out_dir, force):
+        raise CheckpointError(problem)
+    parent, name = out_dir.parent, out_dir.name
+    parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.ExitStack() as hold:
+        with locked(parent):
+            _clean_stale(parent, name, out_dir)
+            if problem := out_dir_problem(out_dir, force):  # a model a killed replacement set aside may be back
+                raise CheckpointError(problem)
+            staging = Path(tempfile.mkdtemp(prefix=f".{name}.", suffix=".partial", dir=parent))
+            hold.enter_context(locked(staging))  # taken before the parent's lock is let go: never cleaned as stale
+        try:
+            write(staging)
+            with locked(parent):
+                state = out_dir_state(out_dir)
+                if state not in ("missing", "empty") and not (force and state == "npspec"):
+                    raise CheckpointError(
+                        f"another conversion into {out_dir} finished first; it was left as that run wrote it"
+                        + (" (pass --force to replace it)" if state == "npspec" else ""))
+                if state == "missing":
+                    os.rename(staging, out_dir)
+                    return out_dir
+                aside = Path(tempfile.mkdtemp(prefix=f".{name}.", suffix=".old", dir=parent))
+                os.rename(out_dir, aside)  # onto the empty directory mkdtemp made
+                os.rename(staging, out_dir)
+                shutil.rmtree(aside, ignore_errors=True)
+                return out_dir
+        finally:
+            if staging.exists():
+                shutil.rmtree(staging, ignore_errors=True)
+
+
 def save_converted(out_dir, tensors, config, source, source_sha256, tokenizer_json):
     """Write a converted model directory: `model.safetensors` then `tokenizer.json`, each atomically.
 
@@ -110,7 +281,7 @@ def save_converted(out_dir, tensors, config, source, source_sha256, tokenizer_js
     """
     problems = check_tensors(tensors, config)
     if problems:
-        raise CheckpointError("cannot save: " + "; ".join(problems))
+        raise CheckpointError("cannot save: " + capped(problems))
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     metadata = {
@@ -208,11 +379,8 @@ def read_weights(weights):
         metadata = f.metadata() or {}
         config = config_from_metadata(metadata, weights)
         names = set(f.keys())
-        n_expected = 4 + 12 * config.n_layer
-        if n_expected > len(names) + 48:  # more than 4 layers missing: summarise (a lying n_layer could be 1e12)
-            present = sum(1 for n in names if n.endswith(".ln_1.weight"))
-            return metadata, config, {}, [f"the metadata says n_layer {config.n_layer} ({n_expected} tensors) "
-                                          f"but the file holds {len(names)} tensors ({present} layers)"]
+        if problem := layer_count_problem(config, names, "the metadata"):  # a lying n_layer could be 1e12
+            return metadata, config, {}, [problem]
         problems = []
         for name, shape in tensor_shapes(config).items():
             if name not in names:
@@ -258,7 +426,7 @@ def load_model(path, kernel="gemv-panels", threads=1):
     with reading(weights, fix):
         metadata, config, tensors, problems = read_weights(weights)
     if problems:
-        raise CheckpointError(f"{weights}: " + "; ".join(problems) + f"; {fix}")
+        raise CheckpointError(f"{weights}: " + capped(problems) + f"; {fix}")
     try:
         tokenizer = Tokenizer.from_file(str(tok))
     except Exception as e:  # tokenizers raises a bare Exception for malformed JSON

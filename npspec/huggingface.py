@@ -13,10 +13,7 @@ tensors). Imports npspec.gpt2 and npspec.files, safetensors and tokenizers.
 
 import hashlib
 import json
-import os
 import re
-import shutil
-import tempfile
 import warnings
 from pathlib import Path
 
@@ -25,7 +22,8 @@ from safetensors import safe_open
 from safetensors.numpy import save_file
 from tokenizers import Tokenizer
 
-from .files import CheckpointError, oneline, read_header, read_tensor, reading, save_converted, tensor_shapes
+from .files import (CheckpointError, capped, layer_count_problem, oneline, out_dir_problem, read_header, read_tensor,
+                    reading, save_converted, tensor_shapes, write_dir)
 from .gpt2 import GPT2Config
 
 IGNORED = re.compile(r"^h\.\d+\.attn\.(bias|masked_bias)$")
@@ -73,12 +71,16 @@ def config_from_hf(cfg, where="config.json"):
                 raise ValueError(f"{k} must be an integer, got {cfg[k]!r}")
         if eos is not None and (isinstance(eos, bool) or not isinstance(eos, int)):
             raise ValueError(f"eos_token_id must be an integer or null, got {eos!r}")
+        eps = cfg.get("layer_norm_epsilon", 1e-5)
+        if isinstance(eps, bool) or not isinstance(eps, (int, float)):
+            raise TypeError(f"layer_norm_epsilon must be a finite number > 0, got {eps!r}")
         return GPT2Config(
             n_vocab=cfg["vocab_size"], n_ctx=cfg.get("n_positions", cfg.get("n_ctx")),
             n_embd=cfg["n_embd"], n_head=cfg["n_head"], n_layer=cfg["n_layer"],
-            layer_norm_epsilon=float(cfg.get("layer_norm_epsilon", 1e-5)), eos_token_id=eos)
+            layer_norm_epsilon=float(eps), eos_token_id=eos)
     except (ValueError, TypeError) as e:
-        raise CheckpointError(f"{where}: {oneline(e)}") from e
+        fix = "" if "config.json" in str(e) else "; fix the checkpoint's config.json"
+        raise CheckpointError(f"{where}: {oneline(e)}{fix}") from e
 
 
 NUMPY_DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "BF16": "<u2", "I64": "<i8", "I32": "<i4", "I16": "<i2",
@@ -114,7 +116,7 @@ def read_hf_tensors(path):
                 a = read_tensor(fh, data_start, header[name], NUMPY_DTYPES[dtype], f"{path} (tensor {name})")
                 tensors[key] = widen_bf16(a) if dtype == "BF16" else a
     if exotic:
-        raise CheckpointError(f"{path}: tensors of a dtype npspec cannot read: {', '.join(exotic)}; "
+        raise CheckpointError(f"{path}: tensors of a dtype npspec cannot read: {capped(exotic)}; "
                               "save the checkpoint in float32, float16 or bfloat16")
     return tensors
 
@@ -123,8 +125,11 @@ def convert_tensors(raw, config):
     """Check and cast `raw` (HF names, prefix stripped) to the tensors npspec stores.
 
     Returns `{name: float32 array}`. Warns about unexpected tensors; raises CheckpointError
-    listing every missing, misshaped or non-finite tensor, and an untied `lm_head.weight`.
+    listing every missing, misshaped or non-finite tensor (the first ten, then how many more), and
+    an untied `lm_head.weight`; a config asking for far more layers than `raw` holds is one line.
     """
+    if problem := layer_count_problem(config, list(raw), "config.json"):
+        raise CheckpointError(f"{problem}; fix n_layer in config.json")
     expected = tensor_shapes(config)
     problems, out = [], {}
     for name, shape in expected.items():
@@ -148,10 +153,10 @@ def convert_tensors(raw, config):
             problems.append("lm_head.weight differs from wte.weight, but GPT-2's head is tied to wte "
                             "(npspec supports tied heads only)")
     if problems:
-        raise CheckpointError("; ".join(problems))
+        raise CheckpointError(capped(problems))
     extra = sorted(n for n in raw if n not in expected and n != "lm_head.weight" and not IGNORED.match(n))
     if extra:
-        warnings.warn(f"ignoring {len(extra)} unexpected tensor(s): {', '.join(extra)}", stacklevel=2)
+        warnings.warn(f"ignoring {len(extra)} unexpected tensor(s): {capped(extra).replace('; ', ', ')}", stacklevel=2)
     return out
 
 
@@ -188,9 +193,11 @@ def no_weights_error(src):
 def read_source(src, tokenizer_json=None):
     """Check a Hugging Face checkpoint directory before its tensors are read: (config, tokenizer text).
 
-    src must hold `config.json` (a GPT-2 config, see config_from_hf) and `model.safetensors`.
-    The tokenizer is `src/tokenizer.json`, else the text `tokenizer_json`; it must parse and
-    fit the vocabulary. Raises CheckpointError naming the problem and the fix.
+    src must hold `config.json` (a GPT-2 config, see config_from_hf) and `model.safetensors`,
+    whose header must hold about the tensors the config asks for (checked before anything is
+    built from the config: see files.layer_count_problem). The tokenizer is `src/tokenizer.json`,
+    else the text `tokenizer_json` (npspec.sources.cache.fallback_tokenizer_json: GPT-2's); it must
+    parse and fit the vocabulary. Raises CheckpointError naming the problem and the fix.
     """
     src = Path(src)
     if not src.is_dir():
@@ -205,8 +212,13 @@ def read_source(src, tokenizer_json=None):
     except OSError as e:
         raise CheckpointError(f"cannot read {cfg_path} ({oneline(e)})") from e
     config = config_from_hf(cfg, cfg_path)
-    if not (src / "model.safetensors").is_file():
+    weights = src / "model.safetensors"
+    if not weights.is_file():
         raise no_weights_error(src)
+    with reading(weights), safe_open(str(weights), framework="numpy") as f:  # the header only: cheap
+        names = list(f.keys())
+    if problem := layer_count_problem(config, names, cfg_path):
+        raise CheckpointError(f"{problem} ({weights}); fix n_layer in config.json")
     tok_path = src / "tokenizer.json"
     fix = f"put the model's own tokenizer.json in {src}"
     if tok_path.is_file():
@@ -219,35 +231,61 @@ def read_source(src, tokenizer_json=None):
     return config, tokenizer_json
 
 
-def convert(src, out_dir, source=None, tokenizer_json=None, source_sha256=None):
+def _converted(src, tokenizer_json, source, source_sha256):
+    """(save_converted's arguments but the directory) for the checked checkpoint `src`. Raises CheckpointError."""
+    config, tokenizer_json = read_source(src, tokenizer_json)
+    return {"config": config, "tokenizer_json": tokenizer_json, "source": source or str(src.resolve()),
+            "source_sha256": source_sha256}
+
+
+def _save(src, save):
+    weights = src / "model.safetensors"
+    tensors = convert_tensors(read_hf_tensors(weights), save["config"])
+    sha = save["source_sha256"] or sha256_file(weights)
+    return lambda out: save_converted(out, tensors, **{**save, "source_sha256": sha})
+
+
+def overlap_problem(src, out_dir):
+    """A one-line message if OUT_DIR is SRC, inside it, or holds it (converting would mix or delete them), else None."""
+    s, o = Path(src).resolve(), Path(out_dir).resolve()
+    if o == s or s in o.parents:
+        return (f"OUT_DIR {out_dir} is the source checkpoint {src} or inside it; npspec's files would replace or "
+                "mix with the checkpoint's: choose an OUT_DIR outside the source")
+    if o in s.parents:
+        return f"the source checkpoint {src} is inside OUT_DIR {out_dir}; choose an OUT_DIR outside the source"
+    return None
+
+
+def convert(src, out_dir, source=None, tokenizer_json=None, source_sha256=None, force=False):
     """Convert the Hugging Face checkpoint directory `src` into `out_dir`; return `out_dir` as a Path.
 
     source: the string stored as `source` in the metadata (default: the resolved `src` path).
     tokenizer_json: tokenizer text to use when `src` has no `tokenizer.json`.
     source_sha256: the hex sha256 of `src/model.safetensors` if already known (the hub cache
     names blobs by it); computed otherwise.
+    out_dir: a new or empty directory, or (with `force`) one holding an npspec model and nothing
+    else, replaced whole; never `src`, inside it, or holding it. The model is written beside it and
+    renamed into place (files.write_dir): it appears whole or not at all, a killed run's leftovers
+    are removed by the next conversion, and of two runs into one new out_dir the second says the
+    first finished first. Checks run before the tensors are read: paths, config, tokenizer, out_dir.
     Memory: about the weight bytes (1.5x for float16 sources). Raises CheckpointError naming
     the problem and the fix; `out_dir` is then left as it was.
     """
     src, out_dir = Path(src), Path(out_dir)
-    config, tokenizer_json = read_source(src, tokenizer_json)
-    weights = src / "model.safetensors"
-    tensors = convert_tensors(read_hf_tensors(weights), config)
-    save = dict(source=source or str(src.resolve()), source_sha256=source_sha256 or sha256_file(weights),
-                tokenizer_json=tokenizer_json)
-    if out_dir.exists():  # each file is replaced atomically (save_converted)
-        save_converted(out_dir, tensors, config, **save)
-        return out_dir
-    # a new directory appears whole or not at all: written beside it, then renamed
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".partial", dir=out_dir.parent))
-    try:
-        save_converted(staging, tensors, config, **save)
-        os.rename(staging, out_dir)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
-    return out_dir
+    if problem := overlap_problem(src, out_dir):
+        raise CheckpointError(problem)
+    save = _converted(src, tokenizer_json, source, source_sha256)
+    if problem := out_dir_problem(out_dir, force):
+        raise CheckpointError(problem)
+    return write_dir(out_dir, _save(src, save), force)
+
+
+def convert_into(src, out_dir, source=None, tokenizer_json=None, source_sha256=None):
+    """Convert `src` into the existing empty directory `out_dir` that the caller owns and publishes (the cache's
+    staging directory: npspec.sources.cache.cached); arguments as `convert`. Raises CheckpointError."""
+    src = Path(src)
+    _save(src, _converted(src, tokenizer_json, source, source_sha256))(Path(out_dir))
+    return Path(out_dir)
 
 
 def write_hf_checkpoint(out_dir, tensors, config, prefix="", dtype=np.float32):

@@ -228,8 +228,9 @@ def test_convert_cli_unwritable_out_dir(tmp_path):
     (src / "tokenizer.json").write_text((ROOT / "weights" / "shakespeare" / "target" / "tokenizer.json").read_text())
     (tmp_path / "file").write_text("")
     r = run_python(*CONVERT, src, tmp_path / "file" / "out")
-    assert_one_clean_line(r, "cannot write", "writable OUT_DIR", prog="npspec.convert")
-    assert r.stderr.startswith("npspec.convert: error: cannot write")
+    assert_one_clean_line(r, f"{tmp_path / 'file'} is a file, not a directory", "choose another OUT_DIR",
+                          prog="npspec.convert")
+    assert r.stderr.startswith("npspec.convert: error: cannot create")
 
 
 # --- the README's table of messages ------------------------------------------------------------------

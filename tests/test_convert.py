@@ -12,6 +12,7 @@ import struct
 
 import numpy as np
 import pytest
+from safetensors import safe_open
 from safetensors.numpy import save_file
 
 from npspec.huggingface import convert, read_hf_tensors
@@ -282,3 +283,53 @@ def test_broken_hf_checkpoint(tmp_path, make, phrases):
     r = run_python(*CONVERT, d, out, env=offline_env(tmp_path))  # the converter says the same
     assert_one_clean_line(r, *phrases, prog="npspec.convert")
     assert not out.exists() or os.listdir(out) == []
+
+
+# --- hostile configs: checked against the file first, errors of bounded length ------------------------
+
+
+def test_a_huge_n_layer_is_refused_from_the_header_at_once(tmp_path):
+    for n_layer in (100_000, 10 ** 9):  # once a 56 MB error line, and a hang growing past 6 GB
+        src = hf_dir(tmp_path / f"hf{n_layer}", cfg_patch={"n_layer": n_layer})
+        message = (f"{src / 'config.json'} says n_layer {n_layer:,} ({4 + 12 * n_layer:,} tensors) but the file holds "
+                   f"30 tensors (2 layers) ({src / 'model.safetensors'}); fix n_layer in config.json")
+        r = run_python(*CONVERT, src, tmp_path / "out", timeout=60)
+        assert_one_clean_line(r, message, prog="npspec.convert")
+        assert r.stderr == f"npspec.convert: error: {message}\n"
+        r = run_python(*GENERATE, "--target", src, "--gamma", "0", env=offline_env(tmp_path), timeout=60)
+        assert_one_clean_line(r, message)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_long_list_of_problems_is_capped(tmp_path):
+    src = hf_dir(tmp_path / "hf", cfg_patch={"n_layer": 4})  # 2 layers in the file: 24 tensors missing
+    with pytest.raises(CheckpointError) as e:
+        convert(src, tmp_path / "out")
+    shown = [f"missing tensor h.2.{n} {s}" for n, s in [
+        ("ln_1.weight", [8]), ("ln_1.bias", [8]), ("attn.c_attn.weight", [8, 24]), ("attn.c_attn.bias", [24]),
+        ("attn.c_proj.weight", [8, 8]), ("attn.c_proj.bias", [8]), ("ln_2.weight", [8]), ("ln_2.bias", [8]),
+        ("mlp.c_fc.weight", [8, 32]), ("mlp.c_fc.bias", [32])]]
+    assert str(e.value) == "; ".join(shown) + "; ... and 14 more"
+
+
+@pytest.mark.parametrize("eps", [-1, 0, float("nan"), float("inf"), "1e-5", None, True])
+def test_a_bad_layer_norm_epsilon_is_refused_at_conversion(tmp_path, eps):
+    src = hf_dir(tmp_path / "hf", cfg_patch={"layer_norm_epsilon": eps})
+    got = float(eps) if type(eps) in (int, float) else eps  # a number reaches GPT2Config as a float
+    message = (f"{src / 'config.json'}: config: " if type(eps) in (int, float) else f"{src / 'config.json'}: ") + \
+        f"layer_norm_epsilon must be a finite number > 0, got {got!r}; fix the checkpoint's config.json"
+    r = run_python(*CONVERT, src, tmp_path / "out")
+    assert r.stderr == f"npspec.convert: error: {message}\n" and r.returncode == 1
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("eps", ["-1", "0", "nan", "inf"])
+def test_a_bad_layer_norm_epsilon_is_refused_at_load(tmp_path, eps):
+    out = convert(hf_dir(tmp_path / "hf"), tmp_path / "out")
+    with safe_open(str(out / "model.safetensors"), "numpy") as f:
+        meta, tensors = f.metadata(), {k: f.get_tensor(k) for k in f.keys()}
+    save_file(tensors, str(out / "model.safetensors"), metadata={**meta, "layer_norm_epsilon": eps})
+    with pytest.raises(CheckpointError) as e:
+        load_model(out)
+    assert str(e.value) == (f"{out / 'model.safetensors'}: bad model metadata (config: layer_norm_epsilon must be a "
+                            f"finite number > 0, got {float(eps)!r}); reconvert it with python -m npspec.convert")

@@ -107,7 +107,7 @@ def test_atomic_write_keeps_the_old_file_when_a_write_fails(tmp_path):
 FULL_DISK = ("import resource, signal, sys; from npspec.huggingface import convert\n"
              "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails (EFBIG) like a full disk\n"
              "resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[3]), resource.RLIM_INFINITY))\n"
-             "try:\n    convert(sys.argv[1], sys.argv[2])\nexcept Exception as e:\n    print(type(e).__name__, e)\n")
+             "try:\n    convert(sys.argv[1], sys.argv[2], force=True)\nexcept Exception as e:\n    print(type(e).__name__, e)\n")
 
 
 @pytest.fixture

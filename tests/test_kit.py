@@ -11,7 +11,7 @@ from npspec import testing as kit
 from npspec.gpt2 import ContextOverflowError
 from npspec.sampling import residual, sample, warp
 
-from conftest import run_python
+from conftest import ROOT, run_python
 from test_one_step import tables
 
 
@@ -59,6 +59,22 @@ def test_unguarded_residual_is_caught_as_an_error():
     report = kit.check_rule(unguarded)
     assert not report.ok and report.error.startswith("ZeroDivisionError")
     assert (report.p, report.q) == ([1, 0], [1, 0])  # the very first case: p == q one-hot
+
+
+def test_a_float_rule_is_compared_to_a_stated_tolerance():
+    report = kit.check_rule(kit.npspec_rule, gammas=(1, 2, 3))  # npspec's own float64 rule, exported by the kit
+    assert report.ok and report.tol == 1e-12, str(report)
+    assert str(report) == (f"the rule gives the target's distribution on all {report.cases} cases (to within 1e-12 "
+                           "per outcome: the rule returned floats)")
+    assert kit.check_rule(kit.leviathan_rule).tol == 0  # a Fraction rule is still compared exactly
+
+    def off_by_1e9(p, q, x):  # a float rule whose acceptance is 1e-9 too high: beyond rounding, caught
+        a, r = kit.npspec_rule(p, q, x)
+        return min(1.0, a + 1e-9) if a < 1 else a, r
+
+    report = kit.check_rule(off_by_1e9)
+    assert not report.ok and report.tol == 1e-12 and "<-- differs" in str(report)
+    assert kit.check_rule(off_by_1e9, tol=1e-6).ok
 
 
 def test_invalid_rule_output_is_reported():
@@ -148,6 +164,60 @@ def test_probes_catch_each_bug(propose, accept, probes):
     report = kit.check_sampler(propose, accept, statistical=False)
     assert not report.ok
     assert probes <= {f.probe for f in report.findings}, str(report)
+
+
+def topk_reporting_softmax(logits, uniform):  # BUG: samples from the top 2 but reports the full softmax as q
+    return sample(warp(logits, top_k=2), uniform()), warp(logits)
+
+
+def transformers_like(x, p, q, uniform):  # BUG x2: u <= p/q, and the residual divided by its mass even when 0
+    u, u_final = uniform(), uniform()
+    if u <= p[x] / q[x]:
+        return True, x
+    r = np.maximum(p - q, 0)
+    with np.errstate(invalid="ignore"):
+        r = r / r.sum()
+    return False, sample(r, u_final)  # raises on a NaN row, as torch.multinomial does
+
+
+def findings_of(report, probe):
+    return [str(f) for f in report.findings if f.probe == probe]
+
+
+def test_a_zero_mass_residual_is_reached_even_by_a_non_strict_test():
+    report = kit.check_sampler(NPSPEC_PROPOSE, transformers_like, statistical=False)
+    (found,) = findings_of(report, "residual-zero-mass-above-ratio")
+    assert found.startswith("[residual-zero-mass-above-ratio] raised ValueError: cannot sample")
+    assert findings_of(report, "residual-zero-mass") == []  # at u == p/q, `u <= p/q` accepts: the residual hides
+
+
+def test_each_probe_message_names_what_was_wrong():
+    # u == p/q: the strict test was right, the replacement was wrong; the message blames the replacement
+    (at,) = findings_of(kit.check_sampler(NPSPEC_PROPOSE, p_on_rejection, statistical=False), "at-ratio")
+    assert at.startswith("[at-ratio] rejected x as it should, but the replacement 0 is not one of [1]: it must be "
+                         "drawn from norm(max(0, p - q)), whose support is [1] (p = [0.25, 0.75]")
+    assert "strict" not in at
+    (at,) = findings_of(kit.check_sampler(NPSPEC_PROPOSE, non_strict, statistical=False), "at-ratio")
+    assert at.startswith("[at-ratio] accepted x at u = 0.5, p[x]/q[x] = 0.5: u == p/q must reject (the test is "
+                         "strict u < p/q)")
+
+    def replaces_with_0(x, p, q, uniform):  # rejects correctly, then always emits id 0
+        u, _ = uniform(), uniform()
+        return (True, x) if u < p[x] / q[x] else (False, 0)
+
+    report = kit.check_sampler(NPSPEC_PROPOSE, replaces_with_0, statistical=False)
+    (above,) = findings_of(report, "above-ratio")
+    assert above.startswith("[above-ratio] rejected x as it should, but the replacement 0 is not one of [1]")
+    (zero,) = findings_of(report, "residual-zero-mass-above-ratio")
+    assert "it must be drawn from p, since max(0, p - q) has no mass here" in zero
+
+
+def test_a_draft_that_reports_another_q_than_it_sampled_is_probed():
+    report = kit.check_sampler(topk_reporting_softmax, NPSPEC_ACCEPT, statistical=False)
+    assert {f.probe for f in report.findings} == {"proposal-q-not-sampled"}
+    assert str(report.findings[0]).startswith("[proposal-q-not-sampled] logits [2.0, 1.0, 0.0, -1.0]: ids [2, 3] have "
+                                              "q = [0.0871")
+    assert kit.check_sampler(*kit.npspec_sampler(top_k=2), statistical=False).ok  # reporting its own q: passes
 
 
 @pytest.mark.parametrize("propose, accept, caught", [
@@ -254,3 +324,21 @@ def test_import_npspec_does_not_need_hypothesis():
     code = "import sys, npspec, npspec.testing; assert 'hypothesis' not in sys.modules, 'hypothesis imported'"
     r = run_python("-c", code)
     assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.oracle
+def test_the_kit_on_transformers_speculative_sampling():
+    """examples/kit_on_transformers.py, whose output README quotes: what the kit finds in transformers' sampler."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    r = run_python(ROOT / "examples" / "kit_on_transformers.py")
+    assert r.returncode == 0, r.stderr
+    head, verdict, *findings = r.stdout.splitlines()
+    assert head.startswith("transformers ") and verdict == "the sampler FAILS:", r.stdout
+    # its non-strict `r_i <= p_i / q_i` accepts at u == p/q (so also p(x) = 0 at u = 0), and it divides the
+    # residual by its mass when that is 0 (reached by the probe with u above p/q); nothing else is flagged
+    assert {f.split("]")[0].strip(" [") for f in findings} == {
+        "strict-u0-p0", "at-ratio", "one-hot-different", "disjoint-supports-2", "disjoint-supports-3",
+        "residual-zero-mass-above-ratio"}, r.stdout
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert f"`{head}`" in readme, f"README quotes another version than {head!r}: rerun the example, update README"

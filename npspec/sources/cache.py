@@ -34,7 +34,7 @@ from pathlib import Path
 
 from huggingface_hub import constants
 
-from ..huggingface import convert, read_source, write_hf_checkpoint
+from ..huggingface import convert_into, read_source, write_hf_checkpoint
 from ..files import CheckpointError, oneline
 from ..init import init_tensors
 from .names import SHAPES
@@ -102,7 +102,8 @@ def cached(root, final, build, what):
     try:
         final.parent.mkdir(parents=True, exist_ok=True)
         key = "--".join(final.relative_to(root).parts)
-        with _lock(root / ".locks" / f"{key}.lock") as locked:
+        lock = root / ".locks" / f"{key}.lock"
+        with _lock(lock) as locked:
             if final.is_dir():  # another process built it while we waited
                 return final
             if locked:  # nobody else is building this entry: staging leftovers are from killed runs
@@ -113,6 +114,9 @@ def cached(root, final, build, what):
                 note(f"converting {what} into {final} (once; later runs reuse it)")
                 build(staging)
                 publish(staging, final)
+            except BaseException:
+                lock.unlink(missing_ok=True)  # a failed conversion leaves no lock file (a racing run at worst converts twice)
+                raise
             finally:
                 if staging.exists():
                     shutil.rmtree(staging, ignore_errors=True)
@@ -135,8 +139,9 @@ def check_hf(src):
 
 
 def convert_hf(src, out_dir, source, source_sha256=None):
-    """Convert the Hugging Face directory `src` into `out_dir` (huggingface.convert checks it). Raises CheckpointError."""
-    return convert(src, out_dir, source=source, tokenizer_json=fallback_tokenizer_json(src),
+    """Convert the Hugging Face directory `src` into the staging directory `out_dir` (huggingface.convert_into checks
+    it). Raises CheckpointError."""
+    return convert_into(src, out_dir, source=source, tokenizer_json=fallback_tokenizer_json(src),
                    source_sha256=source_sha256)
 
 

@@ -6,7 +6,8 @@ sampler with injected uniforms and chi-square tests (check_sampler), `drafting` 
 (npspec.drafters) by exact enumeration (check_drafter), `doubles` holds the
 stand-ins that drive npspec's loop on a table (TableModel, ScriptedRng), and `strategies` the
 hypothesis strategies. The submodules import numpy and npspec's core modules, never each other
-(drafting builds on oracle; nor hypothesis, until a strategy is built); this file only re-exports them.
+(drafting builds on oracle; nor hypothesis, until a strategy is built); this file only re-exports
+them. `vectors` (built on `oracle`) exports the exact laws as data: `python -m npspec.testing vectors OUT.json`.
 """
 
 from .doubles import ScriptedRng, TableCache, TableConfig, TableModel
@@ -16,8 +17,9 @@ from .oracle import (Round, RuleError, RuleReport, SpeculativePath, check_rule, 
                      drafter_paths, leviathan_rule, model_table, npspec_rule, random_table, round_distribution,
                      sequence_distribution, small_cases, speculative_distribution, speculative_paths, table_drafter,
                      total_variation, truncate)
-from .probes import (ACCEPT_PROBES, ONE_BELOW, STATISTICAL_CASES, Finding, SamplerReport, Uniforms, check_sampler,
-                     chi2_sf, chi_square, npspec_sampler, probe_acceptance, probe_proposal, statistical_check)
+from .probes import (ACCEPT_PROBES, MISS_BOUND, ONE_BELOW, STATISTICAL_CASES, Finding, SamplerReport, Uniforms,
+                     check_sampler, chi2_sf, chi_square, npspec_sampler, probe_acceptance, probe_proposal,
+                     statistical_check)
 from .strategies import logits_rows, probability_pairs, probability_vectors
 
 __all__ = [
@@ -29,8 +31,9 @@ __all__ = [
     # drafting
     "DrafterError", "DrafterReport", "check_drafter", "confident_drafter", "ngram_drafter", "object_drafter", "one_hot",
     # probes
-    "ACCEPT_PROBES", "ONE_BELOW", "STATISTICAL_CASES", "Finding", "SamplerReport", "Uniforms", "check_sampler",
-    "chi2_sf", "chi_square", "npspec_sampler", "probe_acceptance", "probe_proposal", "statistical_check",
+    "ACCEPT_PROBES", "MISS_BOUND", "ONE_BELOW", "STATISTICAL_CASES", "Finding", "SamplerReport", "Uniforms",
+    "check_sampler", "chi2_sf", "chi_square", "npspec_sampler", "probe_acceptance", "probe_proposal",
+    "statistical_check",
     # doubles
     "ScriptedRng", "TableCache", "TableConfig", "TableModel",
     # strategies

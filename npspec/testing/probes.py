@@ -5,7 +5,7 @@ They are `propose(logits, uniform) -> (x, q)` and `accept(x, p, q, uniform) -> (
 injected uniforms (probe_proposal, probe_acceptance over ACCEPT_PROBES), then Pearson chi-square
 tests at a stated false-alarm rate (statistical_check). A non-strict `u <= p/q` differs from the
 correct `u < p/q` only when u equals p/q exactly, which sampling never hits: only the probes catch
-it. `npspec_sampler` is npspec's own pair. Imports numpy, npspec.sampling and npspec.speculative,
+it. Each finding names what was wrong (the decision, the accepted token, or the replacement). `npspec_sampler` is npspec's own pair. Imports numpy, npspec.sampling and npspec.speculative,
 nothing else of npspec.
 """
 
@@ -113,6 +113,11 @@ ACCEPT_PROBES = [
      "after a rejection the replacement comes from norm(max(0, p - q)) = [0, 1, 0], not from p"),
     ("residual-zero-mass", [0, .5, .5 - 2.0 ** -54], [0, .5, .5], 2, ONE_BELOW, "either", {1, 2},
      "max(0, p - q) is all zero in floating point: a rejection must fall back to p, never divide by 0"),
+    # p/q = 1 - 2**-51 and u = 1 - 2**-52, two ulps above it: even a non-strict u <= p/q rejects here, so the
+    # residual (which has no mass) is reached; at u == p/q (the probe above) a non-strict test hides it
+    ("residual-zero-mass-above-ratio", [0, .5, .5 - 2.0 ** -52], [0, .5, .5], 2, 1 - 2.0 ** -52, "reject", {1, 2},
+     "u above p/q must reject, and max(0, p - q) is all zero in floating point: the replacement must fall back "
+     "to p, never divide by 0"),
 ]
 
 _LOGITS_PROBES = [
@@ -128,15 +133,22 @@ def _valid_row(q, n):
     return q.shape == (n,) and np.all(np.isfinite(q)) and np.all(q >= 0) and abs(q.sum() - 1) <= 1e-9
 
 
-def probe_proposal(propose, streams=64):
-    """Deterministic probes of a proposal: a list of Findings (empty: passed).
+MISS_BOUND = 1e-12  # the proposal probes' false-alarm rate per logits row
+
+
+def probe_proposal(propose, streams=1024):
+    """Probes of a proposal with injected uniforms: a list of Findings (empty: passed).
 
     For each logits row in the kit's list: with the first uniform 0, 1 - 2**-53, and `streams`
     seeded streams, the returned q must be a probability row (finite, >= 0, sums to 1 within
-    1e-9), the same each time, and x an id with q[x] > 0. And x must depend on the uniforms:
-    if the same x came back from all streams although q is not one-hot, the proposal ignores
-    its uniforms (for example it takes the argmax): flagged only when a correct sampler would
-    do so with probability sum(q**streams) < 1e-12.
+    1e-9), the same each time, and x an id with q[x] > 0 (exact checks). Two more checks that q is
+    the array x was drawn from, each flagged only when a sampler drawing from q would fail it with
+    probability below MISS_BOUND (1e-12):
+      * "proposal-ignores-uniforms": the same x from every stream although q is not one-hot (an
+        argmax proposal reporting a softmax q), when sum(q**streams) < 1e-12;
+      * "proposal-q-not-sampled": an id y with q[y] > 0 never drawn, when (1 - q[y])**streams
+        < 1e-12 (a draft that samples from its top-k or top-p but reports the full softmax as q;
+        at the default 1024 streams, every id with q[y] > 0.027 must turn up).
     """
     findings = []
     for logits in _LOGITS_PROBES:
@@ -168,11 +180,27 @@ def probe_proposal(propose, streams=64):
             if k >= 2:
                 xs.append(int(x))
         else:
-            if len(set(xs)) == 1 and float(np.sum(q0 ** streams)) < 1e-12:
+            if len(set(xs)) == 1 and float(np.sum(q0 ** streams)) < MISS_BOUND:
                 findings.append(Finding("proposal-ignores-uniforms", f"logits {logits.tolist()}: x = {xs[0]} for "
                                         f"all {streams} uniform streams although q = {q0.tolist()} (the token is "
                                         "not drawn from q: an argmax proposal reporting a softmax q?)"))
+                continue
+            missed = [y for y in range(n) if y not in set(xs) and (1 - q0[y]) ** streams < MISS_BOUND]
+            if missed:
+                findings.append(Finding("proposal-q-not-sampled", f"logits {logits.tolist()}: ids {missed} have "
+                                        f"q = {[float(q0[y]) for y in missed]} but were never drawn in {streams} uniform "
+                                        f"streams (a sampler drawing from q misses them with probability below "
+                                        f"{MISS_BOUND:g}): q is not the array x was drawn from (a top-k or top-p "
+                                        "draft reporting the full softmax?)"))
     return findings
+
+
+def _replacement_problem(token, allowed, p, q):
+    r = np.maximum(p - q, 0.0)
+    source = (f"norm(max(0, p - q)), whose support is {sorted(np.flatnonzero(r).tolist())}" if r.sum() > 0 else
+              "p, since max(0, p - q) has no mass here")
+    return (f"rejected x as it should, but the replacement {token} is not one of {sorted(allowed)}: it must be "
+            f"drawn from {source}")
 
 
 def probe_acceptance(accept):
@@ -180,7 +208,10 @@ def probe_acceptance(accept):
 
     Convention: the FIRST uniform accept draws is the acceptance test's u (accept iff u < p[x]/q[x]);
     later ones are its replacement's. Each rejecting probe is run with the replacement uniforms
-    0, 1/4, 1/2, 3/4, 1 - 2**-53 and must return an allowed id every time. Returns Findings.
+    0, 1/4, 1/2, 3/4, 1 - 2**-53 and must return an allowed id every time. Returns Findings, each
+    naming what was wrong: the decision (accepted or rejected against the probe's u and p/q), an
+    accepted token other than x, or a replacement outside the residual's support (p's, when the
+    residual has no mass), or an exception.
     """
     findings = []
     for name, p, q, x, u, expect, allowed, why in ACCEPT_PROBES:
@@ -190,15 +221,22 @@ def probe_acceptance(accept):
             try:
                 kept, token = accept(x, p.copy(), q.copy(), src)
             except Exception as e:
-                findings.append(Finding(name, f"raised {type(e).__name__}: {e} (p = {p.tolist()}, q = {q.tolist()}, "
-                                        f"x = {x}, uniforms {src.drawn}); {why}"))
+                inputs = f"(p = {p.tolist()}, q = {q.tolist()}, x = {x}, uniforms {src.drawn})"
+                findings.append(Finding(name, f"raised {type(e).__name__}: {e} {inputs}; {why}"))
                 break
-            what = f"p = {p.tolist()}, q = {q.tolist()}, x = {x}, uniforms {src.drawn}: got ({kept}, {token}); {why}"
-            if kept and (expect == "reject" or token != x):
-                findings.append(Finding(name, what))
-                break
-            if not kept and (expect == "accept" or token not in allowed):
-                findings.append(Finding(name, what))
+            inputs = f"(p = {p.tolist()}, q = {q.tolist()}, x = {x}, uniforms {src.drawn})"
+            test = f"u = {u!r}, p[x]/q[x] = {float(p[x] / q[x])!r}"
+            problem = None
+            if kept and expect == "reject":
+                problem = f"accepted x at {test}: {why}"
+            elif kept and token != x:
+                problem = f"said it accepted x = {x} but returned token {token}"
+            elif not kept and expect == "accept":
+                problem = f"rejected x at {test}: {why}"
+            elif not kept and token not in allowed:
+                problem = _replacement_problem(token, allowed, p, q)
+            if problem:
+                findings.append(Finding(name, f"{problem} {inputs}"))
                 break
     return findings
 
@@ -313,8 +351,10 @@ def check_sampler(propose, accept, n_samples=20000, alpha=1e-6, seed=0, statisti
     uniform: a callable returning the next float in [0, 1).
     Returns a SamplerReport; the probes are exact (no false alarms), the statistical tests have a
     total false-alarm rate of at most alpha (asymptotic chi-square). Probes catch a non-strict
-    u <= p/q, a missing or unguarded residual and an argmax proposal; the statistical tests
-    catch any rule whose law is off by a TV of a few percent.
+    u <= p/q, a missing or unguarded residual (also behind a non-strict test:
+    "residual-zero-mass-above-ratio"), an argmax proposal and a q that is not the array x was
+    drawn from (both with a false-alarm rate below MISS_BOUND per logits row; the acceptance
+    probes are exact); the statistical tests catch any rule whose law is off by a TV of a few percent.
     """
     findings = probe_proposal(propose) + probe_acceptance(accept)
     tests = []

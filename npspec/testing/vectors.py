@@ -1,0 +1,121 @@
+"""npspec.testing.vectors: the exact laws of speculative decoding as data, for engines in any language.
+
+`vectors()` returns a JSON-ready dict (`python -m npspec.testing vectors OUT.json` writes it): a
+versioned list of cases, each a target row p and a draft row q (before and after warping: top-k,
+top-p, temperature 0 or 1), gamma, a budget `max_new_tokens` and an optional EOS id, with, as
+exact fractions (strings "n/d"):
+  * `output_law`: the law of the emitted ids, which is the target's own (Leviathan et al. 2023,
+    Theorem 3.5), computed by plain enumeration of p and checked here against the enumeration of
+    the speculative loop (oracle.speculative_distribution), equal as Fractions;
+  * `first_round_law`: the joint law of the first round's (drafted ids, accepted count, token);
+  * `accepted_length_law`: the law of the first round's accepted count;
+  * `accepted_total_law`: the law of the number of drafts accepted over the whole generation.
+Rows do not depend on the context (the same p and q at every position), so a sampler can be
+checked without a model. The cases cover disjoint supports, a one-hot q (an n-gram or other
+deterministic draft), q = 0 where p > 0, p == q, truncation, greedy, EOS and a budget below gamma.
+Imports oracle (the enumeration) and npspec.speculative (round_gamma), nothing else of npspec.
+"""
+
+from collections import defaultdict
+from fractions import Fraction as F
+
+from ..speculative import round_gamma
+from .oracle import constant_table, sequence_distribution, speculative_distribution, speculative_paths, truncate
+
+FORMAT = "npspec-speculative-vectors"
+VERSION = 1
+
+CONVENTIONS = {
+    "letters": "Leviathan et al. 2023: p is the target's row, q the draft's; rows are the same at every position",
+    "round": ("g = min(gamma, max_new_tokens - emitted - 1) drafts, each x_i ~ q_warped; x_i is kept with probability "
+              "min(1, p(x_i) / q(x_i)) (strict test u < p/q); at the first rejection the token is drawn from "
+              "norm(max(0, p - q)); if every draft is kept, a bonus token is drawn from p; g = 0 is one step of p"),
+    "eos": "an accepted or emitted eos_token_id ends the generation; after an accepted EOS the round emits no token",
+    "warping": ("applied to both rows alike: temperature 0 is one-hot on the argmax (ties to the lowest id); "
+                "top_k keeps entries >= the k-th largest (ties kept; 0 = off); top_p sorts ascending (ties by id), "
+                "drops the prefix whose cumulative mass stays <= 1 - top_p, always keeps the most likely entry "
+                "(1 = off); then renormalises"),
+    "numbers": "probabilities are exact fractions written as strings 'n/d' (or 'n')",
+    "accepted": "accepted counts drafts kept, never the corrected or bonus token",
+}
+
+# name, description, p, q, gamma, max_new_tokens, eos, warping
+CASES = [
+    ("basic", "q uniform, p not", [F(1, 2), F(1, 3), F(1, 6)], [F(1, 3)] * 3, 2, 3, None, {}),
+    ("disjoint-supports", "every draft is rejected; the residual is p", [F(1, 2), F(1, 2), 0, 0],
+     [0, 0, F(1, 4), F(3, 4)], 2, 2, None, {}),
+    ("one-hot-q", "a deterministic draft (an n-gram proposer): q is one-hot", [F(1, 4), F(1, 2), F(1, 4)],
+     [0, 1, 0], 3, 3, None, {}),
+    ("one-hot-q-where-p-is-0", "the draft always proposes a token the target never emits",
+     [F(1, 2), F(1, 2), 0], [0, 0, 1], 2, 2, None, {}),
+    ("q-zero-where-p-positive", "the draft never proposes id 2, which the target emits half the time",
+     [F(1, 4), F(1, 4), F(1, 2)], [F(1, 2), F(1, 2), 0], 2, 3, None, {}),
+    ("p-equals-q", "every draft is accepted", [F(1, 5), F(3, 5), F(1, 5)], [F(1, 5), F(3, 5), F(1, 5)], 2, 3, None, {}),
+    ("eos", "id 2 is EOS: an accepted EOS ends the round and the generation",
+     [F(1, 3), F(1, 3), F(1, 3)], [F(1, 6), F(1, 3), F(1, 2)], 3, 4, 2, {}),
+    ("budget-below-gamma", "gamma 4 with 2 tokens to go: g = 1", [F(2, 3), F(1, 3)], [F(1, 4), F(3, 4)], 4, 2, None, {}),
+    ("top-k", "top_k 2 on both rows (ties at the k-th value kept)", [F(1, 10), F(3, 10), F(3, 10), F(2, 10), F(1, 10)],
+     [F(2, 5), F(1, 5), F(1, 10), F(1, 5), F(1, 10)], 2, 2, None, {"top_k": 2}),
+    ("top-p", "top_p 7/10 on both rows", [F(1, 10), F(3, 10), F(3, 10), F(2, 10), F(1, 10)],
+     [F(2, 5), F(1, 5), F(1, 10), F(1, 5), F(1, 10)], 2, 2, None, {"top_p": F(7, 10)}),
+    ("greedy", "temperature 0: one-hot argmax rows (ties to the lowest id); output is p's argmax every time",
+     [F(1, 4), F(3, 8), F(3, 8)], [F(1, 2), F(1, 4), F(1, 4)], 3, 3, None, {"temperature": 0}),
+]
+
+
+def warp_exact(row, temperature=1, top_k=0, top_p=1):
+    """A row of Fractions warped with the conventions of CONVENTIONS["warping"] (temperature 0 or 1 only)."""
+    row = [F(v) for v in row]
+    if temperature == 0:
+        best = row.index(max(row))
+        return [F(int(i == best)) for i in range(len(row))]
+    if temperature != 1:
+        raise ValueError("exact warping takes temperature 0 or 1 (any other power is not rational)")
+    return truncate(row, top_k, top_p)
+
+
+def _s(v):
+    return str(F(v))
+
+
+def _order(k):  # a sort key for outcomes: ids tuples, counts, and (drafted, accepted, token or None)
+    return tuple(_order(x) for x in k) if isinstance(k, tuple) else (-1 if k is None else k)
+
+
+def _law(dist, key):
+    return [{**key(k), "probability": _s(v)} for k, v in sorted(dist.items(), key=lambda kv: _order(kv[0])) if v]
+
+
+def case(name, description, p, q, gamma, max_new_tokens, eos=None, warping=None, prompt=(0,)):
+    """One case as a JSON-ready dict (see the module docstring). Raises AssertionError if the speculative
+    loop's enumerated law is not exactly the target's (it always is: that is the theorem)."""
+    warping = dict(warping or {})
+    pw, qw = warp_exact(p, **warping), warp_exact(q, **warping)
+    pt, qt = constant_table(pw), constant_table(qw)
+    target = sequence_distribution(pt, prompt, max_new_tokens, eos)
+    assert speculative_distribution(pt, qt, prompt, gamma, max_new_tokens, eos) == target, name
+    first, first_len, total = defaultdict(int), defaultdict(int), defaultdict(int)
+    for path in speculative_paths(pt, qt, prompt, gamma, max_new_tokens, eos):
+        r = path.rounds[0]
+        first[(r.drafted, r.accepted, r.token)] += path.prob
+        first_len[r.accepted] += path.prob
+        total[sum(x.accepted for x in path.rounds)] += path.prob
+    return {
+        "name": name, "description": description, "n_vocab": len(p), "prompt": list(prompt),
+        "p": [_s(v) for v in p], "q": [_s(v) for v in q],
+        "warping": {"temperature": warping.get("temperature", 1), "top_k": warping.get("top_k", 0),
+                    "top_p": _s(warping.get("top_p", 1))},
+        "p_warped": [_s(v) for v in pw], "q_warped": [_s(v) for v in qw],
+        "gamma": gamma, "first_round_gamma": round_gamma(gamma, max_new_tokens, None, len(prompt)),
+        "max_new_tokens": max_new_tokens, "eos_token_id": eos,
+        "output_law": _law(target, lambda k: {"ids": list(k)}),
+        "first_round_law": _law(first, lambda k: {"drafted": list(k[0]), "accepted": k[1], "token": k[2]}),
+        "accepted_length_law": _law(first_len, lambda k: {"accepted": k}),
+        "accepted_total_law": _law(total, lambda k: {"accepted": k}),
+    }
+
+
+def vectors():
+    """Every case of CASES, with the format's name, version and conventions: a JSON-ready dict."""
+    return {"format": FORMAT, "version": VERSION, "conventions": CONVENTIONS,
+            "cases": [case(*c) for c in CASES]}
