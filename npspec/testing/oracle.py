@@ -6,7 +6,7 @@ target's row, q the draft's). A *table* is `table(seq) -> row`, the next-token d
 the tuple of ids seq (prompt included), a row of fractions.Fraction (exact) or of floats.
 `round_distribution` and `speculative_distribution` compose a rule into the law of one round and
 of a whole generation, `sequence_distribution` is the target's own law, and `check_rule` compares
-them on small p, q (Leviathan et al. 2023, Theorem 3.5; Chen et al. 2023, Theorem 1). Imports
+them on small p, q (Leviathan et al. 2023, Appendix A.1; Chen et al. 2023, Theorem 1). Imports
 numpy, npspec.sampling and npspec.speculative, nothing else of npspec.
 """
 
