@@ -4,7 +4,8 @@
   runner); a failing block fails here with the note's own line numbers in the traceback.
   Blocks check values with asserts.
 * A ```output block right after a ```python block quotes what that block prints, and must match it
-  (`same_output`): the text exactly (trailing spaces aside), integers exactly, numbers with a decimal
+  (`same_output`): the text exactly (runs of spaces and trailing spaces aside, so that column
+  alignment may shift), integers exactly, numbers with a decimal
   point or an exponent within 0.002 absolute or 0.5% relative (the last printed digit may change
   with the BLAS build), and a number written `~123` in the quote (a timing) is not compared.
 * Every `tests/<file>.py::<test>` reference in notes/*.md names a test function defined in that
@@ -57,7 +58,7 @@ def quoted_outputs(text):
 def same_output(quoted, printed):
     """None if `printed` matches the `quoted` output (rules in the module docstring), else what differs."""
     def split(s):
-        lines = "\n".join(line.rstrip() for line in s.strip("\n").splitlines())
+        lines = "\n".join(re.sub(r"[ \t]+", " ", line).rstrip() for line in s.strip("\n").splitlines())
         return NUMBER.split(lines), NUMBER.findall(lines)
 
     (q_text, q_nums), (p_text, p_nums) = split(quoted), split(printed)
@@ -181,6 +182,7 @@ def test_the_output_check_can_fail():
     assert same_output("beta = 0.700 after 12 rounds\n", "beta = 0.7003 after 12 rounds  \n") is None
     assert same_output("p 0.500, ~812 tokens/s\n", "p 0.501, 97 tokens/s\n") is None  # ~: a timing
     assert "text differs" in same_output("kept 3\n", "rejected 3\n")
+    assert same_output("[0.5   0.3]\n", "[0.5 0.3]\n") is None and "text differs" in same_output("a b\n", "ab\n")
     assert "integer" in same_output("ids [5, 7]\n", "ids [5, 8]\n")
     assert "tolerance" in same_output("alpha 0.640\n", "alpha 0.650\n")
     assert "text differs" in same_output("1 2 3\n", "1 2\n")
