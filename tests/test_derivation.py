@@ -455,6 +455,30 @@ def test_best_gamma_monotone():
     assert len(seen) > 5  # the grid exercises many different optima
 
 
+def test_best_gamma_never_grows_with_c_for_any_verify_cost():
+    """Claim 5: a costlier draft never makes a longer round best, whatever the measured v, even where
+    v(gamma)/gamma increases (Topkis' condition fails). The lemma: E_g'/E_g <= (g' + 1)/(g + 1) < g'/g for
+    g' > g >= 1, so a longer round with the larger v(g)/g never wins, and against one with the smaller,
+    its relative cost (g' c + v')/(g c + v) only grows with c. Exact, on superlinear, jumpy and
+    decreasing tables, and on random ones."""
+    for alpha in GRID_ALPHA + [F(1)]:
+        for g in range(1, 9):
+            for h in range(g + 1, 10):
+                assert expected_tokens_per_round(alpha, h) / expected_tokens_per_round(alpha, g) < F(h, g)
+    rng = np.random.default_rng(11)
+    tables = [lambda g: 1 + F(g * g, 6), lambda g: 1 + F(g, 10) + (F(3, 2) if g >= 3 else 0),
+              lambda g: F(1, 1 + g) if g else 1]  # superlinear; a jump (v/g rises from 2 to 3); decreasing
+    tables += [lambda g, w=tuple(F(int(x), 8) for x in rng.integers(8, 40, 9)): w[g] if g else 1 for _ in range(20)]
+    grid_c = GRID_C + [F(2), F(5)]
+    rising = 0
+    for v in tables:
+        rising += any(v(g + 1) * g > v(g) * (g + 1) for g in range(1, 8))  # Topkis' condition fails
+        for alpha in GRID_ALPHA[::3] + [F(99, 100)]:
+            best = [best_gamma(alpha, c, v, gamma_max=8) for c in grid_c]
+            assert best == sorted(best, reverse=True), (alpha, best)
+    assert rising >= 10
+
+
 def test_best_gamma_is_zero_when_drafting_cannot_pay():
     for alpha in GRID_ALPHA:
         assert best_gamma(alpha, F(1), lambda g: 1) == 0  # a draft as slow as the target never pays
