@@ -14,6 +14,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from npspec.evaluate import predicted_speedup
+
 from . import common
 
 START, END = "<!-- bench:start -->", "<!-- bench:end -->"
@@ -28,6 +30,44 @@ def current(row):
     """A verify_cost row with today's column and names, whether it was written with the old or the new ones."""
     row = {OLD_COLUMNS.get(k, k): v for k, v in row.items()}
     return {k: OLD_NAMES.get(v, v) if k in ("kernel", "layout") else v for k, v in row.items()}
+
+
+def verify_curves(model, threads, results=common.RESULTS):
+    """One model's verify-cost curves from verify_cost.csv: ({(layout, kernel): [v(M) for M = 1, 2, ...]}, header).
+
+    v(M) = t(M new tokens) / t(1) of the same kernel and layout, under today's names (`current`); the
+    key "roofline" holds roofline_v, the bound from the run's own read bandwidth and GEMM peak.
+    """
+    rows, meta = common.read_table(Path(results) / "verify_cost.csv")
+    rows = sorted((r for r in map(current, rows) if r["model"] == model and int(r["threads"]) == threads),
+                  key=lambda r: int(r["M"]))
+    curves = {}
+    for r in rows:
+        curves.setdefault((r["layout"], r["kernel"]), []).append(float(r["v"]))
+        curves.setdefault("roofline", {})[int(r["M"])] = float(r["roofline_v"])
+    if "roofline" in curves:
+        curves["roofline"] = list(curves["roofline"].values())
+    return curves, meta
+
+
+def speedup_model_check(results=common.RESULTS):
+    """Each row of speedup.csv beside what claim 5's model predicts from the row's own measurements.
+
+    Returns dicts with the row's target, draft, acceptance ("real" or "controlled"), a, gamma, alpha,
+    tokens_per_round, c, v (= t(gamma + 1) / t(1)), `measured` (the speedup over AR decoding) and two
+    predictions: `model` = npspec.evaluate.predicted_speedup(alpha, gamma, c, v), i.i.d. acceptance at
+    the measured alpha, and `cost_only` = tokens_per_round / (gamma c + v), the measured tokens per
+    round over the cost of a round in one-token target forwards (only the cost model is tested).
+    """
+    rows, _ = common.read_table(Path(results) / "speedup.csv")
+    out = []
+    for r in rows:
+        gamma, alpha, c, v = int(r["gamma"]), float(r["alpha"]), float(r["c"]), float(r["v"])
+        out.append({"target": r["target"], "draft": r["draft"], "acceptance": r["acceptance"], "a": r["a"],
+                    "gamma": gamma, "alpha": alpha, "tokens_per_round": float(r["tokens_per_round"]), "c": c, "v": v,
+                    "measured": float(r["speedup"]), "model": predicted_speedup(alpha, gamma, c, v),
+                    "cost_only": float(r["tokens_per_round"]) / (gamma * c + v)})
+    return out
 
 
 def f(x, digits=2):

@@ -61,7 +61,7 @@ def acceptance(target, draft, prompts, gamma=4, max_new_tokens=64, temperature=0
 
 
 def expected_acceptance(target, draft, ids, temperature=1.0, max_windows=1):
-    """Mean beta = sum_x min(p(x), q(x)) over the positions of `ids` (Leviathan et al. 2023, section 3.1).
+    """Mean beta = sum_x min(p(x), q(x)) over the positions of `ids` (Leviathan et al. 2023, Def. 3.1, Thm. 3.5).
 
     The expected per-token acceptance when the draft proposes from the same prefix; ids `[n]`.
     """

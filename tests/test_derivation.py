@@ -8,6 +8,7 @@ tolerance 1e-12). Claims 4 and 5 check npspec.evaluate's expected_tokens_per_rou
 """
 
 import itertools
+from collections import defaultdict
 from fractions import Fraction as F
 
 import numpy as np
@@ -114,6 +115,60 @@ def test_acceptance_probability_is_beta_through_accept():
         assert abs(acceptance_probability(ACCEPT_RULE, p, q) - np.minimum(p, q).sum()) <= TOL
 
 
+def integer_couplings(rows, cols):
+    """Every non-negative integer matrix with the given row sums and column sums (a transportation polytope's
+    integer points), as tuples of rows."""
+    if not rows:
+        if not any(cols):
+            yield ()
+        return
+    for cut in itertools.combinations(range(rows[0] + len(cols) - 1), len(cols) - 1):
+        row = tuple(int(k) for k in np.diff([-1, *cut, rows[0] + len(cols) - 1]) - 1)
+        if all(a <= b for a, b in zip(row, cols)):
+            for rest in integer_couplings(rows[1:], [b - a for a, b in zip(row, cols)]):
+                yield (row, *rest)
+
+
+def test_no_lossless_verifier_keeps_a_draft_more_often_than_beta():
+    """Claim 2's coupling fact, exactly, on every pair of the 3-token grid of step 1/4.
+
+    A single-draft verifier sees x ~ q and emits y; if it is lossless, y ~ p, so the joint law of (x, y) is a
+    coupling of q and p, and P(keep) = P(y = x) is its diagonal mass. Enumerated here: every coupling whose
+    entries are multiples of 1/4 (margins q, p in quarters, scaled to integers). The transportation polytope
+    has integer vertices, so its linear maximum is reached at one of these: the largest diagonal over all
+    couplings is the largest here, and it equals beta = sum min(p, q) = 1 - TV(p, q) for every pair."""
+    grid = list(simplex(3, 4))
+    below = 0
+    for p in grid:
+        for q in grid:
+            beta = sum(min(a, b) for a, b in zip(p, q))
+            diagonals = [F(sum(j[x][x] for x in range(3)), 4) for j in
+                         integer_couplings([int(4 * v) for v in q], [int(4 * v) for v in p])]
+            assert max(diagonals) == beta, (p, q)
+            independent = sum(a * b for a, b in zip(p, q))  # the verifier that ignores x and samples p afresh
+            assert independent <= beta
+            below += independent < beta
+    assert below > 100  # a lossless verifier can keep less than beta (144 of the 225 pairs); none keeps more
+
+
+def test_npspec_verifier_is_a_maximal_coupling():
+    """The joint law of (draft x, first emitted id y) under npspec's accept, by quadrature over its uniforms:
+    its margins are q and p, and its diagonal mass is exactly beta: the best any lossless verifier can do.
+    A rejected draft never comes back (the residual is 0 wherever q >= p), so P(y = x) is P(kept)."""
+    rng = np.random.default_rng(5)
+    for _ in range(30):
+        p, q = rng.dirichlet(np.full(4, 0.7), size=2)
+        p[rng.integers(4)] = 0.0
+        p /= p.sum()
+        joint = np.zeros((4, 4))
+        for x in np.flatnonzero(q):
+            for ids, w in accept_law([x], np.stack([p, p]), q[None]).items():
+                joint[x, ids[0]] += q[x] * w
+        np.testing.assert_allclose(joint.sum(axis=1), q, rtol=0, atol=TOL)
+        np.testing.assert_allclose(joint.sum(axis=0), p, rtol=0, atol=TOL)
+        assert abs(np.trace(joint) - np.minimum(p, q).sum()) <= TOL
+
+
 # ---- claim 3: a whole round, and a whole sequence ----------------------------------------------
 
 N_VOCAB = 3
@@ -172,6 +227,84 @@ def test_sequence_law_through_accept(kind, gamma):
     for y in set(spec) | set(target):
         assert abs(spec.get(y, 0.0) - target.get(y, 0.0)) <= TOL, (y, spec.get(y, 0.0), target.get(y, 0.0))
     assert assert_blocks_are_one_draft_at_a_time(P, Q, (0,), gamma, 4, N_VOCAB) > 10
+
+
+def adaptive_law(P, Q, prompt, n_new, more, outcome=None):
+    """{emitted ids: probability} of n_new ids from rounds whose length the drafter decides draft by draft (exact).
+
+    Before drafting d_i the drafter asks more(past, drafts): past = the ids before the round, drafts =
+    d_1..d_{i-1}; False (or the budget: at most remaining - 1 drafts, as npspec's loop) ends the round with a
+    bonus token from p. Each d_i ~ q is tested with kit.leviathan_rule: kept with probability a, else replaced
+    from the residual. outcome(p_row, q_row, d, a) -> (P(kept), P(rejected)) models a drafter that breaks the
+    rule: with the rest of the probability it takes d back after drawing it, and the target samples p there.
+    """
+    law = defaultdict(int)
+
+    def new_round(seq, w):
+        if len(seq) - len(prompt) == n_new:
+            law[seq[len(prompt):]] += w
+        else:
+            position(seq, len(seq), w)
+
+    def sample_p(seq, w):
+        for y, py in enumerate(P(seq)):
+            if py:
+                new_round(seq + (y,), w * py)
+
+    def position(seq, start, w):
+        remaining = n_new - (start - len(prompt))
+        if len(seq) - start >= remaining - 1 or not more(seq[:start], seq[start:]):
+            return sample_p(seq, w)  # the bonus token (or a plain target step)
+        prow, qrow = P(seq), Q(seq)
+        for d, qd in enumerate(qrow):
+            if not qd:
+                continue
+            a, r = kit.leviathan_rule(prow, qrow, d)
+            kept, rejected = outcome(prow, qrow, d, a) if outcome else (a, 1 - a)
+            back = 1 - kept - rejected
+            if kept:
+                position(seq + (d,), start, w * qd * kept)
+            if rejected:
+                for y, ry in enumerate(r):
+                    if ry:
+                        new_round(seq + (y,), w * qd * rejected * ry)
+            if back:
+                sample_p(seq, w * qd * back)
+
+    new_round(tuple(prompt), F(1))
+    return {y: w for y, w in law.items() if w}
+
+
+DRAFT_LENGTHS = {
+    "fixed gamma 3": lambda past, drafts: len(drafts) < 3,
+    "from the past": lambda past, drafts: len(drafts) < 1 + (len(past) + sum(past)) % 3,  # gamma 1..3 by round
+    "stop after a 2": lambda past, drafts: not drafts or drafts[-1] != 2,  # depends on the drafter's own samples
+    "confidence": lambda past, drafts: len(drafts) < 5 and all(  # SpecDec++-like: its own q of what it drew
+        family("random")[1](past + drafts[:i])[x] >= F(1, 3) for i, x in enumerate(drafts)),
+}
+
+
+@pytest.mark.parametrize("name", DRAFT_LENGTHS)
+def test_draft_length_may_depend_on_the_past_and_the_drafts(name):
+    """Claim 3 with a data-dependent gamma: whatever the drafter's stopping rule, so long as the decision to draw
+    d_i uses only the past and d_1..d_{i-1}, the law of 5 emitted ids is the target's, exactly."""
+    P, Q = family("random")
+    law = adaptive_law(P, Q, (0,), 5, DRAFT_LENGTHS[name])
+    assert law == kit.sequence_distribution(P, (0,), 5)
+    if name == "fixed gamma 3":  # the enumerator agrees with the kit's own, which the loop replays
+        assert law == {y: w for y, w in kit.speculative_distribution(P, Q, (0,), 3, 5).items() if w}
+
+
+@pytest.mark.parametrize("outcome", [
+    lambda p, q, d, a: (a, 0),  # an oracle: it ends the round where a draft would be rejected (reads the uniform)
+    lambda p, q, d, a: (0, 0) if q[d] < F(1, 3) else (a, 1 - a),  # takes back a draft it is unsure of, once drawn
+    lambda p, q, d, a: (0, 0) if p[d] < q[d] else (a, 1 - a),  # takes back a draft the round's target row dislikes
+], ids=["oracle", "own-sample", "target-row"])
+def test_draft_length_that_peeks_is_not_exact(outcome):
+    """The check can fail: a drafter that decides about d_i after seeing d_i itself, the target's row of this
+    round or the acceptance uniform changes the law (the emitted token is then not p at that position)."""
+    P, Q = family("random")
+    assert adaptive_law(P, Q, (0,), 3, DRAFT_LENGTHS["fixed gamma 3"], outcome) != kit.sequence_distribution(P, (0,), 3)
 
 
 # ---- claim 4: expected tokens per round under i.i.d. acceptance --------------------------------
@@ -320,6 +453,30 @@ def test_best_gamma_monotone():
             best = [best_gamma(alpha, c, v) for c in GRID_C[1:]]
             assert best == sorted(best, reverse=True)
     assert len(seen) > 5  # the grid exercises many different optima
+
+
+def test_best_gamma_never_grows_with_c_for_any_verify_cost():
+    """Claim 5: a costlier draft never makes a longer round best, whatever the measured v, even where
+    v(gamma)/gamma increases (Topkis' condition fails). The lemma: E_g'/E_g <= (g' + 1)/(g + 1) < g'/g for
+    g' > g >= 1, so a longer round with the larger v(g)/g never wins, and against one with the smaller,
+    its relative cost (g' c + v')/(g c + v) only grows with c. Exact, on superlinear, jumpy and
+    decreasing tables, and on random ones."""
+    for alpha in GRID_ALPHA + [F(1)]:
+        for g in range(1, 9):
+            for h in range(g + 1, 10):
+                assert expected_tokens_per_round(alpha, h) / expected_tokens_per_round(alpha, g) < F(h, g)
+    rng = np.random.default_rng(11)
+    tables = [lambda g: 1 + F(g * g, 6), lambda g: 1 + F(g, 10) + (F(3, 2) if g >= 3 else 0),
+              lambda g: F(1, 1 + g) if g else 1]  # superlinear; a jump (v/g rises from 2 to 3); decreasing
+    tables += [lambda g, w=tuple(F(int(x), 8) for x in rng.integers(8, 40, 9)): w[g] if g else 1 for _ in range(20)]
+    grid_c = GRID_C + [F(2), F(5)]
+    rising = 0
+    for v in tables:
+        rising += any(v(g + 1) * g > v(g) * (g + 1) for g in range(1, 8))  # Topkis' condition fails
+        for alpha in GRID_ALPHA[::3] + [F(99, 100)]:
+            best = [best_gamma(alpha, c, v, gamma_max=8) for c in grid_c]
+            assert best == sorted(best, reverse=True), (alpha, best)
+    assert rising >= 10
 
 
 def test_best_gamma_is_zero_when_drafting_cannot_pay():

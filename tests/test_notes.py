@@ -2,7 +2,12 @@
 
 * Every ```python block of a note runs, in order, in one namespace per note (a small markdown
   runner); a failing block fails here with the note's own line numbers in the traceback.
-  Blocks check values with asserts; what they print is for the reader.
+  Blocks check values with asserts.
+* A ```output block right after a ```python block quotes what that block prints, and must match it
+  (`same_output`): the text exactly (runs of spaces and trailing spaces aside, so that column
+  alignment may shift), integers exactly, numbers with a decimal
+  point or an exponent within 0.002 absolute or 0.5% relative (the last printed digit may change
+  with the BLAS build), and a number written `~123` in the quote (a timing) is not compared.
 * Every `tests/<file>.py::<test>` reference in notes/*.md names a test function defined in that
   file, and every numbered claim of derivation.md names at least one.
 * Every `npspec/<module>.py::<name>` reference names an attribute that exists (`Stats.alpha` too).
@@ -10,8 +15,11 @@
 """
 
 import ast
+import contextlib
 import importlib
+import io
 import re
+import sys
 from functools import lru_cache
 
 import pytest
@@ -23,6 +31,9 @@ TEST_REF = re.compile(r"(tests/[\w/]+\.py)::(\w+)")
 TEST_FILE = re.compile(r"tests/[\w/]+\.py")
 CODE_REF = re.compile(r"(npspec/[\w/]+\.py)::([\w.]+)")
 FENCE = re.compile(r"^```python[ \t]*\n(.*?)^```[ \t]*$", re.S | re.M)
+OUTPUT = re.compile(r"[ \t]*\n(?:[ \t]*\n)*```output[ \t]*\n(.*?)^```[ \t]*$", re.S | re.M)
+NUMBER = re.compile(r"~?[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
+ABS_TOL, REL_TOL = 0.002, 0.005
 
 
 def notes():
@@ -32,6 +43,36 @@ def notes():
 def python_blocks(text):
     """[(first line number of the code, code)] of every ```python block, in order."""
     return [(text.count("\n", 0, m.start(1)) + 1, m.group(1)) for m in FENCE.finditer(text)]
+
+
+def quoted_outputs(text):
+    """{first line number of a python block's code: the ```output block quoted right after it}."""
+    out = {}
+    for m in FENCE.finditer(text):
+        quote = OUTPUT.match(text, m.end())
+        if quote:
+            out[text.count("\n", 0, m.start(1)) + 1] = quote.group(1)
+    return out
+
+
+def same_output(quoted, printed):
+    """None if `printed` matches the `quoted` output (rules in the module docstring), else what differs."""
+    def split(s):
+        lines = "\n".join(re.sub(r"[ \t]+", " ", line).rstrip() for line in s.strip("\n").splitlines())
+        return NUMBER.split(lines), NUMBER.findall(lines)
+
+    (q_text, q_nums), (p_text, p_nums) = split(quoted), split(printed)
+    if q_text != p_text or len(q_nums) != len(p_nums):
+        return f"the text differs:\n--- quoted\n{quoted}\n--- printed\n{printed}"
+    for q, p in zip(q_nums, p_nums):
+        if q.startswith("~"):
+            continue
+        if not re.search(r"[.eE]", q):
+            if q.lstrip("+") != p.lstrip("+"):
+                return f"integer {p} printed where the quote says {q}"
+        elif abs(float(p) - float(q)) > max(ABS_TOL, REL_TOL * abs(float(q))):
+            return f"{p} printed where the quote says {q} (tolerance {ABS_TOL} or {REL_TOL:.1%})"
+    return None
 
 
 @lru_cache(maxsize=None)
@@ -91,9 +132,16 @@ def test_note_code_runs(note, monkeypatch):
         pytest.skip(f"{note} has no python blocks")
     monkeypatch.chdir(ROOT)
     namespace = {"__name__": f"notes.{path.stem}"}
+    quotes = quoted_outputs(path.read_text(encoding="utf-8"))
     for line, code in blocks:
-        # pad so tracebacks point at the note's own line numbers
-        exec(compile("\n" * (line - 1) + code, str(path), "exec"), namespace)
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            # pad so tracebacks point at the note's own line numbers
+            exec(compile("\n" * (line - 1) + code, str(path), "exec"), namespace)
+        sys.stdout.write(printed.getvalue())
+        if line in quotes:
+            differs = same_output(quotes[line], printed.getvalue())
+            assert differs is None, f"{note}, the block at line {line}: {differs}"
 
 
 @pytest.mark.parametrize("pattern, missing, at_least", [
@@ -113,7 +161,7 @@ def test_references_exist(pattern, missing, at_least):
 def test_every_numbered_claim_names_a_test():
     text = (NOTES / "derivation.md").read_text(encoding="utf-8")
     claims = re.split(r"^## (?=\d+\. )", text, flags=re.M)[1:]
-    assert len(claims) == 8  # 0 (notation) + claims 1..7
+    assert len(claims) == 9  # 0 (notation) + claims 1..8
     for claim in claims[1:]:
         assert TEST_REF.search(claim), claim.splitlines()[0]
 
@@ -127,3 +175,15 @@ def test_the_reference_checks_can_fail():
         ["npspec/sampling.py::no_such"]
     assert missing_test_files("tests/test_notes.py and tests/test_nowhere.py") == ["tests/test_nowhere.py"]
     assert python_blocks("a\n```python\nx = 1\n```\n```text\ny\n```\n") == [(3, "x = 1\n")]
+    assert quoted_outputs("```python\nprint(1)\n```\n\n```output\n1\n```\n```python\nx\n```\n") == {2: "1\n"}
+
+
+def test_the_output_check_can_fail():
+    assert same_output("beta = 0.700 after 12 rounds\n", "beta = 0.7003 after 12 rounds  \n") is None
+    assert same_output("p 0.500, ~812 tokens/s\n", "p 0.501, 97 tokens/s\n") is None  # ~: a timing
+    assert "text differs" in same_output("kept 3\n", "rejected 3\n")
+    assert same_output("[0.5   0.3]\n", "[0.5 0.3]\n") is None and "text differs" in same_output("a b\n", "ab\n")
+    assert "integer" in same_output("ids [5, 7]\n", "ids [5, 8]\n")
+    assert "tolerance" in same_output("alpha 0.640\n", "alpha 0.650\n")
+    assert "text differs" in same_output("1 2 3\n", "1 2\n")
+    assert same_output("x 1e-80\n", "x 3e-80\n") is None and "tolerance" in same_output("r 120.0\n", "r 121.0\n")

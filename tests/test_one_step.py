@@ -1,5 +1,6 @@
 """The one-step law and the round law: speculative sampling emits exactly the target's distribution
-(Leviathan et al. 2023, Theorem 3.5). Letters are Leviathan's: `p` the target, `q` the draft.
+(Leviathan et al. 2023, Appendix A.1; Chen et al. 2023, Theorem 1). Letters are Leviathan's: `p` the target,
+`q` the draft.
 
 ONE oracle, npspec.testing's exact enumeration: `assert_round_keeps_target` is THE check of a rule
 `rule(p, q, x) -> (a, r)`: kit.leviathan_rule in Fractions, kit.npspec_rule in float64, or

@@ -6,7 +6,7 @@ target's row, q the draft's). A *table* is `table(seq) -> row`, the next-token d
 the tuple of ids seq (prompt included), a row of fractions.Fraction (exact) or of floats.
 `round_distribution` and `speculative_distribution` compose a rule into the law of one round and
 of a whole generation, `sequence_distribution` is the target's own law, and `check_rule` compares
-them on small p, q (Leviathan et al. 2023, Theorem 3.5; Chen et al. 2023, Theorem 1).
+them on small p, q (Leviathan et al. 2023, Appendix A.1; Chen et al. 2023, Theorem 1).
 
 A *drafter description* generalises the draft table to any way of drafting (npspec.drafters):
 `drafter(seq, drafted) -> (proposal, q)` or None, with seq the ids before the round and drafted

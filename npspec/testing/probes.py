@@ -301,7 +301,7 @@ def statistical_check(propose, accept, n_samples=20000, alpha=1e-6, seed=0):
     (kept, token) = accept(x, p, q), one seeded uniform stream. Three tests per case:
       * "proposal": x against q (x must be drawn from the q the proposal reports);
       * "round": the joint (kept, token) against min(p, q) for kept, max(0, p - q) for replaced
-        (Leviathan et al. 2023, Appendix A.1: acceptance rate beta = sum(min(p, q)) = 1 - TV(p, q));
+        (Leviathan et al. 2023, Definition 3.1 and Theorem 3.5: acceptance rate beta = sum(min(p, q)) = 1 - TV(p, q));
       * "output": the emitted token against p (the theorem itself).
     False-alarm rate: at most alpha in total, asymptotically (alpha / 9 per test, Bonferroni).
     Power: a TV of d between the true and the claimed law gives a noncentrality of at least
