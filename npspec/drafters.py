@@ -29,15 +29,19 @@ per position: notes/derivation.md, "Drafters"; tested by enumeration in tests/te
 How many it proposes may be fewer than gamma, none included: the round then verifies what was
 proposed (no proposal is one plain target step).
 
-Two drafters: `ModelDrafter` (a smaller model, optionally with confidence stopping, llama.cpp's
-`--draft-p-min`) and `NgramDrafter` (prompt lookup: Saxena 2023; transformers'
-`prompt_lookup_num_tokens`; vLLM's `ngram`). Imports npspec.gpt2 and npspec.sampling.
+Two chain drafters: `ModelDrafter` (a smaller model, optionally with confidence stopping,
+llama.cpp's `--draft-p-min`) and `NgramDrafter` (prompt lookup: Saxena 2023; transformers'
+`prompt_lookup_num_tokens`; vLLM's `ngram`). A tree drafter (`TreeDrafter`) has
+`propose_tree(seq, depth, u, warp_args) -> (ids, parents, q)` and `tree_size(depth)` instead of
+`propose` (npspec.trees: the same guarantees, per node). Imports npspec.gpt2, npspec.sampling
+and npspec.trees.
 """
 
 import numpy as np
 
 from .gpt2 import softmax
 from .sampling import greedy, sample, warp
+from .trees import branching_tree, children, depths
 
 
 class ModelDrafter:
@@ -172,6 +176,88 @@ class NgramDrafter:
             ids = self.ids[:length]
             self.start(ids)
             self._append(ids)
+
+
+class TreeDrafter:
+    """A draft model proposing a token tree with a static branching per depth (npspec.trees).
+
+    branching: children per node at each depth, e.g. (3, 2, 1). kind: "sampled" (each node's
+    children drawn i.i.d. from the draft's warped row at the node, q = that row) or "top-k" (the
+    row's most likely ids, ties to the lower id, each with a one-hot q). At temperature 0 both
+    take the top-k ids of the logits (q is None). One draft forward per node that has children,
+    depth first, rolling the cache back after each subtree. Raises ValueError for a bad
+    branching or kind.
+    """
+
+    def __init__(self, model, branching, kind="sampled"):
+        if kind not in ("sampled", "top-k"):
+            raise ValueError(f"a tree's kind must be sampled or top-k, got {kind!r}")
+        self.model, self.kind, self.branching = model, kind, tuple(branching)
+        self.parents = branching_tree(self.branching)
+        self.depth_of = depths(self.parents)
+        self.n_vocab, self.n_ctx = model.config.n_vocab, model.config.n_ctx
+        self.tokenizer, self.source = model.tokenizer, model.source
+        self.forwards, self.cache = 0, None
+
+    def __repr__(self):
+        return f"TreeDrafter({self.source!r}, branching={list(self.branching)}, kind={self.kind!r})"
+
+    @property
+    def depth(self):
+        return len(self.branching)
+
+    def tree_size(self, depth):  # -> int
+        """Nodes of the tree cut at `depth` (the tree's first levels)."""
+        return sum(d <= depth for d in self.depth_of)
+
+    def start(self, prompt_ids):  # [n_prompt] ids
+        self.cache = self.model.new_cache()
+        if len(prompt_ids) > 1:
+            self.model.prefill(np.asarray(prompt_ids[:-1]), self.cache)
+            self.forwards += 1
+
+    def propose_tree(self, seq, depth, u, warp_args):  # -> (list[int] [N], list[int] [N], [N, n_vocab] | None)
+        """The tree cut at `depth` after seq: ids, parents (-1: a child of seq's last id) and the rows q.
+
+        u: `[N]` uniforms, u[i] draws node i (sampled kind). Nodes come in npspec.trees.branching_tree's
+        order (depth by depth).
+        """
+        parents = self.parents[:self.tree_size(depth)]
+        kids = children(parents)
+        greedy_round = warp_args.get("temperature", 1.0) == 0
+        ids, q = [0] * len(parents), [None] * len(parents)
+        self.rollback(min(self.cache.length, len(seq) - 1))
+
+        def expand(node, logits):
+            if not kids[node]:
+                return
+            row = None if greedy_round else warp(logits, **warp_args)
+            ranked = np.argsort(-(logits if greedy_round else row), kind="stable")
+            for j, c in enumerate(kids[node]):
+                if greedy_round or self.kind == "top-k":
+                    ids[c] = int(ranked[j])
+                    if row is not None:
+                        q[c] = np.eye(1, self.n_vocab, ids[c], dtype=np.float64)[0]
+                else:
+                    ids[c], q[c] = sample(row, u[c]), row
+            for c in kids[node]:
+                if kids[c]:
+                    length = self.cache.length
+                    expand(c, self.step([ids[c]]))
+                    self.rollback(length)
+
+        expand(-1, self.step(seq[self.cache.length:]))
+        return ids, list(parents), (None if greedy_round else np.array(q).reshape(len(parents), self.n_vocab))
+
+    def step(self, ids):  # [n] ids -> [n_vocab] float32: the logits after feeding them
+        self.forwards += 1
+        return self.model.forward(np.asarray(ids), self.cache)[-1]
+
+    def update(self, proposed, accepted):
+        """Nothing to learn."""
+
+    def rollback(self, length):
+        self.cache.rollback(length)
 
 
 def cut_after(ids, eos):  # list[int] -> list[int]

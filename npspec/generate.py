@@ -23,7 +23,7 @@ import sys
 
 import numpy as np
 
-from .drafters import ModelDrafter, NgramDrafter, check_ngram_sizes, check_p_min
+from .drafters import ModelDrafter, NgramDrafter, TreeDrafter, check_ngram_sizes, check_p_min
 from .files import CheckpointError
 from .kernels import KERNELS
 from .sources import HUB_NAMES, load
@@ -52,6 +52,11 @@ def build_parser():
     ap.add_argument("--draft-p-min", type=float, default=0.0, metavar="P",
                     help="confidence stopping for a draft model: stop drafting after a token whose largest draft "
                          "probability is below P, as llama.cpp's --draft-p-min (default 0: off)")
+    ap.add_argument("--tree", type=branching, default=None, metavar="K1,K2,...",
+                    help="draft a token tree: K1 children of the last id, K2 of each of those, ... (e.g. 3,2,1); "
+                         "verified in one forward (npspec.trees); its depth is at most --gamma")
+    ap.add_argument("--tree-kind", choices=("sampled", "top-k"), default="sampled",
+                    help="with --tree: children drawn i.i.d. from the draft (sampled) or its most likely ids (top-k)")
     ap.add_argument("--ngram-min", type=int, default=None, metavar="N",
                     help="with --draft ngram: the shortest n-gram to match (default 1)")
     ap.add_argument("--ngram-max", type=int, default=None, metavar="N",
@@ -135,6 +140,17 @@ def thread_count(arg, environ=os.environ):
     return int(env)
 
 
+def branching(text):
+    """--tree's value: "3,2,1" -> (3, 2, 1). Raises argparse.ArgumentTypeError for anything else."""
+    try:
+        counts = tuple(int(k) for k in text.split(","))
+    except ValueError:
+        counts = ()
+    if not counts or min(counts) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a list of counts >= 1 such as 3,2,1")
+    return counts
+
+
 def check_drafting_args(args):
     """Raise ValueError for drafting options that cannot apply together (before anything loads)."""
     ngram = args.draft == NGRAM
@@ -144,6 +160,10 @@ def check_drafting_args(args):
         raise ValueError("--ngram-min and --ngram-max apply to --draft ngram only; add --draft ngram or drop them")
     if ngram and args.draft_p_min:
         raise ValueError("--draft-p-min applies to a draft model, not to --draft ngram (its proposals are certain)")
+    if args.tree and (ngram or args.draft_p_min):
+        raise ValueError("--tree drafts with a draft model; it cannot be combined with --draft ngram or --draft-p-min")
+    if args.tree_kind != "sampled" and not args.tree:
+        raise ValueError("--tree-kind applies to --tree only; add --tree K1,K2,... or drop it")
     check_p_min(args.draft_p_min)
     if ngram:
         check_ngram_sizes(1 if args.ngram_min is None else args.ngram_min, 4 if args.ngram_max is None else args.ngram_max)
@@ -157,6 +177,8 @@ def make_drafter(args, target, threads):
         return NgramDrafter(target.config.n_vocab, target.config.eos_token_id,
                             1 if args.ngram_min is None else args.ngram_min, 4 if args.ngram_max is None else args.ngram_max)
     draft = load(args.draft, "draft", kernel=args.draft_kernel, threads=threads)
+    if args.tree:
+        return TreeDrafter(draft, args.tree, args.tree_kind)
     return ModelDrafter(draft, p_min=args.draft_p_min)
 
 

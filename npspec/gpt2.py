@@ -78,6 +78,19 @@ class KVCache:
             raise ValueError(f"cannot roll the cache back to {length}: it holds {self.length} positions")
         self.length = length
 
+    def keep(self, rows, start):  # rows: [m] positions >= start, increasing -> positions start .. start + m - 1
+        """Move the keys and values at positions `rows` to `start, start + 1, ...` and end the cache there.
+
+        After a tree verify (gpt2_tree) this keeps the accepted path: O(len(rows)) rows copied, the
+        prefix before `start` untouched. Raises ValueError unless start <= rows[0] < ... < length.
+        """
+        rows = [int(r) for r in rows]
+        if any(not start + i <= r < self.length for i, r in enumerate(rows)) or rows != sorted(set(rows)):
+            raise ValueError(f"cannot keep positions {rows} from {start}: the cache holds {self.length}")
+        self.k[:, :, start:start + len(rows)] = self.k[:, :, rows]
+        self.v[:, :, start:start + len(rows)] = self.v[:, :, rows]
+        self.length = start + len(rows)
+
 
 # ---- one concept per function (shapes: n = new rows, d = n_embd, h = n_head, t = keys) ----
 
@@ -98,6 +111,12 @@ def layer_norm(x, g, b, eps):  # [n, d], [d], [d] -> [n, d]; row-wise, so rows n
     return g * xc / np.sqrt(var + np.float32(eps)) + b
 
 
+def attend_row(q_row, k, v, t):  # [h, 1, dh], [h, T, dh], [h, T, dh], keys 0 .. t-1 -> [h, 1, dh]
+    """One query row over the key prefix 0 .. t-1: the one computation every invariant attention path shares."""
+    scores = q_row @ k[:, :t].transpose(0, 2, 1) * np.float32(1 / np.sqrt(q_row.shape[-1]))  # [h, 1, t]
+    return softmax(scores) @ v[:, :t]  # [h, 1, dh]
+
+
 def attention(q, k, v, n_past):  # [h, n, dh], [h, T, dh], [h, T, dh] -> [h, n, dh]
     """Causal attention, each query row over exactly its key prefix 0 .. n_past + i.
 
@@ -105,12 +124,40 @@ def attention(q, k, v, n_past):  # [h, n, dh], [h, T, dh], [h, T, dh] -> [h, n, 
     other rows (batch invariance, see npspec.kernels).
     """
     out = np.empty_like(q)
-    scale = np.float32(1 / np.sqrt(q.shape[-1]))
     for i in range(q.shape[1]):
-        t = n_past + i + 1
-        scores = q[:, i : i + 1] @ k[:, :t].transpose(0, 2, 1) * scale  # [h, 1, t]
-        out[:, i : i + 1] = softmax(scores) @ v[:, :t]  # [h, 1, dh]
+        out[:, i : i + 1] = attend_row(q[:, i : i + 1], k, v, n_past + i + 1)
     return out
+
+
+def tree_paths(parents):  # [n] ints (-1: hangs after the cache; else an earlier row) -> [n] lists of rows
+    """Each row's path of rows from the top of the tree down to itself. Raises ValueError for a parent
+    that is not -1 or an earlier row."""
+    paths = []
+    for i, parent in enumerate(parents):
+        if not -1 <= parent < i:
+            raise ValueError(f"row {i}'s parent is {parent}: a parent must be -1 or an earlier row")
+        paths.append((paths[parent] if parent >= 0 else []) + [i])
+    return paths
+
+
+def tree_attention(paths):  # -> attend(q, k, v, n_past) for rows laid out as a tree
+    """Tree attention: row i attends to the cached prefix 0 .. n_past-1 and to the rows of its path.
+
+    For each row, its path's keys and values are put at positions n_past .. n_past + len(path) - 1
+    of the cache (then put back), so the row runs `attend_row` over a key prefix exactly as a
+    one-token forward after the path would: same values, same call shapes, same bits.
+    """
+    def attend(q, k, v, n_past):  # [h, n, dh], [h, T, dh], [h, T, dh] -> [h, n, dh]
+        n = q.shape[1]
+        k_new, v_new = k[:, n_past:n_past + n].copy(), v[:, n_past:n_past + n].copy()
+        out = np.empty_like(q)
+        for i, path in enumerate(paths):
+            t = n_past + len(path)
+            k[:, n_past:t], v[:, n_past:t] = k_new[:, path], v_new[:, path]
+            out[:, i : i + 1] = attend_row(q[:, i : i + 1], k, v, t)
+        k[:, n_past:n_past + n], v[:, n_past:n_past + n] = k_new, v_new
+        return out
+    return attend
 
 
 def attention_masked(q, k, v, n_past):  # [h, n, dh], [h, T, dh], [h, T, dh] -> [h, n, dh]
@@ -148,15 +195,17 @@ def block(x, p, cache, layer, config, linear, attend):  # [n, d] -> [n, d]
     return x + ffn(layer_norm(x, **p["ln_2"], eps=eps), **p["mlp"], linear=linear)
 
 
-def gpt2(ids, params, config, cache, linear, attend=attention):  # [n_new] -> [n_new, n_vocab]
+def gpt2(ids, params, config, cache, linear, attend=attention, positions=None):  # [n_new] -> [n_new, n_vocab]
     """Feed `ids` (the positions after `cache.length`) and return their logits.
 
     ids: int array `[n_new]`, values in `[0, n_vocab)`. Returns float32 logits
     `[n_new, n_vocab]` for every new position and advances `cache.length` by `n_new`.
     linear(x `[n, d_in]`, w `[d_in, d_out]`, b `[d_out]` or None) -> `[n, d_out]`: every product,
-    the tied head `linear(x, wte.T)` included. attend: `attention` (each row over its key prefix)
-    or `attention_masked`. With a batch-invariant `linear` (npspec.kernels) and `attention`, row
-    i's logits are bit-identical to feeding the ids one at a time.
+    the tied head `linear(x, wte.T)` included. attend: `attention` (each row over its key prefix),
+    `attention_masked`, or `tree_attention(paths)`. positions: `[n_new]` position ids (default
+    cache.length + 0 .. n_new-1; a tree's rows sit at the depth of their path, see gpt2_tree).
+    With a batch-invariant `linear` (npspec.kernels) and `attention`, row i's logits are
+    bit-identical to feeding the ids one at a time.
     Raises ContextOverflowError, before any work, if `cache.length + n_new > n_ctx`, and
     ValueError for ids that are not integers in range.
     """
@@ -170,9 +219,24 @@ def gpt2(ids, params, config, cache, linear, attend=attention):  # [n_new] -> [n
         return np.zeros((0, config.n_vocab), dtype=np.float32)
     if ids.dtype.kind not in "iu" or ids.min() < 0 or ids.max() >= config.n_vocab:
         raise ValueError(f"ids must be integers in [0, {config.n_vocab})")
-    x = params["wte"][ids] + params["wpe"][n_past : n_past + n_new]  # [n_new, d]
+    positions = np.arange(n_past, n_past + n_new) if positions is None else positions
+    x = params["wte"][ids] + params["wpe"][positions]  # [n_new, d]
     for layer, p in enumerate(params["h"]):
         x = block(x, p, cache, layer, config, linear, attend)
     cache.length = n_past + n_new
     x = layer_norm(x, **params["ln_f"], eps=config.layer_norm_epsilon)
     return linear(x, params["wte"].T)  # [n_new, n_vocab]; the head is tied to wte
+
+
+def gpt2_tree(ids, parents, params, config, cache, linear):  # [n_new], [n_new] -> [n_new, n_vocab]
+    """Feed a tree of ids after the cache and return each row's logits (tree attention, one forward).
+
+    parents[i]: -1 for a row that follows the cached prefix directly, else an earlier row. Row i
+    sits at position cache.length + len(path) - 1 and attends to the prefix and its path
+    (tree_attention). The rows are stored in the cache in feed order (positions cache.length ..);
+    keep the accepted path with KVCache.keep. With a batch-invariant `linear`, row i's logits are
+    bit-identical to one-token forwards along its path. Raises as gpt2 and for bad parents.
+    """
+    paths = tree_paths(parents)
+    positions = cache.length + np.array([len(path) - 1 for path in paths], dtype=np.int64)
+    return gpt2(ids, params, config, cache, linear, tree_attention(paths), positions)

@@ -5,7 +5,7 @@ place a kernel is chosen: an explicit constructor argument that `repr(model)` sh
 only by `with_kernel`, which returns a new Model over the same weights.
 """
 
-from .gpt2 import KVCache, attention, attention_masked, gpt2
+from .gpt2 import KVCache, attention, attention_masked, gpt2, gpt2_tree
 from .kernels import INVARIANT_KERNELS, column_major, gemm, make_kernel
 
 
@@ -59,6 +59,14 @@ class Model:
         decoding and verify forwards use this. Raises as gpt2.gpt2.
         """
         return gpt2(ids, self.params, self.config, cache, self.linear, attention)
+
+    def forward_tree(self, ids, parents, cache):  # [n_new], [n_new] -> [n_new, n_vocab] float32
+        """Logits of a tree of ids fed after `cache.length` in one forward (gpt2.gpt2_tree: tree attention).
+
+        parents[i]: -1 or an earlier row. With an invariant kernel, each row is bit-identical to a
+        one-token forward after its path. Raises as gpt2.gpt2_tree.
+        """
+        return gpt2_tree(ids, parents, self.params, self.config, cache, self.linear)
 
     def prefill(self, ids, cache):  # [n_new] -> [n_new, n_vocab] float32
         """Logits for `ids` fed after `cache.length` with one GEMM per product and masked attention over all rows.

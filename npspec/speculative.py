@@ -46,6 +46,7 @@ from .drafters import ModelDrafter
 from .gpt2 import ContextOverflowError
 from .sampling import check_warp_args, greedy, residual, sample, warp
 from .text import same_tokenizer
+from .trees import accept_tree, accept_tree_greedy, children
 
 SCHEDULES = ("constant", "heuristic")
 
@@ -179,7 +180,7 @@ def check_options(max_new_tokens, gamma, temperature, top_k, top_p, gamma_schedu
 
 def as_drafter(draft):
     """A drafter (npspec.drafters) for `draft`: a model becomes ModelDrafter(draft); a drafter or None is returned as is."""
-    return ModelDrafter(draft) if draft is not None and not hasattr(draft, "propose") else draft
+    return ModelDrafter(draft) if draft is not None and not hasattr(draft, "start") else draft
 
 
 def check_pair(target, draft):
@@ -347,23 +348,34 @@ def speculative_generate(target, draft, prompt_ids, max_new_tokens, gamma=4, tem
             stats.stop_reason = "context"
             break
         g = max(0, round_gamma(gamma, remaining, n_ctx, len(seq)))
-        u = rng.random(2 * g + 1)
         base = len(seq)
-
         t1 = time.perf_counter()
-        d, q = [], None
-        if g:
-            d, q = drafter.propose(list(seq), g, u[:g], warp_args)
-            check_proposal(d, q, g, target.config.n_vocab, temperature)
-        k = len(d)
-        seq.extend(d)
-        t2 = time.perf_counter()
-        if temperature == 0:
-            n, token = accept_greedy(d, verify_greedy(target, tcache, seq, k))
+        if drafter is not None and hasattr(drafter, "propose_tree"):  # a token tree (npspec.trees)
+            g = tree_depth(drafter, g, n_ctx, len(seq))
+            k = drafter.tree_size(g) if g else 0
+            u = rng.random(2 * k + 1)
+            ids, parents, q = drafter.propose_tree(list(seq), g, u[:k], warp_args) if k else ([], [], None)
+            check_tree(ids, parents, q, k, target.config.n_vocab, temperature)
+            t2 = time.perf_counter()
+            path, token = verify_accept_tree(target, tcache, seq, ids, parents, q, u[k:2 * k], u[2 * k], warp_args)
+            d, n = [ids[i] for i in path], len(path)
+            untested = not children(parents)[path[-1] if path else -1]  # the walk ended at a leaf: no rejection
         else:
-            p = verify(target, tcache, seq, k, warp_args)
-            q = np.zeros((0, target.config.n_vocab)) if q is None else q
-            n, token = accept(np.array(d, dtype=np.int64), p, q, u[g:g + k], u[2 * g])
+            u = rng.random(2 * g + 1)
+            d, q = [], None
+            if g:
+                d, q = drafter.propose(list(seq), g, u[:g], warp_args)
+                check_proposal(d, q, g, target.config.n_vocab, temperature)
+            k = len(d)
+            seq.extend(d)
+            t2 = time.perf_counter()
+            if temperature == 0:
+                n, token = accept_greedy(d, verify_greedy(target, tcache, seq, k))
+            else:
+                p = verify(target, tcache, seq, k, warp_args)
+                q = np.zeros((0, target.config.n_vocab)) if q is None else q
+                n, token = accept(np.array(d, dtype=np.int64), p, q, u[g:g + k], u[2 * g])
+            untested = n == k  # every draft kept: none was rejected
         stats.target_forwards += 1
         t3 = time.perf_counter()
         stats.seconds_draft += t2 - t1
@@ -375,7 +387,7 @@ def speculative_generate(target, draft, prompt_ids, max_new_tokens, gamma=4, tem
         if len(emitted) <= n:  # an accepted draft was EOS: the round ends there
             n, tested, drafted = len(emitted), len(emitted), len(emitted)
         else:
-            tested, drafted = n + (n < k), k
+            tested, drafted = n + (not untested), k
         stats.drafted += drafted
         stats.record_round(k, tested, n)
         del seq[base:]
@@ -401,12 +413,46 @@ def speculative_generate(target, draft, prompt_ids, max_new_tokens, gamma=4, tem
     return Generation(seq[n_prompt:], stats, rounds)
 
 
+def tree_depth(drafter, g, n_ctx, length):  # -> int
+    """A tree round's depth: at most g (round_gamma's clamp) and the drafter's own depth, and small enough that
+    the verify's 1 + tree_size rows fit in the context after `length` ids."""
+    depth = min(g, drafter.depth)
+    while depth and length + drafter.tree_size(depth) > n_ctx:
+        depth -= 1
+    return depth
+
+
+def verify_accept_tree(target, cache, seq, ids, parents, q, u_tests, u_final, warp_args):
+    """Steps 2-4 for a tree: ONE target forward over [last id] + the nodes (tree attention), multi-candidate
+    acceptance (npspec.trees.accept_tree, or the greedy walk at temperature 0), and the cache keeps the kept path.
+
+    Returns (path: kept node indices, the corrected or bonus id). The cache then holds seq + the path's ids.
+    """
+    rows = [-1] + [parent + 1 if parent >= 0 else 0 for parent in parents]  # row 0 is seq's last id
+    logits = target.forward_tree(np.asarray([seq[-1]] + list(ids)), rows, cache)
+    if warp_args.get("temperature", 1.0) == 0:
+        path, token = accept_tree_greedy(ids, parents, greedy(logits))
+    else:
+        path, token = accept_tree(ids, parents, q, warp(logits, **warp_args), u_tests, u_final)
+    cache.keep([len(seq) + i for i in path], len(seq))  # node i was fed at position len(seq) + i
+    return path, token
+
+
+def check_tree(ids, parents, q, n_nodes, n_vocab, temperature):
+    """Raise ValueError unless a tree drafter's proposal has n_nodes ids in range, valid parents and (temperature > 0)
+    q `[n_nodes, n_vocab]` giving each id a positive probability."""
+    if len(ids) != n_nodes or len(parents) != n_nodes or any(not -1 <= p < i for i, p in enumerate(parents)):
+        raise ValueError(f"the tree drafter proposed {len(ids)} ids with parents {list(parents)}: {n_nodes} nodes, "
+                         "each parent -1 or an earlier node, were asked for")
+    check_proposal(ids, q, n_nodes, n_vocab, temperature)
+
+
 def check_proposal(d, q, g, n_vocab, temperature):
     """Raise ValueError unless a drafter's proposal is well formed: at most g ids in [0, n_vocab), and (temperature > 0)
     q float `[len(d), n_vocab]` with q[i, d[i]] > 0 (a token it cannot have drawn is a drafter bug)."""
     if len(d) > g or any(not 0 <= int(x) < n_vocab for x in d):
         raise ValueError(f"the drafter proposed {list(d)}: at most {g} ids in [0, {n_vocab}) were asked for")
-    if temperature == 0:
+    if temperature == 0 or not len(d):
         return
     if q is None or np.shape(q) != (len(d), n_vocab) or (len(d) and not np.all(q[np.arange(len(d)), d] > 0)):
         raise ValueError(f"the drafter's q has shape {np.shape(q)} or gives a proposed id probability 0; it must be "

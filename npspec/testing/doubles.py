@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..gpt2 import ContextOverflowError
+from ..gpt2 import ContextOverflowError, tree_paths
 
 
 class ScriptedRng:
@@ -54,6 +54,12 @@ class TableCache:
             raise ValueError(f"cannot roll the cache back to {length}: it holds {self.length} positions")
         del self.ids[length:]
 
+    def keep(self, rows, start):
+        """KVCache.keep: the ids at positions `rows` move to `start, ...`; the cache ends there."""
+        kept = [self.ids[int(r)] for r in rows]
+        del self.ids[start:]
+        self.ids.extend(kept)
+
 
 class TableModel:
     """A stand-in for npspec.model.Model whose logits are an explicit function of the sequence.
@@ -97,3 +103,15 @@ class TableModel:
 
     def prefill(self, ids, cache):  # [n_new] -> [n_new, n_vocab] float32
         return self.forward(ids, cache)
+
+    def forward_tree(self, ids, parents, cache):  # [n_new], [n_new] -> [n_new, n_vocab] float32
+        """Model.forward_tree: row i's logits after the cached ids and its path (npspec.gpt2.tree_paths)."""
+        ids = [int(i) for i in np.asarray(ids).reshape(-1)]
+        if cache.length + len(ids) > self.config.n_ctx:
+            raise ContextOverflowError(
+                f"{cache.length} cached + {len(ids)} new positions exceed n_ctx={self.config.n_ctx}")
+        self.calls += 1
+        rows = [np.asarray(self.logits(tuple(cache.ids + [ids[r] for r in path])), dtype=np.float32)
+                for path in tree_paths(parents)]
+        cache.ids.extend(ids)
+        return np.array(rows, dtype=np.float32).reshape(len(ids), self.config.n_vocab)
