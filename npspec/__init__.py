@@ -11,7 +11,8 @@ weights + the kernel its forwards use), files (the converted-model file format),
 random initialisation), huggingface (Hugging Face checkpoints -> npspec files), sources (load(spec,
 role): SPECs, the registry of names, the conversion cache, the shipped pair), sampling (warping,
 inverse-CDF sampling, residual), text (prompts, streaming), drafters (who proposes: a draft model,
-n-gram lookup), speculative (the round and the loop),
+n-gram lookup, token trees), trees (multi-candidate acceptance down a tree), speculative (the round
+and the loop),
 evaluate (perplexity, acceptance), testing (the conformance kit); generate and convert are
 the commands (`python -m npspec.generate`, `python -m npspec.convert`), imported by nothing.
 """
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .drafters import ModelDrafter, NgramDrafter
+from .drafters import ModelDrafter, NgramDrafter, TreeDrafter
 from .files import CheckpointError, load_model
 from .gpt2 import ContextOverflowError, GPT2Config, KVCache
 from .model import Model
@@ -57,5 +58,5 @@ def generate_text(target, prompt, draft=None, gamma=4, max_new_tokens=64, temper
 
 
 __all__ = ["CheckpointError", "ContextOverflowError", "GPT2Config", "Generation", "KVCache", "Model", "ModelDrafter",
-           "NgramDrafter", "Stats",
+           "NgramDrafter", "Stats", "TreeDrafter",
            "TextGeneration", "generate_text", "load", "load_model", "random_model", "speculative_generate"]
