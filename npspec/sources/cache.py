@@ -12,14 +12,16 @@ and later runs load the conversion:
         .locks/                              one lock file per entry
 
 Each entry is built in a hidden staging directory beside it and renamed into place, complete,
-under a lock (`fcntl.flock` where available): a killed conversion leaves no half-written
-model, and two processes converting the same model at once convert it once. The rename alone
-keeps the cache whole where locks are missing (a process that loses the race discards its copy).
+under a lock (filelock, a huggingface_hub requirement: an OS lock on Unix and Windows, which
+the OS releases when its holder dies): a killed conversion leaves no half-written model, and
+two processes converting the same model at once convert it once (the second waits, says so,
+and gives up with the lock file's name after LOCK_TIMEOUT). The rename alone would keep the
+cache whole without the lock (a process that loses the race discards its copy).
 
 Downloads use huggingface_hub (its cache, HF_HUB_CACHE / HF_HOME, its progress bars and
 HF_HUB_OFFLINE), fetching only `config.json`, `model.safetensors` and `tokenizer.json`.
 Imports npspec.files, npspec.huggingface, npspec.init and the registry and shipped files of
-npspec.sources; huggingface_hub.
+npspec.sources; huggingface_hub, filelock.
 """
 
 import hashlib
@@ -32,6 +34,7 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
+from filelock import FileLock, Timeout
 from huggingface_hub import constants
 
 from ..huggingface import convert, read_source, write_hf_checkpoint
@@ -43,6 +46,7 @@ from .shipped import gpt2_tokenizer_json
 CACHE_ENV = "NPSPEC_CACHE"
 HUB_FILES = ["config.json", "model.safetensors", "tokenizer.json"]
 RANDOM_SEED = 0
+LOCK_TIMEOUT = 3600.0  # seconds a run waits for another converting the same model (gpt2-xl converts in minutes)
 
 
 def cache_dir():
@@ -59,20 +63,27 @@ def note(message):
 
 
 @contextmanager
-def _lock(path):
-    """Hold an exclusive lock on the file `path` (created if needed); no-op where fcntl is missing."""
-    try:
-        import fcntl
-    except ImportError:  # Windows: the atomic rename alone keeps the cache whole
-        yield False
-        return
+def _lock(path, timeout, what):
+    """Hold the cache entry's lock file `path` (filelock: fcntl/msvcrt locks the OS releases if the holder dies).
+
+    If another process holds it, say so on stderr and wait up to `timeout` seconds. Raises
+    CheckpointError naming the lock file if it is still held then.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
+    lock = FileLock(path)
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        note(f"another process is building {what}: waiting for it (lock file {path}, up to {timeout:g} s)")
         try:
-            yield True
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+            lock.acquire(timeout=timeout)
+        except Timeout:
+            raise CheckpointError(f"another process still holds the lock file {path} after {timeout:g} s; "
+                                  "let it finish converting, or stop it, and run again") from None
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def publish(staging, final):
@@ -88,13 +99,15 @@ def publish(staging, final):
         return False
 
 
-def cached(root, final, build, what):
+def cached(root, final, build, what, lock_timeout=LOCK_TIMEOUT):
     """Return the cache entry `final` (inside the cache `root`), building it first with `build(staging_dir)`
     if it is not there.
 
     build writes a converted model into the (empty, existing) staging directory it is given.
-    what: a description for the one-line note printed when building. Raises CheckpointError
-    (from build, or for a cache that cannot be written); the cache is then left as it was.
+    what: a description for the one-line note printed when building. lock_timeout: seconds to
+    wait while another process builds the same entry. Raises CheckpointError (from build, for a
+    cache that cannot be written, or a lock still held after lock_timeout); the cache is then
+    left as it was.
     """
     root, final = Path(root), Path(final)
     if final.is_dir():
@@ -102,12 +115,12 @@ def cached(root, final, build, what):
     try:
         final.parent.mkdir(parents=True, exist_ok=True)
         key = "--".join(final.relative_to(root).parts)
-        with _lock(root / ".locks" / f"{key}.lock") as locked:
+        with _lock(root / ".locks" / f"{key}.lock", lock_timeout, what):
             if final.is_dir():  # another process built it while we waited
                 return final
-            if locked:  # nobody else is building this entry: staging leftovers are from killed runs
-                for stale in final.parent.glob(f".{final.name}.*.partial"):
-                    shutil.rmtree(stale, ignore_errors=True)
+            # nobody else is building this entry: staging leftovers are from killed runs
+            for stale in final.parent.glob(f".{final.name}.*.partial"):
+                shutil.rmtree(stale, ignore_errors=True)
             staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".partial", dir=final.parent))
             try:
                 note(f"converting {what} into {final} (once; later runs reuse it)")
