@@ -7,7 +7,8 @@
 
 Modules, from the math up (each imports only modules listed before it): gpt2 (the forward's
 math and the KV cache), kernels (the products and the batch-invariance contract), model (Model:
-weights + the kernel its forwards use), files (the converted-model file format), init (GPT-2's
+weights + the kernel its forwards use), progress (bars for long work, shown only when a caller
+passes a bar factory), files (the converted-model file format), init (GPT-2's
 random initialisation), huggingface (Hugging Face checkpoints -> npspec files), sources (load(spec,
 role): SPECs, the registry of names, the conversion cache, the shipped pair), sampling (warping,
 inverse-CDF sampling, residual), text (prompts, streaming), speculative (the round and the loop),
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import progress
 from .files import CheckpointError, load_model
 from .gpt2 import ContextOverflowError, GPT2Config, KVCache
 from .model import Model
@@ -52,4 +54,4 @@ def generate_text(target, prompt, draft=None, gamma=4, max_new_tokens=64, temper
 
 
 __all__ = ["CheckpointError", "ContextOverflowError", "GPT2Config", "Generation", "KVCache", "Model", "Stats",
-           "TextGeneration", "generate_text", "load", "load_model", "random_model", "speculative_generate"]
+           "TextGeneration", "generate_text", "load", "load_model", "progress", "random_model", "speculative_generate"]

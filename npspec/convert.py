@@ -2,24 +2,30 @@
 
 SRC holds `config.json` + `model.safetensors` + `tokenizer.json` (as transformers' save_pretrained
 writes it); the conversion and its checks are npspec.huggingface.convert. This module is the
-command line only (argparse -> convert -> one line on stderr); nothing in npspec imports it.
+command line only (argparse -> convert -> one line on stderr; progress bars on a terminal unless
+--quiet, NPSPEC_QUIET or TQDM_DISABLE); only npspec.cli imports it.
 """
 
 import argparse
+import os
 import sys
 
 from .files import CheckpointError, oneline
 from .huggingface import convert
+from .progress import show_progress, terminal_bars
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m npspec.convert", description=__doc__.split("\n")[0].split(": ", 1)[1])
     ap.add_argument("src", help="Hugging Face GPT-2 checkpoint directory (config.json + model.safetensors)")
     ap.add_argument("out_dir", help="where to write the npspec model (created if needed)")
+    ap.add_argument("--quiet", action="store_true", help="no progress bars (nor with NPSPEC_QUIET=1 or TQDM_DISABLE=1; "
+                                                         "they show only when stderr is a terminal)")
     ap.add_argument("--debug", action="store_true", help="show a traceback on error")
     args = ap.parse_args(argv)
+    progress = terminal_bars if show_progress(args.quiet, sys.stderr, os.environ) else None
     try:
-        out = convert(args.src, args.out_dir)
+        out = convert(args.src, args.out_dir, progress=progress)
     except (CheckpointError, OSError) as e:
         if args.debug:
             raise

@@ -1,7 +1,7 @@
 """npspec's converted-model file format: read it, write it atomically, and report what is wrong with it.
 
-Imports npspec.gpt2 (GPT2Config) and npspec.model (Model), safetensors and tokenizers; safetensors
-only, never pickle.
+Imports npspec.gpt2 (GPT2Config), npspec.model (Model) and npspec.progress (bars), safetensors
+and tokenizers; safetensors only, never pickle.
 
 A converted model is a directory holding
   * `model.safetensors`: float32 tensors with GPT-2's names without the `transformer.` prefix
@@ -25,6 +25,7 @@ from tokenizers import Tokenizer
 
 from .gpt2 import GPT2Config
 from .model import Model
+from .progress import bar
 
 FORMAT_VERSION = "1"
 WEIGHTS_FILE = "model.safetensors"
@@ -196,13 +197,14 @@ def reading(path, fix=""):
         raise
 
 
-def read_weights(weights):
+def read_weights(weights, progress=None):
     """(metadata, config, {name: float32 array}, problems) of a converted `model.safetensors`.
 
     safetensors parses and checks the header (offsets contiguous and inside the file, sizes
     matching shapes and dtypes); each tensor's bytes are then read with `readinto` straight
     into the array the forward uses. Reading through safetensors' memory map instead would
     count the whole file in the process's resident memory a second time while loading.
+    progress: a bar factory (npspec.progress; None shows nothing), advanced by each tensor's bytes.
     """
     with safe_open(str(weights), framework="numpy") as f:
         metadata = f.metadata() or {}
@@ -227,14 +229,16 @@ def read_weights(weights):
     if problems:
         return metadata, config, {}, problems
     tensors = {}
-    with open(weights, "rb") as fh:
+    total = 4 * sum(int(np.prod(shape)) for shape in tensor_shapes(config).values())
+    with open(weights, "rb") as fh, bar(progress, f"loading {Path(weights).parent.name}", total) as b:
         data_start, header = read_header(fh)
         for name in tensor_shapes(config):
             tensors[name] = read_tensor(fh, data_start, header[name], "<f4", f"{weights} (tensor {name})")
+            b.update(tensors[name].nbytes)
     return metadata, config, tensors, []
 
 
-def load_model(path, kernel="gemv-panels", threads=1):
+def load_model(path, kernel="gemv-panels", threads=1, progress=None):
     """Load a converted model directory (see module docstring) into a `Model` decoding with `kernel` and `threads`.
 
     Reads each tensor once, straight into an array; Model then stores the block matrices
@@ -243,6 +247,7 @@ def load_model(path, kernel="gemv-panels", threads=1):
     one line naming the problem and the fix, for a missing or empty directory, a missing,
     truncated or non-safetensors file, a header whose offsets or sizes do not fit the file,
     wrong metadata, missing, misshaped or non-float32 tensors, and a malformed tokenizer.json.
+    progress: a bar factory (npspec.progress) for reading the weights; None (the default) shows nothing.
     """
     path = Path(path)
     weights, tok = path / WEIGHTS_FILE, path / TOKENIZER_FILE
@@ -256,7 +261,7 @@ def load_model(path, kernel="gemv-panels", threads=1):
                                   "Convert a Hugging Face checkpoint with: python -m npspec.convert SRC OUT_DIR")
     fix = "reconvert it with python -m npspec.convert"
     with reading(weights, fix):
-        metadata, config, tensors, problems = read_weights(weights)
+        metadata, config, tensors, problems = read_weights(weights, progress)
     if problems:
         raise CheckpointError(f"{weights}: " + "; ".join(problems) + f"; {fix}")
     try:

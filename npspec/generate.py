@@ -10,8 +10,8 @@ coloured (green) apart from target-produced ones; `--no-color` or NO_COLOR turns
 
 The top of the house: argparse -> load (npspec.sources) -> speculative_generate -> print. Every
 option is checked by npspec.speculative's own checks before a model loads; this module maps
-errors to one-line messages. The only environment variables read are here: NO_COLOR, and
-NPSPEC_NUM_THREADS as the default of --threads.
+errors to one-line messages. The only environment variables read are here: NO_COLOR, NPSPEC_QUIET
+and TQDM_DISABLE (npspec.progress.show_progress), and NPSPEC_NUM_THREADS as the default of --threads.
 """
 
 import argparse
@@ -23,6 +23,7 @@ import numpy as np
 
 from .files import CheckpointError
 from .kernels import KERNELS
+from .progress import show_progress, terminal_bars
 from .sources import HUB_NAMES, load
 from .speculative import check_options, check_pair, check_prompt, context_size, speculative_generate
 from .text import TextStreamer, encode_prompt
@@ -60,6 +61,8 @@ def build_parser():
     ap.add_argument("--compare", action="store_true",
                     help="then run plain decoding with the same options and print both speeds and their ratio")
     ap.add_argument("--no-color", action="store_true", help="do not colour accepted draft tokens")
+    ap.add_argument("--quiet", action="store_true", help="no progress bars (nor with --json, NPSPEC_QUIET=1 or "
+                                                         "TQDM_DISABLE=1; they show only when stderr is a terminal)")
     ap.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     return ap
 
@@ -125,8 +128,10 @@ def run(args, out=sys.stdout, err=sys.stderr):
         raise ValueError(f"--seed must be >= 0, got {args.seed}")
     threads = thread_count(args.threads)
     prompt = read_prompt(args.prompt)
-    target = load(args.target, "target", kernel=args.target_kernel, threads=threads)
-    draft = load(args.draft, "draft", kernel=args.draft_kernel, threads=threads) if args.gamma > 0 else None
+    progress = terminal_bars if show_progress(args.quiet or args.json, err, os.environ) else None
+    target = load(args.target, "target", kernel=args.target_kernel, threads=threads, progress=progress)
+    draft = load(args.draft, "draft", kernel=args.draft_kernel, threads=threads,
+                 progress=progress) if args.gamma > 0 else None
     if draft is not None:
         check_pair(target, draft)
     ids = encode_prompt(target.tokenizer, prompt, target.config.eos_token_id)

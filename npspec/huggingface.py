@@ -8,7 +8,7 @@ The command line is `python -m npspec.convert SRC OUT_DIR` (npspec/convert.py). 
 head is tied). Every problem is reported at once. Pickle files (`pytorch_model.bin`) are
 never loaded. Writes are atomic (see files.save_converted). Every check of a Hugging Face
 checkpoint lives here (`read_source` for the config and tokenizer, `convert_tensors` for the
-tensors). Imports npspec.gpt2 and npspec.files, safetensors and tokenizers.
+tensors). Imports npspec.gpt2, npspec.files and npspec.progress, safetensors and tokenizers.
 """
 
 import hashlib
@@ -27,16 +27,18 @@ from tokenizers import Tokenizer
 
 from .files import CheckpointError, oneline, read_header, read_tensor, reading, save_converted, tensor_shapes
 from .gpt2 import GPT2Config
+from .progress import bar
 
 IGNORED = re.compile(r"^h\.\d+\.attn\.(bias|masked_bias)$")
 
 
-def sha256_file(path, chunk=1 << 20):
-    """Hex sha256 of a file's bytes."""
+def sha256_file(path, chunk=1 << 20, progress=None):
+    """Hex sha256 of a file's bytes. progress: a bar factory (npspec.progress; None shows nothing)."""
     h = hashlib.sha256()
-    with open(path, "rb") as f:
+    with open(path, "rb") as f, bar(progress, f"sha256 of {Path(path).name}", os.fstat(f.fileno()).st_size) as b:
         while block := f.read(chunk):
             h.update(block)
+            b.update(len(block))
     return h.hexdigest()
 
 
@@ -90,7 +92,7 @@ def widen_bf16(bits):  # [...] uint16 -> [...] float32
     return (bits.astype(np.uint32) << 16).view(np.float32)
 
 
-def read_hf_tensors(path):
+def read_hf_tensors(path, progress=None):
     """All tensors of a Hugging Face safetensors file, names without `transformer.`.
 
     Returns `{name: array}` in the file's dtypes, except bfloat16, which is widened to float32
@@ -98,6 +100,7 @@ def read_hf_tensors(path):
     the header first; each tensor is then read once, with `readinto`, into its own array.
     Raises CheckpointError for a file safetensors cannot read (truncated, not safetensors, a
     header whose offsets or sizes do not fit) and for tensors of dtypes numpy cannot hold (F8...).
+    progress: a bar factory (npspec.progress; None shows nothing), advanced by each tensor's bytes.
     """
     tensors, exotic = {}, []
     with reading(path):
@@ -105,14 +108,16 @@ def read_hf_tensors(path):
             dtypes = {name: f.get_slice(name).get_dtype() for name in f.keys()}
         with open(path, "rb") as fh:
             data_start, header = read_header(fh)
-            for name, dtype in dtypes.items():
-                key = name[len("transformer."):] if name.startswith("transformer.") else name
-                if dtype not in NUMPY_DTYPES:
-                    if not IGNORED.match(key):
+            sizes = {name: header[name]["data_offsets"][1] - header[name]["data_offsets"][0] for name in dtypes}
+            with bar(progress, f"reading {Path(path).name}", sum(sizes.values())) as b:
+                for name, dtype in dtypes.items():
+                    key = name[len("transformer."):] if name.startswith("transformer.") else name
+                    if dtype in NUMPY_DTYPES:
+                        a = read_tensor(fh, data_start, header[name], NUMPY_DTYPES[dtype], f"{path} (tensor {name})")
+                        tensors[key] = widen_bf16(a) if dtype == "BF16" else a
+                    elif not IGNORED.match(key):
                         exotic.append(f"{name} ({dtype})")
-                    continue
-                a = read_tensor(fh, data_start, header[name], NUMPY_DTYPES[dtype], f"{path} (tensor {name})")
-                tensors[key] = widen_bf16(a) if dtype == "BF16" else a
+                    b.update(sizes[name])
     if exotic:
         raise CheckpointError(f"{path}: tensors of a dtype npspec cannot read: {', '.join(exotic)}; "
                               "save the checkpoint in float32, float16 or bfloat16")
@@ -219,21 +224,23 @@ def read_source(src, tokenizer_json=None):
     return config, tokenizer_json
 
 
-def convert(src, out_dir, source=None, tokenizer_json=None, source_sha256=None):
+def convert(src, out_dir, source=None, tokenizer_json=None, source_sha256=None, progress=None):
     """Convert the Hugging Face checkpoint directory `src` into `out_dir`; return `out_dir` as a Path.
 
     source: the string stored as `source` in the metadata (default: the resolved `src` path).
     tokenizer_json: tokenizer text to use when `src` has no `tokenizer.json`.
     source_sha256: the hex sha256 of `src/model.safetensors` if already known (the hub cache
-    names blobs by it); computed otherwise.
+    names blobs by it); computed otherwise. progress: a bar factory (npspec.progress) for reading
+    and hashing the source, None (the default) to show nothing.
     Memory: about the weight bytes (1.5x for float16 sources). Raises CheckpointError naming
     the problem and the fix; `out_dir` is then left as it was.
     """
     src, out_dir = Path(src), Path(out_dir)
     config, tokenizer_json = read_source(src, tokenizer_json)
     weights = src / "model.safetensors"
-    tensors = convert_tensors(read_hf_tensors(weights), config)
-    save = dict(source=source or str(src.resolve()), source_sha256=source_sha256 or sha256_file(weights),
+    tensors = convert_tensors(read_hf_tensors(weights, progress), config)
+    sha = source_sha256 or sha256_file(weights, progress=progress)
+    save = dict(source=source or str(src.resolve()), source_sha256=sha,
                 tokenizer_json=tokenizer_json)
     if out_dir.exists():  # each file is replaced atomically (save_converted)
         save_converted(out_dir, tensors, config, **save)

@@ -147,14 +147,16 @@ def check_hf(src):
     read_source(src, fallback_tokenizer_json(src))
 
 
-def convert_hf(src, out_dir, source, source_sha256=None):
-    """Convert the Hugging Face directory `src` into `out_dir` (huggingface.convert checks it). Raises CheckpointError."""
+def convert_hf(src, out_dir, source, source_sha256=None, progress=None):
+    """Convert the Hugging Face directory `src` into `out_dir` (huggingface.convert checks it), with `progress`
+    bars (npspec.progress; None shows nothing). Raises CheckpointError."""
     return convert(src, out_dir, source=source, tokenizer_json=fallback_tokenizer_json(src),
-                   source_sha256=source_sha256)
+                   source_sha256=source_sha256, progress=progress)
 
 
-def from_local(src, root):
-    """A local Hugging Face checkpoint directory, converted into the cache on first use. Returns the entry's path."""
+def from_local(src, root, progress=None):
+    """A local Hugging Face checkpoint directory, converted into the cache on first use (with `progress` bars,
+    npspec.progress; None shows nothing). Returns the entry's path."""
     src = Path(src).resolve()
     stats = [[name, (src / name).stat().st_size, (src / name).stat().st_mtime_ns]
              for name in HUB_FILES if (src / name).is_file()]
@@ -162,7 +164,7 @@ def from_local(src, root):
     final = root / "local" / f"{src.name}-{key}"
     if not final.is_dir():
         check_hf(src)  # config-level problems before the "converting" note
-    return cached(root, final, lambda out: convert_hf(src, out, source=str(src)), str(src))
+    return cached(root, final, lambda out: convert_hf(src, out, source=str(src), progress=progress), str(src))
 
 
 def random_key(shape, seed):
@@ -171,11 +173,12 @@ def random_key(shape, seed):
     return f"{shape}-seed{seed}-{digest}"
 
 
-def from_random(shape, root, seed=RANDOM_SEED):
+def from_random(shape, root, seed=RANDOM_SEED, progress=None):
     """`random:<shape>`: GPT-2's initialisation with `seed` (npspec.init), written as a Hugging Face checkpoint
     in a temporary directory, converted into the cache like any other, and the temporary copy deleted.
 
     Returns the entry's path. Peak memory while building: about the weight bytes (gpt2: 0.5 GB).
+    progress: a bar factory (npspec.progress) for the long steps; None shows nothing.
     Raises CheckpointError for an unknown shape.
     """
     if shape not in SHAPES:
@@ -186,8 +189,8 @@ def from_random(shape, root, seed=RANDOM_SEED):
 
     def build(out):
         with tempfile.TemporaryDirectory(prefix=".hf-", dir=out) as hf:
-            write_hf_checkpoint(hf, init_tensors(config, seed), config)
-            convert_hf(hf, out, source=f"random:{shape} (npspec.init, seed {seed})")
+            write_hf_checkpoint(hf, init_tensors(config, seed, progress), config)
+            convert_hf(hf, out, source=f"random:{shape} (npspec.init, seed {seed})", progress=progress)
 
     return cached(root, final, build, f"random:{shape} (seed {seed})")
 
@@ -210,9 +213,11 @@ def _newest_conversion(entry_dir):
     return max(done, key=lambda d: d.stat().st_mtime) if done else None
 
 
-def from_hub(repo_id, root, spec=None):
+def from_hub(repo_id, root, spec=None, progress=None):
     """A hub checkpoint: download (or find in the Hugging Face cache) and convert once. Returns the entry's path.
 
+    progress: a bar factory (npspec.progress) for the conversion; None shows nothing (huggingface_hub
+    shows its own download bars, following its HF_HUB_DISABLE_PROGRESS_BARS).
     Raises CheckpointError: no network and nothing cached (saying what to run on a connected
     machine), no such repository, no model.safetensors in it, or a download failure.
     """
@@ -252,4 +257,5 @@ def from_hub(repo_id, root, spec=None):
     if not final.is_dir():
         check_hf(snapshot)
     return cached(root, final, lambda out: convert_hf(snapshot, out, source=f"hf://{repo_id}@{snapshot.name}",
-                                                source_sha256=sha), f"{repo_id} (revision {snapshot.name[:12]})")
+                                                source_sha256=sha, progress=progress),
+                  f"{repo_id} (revision {snapshot.name[:12]})")
