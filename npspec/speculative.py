@@ -231,9 +231,12 @@ def speculative_generate(target, draft, prompt_ids, max_new_tokens, gamma=4, tem
     on_emit(ids, n_accepted): called after each round with the round's new ids, of which the
     first n_accepted are accepted drafts and the rest (none after an accepted EOS, else one)
     target-produced (corrected or bonus).
-    trace: record each round in `Generation.trace` as `{"drafted": ids, "accepted": n, "token": id}`,
-    with "drafted" cut after an accepted EOS (as the statistics are) and "token" the corrected
-    or bonus id, or None when the round ended on an accepted EOS.
+    trace: record each round in `Generation.trace` as `{"drafted": ids, "accepted": n, "token": id,
+    "p": [p_i(d_i)], "q": [q_i(d_i)], "u": [u_i], "seconds_draft": s, "seconds_verify": s}`, with
+    "drafted" cut after an accepted EOS (as the statistics are), "token" the corrected or bonus
+    id (None when the round ended on an accepted EOS), p and q the warped probabilities of each
+    draft (one-hot at temperature 0) and u its acceptance uniform (d_i is kept while u_i < p/q;
+    None at temperature 0, where no uniform decides anything).
     Output is exactly target-distributed; with temperature 0 it is token-identical to greedy
     decoding of the target when the target's kernel is batch invariant (npspec.kernels).
     Stops at EOS (included in the ids and counted), after max_new_tokens, or when the sequence
@@ -293,7 +296,8 @@ def speculative_generate(target, draft, prompt_ids, max_new_tokens, gamma=4, tem
             stats.draft_forwards += g
         t2 = time.perf_counter()
         if temperature == 0:
-            n, token = accept_greedy(d, verify_greedy(target, tcache, seq, g))
+            best = verify_greedy(target, tcache, seq, g)
+            n, token = accept_greedy(d, best)
         else:
             p = verify(target, tcache, seq, g, warp_args)
             n, token = accept(np.array(d, dtype=np.int64), p, q, u[g:2 * g], u[2 * g])
@@ -319,9 +323,13 @@ def speculative_generate(target, draft, prompt_ids, max_new_tokens, gamma=4, tem
         del seq[base:]
         seq.extend(emitted)
         tcache.rollback(len(seq) - 1)
-        if trace:
-            rounds.append({"drafted": [int(x) for x in d[:drafted]], "accepted": n,
-                           "token": int(emitted[-1]) if len(emitted) > n else None})
+        if trace:  # p(d_i), q(d_i) of each draft (one-hot at temperature 0) and its uniform u_i
+            k, dk = np.arange(drafted), np.asarray(d[:drafted], dtype=np.int64)
+            p_d, q_d = ((dk == best[:drafted]) * 1.0, np.ones(drafted)) if temperature == 0 else (p[k, dk], q[k, dk])
+            rounds.append({"drafted": dk.tolist(), "accepted": n,
+                           "token": int(emitted[-1]) if len(emitted) > n else None,
+                           "p": p_d.tolist(), "q": q_d.tolist(), "u": None if temperature == 0 else u[g:g + drafted].tolist(),
+                           "seconds_draft": t2 - t1, "seconds_verify": t3 - t2})
         if on_emit is not None:
             on_emit(emitted, n)
         if eos is not None and emitted[-1] == eos:
