@@ -12,7 +12,8 @@ passes a bar factory), files (the converted-model file format), init (GPT-2's
 random initialisation), huggingface (Hugging Face checkpoints -> npspec files), sources (load(spec,
 role): SPECs, the registry of names, the conversion cache, the shipped pair), sampling (warping,
 inverse-CDF sampling, residual), text (prompts, streaming), speculative (the round and the loop),
-evaluate (perplexity, acceptance), testing (the conformance kit); generate and convert are
+evaluate (perplexity, acceptance), testing (the conformance kit), picture (the HTML page of
+each round of a trace); generate and convert are
 the commands (`python -m npspec.generate`, `python -m npspec.convert`), and cli the `npspec`
 command over them (`npspec generate`, `npspec convert`); only cli imports them.
 """

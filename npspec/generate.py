@@ -22,6 +22,7 @@ import sys
 import numpy as np
 
 from .files import CheckpointError
+from . import picture
 from .kernels import KERNELS
 from .progress import show_progress, terminal_bars
 from .sources import HUB_NAMES, load
@@ -58,6 +59,8 @@ def build_parser():
     ap.add_argument("--json", action="store_true", help="print one JSON object: text, ids, stats")
     ap.add_argument("--trace", action="store_true",
                     help="with --json: add a record per round (drafted ids, accepted count, corrected or bonus id)")
+    ap.add_argument("--html", metavar="FILE", default=None,
+                    help="also write a page showing each round (drafts, accepted or not, p, q, u, times)")
     ap.add_argument("--compare", action="store_true",
                     help="then run plain decoding with the same options and print both speeds and their ratio")
     ap.add_argument("--no-color", action="store_true", help="do not colour accepted draft tokens")
@@ -154,7 +157,13 @@ def run(args, out=sys.stdout, err=sys.stderr):
         out.write(prompt)
     gen = speculative_generate(target, draft, ids, args.max_new_tokens, gamma=args.gamma,
                                temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-                               rng=np.random.default_rng(args.seed), on_emit=on_emit, trace=args.trace)
+                               rng=np.random.default_rng(args.seed), on_emit=on_emit,
+                               trace=args.trace or args.html is not None)
+    if args.html is not None:
+        try:
+            picture.write(args.html, gen.trace, target.tokenizer.decode, prompt, gen.stats.as_dict())
+        except OSError as e:
+            raise ValueError(f"cannot write --html {args.html} ({e.strerror or e}); pick a writable path") from e
     plain = None
     if args.compare:  # the same prompt, options and seed, with the target alone
         plain = speculative_generate(target, None, ids, args.max_new_tokens, gamma=0, temperature=args.temperature,
