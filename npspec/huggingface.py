@@ -262,7 +262,7 @@ def write_hf_checkpoint(out_dir, tensors, config, prefix="", dtype=np.float32):
 
     The inverse of `convert` (without the tokenizer): the layout `save_pretrained` writes
     (prefix "transformer.") or the hub's `gpt2` file holds (prefix ""), in `dtype` (float32 or
-    float16). Used to build `random:` models through the same convert -> load path, and by tests.
+    float16). Used by the tests, to make Hugging Face checkpoints to convert.
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

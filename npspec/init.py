@@ -34,7 +34,9 @@ def _init_tensor(name, shape, config, rng):
     if ".ln_" in name or name.startswith("ln_f"):
         return np.ones(shape, dtype=np.float32)
     std = 0.02 / np.sqrt(2 * config.n_layer) if name.endswith("c_proj.weight") else 0.02
-    return rng.standard_normal(shape, dtype=np.float32) * np.float32(std)
+    a = rng.standard_normal(shape, dtype=np.float32)
+    a *= np.float32(std)  # in place: no second array (the same float32 products)
+    return a
 
 
 def init_tensors_varied(config, seed=0):

@@ -99,23 +99,23 @@ def test_building_converting_and_loading_report_every_byte(tmp_path):
     rec = Recorder()
     model = load("random:tiny", cache_dir=tmp_path, progress=rec)
     descs = [b[0] for b in rec.bars]
-    assert descs == ["random weights (seed 0)", "reading model.safetensors", "sha256 of model.safetensors",
-                     f"loading {model.source.rsplit('/', 1)[1]}"]
+    assert descs == ["random weights (seed 0)", f"loading {model.source.rsplit('/', 1)[1]}"]
     for desc, total, unit, updates in rec.bars:
         assert unit == "B" and sum(updates) == total > 0, desc  # each bar ends full
     shapes = tensor_shapes(SHAPES["tiny"])
-    assert rec.bars[0][1] == rec.bars[3][1] == model.n_bytes == 4 * sum(map(math.prod, shapes.values()))
-    assert len(rec.bars[0][3]) == len(rec.bars[3][3]) == len(shapes)  # one step a tensor
+    assert rec.bars[0][1] == rec.bars[1][1] == model.n_bytes == 4 * sum(map(math.prod, shapes.values()))
+    assert len(rec.bars[0][3]) == len(rec.bars[1][3]) == len(shapes)  # one step a tensor
     again = Recorder()
     load("random:tiny", cache_dir=tmp_path, progress=again)  # cached: only the load
-    assert [b[0] for b in again.bars] == [descs[3]]
+    assert [b[0] for b in again.bars] == [descs[1]]
 
 
 def test_conversion_advances_per_tensor(tmp_path):
     rec = Recorder()
     convert(HF, tmp_path / "out", progress=rec)
-    reading = rec.bars[0]
-    assert reading[0] == "reading model.safetensors"
+    reading, hashing = rec.bars
+    assert reading[0] == "reading model.safetensors" and hashing[0] == "sha256 of model.safetensors"
+    assert sum(hashing[3]) == hashing[1] == (HF / "model.safetensors").stat().st_size
     assert len(reading[3]) == len(read_hf_tensors(HF / "model.safetensors"))  # one step a tensor
     assert sum(reading[3]) == reading[1] == (HF / "model.safetensors").stat().st_size - \
         int.from_bytes((HF / "model.safetensors").read_bytes()[:8], "little") - 8  # every data byte

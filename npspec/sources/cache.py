@@ -1,7 +1,7 @@
 """The conversion cache: Hugging Face checkpoints (hub or local) and `random:` models, converted once.
 
 npspec runs only its converted layout (npspec.files). A Hugging Face checkpoint (from the
-hub, or a local directory) and a `random:` model are converted once into the cache directory,
+hub, or a local directory) is converted, and a `random:` model built, once into the cache directory,
 and later runs load the conversion:
 
     $NPSPEC_CACHE (else $XDG_CACHE_HOME/npspec, else ~/.cache/npspec)
@@ -37,8 +37,8 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 from huggingface_hub import constants
 
-from ..huggingface import convert, read_source, write_hf_checkpoint
-from ..files import CheckpointError, oneline
+from ..huggingface import convert, read_source
+from ..files import CheckpointError, oneline, save_converted
 from ..init import init_tensors
 from .names import SHAPES
 from .shipped import gpt2_tokenizer_json
@@ -174,8 +174,8 @@ def random_key(shape, seed):
 
 
 def from_random(shape, root, seed=RANDOM_SEED, progress=None):
-    """`random:<shape>`: GPT-2's initialisation with `seed` (npspec.init), written as a Hugging Face checkpoint
-    in a temporary directory, converted into the cache like any other, and the temporary copy deleted.
+    """`random:<shape>`: GPT-2's initialisation with `seed` (npspec.init), saved into the cache in npspec's
+    layout with GPT-2's tokenizer (source_sha256 null: there is no source file).
 
     Returns the entry's path. Peak memory while building: about the weight bytes (gpt2: 0.5 GB).
     progress: a bar factory (npspec.progress) for the long steps; None shows nothing.
@@ -187,10 +187,9 @@ def from_random(shape, root, seed=RANDOM_SEED, progress=None):
     config = SHAPES[shape]
     final = root / "random" / random_key(shape, seed)
 
-    def build(out):
-        with tempfile.TemporaryDirectory(prefix=".hf-", dir=out) as hf:
-            write_hf_checkpoint(hf, init_tensors(config, seed, progress), config)
-            convert_hf(hf, out, source=f"random:{shape} (npspec.init, seed {seed})", progress=progress)
+    def build(out):  # the generator's numbers are the cost; nothing is written, read or hashed twice
+        save_converted(out, init_tensors(config, seed, progress), config, source=f"random:{shape} (npspec.init, "
+                       f"seed {seed})", source_sha256=None, tokenizer_json=gpt2_tokenizer_json())
 
     return cached(root, final, build, f"random:{shape} (seed {seed})")
 
