@@ -1,7 +1,7 @@
 """npspec's converted-model file format: read it, write it atomically, and report what is wrong with it.
 
-Imports npspec.gpt2 (GPT2Config), npspec.model (Model) and npspec.progress (bars), safetensors
-and tokenizers; safetensors only, never pickle.
+Imports npspec.gpt2 (GPT2Config), npspec.kernels (the column-major layout), npspec.model (Model)
+and npspec.progress (bars), safetensors and tokenizers; safetensors only, never pickle.
 
 A converted model is a directory holding
   * `model.safetensors`: float32 tensors with GPT-2's names without the `transformer.` prefix
@@ -24,6 +24,7 @@ from safetensors.numpy import save_file
 from tokenizers import Tokenizer
 
 from .gpt2 import GPT2Config
+from .kernels import block_linears, column_major
 from .model import Model
 from .progress import bar
 
@@ -241,13 +242,14 @@ def read_weights(weights, progress=None):
 def load_model(path, kernel="gemv-panels", threads=1, progress=None):
     """Load a converted model directory (see module docstring) into a `Model` decoding with `kernel` and `threads`.
 
-    Reads each tensor once, straight into an array; Model then stores the block matrices
-    column-major, one matrix at a time: peak memory is the weight bytes plus one matrix
+    Reads each tensor once, straight into an array, then stores the block matrices
+    column-major (kernels.column_major), one matrix at a time: peak memory is the weight bytes plus one matrix
     (tests/test_files.py measures it). Raises CheckpointError,
     one line naming the problem and the fix, for a missing or empty directory, a missing,
     truncated or non-safetensors file, a header whose offsets or sizes do not fit the file,
     wrong metadata, missing, misshaped or non-float32 tensors, and a malformed tokenizer.json.
-    progress: a bar factory (npspec.progress) for reading the weights; None (the default) shows nothing.
+    progress: a bar factory (npspec.progress) for reading the weights and laying them out; None (the
+    default) shows nothing.
     """
     path = Path(path)
     weights, tok = path / WEIGHTS_FILE, path / TOKENIZER_FILE
@@ -272,5 +274,7 @@ def load_model(path, kernel="gemv-panels", threads=1, progress=None):
         raise CheckpointError(f"{tok} has {tokenizer.get_vocab_size()} ids but the model's n_vocab is {config.n_vocab}: "
                               "it is not this model's tokenizer; put the model's own tokenizer.json there")
     params = params_tree(tensors, config)
-    del tensors  # so Model frees each row-major matrix as soon as its column-major copy exists (peak: one matrix)
+    del tensors  # so each row-major matrix is freed as soon as its column-major copy exists (peak: one matrix)
+    with bar(progress, f"column-major {path.name}", sum(lin["w"].nbytes for lin in block_linears(params))) as b:
+        column_major(params, b.update)  # what Model would do; here with a bar (Model's is then a no-op)
     return Model(config, params, tokenizer, path, kernel, threads, metadata)

@@ -155,16 +155,19 @@ def block_linears(params):
         yield from (h["attn"]["c_attn"], h["attn"]["c_proj"], h["mlp"]["c_fc"], h["mlp"]["c_proj"])
 
 
-def column_major(params):
+def column_major(params, done=None):
     """Store every block matrix column-major (Fortran order), in place; returns `params`.
 
     Same values and shapes (`w` stays `[d_in, d_out]`, so `x @ w` is unchanged): only the memory
     order changes, one matrix at a time (peak extra memory: one matrix; a matrix already
     column-major is not copied). Every kernel reads this layout; "gemv-panels" needs it for
     contiguous panels. The head needs nothing: `wte.T` is already column-major.
+    done: None, or a function called with each matrix's bytes once it is laid out (a progress bar's update).
     """
     for lin in block_linears(params):
         lin["w"] = fortran_copy(lin["w"])
+        if done is not None:
+            done(lin["w"].nbytes)
     return params
 
 

@@ -98,16 +98,18 @@ def test_a_closed_or_missing_stream_shows_nothing():
 def test_building_converting_and_loading_report_every_byte(tmp_path):
     rec = Recorder()
     model = load("random:tiny", cache_dir=tmp_path, progress=rec)
+    entry = model.source.rsplit("/", 1)[1]
     descs = [b[0] for b in rec.bars]
-    assert descs == ["random weights (seed 0)", f"loading {model.source.rsplit('/', 1)[1]}"]
+    assert descs == ["random weights (seed 0)", f"loading {entry}", f"column-major {entry}"]
     for desc, total, unit, updates in rec.bars:
         assert unit == "B" and sum(updates) == total > 0, desc  # each bar ends full
     shapes = tensor_shapes(SHAPES["tiny"])
     assert rec.bars[0][1] == rec.bars[1][1] == model.n_bytes == 4 * sum(map(math.prod, shapes.values()))
     assert len(rec.bars[0][3]) == len(rec.bars[1][3]) == len(shapes)  # one step a tensor
+    assert len(rec.bars[2][3]) == 4 * model.config.n_layer  # one step a block matrix
     again = Recorder()
     load("random:tiny", cache_dir=tmp_path, progress=again)  # cached: only the load
-    assert [b[0] for b in again.bars] == [descs[1]]
+    assert [b[0] for b in again.bars] == descs[1:]
 
 
 def test_conversion_advances_per_tensor(tmp_path):
