@@ -242,8 +242,8 @@ def read_weights(weights, progress=None):
 def load_model(path, kernel="gemv-panels", threads=1, progress=None):
     """Load a converted model directory (see module docstring) into a `Model` decoding with `kernel` and `threads`.
 
-    Reads each tensor once, straight into an array, then stores the block matrices
-    column-major (kernels.column_major), one matrix at a time: peak memory is the weight bytes plus one matrix
+    Reads each tensor once, straight into an array, then stores the block matrices column-major
+    (kernels.column_major), one matrix at a time: peak memory is the weight bytes plus one matrix
     (tests/test_files.py measures it). Raises CheckpointError,
     one line naming the problem and the fix, for a missing or empty directory, a missing,
     truncated or non-safetensors file, a header whose offsets or sizes do not fit the file,

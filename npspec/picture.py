@@ -100,15 +100,16 @@ def _span(text, kind, p=None, q=None, u=None, token_id=None):
 def render(trace, decode=None, prompt="", stats=None, title="Speculative decoding, round by round"):
     """The HTML page (a str) of a generation's `trace` (a list of dicts, see the module docstring).
 
-    decode: a function from a list of ids to text, such as `model.tokenizer.decode` (None: ids are
-    shown as numbers). prompt: the prompt text, shown first. stats: a dict like `Stats.as_dict()`
+    decode: a function from a list of ids to text, such as `model.tokenizer.decode` (None, or a token
+    without text such as <|endoftext|>: the id is shown, as [50256]). prompt: the prompt text, shown first. stats: a dict like `Stats.as_dict()`
     (or None) for the summary line. Raises TypeError if `trace` is not a list of dicts.
     """
     if not isinstance(trace, list) or not all(isinstance(r, dict) for r in trace):
         raise TypeError("trace must be a list of dicts, one per round (speculative_generate(..., trace=True))")
 
     def text_of(token_id, newline="\u21b5"):  # a visible newline sign; the running text also breaks the line
-        return decode([token_id]).replace("\n", newline) if decode is not None else f"[{token_id}]"
+        text = decode([token_id]) if decode is not None else ""
+        return text.replace("\n", newline) if text else f"[{token_id}]"  # no text (none, or a special token): the id
 
     longest = max([(_number(r.get("seconds_draft")) or 0) + (_number(r.get("seconds_verify")) or 0) for r in trace]
                   + [0.0])

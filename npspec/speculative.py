@@ -328,7 +328,8 @@ def speculative_generate(target, draft, prompt_ids, max_new_tokens, gamma=4, tem
             p_d, q_d = ((dk == best[:drafted]) * 1.0, np.ones(drafted)) if temperature == 0 else (p[k, dk], q[k, dk])
             rounds.append({"drafted": dk.tolist(), "accepted": n,
                            "token": int(emitted[-1]) if len(emitted) > n else None,
-                           "p": p_d.tolist(), "q": q_d.tolist(), "u": None if temperature == 0 else u[g:g + drafted].tolist(),
+                           "p": p_d.tolist(), "q": q_d.tolist(),
+                           "u": None if temperature == 0 else u[g:g + drafted].tolist(),
                            "seconds_draft": t2 - t1, "seconds_verify": t3 - t2})
         if on_emit is not None:
             on_emit(emitted, n)

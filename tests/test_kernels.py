@@ -252,7 +252,7 @@ def test_column_major_keeps_values_in_place(tiny):
 
 @pytest.mark.parametrize("shape", [(2, 3), (5, 3), (128, 7), (129, 300), (300, 129), (2 * 128 + 1, 64)])
 def test_fortran_copy_is_a_column_major_copy_across_strips(shape):
-    w = np.random.default_rng(0).standard_normal(shape, dtype=np.float32)  # a partial last strip where 128 does not divide
+    w = np.random.default_rng(0).standard_normal(shape, dtype=np.float32)  # a partial strip where 128 does not divide
     f = fortran_copy(w)
     assert f.flags.f_contiguous and f.dtype == w.dtype and np.array_equal(f, w) and not np.shares_memory(f, w)
     assert fortran_copy(f) is f  # already column-major: no copy

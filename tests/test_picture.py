@@ -108,6 +108,7 @@ def test_text_is_escaped_and_ids_shown_without_a_decoder():
     assert page.row(1) == [("rejected", "<b>&"), ("corrected", "x")]  # read back as text: it was escaped
     assert "<i>" not in picture.render([], prompt="<i>") and "&lt;i&gt;" in picture.render([], prompt="<i>")
     assert Page(picture.render(ROUNDS[:1])).row(1)[0] == ("accepted", "[1]")
+    assert Page(picture.render(ROUNDS[:1], lambda ids: "")).row(1)[0] == ("accepted", "[1]")  # e.g. <|endoftext|>
 
 
 def test_a_malformed_trace_is_refused():
@@ -130,7 +131,7 @@ def test_html_of_a_real_run(tmp_path, temperature):
     assert sum(kind == "rejected" for row in rows for kind, _ in row) == gen.stats.rejected
     from_page = "".join(text for _, text in page.row("text")).replace("\u21b5\n", "\n")
     tokenizer = load(None, "target").tokenizer  # the shipped target's, decoding token by token as the page does
-    assert from_page == "".join(tokenizer.decode([i]) for i in gen.ids)
+    assert from_page == "".join(tokenizer.decode([i]) or f"[{i}]" for i in gen.ids)  # an id where no text
     for w, kind, _, a in page.tokens:
         if w != "text" and kind in ("accepted", "rejected") and temperature != "0":
             u, ratio = float(a["data-u"]), float(a["data-p"]) / float(a["data-q"])

@@ -258,7 +258,7 @@ def test_two_processes_converting_at_once(tmp_path):
     assert all(r.returncode == 0 for r in runs), [r.stderr for r in runs]
     results = [json.loads(r.stdout) for r in runs]
     assert results[0] == results[1]
-    assert sum("npspec: converting" in r.stderr for r in runs) == 1  # the lock: one converts, the other waits and reuses
+    assert sum("npspec: converting" in r.stderr for r in runs) == 1  # the lock: one converts, the other waits, reuses
     assert os.listdir(tmp_path / "npspec" / "random") == [os.path.basename(results[0][0])]  # one entry, no leftovers
     m = load_model(results[0][0])  # and it is whole
     assert np.array_equal(m.params["wte"], random_model("tiny").params["wte"])

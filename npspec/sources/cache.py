@@ -79,7 +79,8 @@ def _lock(path, timeout, what):
             lock.acquire(timeout=timeout)
         except Timeout:
             raise CheckpointError(f"another process still holds the lock file {path} after {timeout:g} s; "
-                                  "let it finish converting, or stop it, and run again") from None
+                                  "let it finish converting or stop it (if none is running, delete the lock "
+                                  "file), and run again") from None
     try:
         yield
     finally:
