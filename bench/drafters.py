@@ -139,7 +139,7 @@ def controlled_rows(new_tokens, a_values, gammas, repeats, threads, target_shape
                                         repeats)
                     rows.append(row("controlled", name, gamma, schedule, speed, gens, ar, ar_gens, True,
                                     target=f"random:{target_shape}", a=a, threads=threads))
-    del target, draft
+    target = draft = None  # free the large models before the next command's
     models.release()
     return rows
 

@@ -7,20 +7,23 @@
 
 Modules, from the math up (each imports only modules listed before it): gpt2 (the forward's
 math and the KV cache), kernels (the products and the batch-invariance contract), model (Model:
-weights + the kernel its forwards use), files (the converted-model file format), init (GPT-2's
+weights + the kernel its forwards use), progress (bars for long work, shown only when a caller
+passes a bar factory), files (the converted-model file format), init (GPT-2's
 random initialisation), huggingface (Hugging Face checkpoints -> npspec files), sources (load(spec,
 role): SPECs, the registry of names, the conversion cache, the shipped pair), sampling (warping,
 inverse-CDF sampling, residual), text (prompts, streaming), drafters (who proposes: a draft model,
 n-gram lookup, token trees), trees (multi-candidate acceptance down a tree), speculative (the round
-and the loop),
-evaluate (perplexity, acceptance), testing (the conformance kit); generate and convert are
-the commands (`python -m npspec.generate`, `python -m npspec.convert`), imported by nothing.
+and the loop), evaluate (perplexity, acceptance), testing (the conformance kit), picture (the HTML
+page of each round of a trace); generate and convert are the commands (`python -m npspec.generate`,
+`python -m npspec.convert`), and cli the `npspec` command over them (`npspec generate`, `npspec
+convert`); only cli imports them.
 """
 
 from dataclasses import dataclass
 
 import numpy as np
 
+from . import progress
 from .drafters import ModelDrafter, NgramDrafter, TreeDrafter
 from .files import CheckpointError, load_model
 from .gpt2 import ContextOverflowError, GPT2Config, KVCache
@@ -58,5 +61,5 @@ def generate_text(target, prompt, draft=None, gamma=4, max_new_tokens=64, temper
 
 
 __all__ = ["CheckpointError", "ContextOverflowError", "GPT2Config", "Generation", "KVCache", "Model", "ModelDrafter",
-           "NgramDrafter", "Stats", "TreeDrafter",
-           "TextGeneration", "generate_text", "load", "load_model", "random_model", "speculative_generate"]
+           "NgramDrafter", "Stats", "TextGeneration", "TreeDrafter", "generate_text", "load", "load_model", "progress",
+           "random_model", "speculative_generate"]

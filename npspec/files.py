@@ -1,9 +1,10 @@
 """npspec's converted-model file format: read it, write it atomically, and report what is wrong with it.
 
-Imports npspec.gpt2 (GPT2Config) and npspec.model (Model), safetensors and tokenizers (and fcntl where
-the OS has it, for `locked`); safetensors only, never pickle. A converted directory is written whole
-or not at all (`write_dir`: staged beside it, renamed into place; a killed run's leftovers are
-removed by the next write), each file atomically (`atomic_write`).
+Imports npspec.gpt2 (GPT2Config), npspec.kernels (the column-major layout), npspec.model (Model)
+and npspec.progress (bars), safetensors and tokenizers (and fcntl where the OS has it, for
+`locked`); safetensors only, never pickle. A converted directory is written whole or not at all
+(`write_dir`: staged beside it, renamed into place; a killed run's leftovers are removed by the
+next write), each file atomically (`atomic_write`).
 
 A converted model is a directory holding
   * `model.safetensors`: float32 tensors with GPT-2's names without the `transformer.` prefix
@@ -27,7 +28,9 @@ from safetensors.numpy import save_file
 from tokenizers import Tokenizer
 
 from .gpt2 import GPT2Config
+from .kernels import block_linears, column_major
 from .model import Model
+from .progress import bar
 
 try:
     import fcntl
@@ -367,13 +370,14 @@ def reading(path, fix=""):
         raise
 
 
-def read_weights(weights):
+def read_weights(weights, progress=None):
     """(metadata, config, {name: float32 array}, problems) of a converted `model.safetensors`.
 
     safetensors parses and checks the header (offsets contiguous and inside the file, sizes
     matching shapes and dtypes); each tensor's bytes are then read with `readinto` straight
     into the array the forward uses. Reading through safetensors' memory map instead would
     count the whole file in the process's resident memory a second time while loading.
+    progress: a bar factory (npspec.progress; None shows nothing), advanced by each tensor's bytes.
     """
     with safe_open(str(weights), framework="numpy") as f:
         metadata = f.metadata() or {}
@@ -395,22 +399,26 @@ def read_weights(weights):
     if problems:
         return metadata, config, {}, problems
     tensors = {}
-    with open(weights, "rb") as fh:
+    total = 4 * sum(int(np.prod(shape)) for shape in tensor_shapes(config).values())
+    with open(weights, "rb") as fh, bar(progress, f"loading {Path(weights).parent.name}", total) as b:
         data_start, header = read_header(fh)
         for name in tensor_shapes(config):
             tensors[name] = read_tensor(fh, data_start, header[name], "<f4", f"{weights} (tensor {name})")
+            b.update(tensors[name].nbytes)
     return metadata, config, tensors, []
 
 
-def load_model(path, kernel="gemv-panels", threads=1):
+def load_model(path, kernel="gemv-panels", threads=1, progress=None):
     """Load a converted model directory (see module docstring) into a `Model` decoding with `kernel` and `threads`.
 
-    Reads each tensor once, straight into an array; Model then stores the block matrices
-    column-major, one matrix at a time: peak memory is the weight bytes plus one matrix
+    Reads each tensor once, straight into an array, then stores the block matrices column-major
+    (kernels.column_major), one matrix at a time: peak memory is the weight bytes plus one matrix
     (tests/test_files.py measures it). Raises CheckpointError,
     one line naming the problem and the fix, for a missing or empty directory, a missing,
     truncated or non-safetensors file, a header whose offsets or sizes do not fit the file,
     wrong metadata, missing, misshaped or non-float32 tensors, and a malformed tokenizer.json.
+    progress: a bar factory (npspec.progress) for reading the weights and laying them out; None (the
+    default) shows nothing.
     """
     path = Path(path)
     weights, tok = path / WEIGHTS_FILE, path / TOKENIZER_FILE
@@ -424,7 +432,7 @@ def load_model(path, kernel="gemv-panels", threads=1):
                                   "Convert a Hugging Face checkpoint with: python -m npspec.convert SRC OUT_DIR")
     fix = "reconvert it with python -m npspec.convert"
     with reading(weights, fix):
-        metadata, config, tensors, problems = read_weights(weights)
+        metadata, config, tensors, problems = read_weights(weights, progress)
     if problems:
         raise CheckpointError(f"{weights}: " + capped(problems) + f"; {fix}")
     try:
@@ -435,5 +443,7 @@ def load_model(path, kernel="gemv-panels", threads=1):
         raise CheckpointError(f"{tok} has {tokenizer.get_vocab_size()} ids but the model's n_vocab is {config.n_vocab}: "
                               "it is not this model's tokenizer; put the model's own tokenizer.json there")
     params = params_tree(tensors, config)
-    del tensors  # so Model frees each row-major matrix as soon as its column-major copy exists (peak: one matrix)
+    del tensors  # so each row-major matrix is freed as soon as its column-major copy exists (peak: one matrix)
+    with bar(progress, f"column-major {path.name}", sum(lin["w"].nbytes for lin in block_linears(params))) as b:
+        column_major(params, b.update)  # what Model would do; here with a bar (Model's is then a no-op)
     return Model(config, params, tokenizer, path, kernel, threads, metadata)

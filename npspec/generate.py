@@ -11,9 +11,9 @@ coloured (green) apart from target-produced ones; `--no-color` or NO_COLOR turns
 
 The top of the house: argparse -> load (npspec.sources) -> a drafter (npspec.drafters) ->
 speculative_generate -> print. Every option is checked by npspec.speculative's and
-npspec.drafters' own checks before a model loads; this module maps
-errors to one-line messages. The only environment variables read are here: NO_COLOR, and
-NPSPEC_NUM_THREADS as the default of --threads.
+npspec.drafters' own checks before a model loads; this module maps errors to one-line messages.
+The only environment variables read are here: NO_COLOR, NPSPEC_QUIET and TQDM_DISABLE
+(npspec.progress.show_progress), and NPSPEC_NUM_THREADS as the default of --threads.
 """
 
 import argparse
@@ -25,7 +25,9 @@ import numpy as np
 
 from .drafters import ModelDrafter, NgramDrafter, TreeDrafter, check_ngram_sizes, check_p_min
 from .files import CheckpointError
+from . import picture
 from .kernels import KERNELS
+from .progress import show_progress, terminal_bars
 from .sources import HUB_NAMES, load
 from .speculative import SCHEDULES, check_options, check_pair, check_prompt, context_size, speculative_generate
 from .text import TextStreamer, encode_prompt
@@ -78,9 +80,13 @@ def build_parser():
     ap.add_argument("--json", action="store_true", help="print one JSON object: text, ids, stats")
     ap.add_argument("--trace", action="store_true",
                     help="with --json: add a record per round (drafted ids, accepted count, corrected or bonus id)")
+    ap.add_argument("--html", metavar="FILE", default=None,
+                    help="also write a page showing each round (drafts, accepted or not, p, q, u, times)")
     ap.add_argument("--compare", action="store_true",
                     help="then run plain decoding with the same options and print both speeds and their ratio")
     ap.add_argument("--no-color", action="store_true", help="do not colour accepted draft tokens")
+    ap.add_argument("--quiet", action="store_true", help="no progress bars (nor with --json, NPSPEC_QUIET=1 or "
+                                                         "TQDM_DISABLE=1; they show only when stderr is a terminal)")
     ap.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     return ap
 
@@ -169,14 +175,14 @@ def check_drafting_args(args):
         check_ngram_sizes(1 if args.ngram_min is None else args.ngram_min, 4 if args.ngram_max is None else args.ngram_max)
 
 
-def make_drafter(args, target, threads):
+def make_drafter(args, target, threads, progress=None):
     """The drafter --draft names (None with --gamma 0): NgramDrafter for `ngram`, else ModelDrafter(load(SPEC))."""
     if args.gamma == 0:
         return None
     if args.draft == NGRAM:
         return NgramDrafter(target.config.n_vocab, target.config.eos_token_id,
                             1 if args.ngram_min is None else args.ngram_min, 4 if args.ngram_max is None else args.ngram_max)
-    draft = load(args.draft, "draft", kernel=args.draft_kernel, threads=threads)
+    draft = load(args.draft, "draft", kernel=args.draft_kernel, threads=threads, progress=progress)
     if args.tree:
         return TreeDrafter(draft, args.tree, args.tree_kind)
     return ModelDrafter(draft, p_min=args.draft_p_min)
@@ -189,8 +195,9 @@ def run(args, out=sys.stdout, err=sys.stderr):
         raise ValueError(f"--seed must be >= 0, got {args.seed}")
     threads = thread_count(args.threads)
     prompt = read_prompt(args.prompt)
-    target = load(args.target, "target", kernel=args.target_kernel, threads=threads)
-    draft = make_drafter(args, target, threads)
+    progress = terminal_bars if show_progress(args.quiet or args.json, err, os.environ) else None
+    target = load(args.target, "target", kernel=args.target_kernel, threads=threads, progress=progress)
+    draft = make_drafter(args, target, threads, progress)
     if draft is not None:
         check_pair(target, draft)
     ids = encode_prompt(target.tokenizer, prompt, target.config.eos_token_id)
@@ -213,8 +220,13 @@ def run(args, out=sys.stdout, err=sys.stderr):
         out.write(prompt)
     gen = speculative_generate(target, draft, ids, args.max_new_tokens, gamma=args.gamma,
                                temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-                               rng=np.random.default_rng(args.seed), on_emit=on_emit, trace=args.trace,
-                               gamma_schedule=args.gamma_schedule)
+                               rng=np.random.default_rng(args.seed), on_emit=on_emit,
+                               trace=args.trace or args.html is not None, gamma_schedule=args.gamma_schedule)
+    if args.html is not None:
+        try:
+            picture.write(args.html, gen.trace, target.tokenizer.decode, prompt, gen.stats.as_dict())
+        except OSError as e:
+            raise ValueError(f"cannot write --html {args.html} ({e.strerror or e}); pick a writable path") from e
     plain = None
     if args.compare:  # the same prompt, options and seed, with the target alone
         plain = speculative_generate(target, None, ids, args.max_new_tokens, gamma=0, temperature=args.temperature,

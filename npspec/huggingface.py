@@ -8,11 +8,12 @@ The command line is `python -m npspec.convert SRC OUT_DIR` (npspec/convert.py). 
 head is tied). Every problem is reported at once. Pickle files (`pytorch_model.bin`) are
 never loaded. Writes are atomic (see files.save_converted). Every check of a Hugging Face
 checkpoint lives here (`read_source` for the config and tokenizer, `convert_tensors` for the
-tensors). Imports npspec.gpt2 and npspec.files, safetensors and tokenizers.
+tensors). Imports npspec.gpt2, npspec.files and npspec.progress, safetensors and tokenizers.
 """
 
 import hashlib
 import json
+import os
 import re
 import warnings
 from pathlib import Path
@@ -25,16 +26,18 @@ from tokenizers import Tokenizer
 from .files import (CheckpointError, capped, layer_count_problem, oneline, out_dir_problem, read_header, read_tensor,
                     reading, save_converted, tensor_shapes, write_dir)
 from .gpt2 import GPT2Config
+from .progress import bar
 
 IGNORED = re.compile(r"^h\.\d+\.attn\.(bias|masked_bias)$")
 
 
-def sha256_file(path, chunk=1 << 20):
-    """Hex sha256 of a file's bytes."""
+def sha256_file(path, chunk=1 << 20, progress=None):
+    """Hex sha256 of a file's bytes. progress: a bar factory (npspec.progress; None shows nothing)."""
     h = hashlib.sha256()
-    with open(path, "rb") as f:
+    with open(path, "rb") as f, bar(progress, f"sha256 of {Path(path).name}", os.fstat(f.fileno()).st_size) as b:
         while block := f.read(chunk):
             h.update(block)
+            b.update(len(block))
     return h.hexdigest()
 
 
@@ -92,7 +95,7 @@ def widen_bf16(bits):  # [...] uint16 -> [...] float32
     return (bits.astype(np.uint32) << 16).view(np.float32)
 
 
-def read_hf_tensors(path):
+def read_hf_tensors(path, progress=None):
     """All tensors of a Hugging Face safetensors file, names without `transformer.`.
 
     Returns `{name: array}` in the file's dtypes, except bfloat16, which is widened to float32
@@ -100,6 +103,7 @@ def read_hf_tensors(path):
     the header first; each tensor is then read once, with `readinto`, into its own array.
     Raises CheckpointError for a file safetensors cannot read (truncated, not safetensors, a
     header whose offsets or sizes do not fit) and for tensors of dtypes numpy cannot hold (F8...).
+    progress: a bar factory (npspec.progress; None shows nothing), advanced by each tensor's bytes.
     """
     tensors, exotic = {}, []
     with reading(path):
@@ -107,14 +111,16 @@ def read_hf_tensors(path):
             dtypes = {name: f.get_slice(name).get_dtype() for name in f.keys()}
         with open(path, "rb") as fh:
             data_start, header = read_header(fh)
-            for name, dtype in dtypes.items():
-                key = name[len("transformer."):] if name.startswith("transformer.") else name
-                if dtype not in NUMPY_DTYPES:
-                    if not IGNORED.match(key):
+            sizes = {name: header[name]["data_offsets"][1] - header[name]["data_offsets"][0] for name in dtypes}
+            with bar(progress, f"reading {Path(path).name}", sum(sizes.values())) as b:
+                for name, dtype in dtypes.items():
+                    key = name[len("transformer."):] if name.startswith("transformer.") else name
+                    if dtype in NUMPY_DTYPES:
+                        a = read_tensor(fh, data_start, header[name], NUMPY_DTYPES[dtype], f"{path} (tensor {name})")
+                        tensors[key] = widen_bf16(a) if dtype == "BF16" else a
+                    elif not IGNORED.match(key):
                         exotic.append(f"{name} ({dtype})")
-                    continue
-                a = read_tensor(fh, data_start, header[name], NUMPY_DTYPES[dtype], f"{path} (tensor {name})")
-                tensors[key] = widen_bf16(a) if dtype == "BF16" else a
+                    b.update(sizes[name])
     if exotic:
         raise CheckpointError(f"{path}: tensors of a dtype npspec cannot read: {capped(exotic)}; "
                               "save the checkpoint in float32, float16 or bfloat16")
@@ -238,10 +244,10 @@ def _converted(src, tokenizer_json, source, source_sha256):
             "source_sha256": source_sha256}
 
 
-def _save(src, save):
+def _save(src, save, progress=None):
     weights = src / "model.safetensors"
-    tensors = convert_tensors(read_hf_tensors(weights), save["config"])
-    sha = save["source_sha256"] or sha256_file(weights)
+    tensors = convert_tensors(read_hf_tensors(weights, progress), save["config"])
+    sha = save["source_sha256"] or sha256_file(weights, progress=progress)
     return lambda out: save_converted(out, tensors, **{**save, "source_sha256": sha})
 
 
@@ -256,13 +262,14 @@ def overlap_problem(src, out_dir):
     return None
 
 
-def convert(src, out_dir, source=None, tokenizer_json=None, source_sha256=None, force=False):
+def convert(src, out_dir, source=None, tokenizer_json=None, source_sha256=None, force=False, progress=None):
     """Convert the Hugging Face checkpoint directory `src` into `out_dir`; return `out_dir` as a Path.
 
     source: the string stored as `source` in the metadata (default: the resolved `src` path).
     tokenizer_json: tokenizer text to use when `src` has no `tokenizer.json`.
     source_sha256: the hex sha256 of `src/model.safetensors` if already known (the hub cache
-    names blobs by it); computed otherwise.
+    names blobs by it); computed otherwise. progress: a bar factory (npspec.progress) for reading
+    and hashing the source, None (the default) to show nothing.
     out_dir: a new or empty directory, or (with `force`) one holding an npspec model and nothing
     else, replaced whole; never `src`, inside it, or holding it. The model is written beside it and
     renamed into place (files.write_dir): it appears whole or not at all, a killed run's leftovers
@@ -277,14 +284,14 @@ def convert(src, out_dir, source=None, tokenizer_json=None, source_sha256=None, 
     save = _converted(src, tokenizer_json, source, source_sha256)
     if problem := out_dir_problem(out_dir, force):
         raise CheckpointError(problem)
-    return write_dir(out_dir, _save(src, save), force)
+    return write_dir(out_dir, _save(src, save, progress), force)
 
 
-def convert_into(src, out_dir, source=None, tokenizer_json=None, source_sha256=None):
+def convert_into(src, out_dir, source=None, tokenizer_json=None, source_sha256=None, progress=None):
     """Convert `src` into the existing empty directory `out_dir` that the caller owns and publishes (the cache's
     staging directory: npspec.sources.cache.cached); arguments as `convert`. Raises CheckpointError."""
     src = Path(src)
-    _save(src, _converted(src, tokenizer_json, source, source_sha256))(Path(out_dir))
+    _save(src, _converted(src, tokenizer_json, source, source_sha256), progress)(Path(out_dir))
     return Path(out_dir)
 
 
@@ -293,7 +300,7 @@ def write_hf_checkpoint(out_dir, tensors, config, prefix="", dtype=np.float32):
 
     The inverse of `convert` (without the tokenizer): the layout `save_pretrained` writes
     (prefix "transformer.") or the hub's `gpt2` file holds (prefix ""), in `dtype` (float32 or
-    float16). Used to build `random:` models through the same convert -> load path, and by tests.
+    float16). Used by the tests, to make Hugging Face checkpoints to convert.
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -298,9 +298,13 @@ def speculative_generate(target, draft, prompt_ids, max_new_tokens, gamma=4, tem
     first n_accepted are accepted drafts and the rest (none after an accepted EOS, else one)
     target-produced (corrected or bonus).
     trace: record each round in `Generation.trace` as `{"drafted": ids, "accepted": n, "token": id,
-    "proposed": k, "gamma": g}`, with "drafted" cut after an accepted EOS (as the statistics
-    are), "token" the corrected or bonus id, or None when the round ended on an accepted EOS,
-    k the number proposed and g the round's scheduled and clamped gamma.
+    "proposed": k, "gamma": g, "p": [p_i(d_i)], "q": [q_i(d_i)], "u": [u_i], "seconds_draft": s,
+    "seconds_verify": s}`, with "drafted" cut after an accepted EOS (as the statistics are), "token"
+    the corrected or bonus id (None when the round ended on an accepted EOS), k the number proposed,
+    g the round's scheduled and clamped gamma, p and q the warped probabilities of each draft
+    (one-hot at temperature 0) and u its acceptance uniform (d_i is kept while u_i < p/q; None at
+    temperature 0, where no uniform decides anything). A tree round's record has "tree": its ids and
+    parents, "drafted" its kept path, and p, q, u None.
     Output is exactly target-distributed; with temperature 0 it is token-identical to greedy
     decoding of the target when the target's kernel is batch invariant (npspec.kernels).
     Stops at EOS (included in the ids and counted), after max_new_tokens, or when the sequence
@@ -360,8 +364,9 @@ def speculative_generate(target, draft, prompt_ids, max_new_tokens, gamma=4, tem
             path, token = verify_accept_tree(target, tcache, seq, ids, parents, q, u[k:2 * k], u[2 * k], warp_args)
             d, n = [ids[i] for i in path], len(path)
             untested = not children(parents)[path[-1] if path else -1]  # the walk ended at a leaf: no rejection
+            tree_nodes = {"ids": [int(x) for x in ids], "parents": list(parents)}
         else:
-            u = rng.random(2 * g + 1)
+            u, tree_nodes = rng.random(2 * g + 1), None
             d, q = [], None
             if g:
                 d, q = drafter.propose(list(seq), g, u[:g], warp_args)
@@ -370,7 +375,8 @@ def speculative_generate(target, draft, prompt_ids, max_new_tokens, gamma=4, tem
             seq.extend(d)
             t2 = time.perf_counter()
             if temperature == 0:
-                n, token = accept_greedy(d, verify_greedy(target, tcache, seq, k))
+                best = verify_greedy(target, tcache, seq, k)
+                n, token = accept_greedy(d, best)
             else:
                 p = verify(target, tcache, seq, k, warp_args)
                 q = np.zeros((0, target.config.n_vocab)) if q is None else q
@@ -396,8 +402,8 @@ def speculative_generate(target, draft, prompt_ids, max_new_tokens, gamma=4, tem
         if drafter is not None:
             drafter.update(k, n)
         if trace:
-            rounds.append({"drafted": [int(x) for x in d[:drafted]], "accepted": n,
-                           "token": int(emitted[-1]) if len(emitted) > n else None, "proposed": k, "gamma": g})
+            rounds.append(trace_record(d, drafted, n, emitted, k, g, t2 - t1, t3 - t2, tree_nodes,
+                                       None if tree_nodes else (best if temperature == 0 else (p, q, u[g:]))))
         if on_emit is not None:
             on_emit(emitted, n)
         if eos is not None and emitted[-1] == eos:
@@ -411,6 +417,24 @@ def speculative_generate(target, draft, prompt_ids, max_new_tokens, gamma=4, tem
     stats.new_tokens = len(seq) - n_prompt
     stats.seconds = time.perf_counter() - t0
     return Generation(seq[n_prompt:], stats, rounds)
+
+
+def trace_record(d, drafted, n, emitted, k, g, seconds_draft, seconds_verify, tree, rows):
+    """One round's `--trace` record (see speculative_generate). rows: the greedy round's target argmax ids, or
+    (p, q, u_tests) of a sampled round, or None for a tree round."""
+    dk = np.asarray(d[:drafted], dtype=np.int64)
+    record = {"drafted": dk.tolist(), "accepted": n, "token": int(emitted[-1]) if len(emitted) > n else None,
+              "proposed": k, "gamma": g, "p": None, "q": None, "u": None,
+              "seconds_draft": seconds_draft, "seconds_verify": seconds_verify}
+    if tree is not None:
+        record["tree"] = tree
+    elif isinstance(rows, tuple):  # p(d_i), q(d_i) and the acceptance uniform u_i of each draft
+        p, q, u_tests = rows
+        i = np.arange(drafted)
+        record.update(p=p[i, dk].tolist(), q=q[i, dk].tolist(), u=u_tests[:drafted].tolist())
+    else:  # greedy: one-hot rows, no uniform decides anything
+        record.update(p=(dk == rows[:drafted]).astype(np.float64).tolist(), q=np.ones(drafted).tolist())
+    return record
 
 
 def tree_depth(drafter, g, n_ctx, length):  # -> int

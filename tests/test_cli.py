@@ -239,7 +239,7 @@ def test_convert_cli_unwritable_out_dir(tmp_path):
 def test_bad_input_table_is_in_readme():
     readme = (ROOT / "README.md").read_text()
     section = readme[readme.index("## Troubleshooting"):]
-    for phrase in ("has no model.safetensors", "not a readable safetensors file", "missing tensor",
+    for phrase in ("has no model.safetensors", "not a readable safetensors file", "missing tensor", "the lock file",
                    "is not divisible by n_head", "unknown model", "not in the local Hugging Face cache",
                    "draft vocabulary", "different tokenizers", "the prompt has",
                    "max_new_tokens must be an integer >= 1", "cannot write npspec's cache"):

@@ -152,7 +152,8 @@ def test_variable_length_rounds_draw_the_documented_uniforms_and_count_in_vllms_
         assert s.mean_acceptance_length == pytest.approx(s.tokens_per_round, abs=1 / s.rounds)
     again = speculative_generate(target, make(), [1, 2, 1, 2], 40, gamma=3, rng=kit.ScriptedRng(
         np.random.default_rng(1).random(4000)), trace=True, gamma_schedule=schedule)
-    assert again.ids == gen.ids and again.trace == trace  # reproducible from the uniforms alone
+    untimed = [[{k: v for k, v in rec.items() if not k.startswith("seconds")} for rec in run.trace] for run in (gen, again)]
+    assert again.ids == gen.ids and untimed[0] == untimed[1]  # reproducible from the uniforms alone
 
 
 def test_ngram_rounds_without_a_match_are_plain_target_steps(pair):

@@ -54,10 +54,12 @@ def test_non_editable_install_finds_shipped_pair(tmp_path):
     code = ("import json, npspec, tokenizers; from npspec.sources import shipped_dir; "
             "g = npspec.generate_text(npspec.load(role='target'), 'ROMEO:', draft=npspec.load(role='draft'), "
             "max_new_tokens=5); print(json.dumps([npspec.__file__, str(shipped_dir('shakespeare/draft')), len(g.ids), "
-            "tokenizers.__file__]))")
+            "tokenizers.__file__, npspec.__version__]))")
     r = inner("-c", code)
     assert r.returncode == 0, r.stderr
-    module, draft, n, dependency = json.loads(r.stdout)
+    module, draft, n, dependency, module_version = json.loads(r.stdout)
     assert Path(module).is_relative_to(venv) and Path(draft) == venv / "share" / "npspec" / "shakespeare" / "draft"
     assert n == 5
     assert any(Path(dependency).is_relative_to(d) for d in running_site_dirs()), dependency
+    r = subprocess.run([str(venv / "bin" / "npspec"), "--version"], capture_output=True, text=True, env=env)
+    assert (r.returncode, r.stdout) == (0, f"npspec {module_version}\n"), r.stderr  # the console script

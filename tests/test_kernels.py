@@ -14,8 +14,8 @@ import pytest
 from npspec.files import params_tree
 from npspec.init import init_tensors
 from npspec.kernels import (INVARIANT_KERNELS, KERNELS, PANEL_BYTES, SPLIT_BYTES, WHOLE_BYTES, GemvPanels,
-                            block_linears, check_threads, column_major, gemm, gemm_panels, gemv_rows, make_kernel,
-                            panel_width, panels)
+                            block_linears, check_threads, column_major, fortran_copy, gemm, gemm_panels, gemv_rows,
+                            make_kernel, panel_width, panels)
 from npspec.model import Model, leaves
 from npspec.sources import SHAPES, random_model
 
@@ -248,6 +248,16 @@ def test_column_major_keeps_values_in_place(tiny):
                                                   params["h"][1]["mlp"]["c_fc"]["b"]]))
     first = params["h"][0]["attn"]["c_attn"]["w"]
     assert column_major(params)["h"][0]["attn"]["c_attn"]["w"] is first  # already column-major: not copied
+
+
+@pytest.mark.parametrize("shape", [(2, 3), (5, 3), (128, 7), (129, 300), (300, 129), (2 * 128 + 1, 64)])
+def test_fortran_copy_is_a_column_major_copy_across_strips(shape):
+    w = np.random.default_rng(0).standard_normal(shape, dtype=np.float32)  # a partial strip where 128 does not divide
+    f = fortran_copy(w)
+    assert f.flags.f_contiguous and f.dtype == w.dtype and np.array_equal(f, w) and not np.shares_memory(f, w)
+    assert fortran_copy(f) is f  # already column-major: no copy
+    strided = np.arange(2 * shape[0] * shape[1], dtype=np.float64).reshape(2 * shape[0], shape[1])[::2]
+    assert np.array_equal(fortran_copy(strided), strided) and fortran_copy(strided).flags.f_contiguous
 
 
 def test_block_linears_walks_each_blocks_four_products_in_order(tiny):

@@ -93,7 +93,11 @@ def test_hand_made_rows_through_the_loop(case):
     draft, target = rows_model(np.array(draft_rows), 1), rows_model(np.array(target_rows), 1)
     rng = kit.ScriptedRng([0.25] * 30)
     gen = speculative_generate(target, draft, [0], 4, gamma=3, temperature=1.0, rng=rng, trace=True)
-    assert gen.trace[0] == {"drafted": drafted, "accepted": n_accepted, "token": token, "proposed": 3, "gamma": 3}
+    rec = gen.trace[0]
+    assert {k: rec[k] for k in ("drafted", "accepted", "token", "proposed", "gamma")} == {
+        "drafted": drafted, "accepted": n_accepted, "token": token, "proposed": 3, "gamma": 3}
+    kept = [u < p / q for p, q, u in zip(rec["p"], rec["q"], rec["u"])]  # the trace shows why: u < p/q
+    assert rec["u"] == [0.25] * 3 and kept[:n_accepted] == [True] * n_accepted and False in kept[n_accepted:] + [False]
     assert gen.ids[: n_accepted + 1] == drafted[:n_accepted] + [token]
     assert rng.sizes[0] == 7  # g = min(3, 4 - 1): 3 draft draws, 3 acceptance tests, 1 final draw
 
@@ -206,7 +210,9 @@ def test_eos_accepted_mid_block_ends_output_and_statistics(gamma):
     assert s.drafted == s.accepted == 2 and s.rejected == 0  # ... nor counted
     assert s.tested_by_position == [1, 1] + [0] * (gamma - 2) and s.accepted_by_position == s.tested_by_position
     assert s.acceptance_by_position[:2] == [1.0, 1.0] and all(np.isnan(s.acceptance_by_position[2:]))
-    assert gen.trace == [{"drafted": [2, 3], "accepted": 2, "token": None, "proposed": gamma, "gamma": gamma}]
+    assert [{k: r[k] for k in ("drafted", "accepted", "token", "p", "q", "proposed", "gamma")} for r in gen.trace] == \
+        [{"drafted": [2, 3], "accepted": 2, "token": None, "p": [1.0, 1.0], "q": [1.0, 1.0], "proposed": gamma,
+          "gamma": gamma}]  # one-hot rows
 
 
 def test_eos_as_corrected_token_and_as_bonus():
@@ -264,7 +270,8 @@ def test_seeded_runs_reproduce_and_draw_a_fixed_number_of_uniforms():
         assert rng.random() == fresh.random()  # the same position in the stream: no hidden draws
         scripted = kit.ScriptedRng(np.random.default_rng(9).random(drawn))
         again = speculative_generate(target, draft, [1, 2], 30, gamma=3, temperature=1.0, rng=scripted, trace=True)
-        assert again.ids == gen.ids and again.trace == gen.trace
+        untimed = [[{k: v for k, v in r.items() if not k.startswith("seconds")} for r in g.trace] for g in (again, gen)]
+        assert again.ids == gen.ids and untimed[0] == untimed[1]  # the same uniforms: the same rounds, u included
         assert scripted.sizes == round_sizes(gen) and not scripted.values
     assert runs[0] == runs[1]
     now = np.random.get_state()

@@ -106,6 +106,12 @@ def test_every_path_replays_through_the_real_loop(gamma, max_new_tokens, eos):
                 assert tuple(rec["drafted"][: len(rnd.drafted)]) == rnd.drafted
 
 
+def decided(trace):
+    """What the rows decide in each round's record: the ids, the count kept, p(d_i) and q(d_i) (not the
+    uniforms, which a replay picks on the edges, nor the timings)."""
+    return [{k: rec[k] for k in ("drafted", "accepted", "token", "p", "q")} for rec in trace]
+
+
 @pytest.fixture(scope="module")
 def pair():
     return tiny_model(seed=41, n_layer=2), tiny_model(seed=42, role="draft", n_layer=1)
@@ -127,7 +133,7 @@ def test_q_is_what_the_draft_sampled_from_and_p_is_warped_alike(pair, warp_args)
         values, sizes = edge_uniforms(rounds, p, q, prompt, 3, 12, upper)
         rng = kit.ScriptedRng(values)
         again = speculative_generate(target, draft, prompt, 12, gamma=3, rng=rng, trace=True, **warp_args)
-        assert again.trace == gen.trace and again.ids == gen.ids
+        assert decided(again.trace) == decided(gen.trace) and again.ids == gen.ids
         assert rng.sizes == sizes and not rng.values
 
 
@@ -143,7 +149,7 @@ def test_greedy_round_takes_the_argmax_rows_and_draws_the_documented_uniforms(pa
         gen = speculative_generate(target, draft, prompt, 12, gamma=3, temperature=0, rng=rng, trace=True)
         assert len(rng.sizes) == len(gen.trace) == gen.stats.rounds
         assert rng.sizes == [2 * len(rec["drafted"]) + 1 for rec in gen.trace]  # drawn though unused
-        runs.append((gen.ids, gen.trace))
+        runs.append((gen.ids, decided(gen.trace)))
     assert runs[1] == runs[0] == runs[2]
     seq = list(prompt)
     for rec in gen.trace:

@@ -163,18 +163,19 @@ def test_offline_reuses_conversion_after_hf_cache_is_cleared(tmp_path):
 # --- random: models, local directories, names --------------------------------------------------------
 
 
-def test_random_shapes_are_built_through_convert_and_reused(tmp_path):
+def test_random_shapes_are_built_once_and_reused(tmp_path):
     m = load("random:tiny", cache_dir=tmp_path)
     ref = random_model("tiny")
     assert m.config == SHAPES["tiny"]
     for a, b in ((m.params["wte"], ref.params["wte"]), (m.params["h"][1]["mlp"]["c_proj"]["w"],
                                                          ref.params["h"][1]["mlp"]["c_proj"]["w"])):
-        assert np.array_equal(a, b)  # the same seeded init, through write -> convert -> load
+        assert np.array_equal(a, b)  # the same seeded init, through save -> load
     assert m.metadata["source"] == "random:tiny (npspec.init, seed 0)"
     assert m.tokenizer.to_str() == ref.tokenizer.to_str()  # GPT-2's
     entry = Path(m.source)
     assert entry.parent == tmp_path / "random" and sorted(os.listdir(entry)) == ["model.safetensors", "tokenizer.json"]
-    assert os.listdir(entry.parent) == [entry.name]  # the temporary hub-layout copy is gone
+    assert os.listdir(entry.parent) == [entry.name]  # no staging leftovers
+    assert m.metadata["source_sha256"] == "null"  # no source file
     mtime = (entry / "model.safetensors").stat().st_mtime_ns
     assert load("random:tiny", cache_dir=tmp_path).source == str(entry)
     assert (entry / "model.safetensors").stat().st_mtime_ns == mtime
@@ -257,7 +258,7 @@ def test_two_processes_converting_at_once(tmp_path):
     assert all(r.returncode == 0 for r in runs), [r.stderr for r in runs]
     results = [json.loads(r.stdout) for r in runs]
     assert results[0] == results[1]
-    assert sum("converting" in r.stderr for r in runs) == 1  # the lock: one converts, the other waits and reuses
+    assert sum("npspec: converting" in r.stderr for r in runs) == 1  # the lock: one converts, the other waits, reuses
     assert os.listdir(tmp_path / "npspec" / "random") == [os.path.basename(results[0][0])]  # one entry, no leftovers
     m = load_model(results[0][0])  # and it is whole
     assert np.array_equal(m.params["wte"], random_model("tiny").params["wte"])

@@ -40,10 +40,11 @@ def _is_repo_id(name):
         ".." not in name and not name.endswith((".", "-"))
 
 
-def resolve(spec, cache_dir=None):
+def resolve(spec, cache_dir=None, progress=None):
     """The converted model directory a SPEC (see the module docstring) names, converted into the cache first if needed.
 
     cache_dir: npspec's cache (default cache.cache_dir(): $NPSPEC_CACHE or ~/.cache/npspec).
+    progress: a bar factory (npspec.progress) for a build or conversion; None shows nothing.
     Returns a Path. Raises CheckpointError naming the problem and the fix.
     """
     root = cache_root(cache_dir)
@@ -51,13 +52,13 @@ def resolve(spec, cache_dir=None):
     path = Path(spec).expanduser()
     if path.exists():
         if path.is_dir() and (path / "config.json").is_file():
-            return cache.from_local(path, root)
+            return cache.from_local(path, root, progress)
         return path  # a converted directory; load_model reports anything wrong with it
     if spec.startswith("random:"):
-        return cache.from_random(spec[len("random:"):], root)
+        return cache.from_random(spec[len("random:"):], root, progress=progress)
     repo_id = HUB_NAMES.get(spec, spec)
     if _is_repo_id(repo_id) and not spec.startswith((".", "~", "/")):
-        return cache.from_hub(repo_id, root, spec)
+        return cache.from_hub(repo_id, root, spec, progress)
     if spec.startswith((".", "~", "/")) or spec.count("/") > 1 or "\\" in spec:
         raise CheckpointError(f"model {spec!r} is not an existing directory; give the path of a converted model or "
                               "of a Hugging Face checkpoint (config.json + model.safetensors)")
@@ -66,7 +67,7 @@ def resolve(spec, cache_dir=None):
         + ", ".join(SHAPES) + "), not a hub name (" + ", ".join(HUB_NAMES) + ") nor org/name")
 
 
-def load(spec=None, role="target", cache_dir=None, kernel=None, threads=1):
+def load(spec=None, role="target", cache_dir=None, kernel=None, threads=1, progress=None):
     """Load a model from a SPEC (see the module docstring); None loads the shipped `role`.
 
     role: "target" or "draft": the shipped model used when spec is None, and the default kernel
@@ -77,19 +78,21 @@ def load(spec=None, role="target", cache_dir=None, kernel=None, threads=1):
     target's argmax sequence (notes/derivation.md).
     kernel: one of kernels.KERNELS, overriding the role's. threads: the kernel's worker threads.
     cache_dir: npspec's conversion cache (default: $NPSPEC_CACHE, else ~/.cache/npspec).
+    progress: None (the default: nothing shown) or a bar factory such as npspec.progress.terminal_bars,
+    for building, converting and loading.
     Returns a Model. Raises CheckpointError with the fix, ValueError for another role, kernel or thread count.
     """
     if role not in ROLE_KERNELS:
         raise ValueError(f"role must be 'target' or 'draft', got {role!r}")
-    return _load(spec, role, cache_dir, kernel or ROLE_KERNELS[role], threads)
+    return _load(spec, role, cache_dir, kernel or ROLE_KERNELS[role], threads, progress)
 
 
-def _load(spec, role, cache_dir, kernel, threads):
+def _load(spec, role, cache_dir, kernel, threads, progress):
     if spec is None:
-        return load_model(shipped_dir(f"{SHIPPED_PAIR}/{role}"), kernel, threads)
-    path = resolve(spec, cache_dir)
+        return load_model(shipped_dir(f"{SHIPPED_PAIR}/{role}"), kernel, threads, progress)
+    path = resolve(spec, cache_dir, progress)
     try:
-        return load_model(path, kernel, threads)
+        return load_model(path, kernel, threads, progress)
     except CheckpointError as e:
         root = cache_root(cache_dir)
         if root.resolve() in path.resolve().parents:

@@ -1,7 +1,7 @@
 """The conversion cache: Hugging Face checkpoints (hub or local) and `random:` models, converted once.
 
 npspec runs only its converted layout (npspec.files). A Hugging Face checkpoint (from the
-hub, or a local directory) and a `random:` model are converted once into the cache directory,
+hub, or a local directory) is converted, and a `random:` model built, once into the cache directory,
 and later runs load the conversion:
 
     $NPSPEC_CACHE (else $XDG_CACHE_HOME/npspec, else ~/.cache/npspec)
@@ -12,14 +12,16 @@ and later runs load the conversion:
         .locks/                              one lock file per entry
 
 Each entry is built in a hidden staging directory beside it and renamed into place, complete,
-under a lock (`fcntl.flock` where available): a killed conversion leaves no half-written
-model, and two processes converting the same model at once convert it once. The rename alone
-keeps the cache whole where locks are missing (a process that loses the race discards its copy).
+under a lock (filelock, a huggingface_hub requirement: an OS lock on Unix and Windows, which
+the OS releases when its holder dies): a killed conversion leaves no half-written model, and
+two processes converting the same model at once convert it once (the second waits, says so,
+and gives up with the lock file's name after LOCK_TIMEOUT). The rename alone would keep the
+cache whole without the lock (a process that loses the race discards its copy).
 
 Downloads use huggingface_hub (its cache, HF_HUB_CACHE / HF_HOME, its progress bars and
 HF_HUB_OFFLINE), fetching only `config.json`, `model.safetensors` and `tokenizer.json`.
 Imports npspec.files, npspec.huggingface, npspec.init and the registry and shipped files of
-npspec.sources; huggingface_hub.
+npspec.sources; huggingface_hub, filelock.
 """
 
 import hashlib
@@ -32,10 +34,11 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
+from filelock import FileLock, Timeout
 from huggingface_hub import constants
 
-from ..huggingface import convert_into, read_source, write_hf_checkpoint
-from ..files import CheckpointError, oneline
+from ..huggingface import convert_into, read_source
+from ..files import CheckpointError, oneline, save_converted
 from ..init import init_tensors
 from .names import SHAPES
 from .shipped import gpt2_tokenizer_json
@@ -43,6 +46,7 @@ from .shipped import gpt2_tokenizer_json
 CACHE_ENV = "NPSPEC_CACHE"
 HUB_FILES = ["config.json", "model.safetensors", "tokenizer.json"]
 RANDOM_SEED = 0
+LOCK_TIMEOUT = 3600.0  # seconds a run waits for another converting the same model (gpt2-xl converts in minutes)
 
 
 def cache_dir():
@@ -59,20 +63,28 @@ def note(message):
 
 
 @contextmanager
-def _lock(path):
-    """Hold an exclusive lock on the file `path` (created if needed); no-op where fcntl is missing."""
-    try:
-        import fcntl
-    except ImportError:  # Windows: the atomic rename alone keeps the cache whole
-        yield False
-        return
+def _lock(path, timeout, what):
+    """Hold the cache entry's lock file `path` (filelock: fcntl/msvcrt locks the OS releases if the holder dies).
+
+    If another process holds it, say so on stderr and wait up to `timeout` seconds. Raises
+    CheckpointError naming the lock file if it is still held then.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
+    lock = FileLock(path)
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        note(f"another process is building {what}: waiting for it (lock file {path}, up to {timeout:g} s)")
         try:
-            yield True
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+            lock.acquire(timeout=timeout)
+        except Timeout:
+            raise CheckpointError(f"another process still holds the lock file {path} after {timeout:g} s; "
+                                  "let it finish converting or stop it (if none is running, delete the lock "
+                                  "file), and run again") from None
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def publish(staging, final):
@@ -88,13 +100,15 @@ def publish(staging, final):
         return False
 
 
-def cached(root, final, build, what):
+def cached(root, final, build, what, lock_timeout=LOCK_TIMEOUT):
     """Return the cache entry `final` (inside the cache `root`), building it first with `build(staging_dir)`
     if it is not there.
 
     build writes a converted model into the (empty, existing) staging directory it is given.
-    what: a description for the one-line note printed when building. Raises CheckpointError
-    (from build, or for a cache that cannot be written); the cache is then left as it was.
+    what: a description for the one-line note printed when building. lock_timeout: seconds to
+    wait while another process builds the same entry. Raises CheckpointError (from build, for a
+    cache that cannot be written, or a lock still held after lock_timeout); the cache is then
+    left as it was.
     """
     root, final = Path(root), Path(final)
     if final.is_dir():
@@ -103,12 +117,12 @@ def cached(root, final, build, what):
         final.parent.mkdir(parents=True, exist_ok=True)
         key = "--".join(final.relative_to(root).parts)
         lock = root / ".locks" / f"{key}.lock"
-        with _lock(lock) as locked:
+        with _lock(lock, lock_timeout, what):
             if final.is_dir():  # another process built it while we waited
                 return final
-            if locked:  # nobody else is building this entry: staging leftovers are from killed runs
-                for stale in final.parent.glob(f".{final.name}.*.partial"):
-                    shutil.rmtree(stale, ignore_errors=True)
+            # nobody else is building this entry: staging leftovers are from killed runs
+            for stale in final.parent.glob(f".{final.name}.*.partial"):
+                shutil.rmtree(stale, ignore_errors=True)
             staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".partial", dir=final.parent))
             try:
                 note(f"converting {what} into {final} (once; later runs reuse it)")
@@ -138,15 +152,16 @@ def check_hf(src):
     read_source(src, fallback_tokenizer_json(src))
 
 
-def convert_hf(src, out_dir, source, source_sha256=None):
-    """Convert the Hugging Face directory `src` into the staging directory `out_dir` (huggingface.convert_into checks
-    it). Raises CheckpointError."""
+def convert_hf(src, out_dir, source, source_sha256=None, progress=None):
+    """Convert the Hugging Face directory `src` into the staging directory `out_dir` (huggingface.convert_into
+    checks it), with `progress` bars (npspec.progress; None shows nothing). Raises CheckpointError."""
     return convert_into(src, out_dir, source=source, tokenizer_json=fallback_tokenizer_json(src),
-                   source_sha256=source_sha256)
+                        source_sha256=source_sha256, progress=progress)
 
 
-def from_local(src, root):
-    """A local Hugging Face checkpoint directory, converted into the cache on first use. Returns the entry's path."""
+def from_local(src, root, progress=None):
+    """A local Hugging Face checkpoint directory, converted into the cache on first use (with `progress` bars,
+    npspec.progress; None shows nothing). Returns the entry's path."""
     src = Path(src).resolve()
     stats = [[name, (src / name).stat().st_size, (src / name).stat().st_mtime_ns]
              for name in HUB_FILES if (src / name).is_file()]
@@ -154,7 +169,7 @@ def from_local(src, root):
     final = root / "local" / f"{src.name}-{key}"
     if not final.is_dir():
         check_hf(src)  # config-level problems before the "converting" note
-    return cached(root, final, lambda out: convert_hf(src, out, source=str(src)), str(src))
+    return cached(root, final, lambda out: convert_hf(src, out, source=str(src), progress=progress), str(src))
 
 
 def random_key(shape, seed):
@@ -163,11 +178,12 @@ def random_key(shape, seed):
     return f"{shape}-seed{seed}-{digest}"
 
 
-def from_random(shape, root, seed=RANDOM_SEED):
-    """`random:<shape>`: GPT-2's initialisation with `seed` (npspec.init), written as a Hugging Face checkpoint
-    in a temporary directory, converted into the cache like any other, and the temporary copy deleted.
+def from_random(shape, root, seed=RANDOM_SEED, progress=None):
+    """`random:<shape>`: GPT-2's initialisation with `seed` (npspec.init), saved into the cache in npspec's
+    layout with GPT-2's tokenizer (source_sha256 null: there is no source file).
 
     Returns the entry's path. Peak memory while building: about the weight bytes (gpt2: 0.5 GB).
+    progress: a bar factory (npspec.progress) for the long steps; None shows nothing.
     Raises CheckpointError for an unknown shape.
     """
     if shape not in SHAPES:
@@ -176,10 +192,9 @@ def from_random(shape, root, seed=RANDOM_SEED):
     config = SHAPES[shape]
     final = root / "random" / random_key(shape, seed)
 
-    def build(out):
-        with tempfile.TemporaryDirectory(prefix=".hf-", dir=out) as hf:
-            write_hf_checkpoint(hf, init_tensors(config, seed), config)
-            convert_hf(hf, out, source=f"random:{shape} (npspec.init, seed {seed})")
+    def build(out):  # the generator's numbers are the cost; nothing is written, read or hashed twice
+        save_converted(out, init_tensors(config, seed, progress), config, source=f"random:{shape} (npspec.init, "
+                       f"seed {seed})", source_sha256=None, tokenizer_json=gpt2_tokenizer_json())
 
     return cached(root, final, build, f"random:{shape} (seed {seed})")
 
@@ -202,9 +217,11 @@ def _newest_conversion(entry_dir):
     return max(done, key=lambda d: d.stat().st_mtime) if done else None
 
 
-def from_hub(repo_id, root, spec=None):
+def from_hub(repo_id, root, spec=None, progress=None):
     """A hub checkpoint: download (or find in the Hugging Face cache) and convert once. Returns the entry's path.
 
+    progress: a bar factory (npspec.progress) for the conversion; None shows nothing (huggingface_hub
+    shows its own download bars, following its HF_HUB_DISABLE_PROGRESS_BARS).
     Raises CheckpointError: no network and nothing cached (saying what to run on a connected
     machine), no such repository, no model.safetensors in it, or a download failure.
     """
@@ -244,4 +261,5 @@ def from_hub(repo_id, root, spec=None):
     if not final.is_dir():
         check_hf(snapshot)
     return cached(root, final, lambda out: convert_hf(snapshot, out, source=f"hf://{repo_id}@{snapshot.name}",
-                                                source_sha256=sha), f"{repo_id} (revision {snapshot.name[:12]})")
+                                                source_sha256=sha, progress=progress),
+                  f"{repo_id} (revision {snapshot.name[:12]})")
