@@ -12,6 +12,7 @@ from npspec import testing as kit
 from npspec.drafters import TreeDrafter
 from npspec.gpt2 import tree_paths
 from npspec.sampling import sample, warp
+from npspec.sources import random_model
 from npspec.speculative import speculative_generate
 from npspec.trees import branching_tree
 
@@ -142,6 +143,18 @@ def test_bad_tree_options_get_one_clean_line(args, message):
 def test_a_bad_branching_is_refused_by_the_parser(value):
     r = run_python(*GENERATE, "--tree", value, "x")
     assert r.returncode == 2 and "is not a list of counts >= 1" in r.stderr
+
+
+@pytest.mark.slow
+def test_greedy_tree_decoding_on_random_gpt2_shapes():
+    """GPT-2's shapes with random weights (gpt2 / distilgpt2): a (2, 2, 1) tree gives plain greedy's ids."""
+    target = random_model("gpt2")
+    draft = random_model("distilgpt2", tokenizer=target.tokenizer, kernel="gemv-rows")
+    plain = speculative_generate(target, None, [464, 1893], 24, gamma=0, temperature=0)
+    for kind in ("sampled", "top-k"):
+        tree = speculative_generate(target, TreeDrafter(draft, (2, 2, 1), kind), [464, 1893], 24, gamma=3,
+                                    temperature=0)
+        assert tree.ids == plain.ids
 
 
 @pytest.mark.slow
