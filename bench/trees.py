@@ -2,8 +2,9 @@
 
 Two tables:
   * trees_shipped: the shipped pair with its real acceptance, greedy and temperature 0.8 (top-p 0.95): the
-    chain drafter at gamma 1..8 and trees of 4, 8 and about 16 nodes (npspec.drafters.TreeDrafter,
-    sampled children; top-k children too at temperature 0.8).
+    chain drafter at gamma 1..8, trees of 4, 8 and about 16 nodes (npspec.drafters.TreeDrafter,
+    sampled children; top-k children too at temperature 0.8), and dynamic trees of 4, 8 and 16 nodes
+    (DynamicTreeDrafter, depth at most 4; their v is a chain's of as many rows, a close stand-in).
   * trees_controlled: random gpt2-large / distilgpt2 with CONTROLLED ACCEPTANCE (bench/controlled.py): each
     chain draft or tree node is the target's greedy token with probability a, independently; the real
     draft forwards run. a = 0.5 / 0.7 / 0.9.
@@ -16,7 +17,7 @@ import sys
 
 import numpy as np
 
-from npspec.drafters import ModelDrafter, TreeDrafter
+from npspec.drafters import DynamicTreeDrafter, ModelDrafter, TreeDrafter
 from npspec.trees import branching_tree
 
 from . import common, models
@@ -71,6 +72,13 @@ def shipped_rows(n_prompts, new_tokens, repeats, threads):
                 rows.append(row("shipped", f"tree {kind}", len(branching), "constant", speed, gens, ar, ar_gens,
                                 temperature == 0, temperature=temperature, **shape_fields(branching), v=cost,
                                 threads=threads))
+        for budget in (4, 8, 16):  # dynamic trees, depth at most 4
+            make = (lambda b: lambda: DynamicTreeDrafter(draft, b))(budget)
+            speed, gens = timed(decode(target, make, prompts, new_tokens, 4, **warp), repeats)
+            rows.append(row("shipped", "tree dynamic", 4, "constant", speed, gens, ar, ar_gens, temperature == 0,
+                            temperature=temperature, tree=f"budget {budget}", nodes=budget, depth=4,
+                            v=verify_cost(target, branching_tree((1,) * budget), max(repeats, 5), context),
+                            threads=threads))
     return rows
 
 
