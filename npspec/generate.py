@@ -43,7 +43,8 @@ def build_parser():
             f"({', '.join(HUB_NAMES)}, org/name)")
     ap.add_argument("--target", metavar="SPEC", default=None, help=f"{spec} (default: the shipped target)")
     ap.add_argument("--draft", metavar="SPEC", default=None,
-                    help=f"{spec}, or `ngram`: prompt lookup, no draft model (default: the shipped draft)")
+                    help=f"{spec}, or `ngram`: prompt lookup, no draft model, or SCHEME:SPEC / SCHEME:self: that "
+                         "model / the target quantized, e.g. int4-g64:self (default: the shipped draft)")
     ap.add_argument("--gamma", type=int, default=4,
                     help="draft tokens per round (the heuristic schedule's start); 0 = plain decoding (default 4)")
     ap.add_argument("--gamma-schedule", choices=SCHEDULES, default="constant",
@@ -156,7 +157,7 @@ def make_drafter(args, target, threads):
     if args.draft == NGRAM:
         return NgramDrafter(target.config.n_vocab, target.config.eos_token_id,
                             1 if args.ngram_min is None else args.ngram_min, 4 if args.ngram_max is None else args.ngram_max)
-    draft = load(args.draft, "draft", kernel=args.draft_kernel, threads=threads)
+    draft = load(args.draft, "draft", kernel=args.draft_kernel, threads=threads, target=args.target)
     return ModelDrafter(draft, p_min=args.draft_p_min)
 
 
