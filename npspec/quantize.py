@@ -225,3 +225,52 @@ def weight_bytes(shapes, scheme):
         else:
             total += 2 * n
     return total
+
+
+# ---- activation-aware scaling (AWQ: Lin et al., "AWQ: Activation-aware Weight Quantization for LLM
+#      Compression and Acceleration", MLSys 2024, arXiv:2306.00978, Section 3.2, Eqs. 4-5)
+
+AWQ_GRID = 20  # alpha = 0, 1/20, ..., 19/20, as the authors' code (llm-awq, auto_scale: n_grid = 20)
+AWQ_MIN_MAGNITUDE = 1e-4  # channel magnitudes are clamped here first, as in llm-awq
+
+
+def awq_objective(x, w, wq):  # [n, d_in], [d_in, d_out], [d_in, d_out] -> float
+    """The calibration objective AWQ minimises: mean squared error of the layer's outputs, mean((x wq - x w)^2)."""
+    x = np.asarray(x, dtype=np.float64)
+    return float(np.mean((x @ wq.astype(np.float64) - x @ w.astype(np.float64)) ** 2))
+
+
+def awq_round_trip(w, s, scheme):  # [d_in, d_out] float32, [d_in] float32 -> [d_in, d_out] float32
+    """The weights a scaled quantization stands for: Q(diag(s) w) / s row by row (Q: round_trip along axis 0).
+
+    Mathematically the same product as AWQ's Q(w diag(s)) (diag(s)^-1 x) with the division
+    folded into the weights instead of the previous operation (npspec dequantizes at load).
+    """
+    s = np.asarray(s, dtype=np.float32)[:, None]
+    return (round_trip(np.asarray(w, dtype=np.float32) * s, scheme, 0) / s).astype(np.float32)
+
+
+def awq_search(x, w, scheme, grid=AWQ_GRID):
+    """AWQ's search for per-input-channel scales of one linear layer: (s `[d_in]` float32, alpha, losses `[grid]`).
+
+    x: `[n, d_in]` calibration inputs of the layer (from TRAINING data, never the data it is
+    evaluated on); w: `[d_in, d_out]` float32 (Conv1D layout, input axis 0); scheme: an int
+    Scheme. Lin et al. 2024, Section 3.2: s_X = mean |x| per input channel (clamped at 1e-4),
+    s = s_X^alpha normalised by sqrt(max s * min s), for alpha on a grid of `grid` points in
+    [0, 1); the alpha whose awq_round_trip minimises awq_objective wins (the first on ties).
+    alpha = 0 gives s = 1, plain round-to-nearest, so the result is never worse than RTN on
+    the calibration objective. Raises ValueError for a 16-bit scheme (nothing to scale).
+    """
+    if scheme.kind != "int":
+        raise ValueError(f"AWQ scales integer schemes only, not {scheme.name}")
+    x = np.asarray(x, dtype=np.float32)
+    magnitude = np.maximum(np.abs(x).mean(axis=0), AWQ_MIN_MAGNITUDE).astype(np.float64)
+    losses, best = [], None
+    for i in range(grid):
+        alpha = i / grid
+        s = magnitude ** alpha
+        s = (s / np.sqrt(s.max() * s.min())).astype(np.float32)
+        losses.append(awq_objective(x, w, awq_round_trip(w, s, scheme)))
+        if best is None or losses[-1] < losses[best[1]]:
+            best = (s, i)
+    return best[0], best[1] / grid, np.array(losses)

@@ -1,7 +1,7 @@
 """Quantized models: quantize a Model, and save or load a quantized converted directory.
 
-Imports npspec.files (the converted format), npspec.model and npspec.quantize; safetensors only,
-never pickle.
+Imports npspec.gpt2 and npspec.kernels (to record a layer's inputs for AWQ), npspec.files (the
+converted format), npspec.model and npspec.quantize; safetensors only, never pickle.
 
 A quantized model is an ordinary npspec Model: its quantized tensors are dequantized to float32
 when it is built or loaded (npspec.quantize), so it runs the very same forward and kernels as
@@ -28,8 +28,11 @@ from tokenizers import Tokenizer
 
 from .files import (TOKENIZER_FILE, WEIGHTS_FILE, CheckpointError, atomic_write, config_from_metadata, oneline,
                     params_tree, read_header, reading, tensor_shapes)
+from .gpt2 import attention_masked, gpt2
+from .kernels import gemm
 from .model import Model
-from .quantize import Quantized, dequantize_tensors, input_axis, parse_scheme, quantize_tensors, quantized_names
+from .quantize import (LINEAR_SUFFIXES, Quantized, awq_round_trip, awq_search, dequantize_tensors, input_axis,
+                       parse_scheme, quantize_tensors, quantized_names)
 
 QUANTIZATION_FORMAT = "1"
 FIX = "requantize it with npspec.quantized.save_quantized"
@@ -67,6 +70,52 @@ def quantize_model(model, scheme, kernel=None, threads=None):
     return quantized_model(model.config, tensors, quantized, scheme, model.tokenizer, f"{scheme.name}:{model.source}",
                            model.kernel if kernel is None else kernel, model.threads if threads is None else threads,
                            model.metadata)
+
+
+def linear_inputs(model, windows):
+    """{name: `[n, d_in]` float32}: the inputs each block linear of `model` receives while it reads `windows`.
+
+    windows: id arrays, each read from a fresh cache with the prefill path (one GEMM per
+    product); n is the total number of ids. Records them by running npspec.gpt2.gpt2 with a
+    kernel that keeps a copy of each input it multiplies by a block matrix (the forward itself
+    is unchanged). Memory: 4 bytes * n * 7 n_embd per layer (the inputs of its four linears).
+    """
+    names = {id(a): n for n, a in flat_tensors(model.params, model.config).items() if n.endswith(LINEAR_SUFFIXES)}
+    store = {}
+
+    def recording(x, w, b=None):
+        name = names.get(id(w))
+        if name is not None:
+            store.setdefault(name, []).append(np.array(x, dtype=np.float32))
+        return gemm(x, w, b)
+
+    for ids in windows:
+        gpt2(np.asarray(ids), model.params, model.config, model.new_cache(), recording, attention_masked)
+    return {n: np.concatenate(v) for n, v in store.items()}
+
+
+def awq_quantize_model(model, scheme, calibration, kernel=None, threads=None):
+    """`model` quantized with `scheme` and AWQ's activation-aware scaling of every block linear (npspec.quantize.awq_search).
+
+    calibration: id arrays from TRAINING text (never the text the model is then evaluated on),
+    whose activations (linear_inputs, from the float32 model) calibrate each layer's search.
+    Lin et al. 2024 (AWQ), Section 3.2, with the scales folded into the dequantized weights
+    (Q(diag(s) w) / s) rather than into the previous operation: the same products. Tensors
+    that are not block linears (the embeddings of a +emb scheme) get plain round-to-nearest.
+    Returns a Model with source "<scheme>-awq:<source>" and metadata `quantization_method`
+    "awq" and `awq_alpha` (a JSON {name: alpha}); in memory only (save_quantized writes RTN).
+    Raises ValueError for a 16-bit scheme or a group that does not divide a width.
+    """
+    tensors = flat_tensors(model.params, model.config)
+    full = dequantize_tensors(tensors, quantize_tensors(tensors, scheme), scheme)
+    alphas = {}
+    for name, x in linear_inputs(model, calibration).items():
+        s, alphas[name], _ = awq_search(x, tensors[name], scheme)
+        full[name] = awq_round_trip(tensors[name], s, scheme)
+    metadata = {**model.metadata, "quantization": scheme.name, "quantization_method": "awq",
+                "awq_alpha": json.dumps(alphas)}
+    return Model(model.config, params_tree(full, model.config), model.tokenizer, f"{scheme.name}-awq:{model.source}",
+                 model.kernel if kernel is None else kernel, model.threads if threads is None else threads, metadata)
 
 
 def save_quantized(out_dir, model, scheme):

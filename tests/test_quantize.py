@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from npspec.files import tensor_shapes
 from npspec.gpt2 import GPT2Config
-from npspec.quantize import (Scheme, check_scheme, dequantize_tensor, from_bfloat16_bits, parse_scheme,
+from npspec.quantize import (Scheme, awq_objective, awq_round_trip, awq_search, check_scheme, dequantize_tensor, from_bfloat16_bits, parse_scheme,
                              quantize_tensor, quantize_tensors, quantized_names, round_trip, to_bfloat16_bits,
                              weight_bytes)
 
@@ -165,6 +165,40 @@ def test_values_outside_a_format_are_refused():
         quantize_tensor(np.array([[3.4e38]], np.float32), parse_scheme("bf16"))
     with pytest.raises(ValueError, match="NaN or inf"):
         quantize_tensor(np.array([[np.nan]], np.float32), parse_scheme("int8-ch"))
+
+
+# ---- activation-aware scaling (AWQ)
+
+@st.composite
+def layers(draw):
+    seed = draw(st.integers(0, 2**32 - 1))
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((96, 64)) * np.exp(rng.uniform(-2, 3, 64))  # channels of very different magnitude
+    x[:, rng.integers(0, 64, 2)] *= 20  # a few salient channels
+    return x.astype(np.float32), rng.standard_normal((64, 24)).astype(np.float32)
+
+
+@given(layers(), st.sampled_from([2, 3, 4, 8]), st.sampled_from([None, 32]))
+def test_awq_is_never_worse_than_round_to_nearest_on_its_calibration_objective(layer, bits, group):
+    x, w = layer
+    scheme = Scheme("int", bits, group)
+    s, alpha, losses = awq_search(x, w, scheme)
+    rtn = awq_objective(x, w, round_trip(w, scheme))
+    assert losses[0] == rtn  # alpha = 0: s = 1, plain round-to-nearest
+    assert awq_objective(x, w, awq_round_trip(w, s, scheme)) == losses.min() <= rtn
+    assert s.shape == (64,) and s.dtype == np.float32 and alpha == int(np.argmin(losses)) / 20
+
+
+def test_awq_buys_back_accuracy_when_a_few_channels_carry_large_activations():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((512, 64)).astype(np.float32)
+    x[:, [3, 10]] *= [30, 10]  # the salient channels of Lin et al.'s Figure 2
+    w = rng.standard_normal((64, 32)).astype(np.float32)
+    s, alpha, losses = awq_search(x, w, parse_scheme("int3-g32"))
+    assert alpha > 0 and losses.min() < 0.5 * losses[0]
+    assert s[3] == s.max() and s[10] > np.median(s)  # the salient channels get the largest scales
+    with pytest.raises(ValueError, match="AWQ scales integer schemes only, not bf16"):
+        awq_search(x, w, parse_scheme("bf16"))
 
 
 # ---- bytes

@@ -13,8 +13,9 @@ from npspec import testing as kit
 from npspec.drafters import ModelDrafter
 from npspec.files import CheckpointError, params_tree
 from npspec.model import Model, leaves
-from npspec.quantize import parse_scheme, round_trip
-from npspec.quantized import flat_tensors, load_quantized, quantize_model, save_quantized
+from npspec.gpt2 import layer_norm
+from npspec.quantize import awq_objective, parse_scheme, round_trip
+from npspec.quantized import awq_quantize_model, flat_tensors, linear_inputs, quantize_model, save_quantized
 from npspec.sources import load
 from npspec.speculative import speculative_generate
 
@@ -59,6 +60,37 @@ def test_more_bits_stay_closer_to_the_original_logits():
     err = [float(np.abs(quantize_model(model, parse_scheme(f"int{b}-ch")).forward(ids, model.new_cache()) - ref).max())
            for b in (2, 4, 8)]
     assert err[0] > err[1] > err[2] > 0
+
+
+def test_linear_inputs_are_what_each_linear_receives():
+    model = tiny_model(seed=3)
+    wins = [np.array([1, 2, 3, 4]), np.array([5, 6, 7])]
+    acts = linear_inputs(model, wins)
+    d = model.config.n_embd
+    assert {n: a.shape for n, a in acts.items()} == {f"h.{i}.{m}.weight": (7, 4 * d if m == "mlp.c_proj" else d)
+                                                     for i in range(2) for m in ("attn.c_attn", "attn.c_proj",
+                                                                                 "mlp.c_fc", "mlp.c_proj")}
+    p = model.params
+    first = layer_norm(p["wte"][wins[0]] + p["wpe"][:4], **p["h"][0]["ln_1"], eps=model.config.layer_norm_epsilon)
+    np.testing.assert_array_equal(acts["h.0.attn.c_attn.weight"][:4], first)  # window 1, positions 0..3
+
+
+def test_awq_model_never_does_worse_than_rtn_per_layer_and_keeps_the_rest():
+    model = tiny_model(seed=4)
+    calibration = [np.arange(20) % 67, (np.arange(20) * 7) % 67]
+    scheme = parse_scheme("int3-g8+emb")
+    awq, rtn = awq_quantize_model(model, scheme, calibration), quantize_model(model, scheme)
+    acts = linear_inputs(model, calibration)
+    w = flat_tensors(model.params, model.config)
+    a, r = flat_tensors(awq.params, awq.config), flat_tensors(rtn.params, rtn.config)
+    for name, x in acts.items():
+        assert awq_objective(x, w[name], a[name]) <= awq_objective(x, w[name], r[name])
+    assert np.array_equal(a["wte.weight"], r["wte.weight"]) and a["h.0.ln_1.bias"] is w["h.0.ln_1.bias"]
+    alphas = json.loads(awq.metadata["awq_alpha"])
+    assert awq.source == "int3-g8+emb-awq:tiny" and set(alphas) == set(acts) and awq.metadata["quantization_method"] == "awq"
+    assert any(not np.array_equal(a[n], r[n]) for n in acts)  # some layer chose alpha > 0
+    ids = np.arange(6)
+    assert awq.forward(ids, awq.new_cache()).dtype == np.float32
 
 
 # ---- files
