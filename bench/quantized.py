@@ -33,6 +33,8 @@ Tables:
     validation ids, 64 new tokens each); sampled warpings: mean and standard error over --seeds
     seeds; for a subset of the drafts (ALPHA_SCHEMES).
 Writes quantized_beta, quantized_position, quantized_alpha (.csv/.md) and quantized.png.
+--target and --draft take npspec SPECs instead of the shipped pair (e.g. `--target gpt2-large
+--draft distilgpt2` where the hub is reachable); the text stays the shipped validation split.
 
 Speed is not measured here: a quantized npspec model runs on float32 weights dequantized at load,
 so its forward costs what the float32 model's does (c is the unquantized c); c_bw is the limit a
@@ -48,6 +50,7 @@ from npspec.files import tensor_shapes
 from npspec.quantize import parse_scheme, weight_bytes
 from npspec.quantized import awq_quantize_model, quantize_model
 from npspec.sampling import sample, warp
+from npspec.sources import load
 
 from . import common, models
 
@@ -176,16 +179,16 @@ def granularity(name):
     return "ch" if s.group is None else f"g{s.group}"
 
 
-def plot(beta_rows, alpha_rows, path):
+def plot(beta_rows, alpha_rows, path, target_label="shipped target", draft_label="shipped draft"):
     """quantized.png: beta (t1.0 and greedy) against bits for both families, one line per granularity, the
     shipped draft's level as a horizontal line; and the bandwidth-bound predicted speedup against bits. None without matplotlib."""
     plt = common.pyplot()
     if plt is None:
         return None
     fig, ax = plt.subplots(1, 3, figsize=(15, 4))
-    ref = {k: next(r[f"beta_{k}"] for r in beta_rows if r["draft"] == "shipped draft" and r["scheme"] == "fp32")
+    ref = {k: next(r[f"beta_{k}"] for r in beta_rows if r["draft"] == draft_label and r["scheme"] == "fp32")
            for k in ("greedy", "t1.0")}
-    for j, (family, warpname) in enumerate([("shipped target", "t1.0"), ("shipped target", "greedy")]):
+    for j, (family, warpname) in enumerate([(target_label, "t1.0"), (target_label, "greedy")]):
         lines = [(g, "rtn", False, "o-") for g in GRANULARITIES] + [("ch", "rtn", True, "x--"), ("g64", "rtn", True, "x--"),
                                                                    ("ch", "awq", False, "d-."), ("g64", "awq", False, "d-.")]
         for g, method, emb, style in lines:
@@ -194,18 +197,18 @@ def plot(beta_rows, alpha_rows, path):
             if rows:
                 ax[j].plot([r["bits"] for r in rows], [r[f"beta_{warpname}"] for r in rows], style,
                            label=f"self {g} {method}{' +emb' if emb else ''}")
-        rows = [r for r in beta_rows if r["draft"] == "shipped draft" and r["granularity"] == "g64" and not r["emb"]
+        rows = [r for r in beta_rows if r["draft"] == draft_label and r["granularity"] == "g64" and not r["emb"]
                 and r["method"] == "rtn"]
         ax[j].plot([r["bits"] for r in rows], [r[f"beta_{warpname}"] for r in rows], "s:", color="gray",
-                   label="shipped draft g64 rtn")
+                   label=f"{draft_label} g64 rtn")
         a = [r for r in alpha_rows if r["draft"] == family and not r["emb"] and r["granularity"] == "g64"
              and r["method"] == "rtn" and r["bits"] <= 8]
         ax[j].plot([r["bits"] for r in a], [r[f"alpha_{warpname}"] for r in a], "k^", label="measured alpha, self g64")
-        ax[j].axhline(ref[warpname], color="gray", lw=1, label="shipped draft, fp32")
+        ax[j].axhline(ref[warpname], color="gray", lw=1, label=f"{draft_label}, fp32")
         ax[j].set(xlabel="bits per weight", ylabel="acceptance", title=f"self-draft vs bits ({warpname})",
                   xticks=[2, 3, 4, 5, 6, 8], ylim=(0, 1.02))
         ax[j].legend(fontsize=7)
-    for family, style in (("shipped target", "o-"), ("shipped draft", "s:")):
+    for family, style in ((target_label, "o-"), (draft_label, "s:")):
         rows = [r for r in beta_rows if r["draft"] == family and r["granularity"] == "g64" and not r["emb"]
                 and r["method"] == "rtn" and r["bits"] <= 8]
         ax[2].plot([r["bits"] for r in rows], [r["speedup_bw_t1.0"] for r in rows], style, label=f"{family} g64")
@@ -220,6 +223,11 @@ def options(ap):
     ap.add_argument("--windows", type=int, default=None, help="validation windows of n_ctx + 1 ids (default 8; quick 1)")
     ap.add_argument("--starts", type=int, default=None, help="starts of the per-position study (default 48; quick 4)")
     ap.add_argument("--seeds", type=int, default=None, help="seeds of each sampled alpha (default 3; quick 1)")
+    ap.add_argument("--target", metavar="SPEC", default=None,
+                    help="the target, an npspec SPEC (default: the shipped target), e.g. gpt2-large where the hub is "
+                         "reachable; the text is still the shipped pair's validation split, in its tokenizer")
+    ap.add_argument("--draft", metavar="SPEC", default=None,
+                    help="the separately trained draft quantized as the second family (default: the shipped draft)")
 
 
 def main(argv=None):
@@ -231,8 +239,10 @@ def main(argv=None):
     configs = quick_configs() if quick else all_configs()
     n_prompts, new_tokens = (2, 16) if quick else (8, 64)
     with common.blas_threads(run.threads[0]):
-        target = models.get("shipped:target", threads=run.threads[0])
-        draft = models.get("shipped:draft", threads=run.threads[0])
+        target = load(run.args.target, "target", threads=run.threads[0])
+        draft = load(run.args.draft, "draft", threads=run.threads[0])
+        labels = ("shipped target" if run.args.target is None else f"target {run.args.target}",
+                  "shipped draft" if run.args.draft is None else f"draft {run.args.draft}")
         val_ids = models.validation_ids(target.tokenizer)
         calibration = calibration_windows(models.validation_ids(target.tokenizer, part=0), target.config.n_ctx,
                                           2 if quick else CALIBRATION)
@@ -242,7 +252,7 @@ def main(argv=None):
         starts = [CONTEXT + i * (len(val_ids) - CONTEXT - DEPTH) // n_starts for i in range(n_starts)]
         prompts = fixed_prompts(val_ids, n=n_prompts)
         beta_rows, position_rows, alpha_rows = [], [], []
-        for family, base in (("shipped target", target), ("shipped draft", draft)):
+        for family, base in zip(labels, (target, draft)):
             shapes = tensor_shapes(base.config)
             for name, method in configs:
                 q = make_draft(base, name, method, calibration)
@@ -296,7 +306,7 @@ def main(argv=None):
                      "alpha: accepted / tested; tokens_per_round = mean acceptance length (every round proposes); "
                      "geometric: (1 - beta^5) / (1 - beta) with the exact beta; acceptance_W_posI: accepted / tested "
                      "at position I (conditional on reaching it).")],
-        [plot(beta_rows, alpha_rows, run.out / "quantized.png")])
+        [plot(beta_rows, alpha_rows, run.out / "quantized.png", *labels)])
 
 
 if __name__ == "__main__":
