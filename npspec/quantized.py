@@ -19,6 +19,7 @@ metadata `quantization` (the scheme's name, npspec.quantize.parse_scheme) and
 """
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -35,6 +36,7 @@ from .quantize import (LINEAR_SUFFIXES, Quantized, awq_round_trip, awq_search, d
                        parse_scheme, quantize_tensors, quantized_names)
 
 QUANTIZATION_FORMAT = "1"
+HEADER_LIMIT = 100 << 20  # safetensors' own limit on a header's size (100 MB)
 FIX = "requantize it with npspec.quantized.save_quantized"
 
 
@@ -160,8 +162,11 @@ def is_quantized(path):
     weights = Path(path) / WEIGHTS_FILE
     try:
         with open(weights, "rb") as fh:
+            n = int.from_bytes(fh.read(8), "little")
+            if n > min(os.fstat(fh.fileno()).st_size - 8, HEADER_LIMIT):  # not safetensors: never read n bytes
+                return False
             return "quantization" in read_header(fh)[1].get("__metadata__", {})
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, TypeError):
         return False
 
 

@@ -15,7 +15,8 @@ from npspec.files import CheckpointError, params_tree
 from npspec.model import Model, leaves
 from npspec.gpt2 import layer_norm
 from npspec.quantize import awq_objective, parse_scheme, round_trip
-from npspec.quantized import awq_quantize_model, flat_tensors, linear_inputs, quantize_model, save_quantized
+from npspec.quantized import (awq_quantize_model, flat_tensors, is_quantized, linear_inputs, quantize_model,
+                              save_quantized)
 from npspec.sources import load
 from npspec.speculative import speculative_generate
 
@@ -140,6 +141,13 @@ def test_loading_refuses_what_it_does_not_know_in_one_line(shipped, tmp_path, ed
     with pytest.raises(CheckpointError) as e:
         load(out, "draft")
     assert says in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("content", [b"", b"\xff" * 16, (10**12).to_bytes(8, "little") + b"{}", (2).to_bytes(8, "little") + b"[]",
+                                     (7).to_bytes(8, "little") + b"\xff\xfe{}{}{}"])
+def test_is_quantized_reads_a_header_only_when_it_fits(tmp_path, content):
+    (tmp_path / "model.safetensors").write_bytes(content)
+    assert not is_quantized(tmp_path) and not is_quantized(tmp_path / "missing")
 
 
 def test_save_refuses_a_group_that_does_not_divide(shipped, tmp_path):
