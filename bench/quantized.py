@@ -79,6 +79,7 @@ def all_configs():
 
 
 def quick_configs():
+    """The --quick run's (scheme, method) pairs: one of each kind."""
     return [("fp32", "rtn"), ("bf16", "rtn"), ("int8-ch", "rtn"), ("int4-g64", "rtn"), ("int2-ch+emb", "rtn"),
             ("int4-g64", "awq")]
 
@@ -169,10 +170,12 @@ def measured_alpha(target, draft, prompts, seeds, new_tokens):
 
 
 def bits_of(name):
+    """Bits per weight of a scheme name (32 for the unquantized "fp32")."""
     return 32 if name == "fp32" else parse_scheme(name).bits
 
 
 def granularity(name):
+    """"ch", "g<group>", or the name of a float level ("fp32", "fp16", "bf16"), without "+emb"."""
     if name == "fp32" or parse_scheme(name).kind != "int":
         return name.split("+")[0]
     s = parse_scheme(name)
@@ -220,6 +223,7 @@ def plot(beta_rows, alpha_rows, path, target_label="shipped target", draft_label
 
 
 def options(ap):
+    """This command's own options (bench.common.command_line adds --quick, --out and --threads)."""
     ap.add_argument("--windows", type=int, default=None, help="validation windows of n_ctx + 1 ids (default 8; quick 1)")
     ap.add_argument("--starts", type=int, default=None, help="starts of the per-position study (default 48; quick 4)")
     ap.add_argument("--seeds", type=int, default=None, help="seeds of each sampled alpha (default 3; quick 1)")
