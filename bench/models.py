@@ -37,10 +37,13 @@ def get(name, seed=0, role="target", threads=1):
     raise ValueError(f"unknown benchmark model {name!r}: use shipped:target, shipped:draft or random:<shape>")
 
 
-def validation_ids(tokenizer):
-    """The validation part of the shipped pair's training text (npspec.evaluate.split_corpus), as ids of `tokenizer`."""
+def validation_ids(tokenizer, part=1):
+    """The validation part of the shipped pair's training text (npspec.evaluate.split_corpus), as ids of `tokenizer`.
+
+    part=0: the training part instead (what calibration may read: bench.quantized's AWQ).
+    """
     text = (shipped_dir(f"{SHIPPED_PAIR}/target").parent / "input.txt").read_text(encoding="utf-8")
-    return tokenizer.encode(split_corpus(text)[1]).ids
+    return tokenizer.encode(split_corpus(text)[part]).ids
 
 
 def validation_prompts(val_ids, n):

@@ -83,6 +83,9 @@ def short(name):
     return f"shipped {rest}" if kind == "shipped" else rest or name
 
 
+NOT_QUOTED = ("quantized_",)  # results this section does not quote (no timings): their dates and loads stay out of it
+
+
 def section(results=common.RESULTS):
     """The generated Markdown of the Performance section (without the markers)."""
     results = Path(results)
@@ -142,7 +145,7 @@ def section(results=common.RESULTS):
                       f"`bench/results/README.md`); peak RSS while loading and generating was "
                       f"{f(r['peak_rss_generate_MB'], 0)} MB, {f(r['peak_over_weights'])} x the weight bytes."]
         meta = meta or meta_m
-    metas = [common.read_table(p)[1] for p in sorted(results.glob("*.csv"))]
+    metas = [common.read_table(p)[1] for p in sorted(results.glob("*.csv")) if not p.name.startswith(NOT_QUOTED)]
     if meta:
         dates = sorted(m.get("date", "") for m in metas)
         loads = sorted(float(m.get("load_average_1min_at_start", "nan")) for m in metas)

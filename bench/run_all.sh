@@ -11,4 +11,5 @@ python -m bench.sweep
 python -m bench.memory
 python -m bench.profile
 python -m bench.threads
+python -m bench.quantized
 python -m bench.report

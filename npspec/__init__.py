@@ -8,8 +8,9 @@
 Modules, from the math up (each imports only modules listed before it): gpt2 (the forward's
 math and the KV cache), kernels (the products and the batch-invariance contract), model (Model:
 weights + the kernel its forwards use), progress (bars for long work, shown only when a caller
-passes a bar factory), files (the converted-model file format), init (GPT-2's
-random initialisation), huggingface (Hugging Face checkpoints -> npspec files), sources (load(spec,
+passes a bar factory), files (the converted-model file format), init (GPT-2's random
+initialisation), huggingface (Hugging Face checkpoints -> npspec files), quantize (weight
+quantization: schemes, round-to-nearest, AWQ), quantized (quantized Models and files), sources (load(spec,
 role): SPECs, the registry of names, the conversion cache, the shipped pair), sampling (warping,
 inverse-CDF sampling, residual), text (prompts, streaming), drafters (who proposes: a draft model,
 n-gram lookup, token trees), trees (multi-candidate acceptance down a tree), speculative (the round

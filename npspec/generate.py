@@ -45,7 +45,8 @@ def build_parser():
             f"({', '.join(HUB_NAMES)}, org/name)")
     ap.add_argument("--target", metavar="SPEC", default=None, help=f"{spec} (default: the shipped target)")
     ap.add_argument("--draft", metavar="SPEC", default=None,
-                    help=f"{spec}, or `ngram`: prompt lookup, no draft model (default: the shipped draft)")
+                    help=f"{spec}, or `ngram`: prompt lookup, no draft model, or SCHEME:SPEC / SCHEME:self: that "
+                         "model / the target quantized, e.g. int4-g64:self (default: the shipped draft)")
     ap.add_argument("--gamma", type=int, default=4,
                     help="draft tokens per round (the heuristic schedule's start); 0 = plain decoding (default 4)")
     ap.add_argument("--gamma-schedule", choices=SCHEDULES, default="constant",
@@ -189,7 +190,8 @@ def make_drafter(args, target, threads, progress=None):
     if args.draft == NGRAM:
         return NgramDrafter(target.config.n_vocab, target.config.eos_token_id,
                             1 if args.ngram_min is None else args.ngram_min, 4 if args.ngram_max is None else args.ngram_max)
-    draft = load(args.draft, "draft", kernel=args.draft_kernel, threads=threads, progress=progress)
+    draft = load(args.draft, "draft", kernel=args.draft_kernel, threads=threads, progress=progress,
+                 target=args.target)
     if args.tree:
         return TreeDrafter(draft, args.tree, args.tree_kind)
     if args.tree_budget is not None:

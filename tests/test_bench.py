@@ -7,11 +7,11 @@ import math
 import numpy as np
 import pytest
 
-from bench import common, models, speedup, verify_cost
+from bench import common, models, quantized, speedup, verify_cost
 from bench.common import RESULTS
 from bench.controlled import ControlledDraft, ControlledLookup
 from bench.report import END, README, START, drafter_targets, rewrite, section, speedup_model_check, verify_curves
-from npspec.evaluate import predicted_speedup
+from npspec.evaluate import expected_acceptance, predicted_speedup, validation_loss
 from npspec.speculative import speculative_generate
 
 from conftest import run_python, tiny_model
@@ -252,7 +252,8 @@ QUICK = [("bench.verify_cost", ["verify_cost.csv", "verify_cost_summary.md"]),
          ("bench.profile", ["profile.md"]),
          ("bench.threads", ["threads.csv", "threads.md"]),
          ("bench.drafters", ["drafters_controlled.csv", "drafters_shipped.csv", "ngram_cost.csv"]),
-         ("bench.trees", ["trees_controlled.csv", "trees_shipped.csv"])]
+         ("bench.trees", ["trees_controlled.csv", "trees_shipped.csv"]),
+         ("bench.quantized", ["quantized_beta.csv", "quantized_position.csv", "quantized_alpha.csv", "quantized.png"])]
 
 
 @pytest.mark.slow
@@ -319,3 +320,21 @@ def test_drafter_targets_are_judged_from_the_rows():
     assert ok1 and "1.60x at gamma 4" in m1 and ok2 and "0.97" in m2 and ok3 and "256" in s3
     controlled[2]["tok_s"] = "15"  # 15 / 16 < 0.95
     assert not drafter_targets(controlled, cost)[1][1]
+
+
+def test_the_quantized_study_measures_what_npspec_evaluate_does(shipped, val_ids):
+    """bench.quantized's one-pass beta and loss equal npspec.evaluate's expected_acceptance and validation_loss on the
+    same window; along a draft identical to the target, beta is 1 at every position."""
+    target, draft = shipped
+    wins = quantized.windows(val_ids, target.config.n_ctx, 1)
+    betas, loss = quantized.beta_and_loss(draft, wins, quantized.reference(target, wins))
+    for name, temperature in (("greedy", 0.0), ("t1.0", 1.0)):
+        assert betas[name] == expected_acceptance(target, draft, val_ids, temperature=temperature, max_windows=1)
+    assert math.isclose(loss, validation_loss(draft, val_ids, max_windows=1)[0], rel_tol=1e-12)
+    assert 0 < betas["greedy"] < 1 and betas["t0.8_p0.95"] != betas["t1.0"]
+    for name in ("greedy", "t1.0"):
+        per = quantized.position_betas(target, target.with_kernel("gemv-rows"), val_ids, [100, 2000], quantized.WARPS[name])
+        assert len(per) == quantized.DEPTH and min(per) > 1 - 1e-5  # only the kernels' rounding differs
+    train = models.validation_ids(target.tokenizer, part=0)
+    cal = quantized.calibration_windows(train, 256, 4)
+    assert len(cal) == 4 and all(len(c) == 256 for c in cal) and list(cal[0]) == train[:256]

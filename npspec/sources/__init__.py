@@ -12,8 +12,15 @@ A SPEC is resolved in this order:
 A Hugging Face checkpoint without tokenizer.json gets GPT-2's tokenizer (weights/gpt2/). The
 cache directory and its layout are described in npspec.sources.cache.
 
+A quantized SPEC, `SCHEME:SPEC` (not an existing path), is the model SPEC names quantized with
+SCHEME (npspec.quantize.parse_scheme: int<bits>-ch, int<bits>-g<group>, fp16, bf16, each
+optionally +emb), built in memory (npspec.quantized.quantize_model); `SCHEME:self` is the target
+quantized, the self-speculative draft: `--draft int4-g64:self`. A directory written by
+npspec.quantized.save_quantized loads like any converted directory.
+
 Submodules: `names` (the one registry of names), `cache` (the conversion cache and the hub),
-`shipped` (the files npspec ships). Imports npspec.files, npspec.init, npspec.model and those.
+`shipped` (the files npspec ships). Imports npspec.files, npspec.init, npspec.model,
+npspec.quantize, npspec.quantized and those.
 """
 
 import re
@@ -22,6 +29,8 @@ from pathlib import Path
 from ..files import CheckpointError, load_model, params_tree
 from ..init import init_tensors
 from ..model import Model
+from ..quantize import parse_scheme
+from ..quantized import is_quantized, load_quantized, quantize_model
 from . import cache
 from .names import HUB_NAMES, SHAPES
 from .shipped import SHIPPED_PAIR, gpt2_tokenizer, shipped_dir
@@ -67,7 +76,7 @@ def resolve(spec, cache_dir=None, progress=None):
         + ", ".join(SHAPES) + "), not a hub name (" + ", ".join(HUB_NAMES) + ") nor org/name")
 
 
-def load(spec=None, role="target", cache_dir=None, kernel=None, threads=1, progress=None):
+def load(spec=None, role="target", cache_dir=None, kernel=None, threads=1, progress=None, target=None):
     """Load a model from a SPEC (see the module docstring); None loads the shipped `role`.
 
     role: "target" or "draft": the shipped model used when spec is None, and the default kernel
@@ -80,18 +89,55 @@ def load(spec=None, role="target", cache_dir=None, kernel=None, threads=1, progr
     cache_dir: npspec's conversion cache (default: $NPSPEC_CACHE, else ~/.cache/npspec).
     progress: None (the default: nothing shown) or a bar factory such as npspec.progress.terminal_bars,
     for building, converting and loading.
-    Returns a Model. Raises CheckpointError with the fix, ValueError for another role, kernel or thread count.
+    target: the target's SPEC, what `self` stands for in a quantized draft SPEC `SCHEME:self`
+    (None: the shipped target).
+    Returns a Model. Raises CheckpointError with the fix (a bad quantization scheme included),
+    ValueError for another role, kernel or thread count.
     """
     if role not in ROLE_KERNELS:
         raise ValueError(f"role must be 'target' or 'draft', got {role!r}")
-    return _load(spec, role, cache_dir, kernel or ROLE_KERNELS[role], threads, progress)
+    return _load(spec, role, cache_dir, kernel or ROLE_KERNELS[role], threads, progress, target)
 
 
-def _load(spec, role, cache_dir, kernel, threads, progress):
+def split_quantized(spec):
+    """(Scheme, inner SPEC) of a quantized SPEC `SCHEME:SPEC`, or None for any other SPEC (an existing path included).
+
+    A SPEC is quantized when the part before its first colon starts like a scheme (int, fp or
+    bf and a digit). Raises CheckpointError, one line, for a bad scheme or nothing after the colon.
+    """
+    text = str(spec)
+    head, colon, inner = text.partition(":")
+    if not colon or not re.match(r"(int|fp|bf)\d", head) or Path(text).expanduser().exists():
+        return None
+    try:
+        scheme = parse_scheme(head)
+    except ValueError as e:
+        raise CheckpointError(f"model {text!r}: {e}") from None
+    if not inner:
+        raise CheckpointError(f"model {text!r}: give the model to quantize after the colon, e.g. {head}:self "
+                              f"(the target) or {head}:<directory>")
+    return scheme, inner
+
+
+def _load(spec, role, cache_dir, kernel, threads, progress, target):
+    quantized = None if spec is None else split_quantized(spec)
+    if quantized is not None:
+        scheme, inner = quantized
+        if inner == "self" and role == "target":
+            raise CheckpointError(f"model {spec!r}: `self` stands for the target, so it belongs in the draft's SPEC "
+                                  f"(--draft {scheme.name}:self)")
+        base = _load(target, "target", cache_dir, kernel, threads, progress, None) if inner == "self" else \
+            _load(inner, role, cache_dir, kernel, threads, progress, target)
+        try:
+            return quantize_model(base, scheme)
+        except ValueError as e:
+            raise CheckpointError(f"model {spec!r}: {e}") from None
     if spec is None:
         return load_model(shipped_dir(f"{SHIPPED_PAIR}/{role}"), kernel, threads, progress)
     path = resolve(spec, cache_dir, progress)
     try:
+        if is_quantized(path):
+            return load_quantized(path, kernel, threads)
         return load_model(path, kernel, threads, progress)
     except CheckpointError as e:
         root = cache_root(cache_dir)

@@ -1,0 +1,243 @@
+"""Quantized models: quantize a Model, and save or load a quantized converted directory.
+
+Imports npspec.gpt2 and npspec.kernels (to record a layer's inputs for AWQ), npspec.files (the
+converted format), npspec.model and npspec.quantize; safetensors only, never pickle.
+
+A quantized model is an ordinary npspec Model: its quantized tensors are dequantized to float32
+when it is built or loaded (npspec.quantize), so it runs the very same forward and kernels as
+any model, and speculative decoding with it as the draft keeps the output exactly
+target-distributed and greedy output identical to plain greedy decoding (any draft does:
+notes/derivation.md). What it saves is memory on disk and in the file, not time: the forward
+reads float32 weights (the speed question is bench/quantized.py's).
+
+A quantized converted directory is a converted directory (npspec.files) whose
+`model.safetensors` holds, for each quantized tensor NAME, `NAME.codes` (int8 codes, one a byte,
+not packed; float16 values for fp16; uint16 bfloat16 bits for bf16) and, for int schemes,
+`NAME.scales` (float32), every other tensor as float32 under its own name, and in its header
+metadata `quantization` (the scheme's name, npspec.quantize.parse_scheme) and
+`quantization_format` besides the usual fields. Loading refuses a scheme it does not know.
+"""
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+from safetensors import safe_open
+from safetensors.numpy import save_file
+from tokenizers import Tokenizer
+
+from .files import (TOKENIZER_FILE, WEIGHTS_FILE, CheckpointError, atomic_write, config_from_metadata, oneline,
+                    params_tree, read_header, reading, tensor_shapes)
+from .gpt2 import attention_masked, gpt2
+from .kernels import gemm
+from .model import Model
+from .quantize import (LINEAR_SUFFIXES, Quantized, awq_round_trip, awq_search, dequantize_tensors, input_axis,
+                       parse_scheme, quantize_tensors, quantized_names)
+
+QUANTIZATION_FORMAT = "1"
+HEADER_LIMIT = 100 << 20  # safetensors' own limit on a header's size (100 MB)
+FIX = "requantize it with npspec.quantized.save_quantized"
+
+
+def flat_tensors(params, config):
+    """The parameter tree as `{name: array}` with npspec.files' names (the inverse of files.params_tree; no copies)."""
+    t = {"wte.weight": params["wte"], "wpe.weight": params["wpe"],
+         "ln_f.weight": params["ln_f"]["g"], "ln_f.bias": params["ln_f"]["b"]}
+    for i, h in enumerate(params["h"]):
+        for ln in ("ln_1", "ln_2"):
+            t[f"h.{i}.{ln}.weight"], t[f"h.{i}.{ln}.bias"] = h[ln]["g"], h[ln]["b"]
+        for part, lin in (("attn", "c_attn"), ("attn", "c_proj"), ("mlp", "c_fc"), ("mlp", "c_proj")):
+            t[f"h.{i}.{part}.{lin}.weight"], t[f"h.{i}.{part}.{lin}.bias"] = h[part][lin]["w"], h[part][lin]["b"]
+    return {name: t[name] for name in tensor_shapes(config)}
+
+
+def quantized_model(config, tensors, quantized, scheme, tokenizer, source, kernel, threads, metadata):
+    """The Model that `quantized` ({name: Quantized}) and the float32 rest of `tensors` stand for (dequantized)."""
+    full = dequantize_tensors(tensors, quantized, scheme)
+    metadata = {**metadata, "quantization": scheme.name, "quantization_format": QUANTIZATION_FORMAT}
+    return Model(config, params_tree(full, config), tokenizer, source, kernel, threads, metadata)
+
+
+def quantize_model(model, scheme, kernel=None, threads=None):
+    """`model` with its weights quantized by `scheme` (a npspec.quantize.Scheme) and dequantized back to float32.
+
+    Same config and tokenizer; source "<scheme>:<model's source>"; decodes with `kernel` and
+    `threads` (default: the model's). The original model is not changed (its tensors that the
+    scheme leaves alone are shared, not copied). Memory: one more float32 copy of the
+    quantized tensors. Raises ValueError if the scheme's group does not divide a width.
+    """
+    tensors = flat_tensors(model.params, model.config)
+    quantized = quantize_tensors(tensors, scheme)
+    return quantized_model(model.config, tensors, quantized, scheme, model.tokenizer, f"{scheme.name}:{model.source}",
+                           model.kernel if kernel is None else kernel, model.threads if threads is None else threads,
+                           model.metadata)
+
+
+def linear_inputs(model, windows):
+    """{name: `[n, d_in]` float32}: the inputs each block linear of `model` receives while it reads `windows`.
+
+    windows: id arrays, each read from a fresh cache with the prefill path (one GEMM per
+    product); n is the total number of ids. Records them by running npspec.gpt2.gpt2 with a
+    kernel that keeps a copy of each input it multiplies by a block matrix (the forward itself
+    is unchanged). Memory: 4 bytes * n * 7 n_embd per layer (the inputs of its four linears).
+    """
+    names = {id(a): n for n, a in flat_tensors(model.params, model.config).items() if n.endswith(LINEAR_SUFFIXES)}
+    store = {}
+
+    def recording(x, w, b=None):
+        name = names.get(id(w))
+        if name is not None:
+            store.setdefault(name, []).append(np.array(x, dtype=np.float32))
+        return gemm(x, w, b)
+
+    for ids in windows:
+        gpt2(np.asarray(ids), model.params, model.config, model.new_cache(), recording, attention_masked)
+    return {n: np.concatenate(v) for n, v in store.items()}
+
+
+def awq_quantize_model(model, scheme, calibration, kernel=None, threads=None):
+    """`model` quantized with `scheme` and AWQ's activation-aware scaling of every block linear (npspec.quantize.awq_search).
+
+    calibration: id arrays from TRAINING text (never the text the model is then evaluated on),
+    whose activations (linear_inputs, from the float32 model) calibrate each layer's search.
+    Lin et al. 2024 (AWQ), Section 3.2, with the scales folded into the dequantized weights
+    (Q(diag(s) w) / s) rather than into the previous operation: the same products. Tensors
+    that are not block linears (the embeddings of a +emb scheme) get plain round-to-nearest.
+    Returns a Model with source "<scheme>-awq:<source>" and metadata `quantization_method`
+    "awq" and `awq_alpha` (a JSON {name: alpha}); in memory only (save_quantized writes RTN).
+    Raises ValueError for a 16-bit scheme or a group that does not divide a width.
+    """
+    tensors = flat_tensors(model.params, model.config)
+    full = dequantize_tensors(tensors, quantize_tensors(tensors, scheme), scheme)
+    alphas = {}
+    for name, x in linear_inputs(model, calibration).items():
+        s, alphas[name], _ = awq_search(x, tensors[name], scheme)
+        full[name] = awq_round_trip(tensors[name], s, scheme)
+    metadata = {**model.metadata, "quantization": scheme.name, "quantization_method": "awq",
+                "awq_alpha": json.dumps(alphas)}
+    return Model(model.config, params_tree(full, model.config), model.tokenizer, f"{scheme.name}-awq:{model.source}",
+                 model.kernel if kernel is None else kernel, model.threads if threads is None else threads, metadata)
+
+
+def save_quantized(out_dir, model, scheme):
+    """Write `model` quantized with `scheme` as a quantized converted directory (module docstring), each file atomically.
+
+    model: a Model with a tokenizer. The metadata keeps the usual fields (config, source) and
+    names the scheme. Returns the directory (a Path). Raises ValueError as quantize_model,
+    CheckpointError for a model without a tokenizer.
+    """
+    if model.tokenizer is None:
+        raise CheckpointError("cannot save a model without a tokenizer")
+    c = model.config
+    tensors = flat_tensors(model.params, c)
+    quantized = quantize_tensors(tensors, scheme)
+    out = {}
+    for name, t in tensors.items():
+        if name in quantized:
+            out[f"{name}.codes"] = np.ascontiguousarray(quantized[name].codes)
+            if quantized[name].scales is not None:
+                out[f"{name}.scales"] = np.ascontiguousarray(quantized[name].scales)
+        else:
+            out[name] = np.ascontiguousarray(t, dtype=np.float32)
+    metadata = {"format_version": "1", "n_vocab": c.n_vocab, "n_ctx": c.n_ctx, "n_embd": c.n_embd, "n_head": c.n_head,
+                "n_layer": c.n_layer, "layer_norm_epsilon": c.layer_norm_epsilon, "eos_token_id": c.eos_token_id,
+                "source": model.metadata.get("source", model.source),
+                "source_sha256": model.metadata.get("source_sha256", ""),
+                "quantization": scheme.name, "quantization_format": QUANTIZATION_FORMAT}
+    metadata = {k: json.dumps(v) if not isinstance(v, str) else v for k, v in metadata.items()}
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write(out_dir / WEIGHTS_FILE, lambda tmp: save_file(out, tmp, metadata=metadata))
+    atomic_write(out_dir / TOKENIZER_FILE,
+                 lambda tmp: Path(tmp).write_text(model.tokenizer.to_str(), encoding="utf-8"))
+    return out_dir
+
+
+def is_quantized(path):
+    """True if `path` is a directory whose model.safetensors header names a quantization (reads the header only).
+
+    False for anything else, unreadable files included (npspec.files.load_model then reports them).
+    """
+    weights = Path(path) / WEIGHTS_FILE
+    try:
+        with open(weights, "rb") as fh:
+            n = int.from_bytes(fh.read(8), "little")
+            if n > min(os.fstat(fh.fileno()).st_size - 8, HEADER_LIMIT):  # not safetensors: never read n bytes
+                return False
+            return "quantization" in read_header(fh)[1].get("__metadata__", {})
+    except (OSError, ValueError, AttributeError, TypeError):
+        return False
+
+
+def load_quantized(path, kernel="gemv-panels", threads=1):
+    """Load a quantized converted directory into a Model (dequantized float32 weights) decoding with `kernel`, `threads`.
+
+    Raises CheckpointError, one line naming the problem and the fix: an unknown scheme or
+    quantization format, missing or misshaped codes or scales, codes of the wrong dtype, a file
+    safetensors cannot read, a malformed tokenizer.json.
+    """
+    path = Path(path)
+    weights, tok = path / WEIGHTS_FILE, path / TOKENIZER_FILE
+    with reading(weights, FIX):
+        with safe_open(str(weights), framework="numpy") as f:
+            metadata = f.metadata() or {}
+            config = config_from_metadata(metadata, weights)
+            if metadata.get("quantization_format") != QUANTIZATION_FORMAT:
+                raise CheckpointError(f"{weights}: quantization format {metadata.get('quantization_format')!r} is "
+                                      f"unknown (expected {QUANTIZATION_FORMAT!r}); {FIX}")
+            try:
+                scheme = parse_scheme(metadata.get("quantization", ""))
+            except ValueError as e:
+                raise CheckpointError(f"{weights} names a quantization this npspec cannot load ({oneline(e)})") from e
+            tensors, quantized = read_quantized(f, config, scheme, weights)
+    try:
+        tokenizer = Tokenizer.from_file(str(tok))
+    except Exception as e:  # tokenizers raises a bare Exception for a missing or malformed file
+        raise CheckpointError(f"{tok} is not a valid tokenizers file ({oneline(e)}); {FIX}") from e
+    return quantized_model(config, tensors, quantized, scheme, tokenizer, path, kernel, threads, metadata)
+
+
+CODE_DTYPES = {"int": np.int8, "fp16": np.float16, "bf16": np.uint16}
+
+
+def read_quantized(f, config, scheme, where):
+    """(float32 tensors, {name: Quantized}) from an open safetensors file `f`; CheckpointError lists every problem."""
+    shapes = tensor_shapes(config)
+    names = set(f.keys())
+    chosen = set(quantized_names(list(shapes), scheme))
+    tensors, quantized, problems = {}, {}, []
+    for name, shape in shapes.items():
+        if name not in chosen:
+            if name not in names:
+                problems.append(f"missing tensor {name} {list(shape)}")
+                continue
+            tensors[name] = f.get_tensor(name)
+            if tensors[name].shape != shape or tensors[name].dtype != np.float32:
+                problems.append(f"tensor {name} is {tensors[name].dtype} {list(tensors[name].shape)}, "
+                                f"expected float32 {list(shape)}")
+            continue
+        if f"{name}.codes" not in names or (scheme.kind == "int" and f"{name}.scales" not in names):
+            problems.append(f"missing the codes or scales of {name}")
+            continue
+        codes = f.get_tensor(f"{name}.codes")
+        scales = f.get_tensor(f"{name}.scales") if scheme.kind == "int" else None
+        if codes.shape != shape or codes.dtype != CODE_DTYPES[scheme.kind]:
+            problems.append(f"{name}.codes is {codes.dtype} {list(codes.shape)}, expected "
+                            f"{np.dtype(CODE_DTYPES[scheme.kind])} {list(shape)}")
+        elif scales is not None and (scales.dtype != np.float32 or scales.shape != expected_scales(name, shape, scheme)):
+            problems.append(f"{name}.scales is {scales.dtype} {list(scales.shape)}, expected float32 "
+                            f"{list(expected_scales(name, shape, scheme))}")
+        else:
+            quantized[name] = Quantized(codes, scales)
+    if problems:
+        raise CheckpointError(f"{where}: " + "; ".join(problems) + f"; {FIX}")
+    return tensors, quantized
+
+
+def expected_scales(name, shape, scheme):
+    """The shape of a tensor's scales under an int scheme: its input axis divided by the group (per channel: 1)."""
+    axis = input_axis(name)
+    out = list(shape)
+    out[axis] = 1 if scheme.group is None else shape[axis] // scheme.group
+    return tuple(out)
