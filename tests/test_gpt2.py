@@ -5,6 +5,8 @@ GEMM per product, masked attention) and `model.forward` (the model's kernel, att
 row) are two ways to compute the same logits, equal up to float32 rounding.
 """
 
+import re
+
 import numpy as np
 import pytest
 
@@ -155,6 +157,18 @@ def test_rollback_cannot_grow_or_go_negative(tiny, length):
     assert cache.length == 3
     cache.rollback(0)
     assert cache.length == 0
+
+
+@pytest.mark.parametrize("length", [1.5, 2.0, True, "2", None])
+def test_rollback_takes_only_an_integer(tiny, length):
+    # rollback(1.5) was accepted and left length 1.5: the next forward failed on slicing
+    cache = tiny.new_cache()
+    tiny.forward([1, 2, 3], cache)
+    with pytest.raises(TypeError, match=f"rollback's length must be an integer, got {re.escape(repr(length))}"):
+        cache.rollback(length)
+    assert cache.length == 3
+    cache.rollback(np.int64(2))  # NumPy integers are integers
+    assert tiny.forward([4], cache).shape == (1, 67) and cache.length == 3
 
 
 def test_context_overflow_raises_before_any_work(tiny):
