@@ -17,13 +17,14 @@ sum to exactly 1).
 import numpy as np
 
 
-def check_integer(value, name, rule):
+def check_integer(value, name, minimum, note=""):
     """Raise TypeError unless `value` is a Python or NumPy integer (not a bool, a float or a str), and ValueError unless
-    it is >= rule's bound. rule: the message's requirement, e.g. ">= 1" or ">= 0 (0 = off)"; its number is the bound."""
+    it is >= minimum; messages read "<name> must be an integer >= <minimum><note>, got ..."."""
+    rule = f"{name} must be an integer >= {minimum}{note}"
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an integer {rule}, got {value!r} (a {type(value).__name__})")
-    if value < int(rule.split()[1]):
-        raise ValueError(f"{name} must be an integer {rule}, got {value}")
+        raise TypeError(f"{rule}, got {value!r} (a {type(value).__name__})")
+    if value < minimum:
+        raise ValueError(f"{rule}, got {value}")
 
 
 def check_number(value, name, rule):
@@ -37,7 +38,7 @@ def check_warp_args(temperature, top_k, top_p):
     check_number(temperature, "temperature", "(finite, >= 0; 0 = greedy)")
     if not np.isfinite(temperature) or temperature < 0:
         raise ValueError(f"temperature must be a finite number >= 0 (0 = greedy), got {temperature}")
-    check_integer(top_k, "top_k", ">= 0 (0 = off)")
+    check_integer(top_k, "top_k", 0, " (0 = off)")
     check_number(top_p, "top_p", "in (0, 1]")
     if not 0 < top_p <= 1:
         raise ValueError(f"top_p must be in (0, 1] (1 = off), got {top_p}")

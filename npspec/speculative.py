@@ -181,8 +181,8 @@ def check_options(max_new_tokens, gamma, temperature, top_k, top_p, gamma_schedu
     """Raise ValueError naming the first bad option and its valid range, TypeError naming an option of the wrong type
     (integers are Python or NumPy ints, never floats or bools; see speculative_generate)."""
     check_warp_args(temperature, top_k, top_p)
-    check_integer(max_new_tokens, "max_new_tokens", ">= 1")
-    check_integer(gamma, "gamma", ">= 0 (0 = no drafting)")
+    check_integer(max_new_tokens, "max_new_tokens", 1)
+    check_integer(gamma, "gamma", 0, " (0 = no drafting)")
     if gamma_schedule not in SCHEDULES:
         raise ValueError(f"gamma_schedule (--gamma-schedule) must be one of {', '.join(SCHEDULES)}, "
                          f"got {gamma_schedule!r}")
