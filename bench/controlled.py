@@ -11,12 +11,14 @@ Greedy decoding only (temperature 0): the replaced logits are one-hot-like (0 ev
 the chosen token), which the loop's argmax turns into exactly that proposal. Each draft token
 that the target tests is then accepted with probability exactly `a`, independently, so the
 measured alpha estimates `a` (tested in tests/test_bench.py). `ControlledLookup` does the same
-for n-gram lookup: the real lookup runs, its proposal is replaced.
+for n-gram lookup: the real lookup runs, its proposal is replaced; `ControlledTree` for token
+trees: the draft's forwards run, each node is the target's greedy token with probability a.
 """
 
 import numpy as np
 
-from npspec.drafters import NgramDrafter
+from npspec.drafters import NgramDrafter, TreeDrafter
+from npspec.trees import depths
 
 
 class ControlledDraft:
@@ -95,3 +97,29 @@ class ControlledLookup(NgramDrafter):
             wrong = (right + 1 + int(self.rng.integers(self.n_vocab - 1))) % self.n_vocab
             d.append(right if self.rng.random() < self.a else wrong)
         return d, None
+
+
+class ControlledTree(TreeDrafter):
+    """A token tree with controlled acceptance: the draft's real forwards run (TreeDrafter, top-k kind, for their
+    cost), then each node's id is replaced by the target's greedy token at its position `greedy[t]` with
+    probability a, independently, or a wrong one. Greedy decoding only (no q rows).
+
+    draft: a loaded Model; branching: children per depth; greedy: `[n]` prompt + the target's greedy
+    continuation; a in [0, 1]; rng: an `np.random.Generator`. Raises ValueError for a outside [0, 1].
+    """
+
+    def __init__(self, draft, branching, greedy, a, rng):
+        if not 0 <= a <= 1:
+            raise ValueError(f"the controlled acceptance a must be in [0, 1], got {a}")
+        super().__init__(draft, branching, "top-k")
+        self.greedy, self.a, self.rng = np.asarray(greedy, dtype=np.int64), float(a), rng
+        self.source = f"controlled(tree {list(branching)}, a={self.a})"
+
+    def propose_tree(self, seq, depth, u, warp_args):  # -> (list[int] [N], list[int] [N], None)
+        ids, parents, _ = super().propose_tree(seq, depth, u, warp_args)
+        for i, d in enumerate(depths(parents)):
+            t = len(seq) + d - 1
+            right = int(self.greedy[t]) if t < len(self.greedy) else 0
+            wrong = (right + 1 + int(self.rng.integers(self.n_vocab - 1))) % self.n_vocab
+            ids[i] = right if self.rng.random() < self.a else wrong
+        return ids, parents, None

@@ -86,8 +86,8 @@ def short(name):
 def section(results=common.RESULTS):
     """The generated Markdown of the Performance section (without the markers)."""
     results = Path(results)
-    lines = ["Measured by `python -m bench.verify_cost`, `python -m bench.speedup`, `python -m bench.drafters` and "
-             "`python -m bench.memory` "
+    lines = ["Measured by `python -m bench.verify_cost`, `python -m bench.speedup`, `python -m bench.drafters`, "
+             "`python -m bench.trees` and `python -m bench.memory` "
              "(figures copied by `python -m bench.report` from `bench/results/`, which also explains where each "
              "target is met or missed and why: `bench/results/README.md`)."]
     meta = None
@@ -132,6 +132,8 @@ def section(results=common.RESULTS):
                   for r in sel if r["gamma"] == "4"]
     if (results / "drafters_controlled.csv").is_file():
         lines += drafters_lines(results)
+    if (results / "trees_controlled.csv").is_file():
+        lines += trees_lines(results)
     if (results / "memory.csv").is_file():
         rows, meta_m = common.read_table(results / "memory.csv")
         for r in rows:
@@ -222,6 +224,25 @@ def drafters_lines(results):
     if targets:
         lines += ["", "Targets: " + "; ".join(f"{s}: {'met' if ok else 'MISSED'} ({m})" for s, ok, m in targets)
                   + ". Why: `bench/results/README.md`."]
+    return lines
+
+
+def trees_lines(results):
+    """The Performance section's part on token trees (bench.trees): each tree against the chains, with v."""
+    lines = ["", "Token trees against chains (`python -m bench.trees`; speedup over the fastest plain decoding, v = "
+             "the verify forward's cost over a one-token forward, measured in the same run):", "",
+             "| target | acceptance | temperature | drafter | shape | nodes | v | mean acceptance length | "
+             "tokens/round | speedup | same output |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for name in ("trees_shipped.csv", "trees_controlled.csv"):
+        if not (results / name).is_file():
+            continue
+        for r in common.read_table(results / name)[0]:
+            target = short(r["target"]) if r.get("target") else "shipped"
+            acceptance = f"a = {r['a']}" if r.get("a") else "real"
+            shape = r["tree"] or f"chain of {r['gamma']}"
+            lines.append(f"| {target} | {acceptance} | {r.get('temperature', '0.0') or '0.0'} | {r['strategy']} | "
+                         f"{shape} | {r['nodes']} | {f(r['v'])} | {f(r['mean_acceptance_length'])} | "
+                         f"{f(r['tokens_per_round'])} | {f(r['speedup'])}x | {r['identical'] or '-'} |")
     return lines
 
 

@@ -6,6 +6,7 @@ cd "$(dirname "$0")/.."
 python -m bench.verify_cost
 python -m bench.speedup
 python -m bench.drafters
+python -m bench.trees
 python -m bench.sweep
 python -m bench.memory
 python -m bench.profile

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import progress
-from .drafters import ModelDrafter, NgramDrafter, TreeDrafter
+from .drafters import DynamicTreeDrafter, ModelDrafter, NgramDrafter, TreeDrafter
 from .files import CheckpointError, load_model
 from .gpt2 import ContextOverflowError, GPT2Config, KVCache
 from .model import Model
@@ -60,6 +60,7 @@ def generate_text(target, prompt, draft=None, gamma=4, max_new_tokens=64, temper
     return TextGeneration(gen.ids, gen.stats, gen.trace, target.tokenizer.decode(gen.ids))
 
 
-__all__ = ["CheckpointError", "ContextOverflowError", "GPT2Config", "Generation", "GenerationInterrupted", "KVCache", "Model", "ModelDrafter",
+__all__ = ["CheckpointError", "ContextOverflowError", "DynamicTreeDrafter", "GPT2Config", "Generation",
+           "GenerationInterrupted", "KVCache", "Model", "ModelDrafter",
            "NgramDrafter", "Stats", "TextGeneration", "TreeDrafter", "generate_text", "load", "load_model", "progress",
            "random_model", "speculative_generate"]

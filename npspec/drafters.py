@@ -31,7 +31,7 @@ proposed (no proposal is one plain target step).
 
 Two chain drafters: `ModelDrafter` (a smaller model, optionally with confidence stopping,
 llama.cpp's `--draft-p-min`) and `NgramDrafter` (prompt lookup: Saxena 2023; transformers'
-`prompt_lookup_num_tokens`; vLLM's `ngram`). A tree drafter (`TreeDrafter`) has
+`prompt_lookup_num_tokens`; vLLM's `ngram`). A tree drafter (`TreeDrafter`, `DynamicTreeDrafter`) has
 `propose_tree(seq, depth, u, warp_args) -> (ids, parents, q)` and `tree_size(depth)` instead of
 `propose` (npspec.trees: the same guarantees, per node). Imports npspec.gpt2, npspec.sampling
 and npspec.trees.
@@ -41,10 +41,34 @@ import numpy as np
 
 from .gpt2 import softmax
 from .sampling import greedy, sample, warp
-from .trees import branching_tree, children, depths
+from .trees import branching_tree, children, depths, grow_tree
 
 
-class ModelDrafter:
+class DraftModelCache:
+    """What every drafter built on a draft model shares: the model's attributes, its KV cache, start, rollback."""
+
+    def __init__(self, model):
+        self.model = model
+        self.n_vocab, self.n_ctx = model.config.n_vocab, model.config.n_ctx
+        self.tokenizer, self.source = model.tokenizer, model.source
+        self.forwards, self.cache = 0, None
+
+    def start(self, prompt_ids):  # [n_prompt] ids
+        """A fresh cache holding every prompt id but the last (as the target's)."""
+        self.cache = self.model.new_cache()
+        if len(prompt_ids) > 1:
+            self.model.prefill(np.asarray(prompt_ids[:-1]), self.cache)
+            self.forwards += 1
+
+    def update(self, proposed, accepted):
+        """Nothing to learn: a draft model does not adapt."""
+
+    def rollback(self, length):
+        """Forget cached positions from `length` on (O(1))."""
+        self.cache.rollback(length)
+
+
+class ModelDrafter(DraftModelCache):
     """A draft model as a drafter: d_i ~ q_i = warp(the model's logits), one forward per token.
 
     model: an npspec Model (or anything with config, tokenizer, source, new_cache, forward, prefill).
@@ -57,20 +81,11 @@ class ModelDrafter:
 
     def __init__(self, model, p_min=0.0):
         check_p_min(p_min)
-        self.model, self.p_min = model, float(p_min)
-        self.n_vocab, self.n_ctx = model.config.n_vocab, model.config.n_ctx
-        self.tokenizer, self.source = model.tokenizer, model.source
-        self.forwards, self.cache = 0, None
+        super().__init__(model)
+        self.p_min = float(p_min)
 
     def __repr__(self):
         return f"ModelDrafter({self.source!r}, p_min={self.p_min})"
-
-    def start(self, prompt_ids):  # [n_prompt] ids
-        """A fresh cache holding every prompt id but the last (as the target's)."""
-        self.cache = self.model.new_cache()
-        if len(prompt_ids) > 1:
-            self.model.prefill(np.asarray(prompt_ids[:-1]), self.cache)
-            self.forwards += 1
 
     def propose(self, seq, gamma, u, warp_args):  # list[int], int, [>= gamma] -> (list[int] [k], [k, n_vocab] | None)
         """Draw up to gamma tokens after seq, one forward each; see the module docstring.
@@ -95,13 +110,6 @@ class ModelDrafter:
             if top < self.p_min:  # confidence stopping: this token is proposed, no more
                 break
         return d, (None if greedy_round else np.array(q).reshape(len(d), self.n_vocab))
-
-    def update(self, proposed, accepted):
-        """Nothing to learn: the draft model does not adapt."""
-
-    def rollback(self, length):
-        """Forget cached positions from `length` on (O(1))."""
-        self.cache.rollback(length)
 
 
 class NgramDrafter:
@@ -178,7 +186,7 @@ class NgramDrafter:
             self._append(ids)
 
 
-class TreeDrafter:
+class TreeDrafter(DraftModelCache):
     """A draft model proposing a token tree with a static branching per depth (npspec.trees).
 
     branching: children per node at each depth, e.g. (3, 2, 1). kind: "sampled" (each node's
@@ -192,12 +200,10 @@ class TreeDrafter:
     def __init__(self, model, branching, kind="sampled"):
         if kind not in ("sampled", "top-k"):
             raise ValueError(f"a tree's kind must be sampled or top-k, got {kind!r}")
-        self.model, self.kind, self.branching = model, kind, tuple(branching)
+        super().__init__(model)
+        self.kind, self.branching = kind, tuple(branching)
         self.parents = branching_tree(self.branching)
         self.depth_of = depths(self.parents)
-        self.n_vocab, self.n_ctx = model.config.n_vocab, model.config.n_ctx
-        self.tokenizer, self.source = model.tokenizer, model.source
-        self.forwards, self.cache = 0, None
 
     def __repr__(self):
         return f"TreeDrafter({self.source!r}, branching={list(self.branching)}, kind={self.kind!r})"
@@ -209,12 +215,6 @@ class TreeDrafter:
     def tree_size(self, depth):  # -> int
         """Nodes of the tree cut at `depth` (the tree's first levels)."""
         return sum(d <= depth for d in self.depth_of)
-
-    def start(self, prompt_ids):  # [n_prompt] ids
-        self.cache = self.model.new_cache()
-        if len(prompt_ids) > 1:
-            self.model.prefill(np.asarray(prompt_ids[:-1]), self.cache)
-            self.forwards += 1
 
     def propose_tree(self, seq, depth, u, warp_args):  # -> (list[int] [N], list[int] [N], [N, n_vocab] | None)
         """The tree cut at `depth` after seq: ids, parents (-1: a child of seq's last id) and the rows q.
@@ -253,11 +253,53 @@ class TreeDrafter:
         self.forwards += 1
         return self.model.forward(np.asarray(ids), self.cache)[-1]
 
-    def update(self, proposed, accepted):
-        """Nothing to learn."""
 
-    def rollback(self, length):
-        self.cache.rollback(length)
+class DynamicTreeDrafter(DraftModelCache):
+    """A draft model proposing a dynamic tree of `budget` nodes, grown best first by cumulative draft
+    probability (EAGLE-2's idea; npspec.trees.grow_tree): each node offers its `max_children` most likely ids.
+
+    Children are deterministic, so each is tested with a one-hot q. Ranking uses the draft's warped
+    row (its softmax at temperature 1 when temperature is 0). One draft forward per node that may
+    get children, feeding its path after the prefix. Raises ValueError for budget or max_children < 1.
+    """
+
+    def __init__(self, model, budget, max_children=4):
+        for name, v in (("budget", budget), ("max_children", max_children)):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+                raise ValueError(f"a dynamic tree's {name} must be an integer >= 1, got {v!r}")
+        super().__init__(model)
+        self.budget, self.max_children = int(budget), int(max_children)
+        self.depth = self.budget  # at most a chain of budget nodes
+
+    def __repr__(self):
+        return f"DynamicTreeDrafter({self.source!r}, budget={self.budget}, max_children={self.max_children})"
+
+    def tree_size(self, depth):  # -> int
+        """The nodes grown with depth at most `depth`: the budget, or all max_children-ary nodes that fit."""
+        k = min(self.max_children, self.n_vocab)
+        return min(self.budget, sum(k ** d for d in range(1, depth + 1)))
+
+    def propose_tree(self, seq, depth, u, warp_args):  # -> (list[int] [N], list[int] [N], [N, n_vocab] | None)
+        """The tree (ids, parents, q) grown to tree_size(depth) nodes after seq; u is not used."""
+        greedy_round = warp_args.get("temperature", 1.0) == 0
+        self.rollback(min(self.cache.length, len(seq) - 1))
+        self.forwards += 1
+        root = self.model.forward(np.asarray(seq[self.cache.length:]), self.cache)[-1]
+        base = self.cache.length
+
+        def row_at(path):
+            if path:
+                self.rollback(base)
+                self.forwards += 1
+                logits = self.model.forward(np.asarray(path), self.cache)[-1]
+            else:
+                logits = root
+            return softmax(logits.astype(np.float64)) if greedy_round else warp(logits, **warp_args)
+
+        ids, parents = grow_tree(row_at, self.tree_size(depth), self.max_children, depth)
+        self.rollback(base)
+        q = None if greedy_round else np.eye(self.n_vocab, dtype=np.float64)[ids].reshape(len(ids), self.n_vocab)
+        return ids, parents, q
 
 
 def cut_after(ids, eos):  # list[int] -> list[int]

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .drafters import ModelDrafter, NgramDrafter, TreeDrafter, check_ngram_sizes, check_p_min
+from .drafters import DynamicTreeDrafter, ModelDrafter, NgramDrafter, TreeDrafter, check_ngram_sizes, check_p_min
 from .files import CheckpointError
 from . import picture
 from .kernels import KERNELS
@@ -73,6 +73,9 @@ def build_parser(prog=PROG):
                          "verified in one forward (npspec.trees); its depth is at most --gamma")
     ap.add_argument("--tree-kind", choices=("sampled", "top-k"), default="sampled",
                     help="with --tree: children drawn i.i.d. from the draft (sampled) or its most likely ids (top-k)")
+    ap.add_argument("--tree-budget", type=int, default=None, metavar="N",
+                    help="draft a dynamic tree of N nodes grown best first by cumulative draft probability "
+                         "(EAGLE-2's idea; each node offers its 4 most likely ids); its depth is at most --gamma")
     ap.add_argument("--ngram-min", type=int, default=None, metavar="N",
                     help="with --draft ngram: the shortest n-gram to match (default 1)")
     ap.add_argument("--ngram-max", type=int, default=None, metavar="N",
@@ -226,7 +229,7 @@ def drafting(args):
 def drafting_options(args):
     """The options given that need a drafter, as the user spelled them."""
     given = [("--draft-p-min", bool(args.draft_p_min)), ("--tree", bool(args.tree)),
-             ("--tree-kind", args.tree_kind != "sampled"), ("--gamma-schedule heuristic", args.gamma_schedule != "constant"),
+             ("--tree-kind", args.tree_kind != "sampled"), ("--tree-budget", args.tree_budget is not None), ("--gamma-schedule heuristic", args.gamma_schedule != "constant"),
              ("--compare", args.compare)]
     return [name for name, on in given if on]
 
@@ -266,8 +269,12 @@ def check_drafting_args(args):
         raise ValueError("--ngram-min and --ngram-max apply to --draft ngram only; add --draft ngram or drop them")
     if ngram and args.draft_p_min:
         raise ValueError("--draft-p-min applies to a draft model, not to --draft ngram (its proposals are certain)")
-    if args.tree and (ngram or args.draft_p_min):
+    if args.tree and args.tree_budget is not None:
+        raise ValueError("--tree and --tree-budget are two kinds of tree; give one of them")
+    if (args.tree or args.tree_budget is not None) and (ngram or args.draft_p_min):
         raise ValueError("--tree drafts with a draft model; it cannot be combined with --draft ngram or --draft-p-min")
+    if args.tree_budget is not None and args.tree_budget < 1:
+        raise ValueError(f"--tree-budget must be >= 1 (the tree's nodes), got {args.tree_budget}")
     if args.tree_kind != "sampled" and not args.tree:
         raise ValueError("--tree-kind applies to --tree only; add --tree K1,K2,... or drop it")
     check_p_min(args.draft_p_min)
@@ -286,6 +293,8 @@ def make_drafter(args, target, threads, progress=None):
     draft = load(args.draft, "draft", kernel=args.draft_kernel, threads=threads, progress=progress)
     if args.tree:
         return TreeDrafter(draft, args.tree, args.tree_kind)
+    if args.tree_budget is not None:
+        return DynamicTreeDrafter(draft, args.tree_budget)
     return ModelDrafter(draft, p_min=args.draft_p_min)
 
 

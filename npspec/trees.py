@@ -21,6 +21,9 @@ tests/test_trees_exact.py). Uniforms: u_tests[i] tests node i, u_final is the la
 Imports numpy and npspec.sampling.
 """
 
+import heapq
+import itertools
+
 import numpy as np
 
 from .sampling import residual, sample
@@ -103,3 +106,33 @@ def accept_tree_greedy(ids, parents, best):
             return path, int(best[node + 1])
         node = nxt[0]
         path.append(node)
+
+
+def grow_tree(row_at, budget, max_children, max_depth):  # -> (ids [N], parents [N]), N <= budget
+    """A dynamic draft tree grown best first by the draft's cumulative probability (EAGLE-2's idea, Li et al. 2024).
+
+    row_at(path) -> the draft's row `[n_vocab]` after the tuple of drafted ids `path` (() is the
+    root). Each node offers its row's `max_children` most likely ids (ties to the lower id) as
+    candidates, scored by the product of the rows' probabilities along their path; the highest
+    candidate becomes the next node (ties: the earliest offered), until `budget` nodes or no
+    candidate within `max_depth` is left. Parents come before their children. The shape depends
+    only on the draft's rows, never on the target: children are deterministic, so each is tested
+    with a one-hot q (npspec.trees module docstring).
+    """
+    ids, parents, paths, heap, order = [], [], [], [], itertools.count()
+
+    def offer(parent, path, score):
+        row = row_at(path)
+        for tok in sorted(range(len(row)), key=lambda x: (-row[x], x))[:max_children]:
+            heapq.heappush(heap, (-score * row[tok], next(order), parent, int(tok)))
+
+    offer(-1, (), 1)
+    while heap and len(ids) < budget:
+        negative, _, parent, tok = heapq.heappop(heap)
+        path = (paths[parent] if parent >= 0 else ()) + (tok,)
+        ids.append(tok)
+        parents.append(parent)
+        paths.append(path)
+        if len(ids) < budget and len(path) < max_depth:
+            offer(len(ids) - 1, path, -negative)
+    return ids, parents

@@ -251,7 +251,8 @@ QUICK = [("bench.verify_cost", ["verify_cost.csv", "verify_cost_summary.md"]),
          ("bench.memory", ["memory.csv", "memory.md"]),
          ("bench.profile", ["profile.md"]),
          ("bench.threads", ["threads.csv", "threads.md"]),
-         ("bench.drafters", ["drafters_controlled.csv", "drafters_shipped.csv", "ngram_cost.csv"])]
+         ("bench.drafters", ["drafters_controlled.csv", "drafters_shipped.csv", "ngram_cost.csv"]),
+         ("bench.trees", ["trees_controlled.csv", "trees_shipped.csv"])]
 
 
 @pytest.mark.slow
@@ -268,7 +269,7 @@ def test_quick_mode_runs_end_to_end(tmp_path, module, files):
         return
     rows, meta = common.read_table(tmp_path / files[0])
     assert rows and meta["numpy"] == np.__version__
-    if module in ("bench.speedup", "bench.drafters"):
+    if module in ("bench.speedup", "bench.drafters", "bench.trees"):
         assert all(row["identical"] == "True" for row in rows)  # greedy speculative == greedy AR, every row
 
 

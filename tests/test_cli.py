@@ -200,6 +200,7 @@ def test_an_unknown_kernel_is_a_usage_error():
     (["--gamma", "0", "--draft", "/nonexistent"], ["--gamma 0 is plain decoding, with no drafter, so --draft would do "
                                                    "nothing: give --gamma >= 1 or drop it"]),
     (["--gamma", "0", "--tree", "2,2"], ["so --tree would do nothing"]),
+    (["--gamma", "0", "--tree-budget", "8"], ["so --tree-budget would do nothing"]),
     (["--gamma", "0", "--draft-p-min", "0.5"], ["so --draft-p-min would do nothing"]),
     (["--gamma", "0", "--gamma-schedule", "heuristic"], ["so --gamma-schedule heuristic would do nothing"]),
     (["--gamma", "0", "--draft", "ngram", "--tree", "2"], ["--draft ngram needs --gamma >= 1"]),

@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 
 from npspec import testing as kit
-from npspec.drafters import TreeDrafter
+from npspec.drafters import DynamicTreeDrafter, TreeDrafter
 from npspec.gpt2 import tree_paths
 from npspec.sampling import sample, warp
+from npspec.sources import random_model
 from npspec.speculative import speculative_generate
 from npspec.trees import branching_tree
 
@@ -112,6 +113,29 @@ def test_greedy_tree_decoding_is_plain_greedy_decoding(pair, shipped, val_ids, k
                 assert tree.ids == plain.ids, (branching, kind, gamma)
 
 
+@pytest.mark.parametrize("budget", [1, 4, 8, 16])
+def test_greedy_dynamic_tree_decoding_is_plain_greedy_decoding(pair, shipped, val_ids, budget):
+    for target, draft, prompt in ((*pair, [1, 2, 3]), (*shipped, list(val_ids[:16]))):
+        plain = speculative_generate(target, None, prompt, 30, gamma=0, temperature=0)
+        for gamma in (2, 8):
+            tree = speculative_generate(target, DynamicTreeDrafter(draft, budget), prompt, 30, gamma=gamma,
+                                        temperature=0, trace=True)
+            assert tree.ids == plain.ids, (budget, gamma)
+            first = tree.trace[0]["tree"]
+            assert len(first["ids"]) == min(budget, sum(4 ** d for d in range(1, min(gamma, budget) + 1)))
+
+
+def test_dynamic_tree_reports_one_hot_rows_and_grows_by_the_drafts_rows(pair):
+    _, draft = pair
+    drafter = DynamicTreeDrafter(draft, 6, max_children=2)
+    drafter.start([1, 2])
+    ids, parents, q = drafter.propose_tree([1, 2], 3, np.zeros(6), dict(temperature=0.8, top_k=0, top_p=1.0))
+    assert len(ids) == 6 and all(-1 <= p < i for i, p in enumerate(parents))
+    assert (q == np.eye(draft.config.n_vocab)[ids]).all() and drafter.cache.length == 2
+    with pytest.raises(ValueError, match="budget must be an integer >= 1"):
+        DynamicTreeDrafter(draft, 0)
+
+
 def test_a_tree_is_cut_to_fit_the_context(pair):
     """Near n_ctx the verify's 1 + N rows must fit: the round's depth shrinks, down to a plain step."""
     target, draft = pair
@@ -125,14 +149,19 @@ def test_a_tree_is_cut_to_fit_the_context(pair):
 
 def test_tree_on_the_command_line_returns_plain_greedys_ids():
     out = [json.loads(run_python(*GENERATE, "--json", "--temperature", "0", "--max-new-tokens", "40", *args,
-                                 "ROMEO:").stdout) for args in (("--gamma", "0"), ("--tree", "2,2,1"))]
-    assert out[1]["ids"] == out[0]["ids"] and out[1]["stats"]["rounds"] < out[0]["stats"]["rounds"]
+                                 "ROMEO:").stdout) for args in (("--gamma", "0"), ("--tree", "2,2,1"),
+                                                                ("--tree-budget", "8"))]
+    assert out[1]["ids"] == out[2]["ids"] == out[0]["ids"]
+    assert out[1]["stats"]["rounds"] < out[0]["stats"]["rounds"] and out[2]["stats"]["rounds"] < out[0]["stats"]["rounds"]
 
 
 @pytest.mark.parametrize("args, message", [
     (["--tree", "2", "--draft", "ngram"], "cannot be combined with --draft ngram"),
     (["--tree", "2", "--draft-p-min", "0.5"], "cannot be combined"),
-    (["--tree-kind", "top-k"], "--tree-kind applies to --tree only")])
+    (["--tree-kind", "top-k"], "--tree-kind applies to --tree only"),
+    (["--tree", "2", "--tree-budget", "4"], "give one of them"),
+    (["--tree-budget", "0"], "--tree-budget must be >= 1"),
+    (["--tree-budget", "4", "--draft", "ngram"], "cannot be combined with --draft ngram")])
 def test_bad_tree_options_get_one_clean_line(args, message):
     r = run_python(*GENERATE, "--max-new-tokens", "4", *args, "x")
     assert_one_clean_line(r, message)
@@ -142,6 +171,18 @@ def test_bad_tree_options_get_one_clean_line(args, message):
 def test_a_bad_branching_is_refused_by_the_parser(value):
     r = run_python(*GENERATE, "--tree", value, "x")
     assert r.returncode == 2 and "is not a list of counts >= 1" in r.stderr
+
+
+@pytest.mark.slow
+def test_greedy_tree_decoding_on_random_gpt2_shapes():
+    """GPT-2's shapes with random weights (gpt2 / distilgpt2): a (2, 2, 1) tree gives plain greedy's ids."""
+    target = random_model("gpt2")
+    draft = random_model("distilgpt2", tokenizer=target.tokenizer, kernel="gemv-rows")
+    plain = speculative_generate(target, None, [464, 1893], 24, gamma=0, temperature=0)
+    for kind in ("sampled", "top-k"):
+        tree = speculative_generate(target, TreeDrafter(draft, (2, 2, 1), kind), [464, 1893], 24, gamma=3,
+                                    temperature=0)
+        assert tree.ids == plain.ids
 
 
 @pytest.mark.slow

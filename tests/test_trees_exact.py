@@ -11,7 +11,7 @@ import pytest
 from npspec import testing as kit
 from npspec.sampling import residual
 from npspec.testing import trees as tt
-from npspec.trees import accept_tree, accept_tree_greedy, branching_tree, children, depths
+from npspec.trees import accept_tree, accept_tree_greedy, branching_tree, children, depths, grow_tree
 
 from test_loop_replay import cell_edge
 
@@ -39,6 +39,28 @@ def test_a_tree_round_keeps_the_target_law_exactly(n_vocab, truncation, kind):
         for eos in (None, n_vocab - 1):
             got = tt.tree_round_distribution(p, expander(q, branching), PROMPT, len(branching), eos)
             assert got == target_law(p, len(branching), eos), (branching, eos)
+
+
+@pytest.mark.parametrize("n_vocab", [3, 4])
+@pytest.mark.parametrize("budget, max_children", [(2, 2), (4, 2), (5, 3), (6, 4)])
+def test_a_dynamic_tree_round_keeps_the_target_law_exactly(n_vocab, budget, max_children):
+    """EAGLE-2-style trees (npspec.trees.grow_tree: best first by cumulative draft probability), with and without EOS."""
+    for seed in range(3):
+        p, q = tables(n_vocab, {}, seed)
+        for depth in (1, 2, 3):
+            expander = tt.dynamic_expander(q, budget, max_children, depth)
+            for eos in (None, n_vocab - 1):
+                got = tt.tree_round_distribution(p, expander, PROMPT, depth, eos)
+                assert got == target_law(p, depth, eos), (seed, depth, eos)
+
+
+def test_grow_tree_expands_best_first():
+    rows = {(): [Fraction(1, 2), Fraction(3, 10), Fraction(1, 5)], (0,): [Fraction(9, 10), Fraction(1, 10), 0],
+            (1,): [Fraction(1, 3), Fraction(1, 3), Fraction(1, 3)], (0, 0): [1, 0, 0]}
+    ids, parents = grow_tree(lambda path: rows.get(path, [1, 0, 0]), 4, 2, 3)
+    # 0 (1/2), then 0 -> 0 (1/2 * 9/10), then 0 -> 0 -> 0 (9/20 * 1), then 1 (3/10 beats 0 -> 1's 1/20)
+    assert (ids, parents) == ([0, 0, 0, 1], [-1, 0, 1, -1])
+    assert grow_tree(lambda path: rows.get(path, [1, 0, 0]), 4, 2, 1) == ([0, 1], [-1, -1])  # depth 1: the 2 offered
 
 
 # ---- the classic tree mistakes change the law

@@ -18,6 +18,7 @@ import itertools
 from collections import defaultdict
 from fractions import Fraction
 
+from ..trees import grow_tree
 from .oracle import _start, sequence_distribution
 
 
@@ -63,6 +64,26 @@ def topk_expander(q, branching):
         row = q(ctx)
         top = sorted(range(len(row)), key=lambda x: (-row[x], x))[:branching[depth]]
         return [(1, [(x, [Fraction(int(i == x)) for i in range(len(row))]) for x in top])]
+    return expand
+
+
+def dynamic_expander(q, budget, max_children, max_depth):
+    """The dynamic tree of npspec.trees.grow_tree over table q (grown once per root context), as an expander:
+    each node's children in node order, each with a one-hot row."""
+    trees = {}
+
+    def expand(ctx, depth):
+        root = ctx[:len(ctx) - depth]
+        if root not in trees:
+            ids, parents = grow_tree(lambda path: q(root + path), budget, max_children, max_depth)
+            paths = []
+            for tok, parent in zip(ids, parents):
+                paths.append((paths[parent] if parent >= 0 else ()) + (tok,))
+            trees[root] = paths
+        here = ctx[len(root):]
+        n_vocab = len(q(ctx))
+        return [(1, [(path[-1], [Fraction(int(i == path[-1])) for i in range(n_vocab)])
+                     for path in trees[root] if path[:-1] == here])]
     return expand
 
 
