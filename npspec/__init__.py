@@ -30,7 +30,7 @@ from .files import CheckpointError, load_model
 from .gpt2 import ContextOverflowError, GPT2Config, KVCache
 from .model import Model
 from .sources import load, random_model
-from .speculative import Generation, Stats, speculative_generate
+from .speculative import Generation, GenerationInterrupted, Stats, speculative_generate
 from .text import encode_prompt
 
 __version__ = "0.1.0"
@@ -61,7 +61,7 @@ def generate_text(target, prompt, draft=None, gamma=4, max_new_tokens=64, temper
     return TextGeneration(gen.ids, gen.stats, gen.trace, target.tokenizer.decode(gen.ids))
 
 
-__all__ = ["CheckpointError", "ContextOverflowError", "DynamicTreeDrafter", "GPT2Config", "Generation", "KVCache",
-           "Model", "ModelDrafter",
+__all__ = ["CheckpointError", "ContextOverflowError", "DynamicTreeDrafter", "GPT2Config", "Generation",
+           "GenerationInterrupted", "KVCache", "Model", "ModelDrafter",
            "NgramDrafter", "Stats", "TextGeneration", "TreeDrafter", "generate_text", "load", "load_model", "progress",
            "random_model", "speculative_generate"]

@@ -73,12 +73,24 @@ def bench(argv, root=SOURCE_ROOT, extra_installed=None):
     return subprocess.run([sys.executable, "-m", f"bench.{name}", *argv[1:]], env=env).returncode
 
 
-COMMANDS = {"generate": generate.main, "convert": convert.main, "bench": bench}
+def run_generate(argv):
+    """`npspec generate ...`: npspec.generate.main, its usage naming `npspec generate`."""
+    return generate.main(argv, prog="npspec generate")
+
+
+def run_convert(argv):
+    """`npspec convert ...`: npspec.convert.main, its usage naming `npspec convert`."""
+    return convert.main(argv, prog="npspec convert")
+
+
+COMMANDS = {"generate": run_generate, "convert": run_convert, "bench": bench}
 
 
 def main(argv=None):
     """Run `npspec COMMAND ...` (argv: the arguments after `npspec`; default sys.argv[1:]). Returns the exit status."""
     argv = sys.argv[1:] if argv is None else list(argv)
+    if sys.stderr is None:  # stderr closed (2>&-): print(file=None) would write messages to STDOUT; drop them
+        sys.stderr = open(os.devnull, "w")
     try:
         if not argv or argv[0] not in COMMANDS:
             build_parser().parse_args(argv[:1])  # --help, --version, or a usage error: argparse exits

@@ -18,8 +18,11 @@ from .progress import show_progress, terminal_bars
 from .sources.cache import fallback_tokenizer_json
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m npspec.convert", description=__doc__.split("\n")[0].split(": ", 1)[1])
+def main(argv=None, prog="python -m npspec.convert"):
+    """Run the command (argv: its arguments; default sys.argv[1:]); prog: the name usage shows. Returns the exit status."""
+    if sys.stderr is None:  # stderr closed (2>&-): print(file=None) would write messages to STDOUT; drop them
+        sys.stderr = open(os.devnull, "w")
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0].split(": ", 1)[1])
     ap.add_argument("src", help="Hugging Face GPT-2 checkpoint directory (config.json + model.safetensors)")
     ap.add_argument("out_dir", help="where to write the npspec model: a new or empty directory")
     ap.add_argument("--force", action="store_true", help="replace the npspec model OUT_DIR already holds")

@@ -5,13 +5,16 @@
     printf 'JULIET:' | python -m npspec.generate - --json   # stdin is used verbatim
     python -m npspec.generate --draft ngram --gamma-schedule heuristic "ROMEO:"   # prompt lookup
 
-Text streams to stdout; a one-line summary goes to stderr. `--gamma 0` is plain
-autoregressive decoding with the target alone. On a terminal, accepted draft tokens are
+Text streams to stdout; a one-line summary goes to stderr (never to stdout, even when stderr is
+closed). `--gamma 0` is plain autoregressive decoding with the target alone, and so is a target
+other than the shipped one without --draft (with a note). Ctrl-C ends the line, prints the summary
+of what was generated (stop: interrupted) and exits 130. On a terminal, accepted draft tokens are
 coloured (green) apart from target-produced ones; `--no-color` or NO_COLOR turns it off.
 
 The top of the house: argparse -> load (npspec.sources) -> a drafter (npspec.drafters) ->
 speculative_generate -> print. Every option is checked by npspec.speculative's and
-npspec.drafters' own checks before a model loads; this module maps errors to one-line messages.
+npspec.drafters' own checks before a model loads, and everything else (the pair, the prompt, the
+--html path) before the first byte is written; this module maps errors to one-line messages.
 The only environment variables read are here: NO_COLOR, NPSPEC_QUIET and TQDM_DISABLE
 (npspec.progress.show_progress), and NPSPEC_NUM_THREADS as the default of --threads.
 """
@@ -20,6 +23,7 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
 
 import numpy as np
 
@@ -28,8 +32,9 @@ from .files import CheckpointError
 from . import picture
 from .kernels import KERNELS
 from .progress import show_progress, terminal_bars
-from .sources import HUB_NAMES, load
-from .speculative import SCHEDULES, check_options, check_pair, check_prompt, context_size, speculative_generate
+from .sources import HUB_NAMES, SHIPPED_PAIR, load, shipped_dir
+from .speculative import (SCHEDULES, Generation, GenerationInterrupted, Stats, check_options, check_pair, check_prompt,
+                          context_size, speculative_generate)
 from .text import TextStreamer, encode_prompt
 
 DEFAULT_PROMPT = "ROMEO:"
@@ -37,8 +42,16 @@ NGRAM = "ngram"  # the --draft word for prompt lookup (a directory of that name:
 GREEN, RESET = "\033[32m", "\033[0m"
 
 
-def build_parser():
-    ap = argparse.ArgumentParser(prog="python -m npspec.generate", description=__doc__.split("\n")[0])
+PROG = "python -m npspec.generate"
+
+
+class Interrupted(Exception):
+    """Ctrl-C ended a run whose output and summary are already printed (main exits 130)."""
+
+
+def build_parser(prog=PROG):
+    """The argument parser; prog names the command in usage and help (`npspec generate` under the npspec command)."""
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
     ap.add_argument("prompt", nargs="?", default=None,
                     help=f"prompt text, or - to read it from stdin (default: {DEFAULT_PROMPT!r})")
     spec = ("SPEC: a model directory (converted or Hugging Face), random:<shape>, or a hub name "
@@ -46,7 +59,8 @@ def build_parser():
     ap.add_argument("--target", metavar="SPEC", default=None, help=f"{spec} (default: the shipped target)")
     ap.add_argument("--draft", metavar="SPEC", default=None,
                     help=f"{spec}, or `ngram`: prompt lookup, no draft model, or SCHEME:SPEC / SCHEME:self: that "
-                         "model / the target quantized, e.g. int4-g64:self (default: the shipped draft)")
+                         "model / the target quantized, e.g. int4-g64:self (default: the shipped draft for the shipped "
+                         "target; another target without --draft decodes plainly)")
     ap.add_argument("--gamma", type=int, default=4,
                     help="draft tokens per round (the heuristic schedule's start); 0 = plain decoding (default 4)")
     ap.add_argument("--gamma-schedule", choices=SCHEDULES, default="constant",
@@ -106,25 +120,50 @@ def json_safe(x):
     return x
 
 
+def number(x, spec):
+    """`x` formatted with `spec`, or "-" for a ratio with nothing to count (NaN; JSON's null)."""
+    return "-" if np.isnan(x) else format(x, spec)
+
+
 def summary(stats):
     """The one-line summary printed to stderr."""
-    return (f"{stats.new_tokens} new tokens in {stats.rounds} rounds, alpha {stats.alpha:.3f}, "
-            f"{stats.tokens_per_round:.2f} tokens/round, {stats.tokens_per_s:.1f} tokens/s "
+    return (f"{stats.new_tokens} new tokens in {stats.rounds} rounds, alpha {number(stats.alpha, '.3f')}, "
+            f"{number(stats.tokens_per_round, '.2f')} tokens/round, {number(stats.tokens_per_s, '.1f')} tokens/s "
             f"(stop: {stats.stop_reason})")
 
 
-def read_prompt(arg):
-    """The prompt text: the argument, or stdin verbatim for `-` (a trailing newline is kept)."""
+def prompt_byte_limit(tokenizer, n_ctx):
+    """A number of bytes past which a prompt cannot fit in `n_ctx` tokens: 4 * n_ctx * the longest token's length.
+
+    A token stands for at most that many characters and a character is at most 4 UTF-8 bytes, so a longer
+    text has more than n_ctx tokens; it is refused without being read or tokenized in full.
+    """
+    return 4 * n_ctx * max(map(len, tokenizer.get_vocab()))
+
+
+def read_prompt(arg, limit, stdin=None):
+    """The prompt text: the argument, or stdin verbatim for `-` (a trailing newline is kept).
+
+    Raises ValueError for a prompt of more than `limit` bytes (prompt_byte_limit; stdin is read no further) or
+    stdin that is not UTF-8.
+    """
     if arg is None:
         return DEFAULT_PROMPT
     if arg == "-":
-        data = sys.stdin.buffer.read()
-        try:
-            return data.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise ValueError(f"the prompt on stdin is not valid UTF-8 ({e.reason} at byte {e.start}); "
-                             "pass UTF-8 text") from None
-    return arg
+        data = (stdin or sys.stdin.buffer).read(limit + 1)
+        source = "the prompt on stdin"
+    else:
+        data, source = arg.encode("utf-8", "surrogateescape"), "the prompt"
+    if len(data) > limit:
+        raise ValueError(f"{source} is over {limit:,} bytes, more than the context can hold "
+                         "(the prompt has more tokens than the context); shorten it")
+    if arg != "-":
+        return arg
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"the prompt on stdin is not valid UTF-8 ({e.reason} at byte {e.start}); "
+                         "pass UTF-8 text") from None
 
 
 def cpu_count():
@@ -135,18 +174,27 @@ def cpu_count():
         return os.cpu_count() or 1
 
 
-def thread_count(arg, environ=os.environ):
-    """--threads, else NPSPEC_NUM_THREADS, else cpu_count(). Raises ValueError naming the bad setting."""
+def thread_count(arg, environ=os.environ, cpus=None, note=None):
+    """--threads, else NPSPEC_NUM_THREADS capped at `cpus` (default cpu_count()), else cpus.
+
+    An explicit --threads is used as given. A variable above the CPU count is capped, and note(message) (if given)
+    says so. Raises ValueError naming the bad setting.
+    """
     if arg is not None:
         if arg < 1:
             raise ValueError(f"--threads must be >= 1, got {arg}")
         return arg
+    cpus = cpu_count() if cpus is None else cpus
     env = environ.get("NPSPEC_NUM_THREADS", "")
     if not env:
-        return cpu_count()
+        return cpus
     if not env.strip().isdigit() or int(env) < 1:
         raise ValueError(f"NPSPEC_NUM_THREADS={env!r} is not a positive integer; set it to a thread count such "
                          "as 2, or unset it")
+    if int(env) > cpus:
+        if note is not None:
+            note(f"NPSPEC_NUM_THREADS={env.strip()} is more than the {cpus} CPUs this process may use; using {cpus}")
+        return cpus
     return int(env)
 
 
@@ -161,11 +209,63 @@ def branching(text):
     return counts
 
 
+def is_shipped_target(spec):
+    """Whether --target SPEC is the shipped target (None, or its directory)."""
+    if spec is None:
+        return True
+    try:
+        return Path(spec).expanduser().resolve() == shipped_dir(f"{SHIPPED_PAIR}/target").resolve()
+    except (CheckpointError, OSError):
+        return False
+
+
+def drafting(args):
+    """Whether the run drafts: --gamma >= 1 and a drafter, given by --draft or the shipped target's own draft.
+
+    Without --draft, a target other than the shipped one decodes plainly (the shipped draft speaks another
+    tokenizer; run() says so on stderr)."""
+    return args.gamma > 0 and (args.draft is not None or is_shipped_target(args.target))
+
+
+def drafting_options(args):
+    """The options given that need a drafter, as the user spelled them."""
+    given = [("--draft-p-min", bool(args.draft_p_min)), ("--tree", bool(args.tree)),
+             ("--tree-kind", args.tree_kind != "sampled"), ("--tree-budget", args.tree_budget is not None), ("--gamma-schedule heuristic", args.gamma_schedule != "constant"),
+             ("--compare", args.compare)]
+    return [name for name, on in given if on]
+
+
+def check_output_args(args):
+    """Raise ValueError for output options that would do nothing: --trace without --json (--html needs no --trace),
+    and an --html FILE that cannot be written (checked before anything is printed)."""
+    if args.trace and not args.json:
+        raise ValueError("--trace adds a record per round to --json's output: add --json (or draw the rounds "
+                         "with --html FILE)")
+    if args.html is not None:
+        path = Path(args.html).expanduser()
+        parent = path.parent
+        if path.is_dir():
+            raise ValueError(f"cannot write --html {args.html}: it is a directory; pick a file path")
+        if not parent.is_dir():
+            raise ValueError(f"cannot write --html {args.html}: {parent} is not a directory; pick a writable path")
+        if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+            raise ValueError(f"cannot write --html {args.html}: permission denied; pick a writable path")
+
+
 def check_drafting_args(args):
-    """Raise ValueError for drafting options that cannot apply together (before anything loads)."""
+    """Raise ValueError for drafting options that cannot apply together or do nothing (before anything loads)."""
     ngram = args.draft == NGRAM
     if ngram and args.gamma == 0:
         raise ValueError("--draft ngram needs --gamma >= 1 (0 is plain decoding, with no drafter)")
+    if args.gamma == 0 and (args.draft is not None or drafting_options(args)):
+        given = ", ".join((["--draft"] if args.draft is not None else []) + drafting_options(args))
+        raise ValueError(f"--gamma 0 is plain decoding, with no drafter, so {given} would do nothing: give "
+                         "--gamma >= 1 or drop " + ("it" if "," not in given else "them"))
+    if args.gamma > 0 and not drafting(args) and drafting_options(args):
+        given = drafting_options(args)
+        raise ValueError(f"{', '.join(given)} {'needs' if len(given) == 1 else 'need'} a drafter, and without --draft "
+                         f"the target {args.target} decodes plainly: add --draft SPEC (a draft with its tokenizer) or "
+                         "--draft ngram")
     if not ngram and (args.ngram_min is not None or args.ngram_max is not None):
         raise ValueError("--ngram-min and --ngram-max apply to --draft ngram only; add --draft ngram or drop them")
     if ngram and args.draft_p_min:
@@ -184,8 +284,9 @@ def check_drafting_args(args):
 
 
 def make_drafter(args, target, threads, progress=None):
-    """The drafter --draft names (None with --gamma 0): NgramDrafter for `ngram`, else ModelDrafter(load(SPEC))."""
-    if args.gamma == 0:
+    """The drafter --draft names (None when not drafting(args)): NgramDrafter for `ngram`, else
+    ModelDrafter(load(SPEC)), TreeDrafter with --tree; the shipped draft for the shipped target without --draft."""
+    if not drafting(args):
         return None
     if args.draft == NGRAM:
         return NgramDrafter(target.config.n_vocab, target.config.eos_token_id,
@@ -199,20 +300,28 @@ def make_drafter(args, target, threads, progress=None):
     return ModelDrafter(draft, p_min=args.draft_p_min)
 
 
-def run(args, out=sys.stdout, err=sys.stderr):
+def run(args, out=sys.stdout, err=sys.stderr, stdin=None):
+    """Generate as `args` (build_parser's) say: the text to `out`, the summary and notes to `err`. Returns the
+    Generation. Raises ValueError or CheckpointError, before anything is written to `out`, for anything that can
+    be checked up front; Interrupted after printing what was generated when Ctrl-C stops the generation."""
     check_options(args.max_new_tokens, args.gamma, args.temperature, args.top_k, args.top_p, args.gamma_schedule)
     check_drafting_args(args)
+    check_output_args(args)
     if args.seed < 0:
         raise ValueError(f"--seed must be >= 0, got {args.seed}")
-    threads = thread_count(args.threads)
-    prompt = read_prompt(args.prompt)
+    threads = thread_count(args.threads, note=lambda message: print(f"npspec.generate: note: {message}", file=err))
     progress = terminal_bars if show_progress(args.quiet or args.json, err, os.environ) else None
     target = load(args.target, "target", kernel=args.target_kernel, threads=threads, progress=progress)
+    if args.gamma > 0 and not drafting(args):
+        print(f"npspec.generate: note: no --draft for the target {args.target}, so it decodes plainly (the shipped "
+              "draft is the shipped target's); add --draft SPEC or --draft ngram to decode speculatively", file=err)
     draft = make_drafter(args, target, threads, progress)
+    gamma = args.gamma if draft is not None else 0
     if draft is not None:
         check_pair(target, draft)
+    prompt = read_prompt(args.prompt, prompt_byte_limit(target.tokenizer, target.config.n_ctx), stdin)
     ids = encode_prompt(target.tokenizer, prompt, target.config.eos_token_id)
-    check_prompt(ids, context_size(target, draft))
+    check_prompt(ids, context_size(target, draft), target.config.n_vocab)
     color = out.isatty() and not args.no_color and not os.environ.get("NO_COLOR") and not args.json
     streamer = TextStreamer(target.tokenizer)
 
@@ -227,21 +336,32 @@ def run(args, out=sys.stdout, err=sys.stderr):
             out.write(streamer.push(new_ids))
         out.flush()
 
-    if not args.json:
-        out.write(prompt)
-    gen = speculative_generate(target, draft, ids, args.max_new_tokens, gamma=args.gamma,
-                               temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-                               rng=np.random.default_rng(args.seed), on_emit=on_emit,
-                               trace=args.trace or args.html is not None, gamma_schedule=args.gamma_schedule)
+    rng = np.random.default_rng(args.seed)  # (its first use imports numpy.random: not between prompt and decoding)
+    interrupted = False
+    try:
+        if not args.json:  # the first byte written: everything that can be checked was
+            out.write(prompt)
+        gen = speculative_generate(target, draft, ids, args.max_new_tokens, gamma=gamma,
+                                   temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                                   rng=rng, on_emit=on_emit,
+                                   trace=args.trace or args.html is not None, gamma_schedule=args.gamma_schedule)
+    except GenerationInterrupted as e:  # Ctrl-C: print what was generated, then exit 130
+        gen, interrupted = e.generation, True
+    except KeyboardInterrupt:  # between the prompt and the first forward: nothing generated
+        gen, interrupted = Generation([], Stats(stop_reason="interrupted")), True
     if args.html is not None:
         try:
             picture.write(args.html, gen.trace, target.tokenizer.decode, prompt, gen.stats.as_dict())
         except OSError as e:
             raise ValueError(f"cannot write --html {args.html} ({e.strerror or e}); pick a writable path") from e
     plain = None
-    if args.compare:  # the same prompt, options and seed, with the target alone
-        plain = speculative_generate(target, None, ids, args.max_new_tokens, gamma=0, temperature=args.temperature,
-                                     top_k=args.top_k, top_p=args.top_p, rng=np.random.default_rng(args.seed))
+    if args.compare and not interrupted:  # the same prompt, options and seed, with the target alone
+        try:
+            plain = speculative_generate(target, None, ids, args.max_new_tokens, gamma=0,
+                                         temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                                         rng=np.random.default_rng(args.seed))
+        except GenerationInterrupted:
+            interrupted = True
     if args.json:
         obj = {"text": target.tokenizer.decode(gen.ids), "ids": gen.ids, "stats": gen.stats.as_dict()}
         if args.trace:
@@ -251,6 +371,7 @@ def run(args, out=sys.stdout, err=sys.stderr):
         out.write(json.dumps(json_safe(obj), allow_nan=False) + "\n")
     else:
         out.write(streamer.finish() + "\n")
+    out.flush()
     print(summary(gen.stats), file=err)
     if plain is not None:
         c = comparison(gen, plain, args.temperature == 0)
@@ -258,6 +379,10 @@ def run(args, out=sys.stdout, err=sys.stderr):
               f"{c['plain_tokens_per_s']:.1f} tokens/s, speedup {c['speedup']:.2f}x"
               + ("" if c["same_ids"] is None else ", same output" if c["same_ids"] else ", DIFFERENT output"),
               file=err)
+    elif args.compare:
+        print("compare: interrupted before plain decoding finished", file=err)
+    if interrupted:
+        raise Interrupted()
     return gen
 
 
@@ -271,19 +396,27 @@ def comparison(spec, plain, greedy):
             "plain_seconds": plain.stats.seconds, "same_ids": spec.ids == plain.ids if greedy else None}
 
 
-def main(argv=None):
-    args = build_parser().parse_args(argv)
+def main(argv=None, prog=PROG):
+    """Run the command (argv: the arguments; default sys.argv[1:]). Returns the exit status: 0, 1 an error, 2 a
+    command line argparse rejects, 130 interrupted, 141 stdout's reader left. prog: the name usage shows."""
+    if sys.stderr is None:  # stderr closed (2>&-): print(file=None) would write messages to STDOUT; drop them
+        sys.stderr = open(os.devnull, "w")
+    args = build_parser(prog).parse_args(argv)
+    err = sys.stderr
     if sys.stdout is None:
-        print("npspec.generate: error: stdout is closed; redirect it to a file or a pipe", file=sys.stderr)
+        print("npspec.generate: error: stdout is closed; redirect it to a file or a pipe", file=err)
         return 1
     try:
-        run(args)
+        run(args, err=err)
     except (CheckpointError, ValueError) as e:
         if args.debug:
             raise
-        print(f"npspec.generate: error: {e}", file=sys.stderr)
+        print(f"npspec.generate: error: {e}", file=err)
         return 1
-    except KeyboardInterrupt:
+    except Interrupted:  # the output and the summary (stop: interrupted) are printed
+        return 130
+    except KeyboardInterrupt:  # before generation started, or while printing its end
+        print("npspec.generate: interrupted", file=err)
         return 130
     except BrokenPipeError:  # e.g. `| head`: the reader left; stop quietly, as Unix tools do
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -292,7 +425,7 @@ def main(argv=None):
         if args.debug:
             raise
         print(f"npspec.generate: error: cannot write the output ({e.strerror or e}); check where stdout goes",
-              file=sys.stderr)
+              file=err)
         return 1
     return 0
 

@@ -73,7 +73,10 @@ class KVCache:
         self.length = 0
 
     def rollback(self, length):
-        """Forget every position from `length` on. Raises ValueError if `length` > current."""
+        """Forget every position from `length` on. Raises TypeError unless `length` is a Python or NumPy integer,
+        ValueError unless 0 <= length <= the current length."""
+        if isinstance(length, bool) or not isinstance(length, (int, np.integer)):
+            raise TypeError(f"rollback's length must be an integer, got {length!r} (a {type(length).__name__})")
         if not 0 <= length <= self.length:
             raise ValueError(f"cannot roll the cache back to {length}: it holds {self.length} positions")
         self.length = length

@@ -17,12 +17,29 @@ sum to exactly 1).
 import numpy as np
 
 
+def check_integer(value, name, minimum, note=""):
+    """Raise TypeError unless `value` is a Python or NumPy integer (not a bool, a float or a str), and ValueError unless
+    it is >= minimum; messages read "<name> must be an integer >= <minimum><note>, got ..."."""
+    rule = f"{name} must be an integer >= {minimum}{note}"
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{rule}, got {value!r} (a {type(value).__name__})")
+    if value < minimum:
+        raise ValueError(f"{rule}, got {value}")
+
+
+def check_number(value, name, rule):
+    """Raise TypeError unless `value` is a Python or NumPy real number (not a bool or a str); the range is the caller's."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name} must be a number {rule}, got {value!r} (a {type(value).__name__})")
+
+
 def check_warp_args(temperature, top_k, top_p):
-    """Raise ValueError naming the bad option and its valid range."""
+    """Raise ValueError naming the bad option and its valid range (TypeError for a value of the wrong type)."""
+    check_number(temperature, "temperature", "(finite, >= 0; 0 = greedy)")
     if not np.isfinite(temperature) or temperature < 0:
         raise ValueError(f"temperature must be a finite number >= 0 (0 = greedy), got {temperature}")
-    if int(top_k) != top_k or top_k < 0:
-        raise ValueError(f"top_k must be an integer >= 0 (0 = off), got {top_k}")
+    check_integer(top_k, "top_k", 0, " (0 = off)")
+    check_number(top_p, "top_p", "in (0, 1]")
     if not 0 < top_p <= 1:
         raise ValueError(f"top_p must be in (0, 1] (1 = off), got {top_p}")
 
@@ -44,7 +61,8 @@ def warp(logits, temperature=1.0, top_k=0, top_p=1.0):  # [..., n_vocab] float32
         probs = np.zeros_like(x)
         np.put_along_axis(probs, np.argmax(x, axis=-1)[..., None], 1.0, axis=-1)
         return probs
-    x = (x - top) / temperature  # shift first: a tiny temperature gives -inf, never inf - inf = NaN
+    with np.errstate(over="ignore"):  # shift first: a tiny temperature (1e-320) overflows to -inf, never inf - inf
+        x = (x - top) / temperature
     if top_k and top_k < x.shape[-1]:
         kth = np.partition(x, -top_k, axis=-1)[..., -top_k, None]
         x = np.where(x < kth, -np.inf, x)
@@ -113,11 +131,13 @@ def sample(probs, u):  # [n_vocab] float64, float in [0, 1) -> int
 def residual(p, q):  # [n_vocab], [n_vocab] float64 -> [n_vocab] float64
     """norm(max(0, p - q)): where to sample after a rejection (Leviathan et al. 2023, Alg. 1).
 
-    If the mass of max(0, p - q) is not finite and positive (p == q to rounding, or
-    overflow), return p itself: never divide by a zero or non-finite mass.
+    If the mass of max(0, p - q) is not positive (p == q to rounding), return p itself: never
+    divide by a zero mass. Raises ValueError if p or q holds NaN or an infinity (as `sample` does).
     """
     r = np.maximum(p - q, 0.0)
     mass = r.sum()
-    if not (np.isfinite(mass) and mass > 0):
+    if not np.isfinite(mass) or not np.isfinite(p.sum() + q.sum()):
+        raise ValueError("cannot take the residual: p or q holds NaN or an infinity; check the model's output")
+    if not mass > 0:
         return p
     return r / mass

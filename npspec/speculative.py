@@ -38,13 +38,14 @@ npspec.gpt2, npspec.sampling and npspec.text; models and drafters are duck-typed
 """
 
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
 from .drafters import ModelDrafter
 from .gpt2 import ContextOverflowError
-from .sampling import check_warp_args, greedy, residual, sample, warp
+from .sampling import check_integer, check_warp_args, greedy, residual, sample, warp
 from .text import same_tokenizer
 from .trees import accept_tree, accept_tree_greedy, children
 
@@ -71,7 +72,7 @@ class Stats:
     seconds: float = 0.0
     seconds_draft: float = 0.0
     seconds_verify: float = 0.0
-    stop_reason: str = ""  # "eos", "max_new_tokens" or "context"
+    stop_reason: str = ""  # "eos", "max_new_tokens", "context", or "interrupted" (GenerationInterrupted)
     tested_by_position: list = field(default_factory=list)  # [max k] drafts tested at position i+1
     accepted_by_position: list = field(default_factory=list)  # [max k] drafts kept at position i+1
     proposal_lengths: list = field(default_factory=list)  # [max k + 1] rounds that proposed k tokens, k = 0, 1, ...
@@ -166,13 +167,22 @@ class Generation:
     trace: list = field(default_factory=list)
 
 
+class GenerationInterrupted(KeyboardInterrupt):
+    """Ctrl-C (KeyboardInterrupt) during speculative_generate. `generation`: what was emitted before it, by whole
+    rounds (a round cut short emits nothing), with stats.stop_reason "interrupted". A KeyboardInterrupt, so code
+    that stops on Ctrl-C still does."""
+
+    def __init__(self, generation):
+        super().__init__("interrupted")
+        self.generation = generation
+
+
 def check_options(max_new_tokens, gamma, temperature, top_k, top_p, gamma_schedule="constant"):
-    """Raise ValueError naming the first bad option and its valid range (see speculative_generate)."""
+    """Raise ValueError naming the first bad option and its valid range, TypeError naming an option of the wrong type
+    (integers are Python or NumPy ints, never floats or bools; see speculative_generate)."""
     check_warp_args(temperature, top_k, top_p)
-    if isinstance(max_new_tokens, bool) or int(max_new_tokens) != max_new_tokens or max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens}")
-    if isinstance(gamma, bool) or int(gamma) != gamma or gamma < 0:
-        raise ValueError(f"gamma must be an integer >= 0 (0 = no drafting), got {gamma}")
+    check_integer(max_new_tokens, "max_new_tokens", 1)
+    check_integer(gamma, "gamma", 0, " (0 = no drafting)")
     if gamma_schedule not in SCHEDULES:
         raise ValueError(f"gamma_schedule (--gamma-schedule) must be one of {', '.join(SCHEDULES)}, "
                          f"got {gamma_schedule!r}")
@@ -208,14 +218,35 @@ def context_size(target, draft):
     return min(target.config.n_ctx, drafter.n_ctx)
 
 
-def check_prompt(prompt_ids, n_ctx):
-    """Raise ValueError for an empty or non-integer prompt, ContextOverflowError for one longer than `n_ctx`."""
-    if len(prompt_ids) and np.asarray(prompt_ids).dtype.kind not in "iu":
-        raise ValueError("prompt_ids must be integer token ids; encode text with the model's tokenizer first")
-    if not len(prompt_ids):
+def check_prompt(prompt_ids, n_ctx, n_vocab):
+    """Check the prompt before any forward.
+
+    Raises TypeError unless `prompt_ids` is a 1-D sequence (a list, a tuple, a 1-D integer array) of integer ids
+    (Python or NumPy ints, not bools or floats); ValueError for an empty prompt or an id outside [0, n_vocab);
+    ContextOverflowError unless it leaves room for a new token: at most n_ctx - 1 ids.
+    """
+    what = "prompt_ids must be a 1-D sequence of integer token ids (a list or a 1-D integer array)"
+    if isinstance(prompt_ids, np.ndarray):
+        if prompt_ids.ndim != 1 or prompt_ids.dtype.kind not in "iu":
+            raise TypeError(f"{what}, got an array of shape {prompt_ids.shape} and dtype {prompt_ids.dtype}")
+    elif isinstance(prompt_ids, (str, bytes)):
+        raise TypeError(f"{what}, got a {type(prompt_ids).__name__}; encode text with the model's tokenizer first "
+                        "(or call npspec.generate_text)")
+    elif not isinstance(prompt_ids, Sequence):
+        raise TypeError(f"{what}, got {type(prompt_ids).__name__}")
+    n = len(prompt_ids)
+    if not n:
         raise ValueError("the prompt is empty: give at least one id (GPT-2 starts from <|endoftext|>)")
-    if len(prompt_ids) > n_ctx:
-        raise ContextOverflowError(f"the prompt has {len(prompt_ids)} tokens but the context holds {n_ctx}; shorten it")
+    if n >= n_ctx:
+        raise ContextOverflowError(f"the prompt has {n} tokens but the context holds {n_ctx}, which leaves no room for "
+                                   f"a new token past {n_ctx - 1}; shorten it")
+    if not isinstance(prompt_ids, np.ndarray):
+        for i, x in enumerate(prompt_ids):
+            if isinstance(x, bool) or not isinstance(x, (int, np.integer)):
+                raise TypeError(f"{what}; prompt_ids[{i}] is {x!r} (a {type(x).__name__})")
+    for i, x in enumerate(prompt_ids):
+        if not 0 <= x < n_vocab:
+            raise ValueError(f"prompt_ids[{i}] is {x}, not a token id of this vocabulary: ids are in [0, {n_vocab})")
 
 
 def verify(target, cache, seq, gamma, warp_args):
@@ -311,8 +342,10 @@ def speculative_generate(target, draft, prompt_ids, max_new_tokens, gamma=4, tem
     reaches the smaller n_ctx of the target and the drafter (stop_reason "context").
     Raises ValueError for bad options (check_options), a vocabulary or tokenizer mismatch
     (check_pair), an empty prompt, or a drafter that proposes more than asked or malformed rows,
-    and ContextOverflowError if the prompt alone exceeds the context (check_prompt); all but
-    the drafter's before any forward.
+    and ContextOverflowError if the prompt leaves no room in the context (check_prompt); all but
+    the drafter's before any forward. TypeError for an option or prompt of the wrong type (check_options,
+    check_prompt) or an rng that is neither a Generator nor an int seed.
+    Ctrl-C raises GenerationInterrupted, which holds the Generation of the rounds completed before it.
     """
     check_options(max_new_tokens, gamma, temperature, top_k, top_p, gamma_schedule)
     drafter = as_drafter(draft) if gamma else None
@@ -321,7 +354,9 @@ def speculative_generate(target, draft, prompt_ids, max_new_tokens, gamma=4, tem
     else:
         check_pair(target, drafter)
     n_ctx = context_size(target, drafter)
-    check_prompt(prompt_ids, n_ctx)
+    check_prompt(prompt_ids, n_ctx, target.config.n_vocab)
+    if isinstance(rng, bool) or not (rng is None or isinstance(rng, (int, np.integer)) or hasattr(rng, "random")):
+        raise TypeError(f"rng must be an np.random.Generator or an int seed, got {rng!r}")
     seq = [int(i) for i in prompt_ids]
     gamma = min(gamma, max_new_tokens - 1, n_ctx - 1)  # no round can use more (and a huge gamma costs nothing)
     drafter = drafter if gamma else None  # no round can draft: the drafter is not even started
@@ -334,89 +369,101 @@ def speculative_generate(target, draft, prompt_ids, max_new_tokens, gamma=4, tem
     n_prompt = len(seq)
 
     t0 = time.perf_counter()
-    tcache = target.new_cache()
-    target.prefill(np.asarray(seq[:-1]), tcache)  # all but the last id
-    stats.target_forwards += len(seq) > 1
-    stats.seconds_verify = time.perf_counter() - t0
-    if drafter is not None:
-        forwards = drafter.forwards
-        drafter.start(list(seq))
-        stats.seconds_draft = time.perf_counter() - t0 - stats.seconds_verify
+    forwards = drafter.forwards if drafter is not None else 0
+    done = len(seq)  # ids emitted by completed rounds (prompt included)
+    try:
+        tcache = target.new_cache()
+        target.prefill(np.asarray(seq[:-1]), tcache)  # all but the last id
+        stats.target_forwards += len(seq) > 1
+        stats.seconds_verify = time.perf_counter() - t0
+        if drafter is not None:
+            drafter.start(list(seq))
+            stats.seconds_draft = time.perf_counter() - t0 - stats.seconds_verify
 
-    while True:
-        remaining = max_new_tokens - (len(seq) - n_prompt)
-        if remaining <= 0:
-            stats.stop_reason = "max_new_tokens"
-            break
-        if len(seq) >= n_ctx:
-            stats.stop_reason = "context"
-            break
-        g = max(0, round_gamma(gamma, remaining, n_ctx, len(seq)))
-        base = len(seq)
-        t1 = time.perf_counter()
-        if drafter is not None and hasattr(drafter, "propose_tree"):  # a token tree (npspec.trees)
-            g = tree_depth(drafter, g, n_ctx, len(seq))
-            k = drafter.tree_size(g) if g else 0
-            u = rng.random(2 * k + 1)
-            ids, parents, q = drafter.propose_tree(list(seq), g, u[:k], warp_args) if k else ([], [], None)
-            check_tree(ids, parents, q, k, target.config.n_vocab, temperature)
-            t2 = time.perf_counter()
-            path, token = verify_accept_tree(target, tcache, seq, ids, parents, q, u[k:2 * k], u[2 * k], warp_args)
-            d, n = [ids[i] for i in path], len(path)
-            untested = not children(parents)[path[-1] if path else -1]  # the walk ended at a leaf: no rejection
-            tree_nodes = {"ids": [int(x) for x in ids], "parents": list(parents)}
-        else:
-            u, tree_nodes = rng.random(2 * g + 1), None
-            d, q = [], None
-            if g:
-                d, q = drafter.propose(list(seq), g, u[:g], warp_args)
-                check_proposal(d, q, g, target.config.n_vocab, temperature)
-            k = len(d)
-            seq.extend(d)
-            t2 = time.perf_counter()
-            if temperature == 0:
-                best = verify_greedy(target, tcache, seq, k)
-                n, token = accept_greedy(d, best)
+        while True:
+            remaining = max_new_tokens - (len(seq) - n_prompt)
+            if remaining <= 0:
+                stats.stop_reason = "max_new_tokens"
+                break
+            if len(seq) >= n_ctx:
+                stats.stop_reason = "context"
+                break
+            g = max(0, round_gamma(gamma, remaining, n_ctx, len(seq)))
+            base = len(seq)
+            t1 = time.perf_counter()
+            if drafter is not None and hasattr(drafter, "propose_tree"):  # a token tree (npspec.trees)
+                g = tree_depth(drafter, g, n_ctx, len(seq))
+                k = drafter.tree_size(g) if g else 0
+                u = rng.random(2 * k + 1)
+                ids, parents, q = drafter.propose_tree(list(seq), g, u[:k], warp_args) if k else ([], [], None)
+                check_tree(ids, parents, q, k, target.config.n_vocab, temperature)
+                t2 = time.perf_counter()
+                path, token = verify_accept_tree(target, tcache, seq, ids, parents, q, u[k:2 * k], u[2 * k], warp_args)
+                d, n = [ids[i] for i in path], len(path)
+                untested = not children(parents)[path[-1] if path else -1]  # the walk ended at a leaf: no rejection
+                tree_nodes = {"ids": [int(x) for x in ids], "parents": list(parents)}
             else:
-                p = verify(target, tcache, seq, k, warp_args)
-                q = np.zeros((0, target.config.n_vocab)) if q is None else q
-                n, token = accept(np.array(d, dtype=np.int64), p, q, u[g:g + k], u[2 * g])
-            untested = n == k  # every draft kept: none was rejected
-        stats.target_forwards += 1
-        t3 = time.perf_counter()
-        stats.seconds_draft += t2 - t1
-        stats.seconds_verify += t3 - t2
+                u, tree_nodes = rng.random(2 * g + 1), None
+                d, q = [], None
+                if g:
+                    d, q = drafter.propose(list(seq), g, u[:g], warp_args)
+                    check_proposal(d, q, g, target.config.n_vocab, temperature)
+                k = len(d)
+                seq.extend(d)
+                t2 = time.perf_counter()
+                if temperature == 0:
+                    best = verify_greedy(target, tcache, seq, k)
+                    n, token = accept_greedy(d, best)
+                else:
+                    p = verify(target, tcache, seq, k, warp_args)
+                    q = np.zeros((0, target.config.n_vocab)) if q is None else q
+                    n, token = accept(np.array(d, dtype=np.int64), p, q, u[g:g + k], u[2 * g])
+                untested = n == k  # every draft kept: none was rejected
+            stats.target_forwards += 1
+            t3 = time.perf_counter()
+            stats.seconds_draft += t2 - t1
+            stats.seconds_verify += t3 - t2
 
-        emitted = list(d[:n]) + [token]
-        if eos is not None and eos in emitted:  # nothing after an EOS is emitted or counted
-            emitted = emitted[: emitted.index(eos) + 1]
-        if len(emitted) <= n:  # an accepted draft was EOS: the round ends there
-            n, tested, drafted = len(emitted), len(emitted), len(emitted)
-        else:
-            tested, drafted = n + (not untested), k
-        stats.drafted += drafted
-        stats.record_round(k, tested, n)
-        del seq[base:]
-        seq.extend(emitted)
-        tcache.rollback(len(seq) - 1)
-        if drafter is not None:
-            drafter.update(k, n)
-        if trace:
-            rounds.append(trace_record(d, drafted, n, emitted, k, g, t2 - t1, t3 - t2, tree_nodes,
-                                       None if tree_nodes else (best if temperature == 0 else (p, q, u[g:]))))
-        if on_emit is not None:
-            on_emit(emitted, n)
-        if eos is not None and emitted[-1] == eos:
-            stats.stop_reason = "eos"
-            break
-        if drafter is not None:
-            gamma = next_gamma(gamma_schedule, gamma, n)
+            emitted = list(d[:n]) + [token]
+            if eos is not None and eos in emitted:  # nothing after an EOS is emitted or counted
+                emitted = emitted[: emitted.index(eos) + 1]
+            if len(emitted) <= n:  # an accepted draft was EOS: the round ends there
+                n, tested, drafted = len(emitted), len(emitted), len(emitted)
+            else:
+                tested, drafted = n + (not untested), k
+            stats.drafted += drafted
+            stats.record_round(k, tested, n)
+            del seq[base:]
+            seq.extend(emitted)
+            done = len(seq)  # the round is counted: an interrupt from here on keeps it
+            tcache.rollback(len(seq) - 1)
+            if drafter is not None:
+                drafter.update(k, n)
+            if trace:
+                rounds.append(trace_record(d, drafted, n, emitted, k, g, t2 - t1, t3 - t2, tree_nodes,
+                                           None if tree_nodes else (best if temperature == 0 else (p, q, u[g:]))))
+            if on_emit is not None:
+                on_emit(emitted, n)
+            if eos is not None and emitted[-1] == eos:
+                stats.stop_reason = "eos"
+                break
+            if drafter is not None:
+                gamma = next_gamma(gamma_schedule, gamma, n)
+    except KeyboardInterrupt as e:  # Ctrl-C: keep what the completed rounds emitted
+        del seq[done:]
+        stats.stop_reason = "interrupted"
+        raise GenerationInterrupted(finished(seq[n_prompt:], stats, rounds, drafter, forwards, t0)) from e
+    return finished(seq[n_prompt:], stats, rounds, drafter, forwards, t0)
 
+
+def finished(ids, stats, rounds, drafter, forwards, t0):
+    """The Generation of `ids`: its stats completed with the draft forwards since `forwards`, the new tokens and the
+    seconds since t0."""
     if drafter is not None:
         stats.draft_forwards = drafter.forwards - forwards
-    stats.new_tokens = len(seq) - n_prompt
+    stats.new_tokens = len(ids)
     stats.seconds = time.perf_counter() - t0
-    return Generation(seq[n_prompt:], stats, rounds)
+    return Generation(ids, stats, rounds)
 
 
 def trace_record(d, drafted, n, emitted, k, g, seconds_draft, seconds_verify, tree, rows):

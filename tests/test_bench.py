@@ -338,3 +338,25 @@ def test_the_quantized_study_measures_what_npspec_evaluate_does(shipped, val_ids
     train = models.validation_ids(target.tokenizer, part=0)
     cal = quantized.calibration_windows(train, 256, 4)
     assert len(cal) == 4 and all(len(c) == 256 for c in cal) and list(cal[0]) == train[:256]
+
+
+def test_readme_introduction_says_when_it_pays_with_committed_figures():
+    """README tells a newcomer first when speculative decoding pays on a CPU, quoting only figures bench/ committed,
+    and the command it gives is one bench.speedup accepts, writing outside bench/results/."""
+    readme = README.read_text(encoding="utf-8")
+    intro = readme[:readme.index("## Quick start")]
+    assert "pays only when the target streams its weights" in intro and "fits in the CPU's" in intro
+    rows, _ = common.read_table(RESULTS / "speedup.csv")
+
+    def speedup_of(draft, a, gamma):
+        [row] = [r for r in rows if r["draft"] == draft and r["a"] == a and r["gamma"] == gamma and
+                 r["target"] in ("random:gpt2-large", "shipped target")]
+        return f"{float(row['speedup']):.2f}x"
+
+    for figure in (speedup_of("random:distilgpt2", "0.7", "4"), speedup_of("random:distilgpt2", "0.9", "4"),
+                   speedup_of("shipped draft", "", "4")):
+        assert figure in intro, figure
+    [command] = [line for line in intro.splitlines() if line.startswith("npspec bench speedup")]
+    assert "--out /tmp/" in command  # never over the committed results
+    options = run_python("-m", "bench.speedup", "--help").stdout
+    assert all(word in options for word in command.split() if word.startswith("--"))

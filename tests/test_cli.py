@@ -7,13 +7,16 @@ could touch a cache get their own temporary caches and no network (`offline_env`
 test_convert.py and test_sources.py, which import them from here.
 """
 
+import io
 import json
 import os
 
 import pytest
 
-from npspec.generate import cpu_count, thread_count
+from npspec.generate import cpu_count, prompt_byte_limit, read_prompt, summary, thread_count
 from npspec.kernels import INVARIANT_KERNELS, KERNELS
+from npspec.sources import load
+from npspec.speculative import Stats
 
 from conftest import ROOT, run_python
 
@@ -132,13 +135,24 @@ def test_a_bad_thread_count_is_refused_before_any_output(args, env, message):
 
 def test_thread_count_reads_the_option_then_the_variable_then_the_cpus():
     assert thread_count(5, {"NPSPEC_NUM_THREADS": "3"}) == 5
-    assert thread_count(None, {"NPSPEC_NUM_THREADS": "3"}) == 3
+    assert thread_count(None, {"NPSPEC_NUM_THREADS": "3"}, cpus=4) == 3
     assert thread_count(None, {}) == thread_count(None, {"NPSPEC_NUM_THREADS": ""}) == cpu_count() >= 1
     for bad in ("many", "0", "-2"):
         with pytest.raises(ValueError, match=f"NPSPEC_NUM_THREADS='{bad}' is not a positive integer"):
             thread_count(None, {"NPSPEC_NUM_THREADS": bad})
     with pytest.raises(ValueError, match="--threads must be >= 1"):
         thread_count(0, {})
+
+
+def test_a_thread_variable_above_the_cpus_is_capped_with_a_note():
+    # NPSPEC_NUM_THREADS=1000 started 137 threads
+    notes = []
+    assert thread_count(None, {"NPSPEC_NUM_THREADS": "1000"}, cpus=2, note=notes.append) == 2
+    assert notes == ["NPSPEC_NUM_THREADS=1000 is more than the 2 CPUs this process may use; using 2"]
+    assert thread_count(None, {"NPSPEC_NUM_THREADS": "2"}, cpus=2, note=notes.append) == 2 and len(notes) == 1
+    assert thread_count(3, {}, cpus=2) == 3  # an explicit --threads is used as given
+    r = run_python(*GENERATE, "--max-new-tokens", "4", env={"NPSPEC_NUM_THREADS": "1000"})
+    assert r.returncode == 0 and "npspec.generate: note: NPSPEC_NUM_THREADS=1000 is more than the " in r.stderr
 
 
 @pytest.mark.parametrize("target_kernel", INVARIANT_KERNELS)
@@ -182,6 +196,21 @@ def test_an_unknown_kernel_is_a_usage_error():
     (["--draft", "./no/such/dir"], ["'./no/such/dir' is not an existing directory"]),
     (["--target", "bogus"], ["unknown model 'bogus'", "random:<shape>", "gpt2-large", "org/name"]),
     (["--target", "random:gpt3"], ["unknown random shape 'gpt3'", "random:gpt2-xl", "random:tiny"]),
+    # options that would do nothing (issue 15, item 11): each was accepted silently
+    (["--gamma", "0", "--draft", "/nonexistent"], ["--gamma 0 is plain decoding, with no drafter, so --draft would do "
+                                                   "nothing: give --gamma >= 1 or drop it"]),
+    (["--gamma", "0", "--tree", "2,2"], ["so --tree would do nothing"]),
+    (["--gamma", "0", "--tree-budget", "8"], ["so --tree-budget would do nothing"]),
+    (["--gamma", "0", "--draft-p-min", "0.5"], ["so --draft-p-min would do nothing"]),
+    (["--gamma", "0", "--gamma-schedule", "heuristic"], ["so --gamma-schedule heuristic would do nothing"]),
+    (["--gamma", "0", "--draft", "ngram", "--tree", "2"], ["--draft ngram needs --gamma >= 1"]),
+    (["--compare", "--gamma", "0"], ["so --compare would do nothing"]),  # compared plain decoding with itself
+    (["--trace"], ["--trace adds a record per round to --json's output: add --json"]),
+    (["--target", "random:tiny", "--tree", "2,2"], ["--tree needs a drafter", "add --draft SPEC"]),
+    (["--target", "random:tiny", "--compare", "--draft-p-min", "0.5"], ["--draft-p-min, --compare need a drafter"]),
+    # a prompt that leaves no room for a new token (item 12): it ran, and printed "0 new tokens ... alpha nan"
+    (["x" * 256], ["the prompt has 256 tokens but the context holds 256", "no room for a new token"]),
+    (["x" * 20000], ["the prompt is over 14,336 bytes, more than the context can hold"]),
 ])
 def test_bad_options_and_names_are_one_clean_line(tmp_path, args, phrases):
     r = run_python(*GENERATE, *args, *(["--max-new-tokens", "2"] if "--max-new-tokens" not in args else []),
@@ -190,6 +219,47 @@ def test_bad_options_and_names_are_one_clean_line(tmp_path, args, phrases):
     assert len(r.stderr.strip().splitlines()) == 1
     assert r.stdout == ""  # the prompt is not echoed before a refusal
     assert cache_entries(tmp_path) == []
+
+
+def test_a_huge_stdin_prompt_is_refused_without_reading_it_all():
+    # an 11 MB prompt used to be tokenized in full (8 s, 2 GB) before being refused
+    r = run_python(*GENERATE, "-", stdin="x" * 3_000_000)
+    assert_one_clean_line(r, "the prompt on stdin is over 14,336 bytes, more than the context can hold")
+    assert r.stdout == ""
+    limit = prompt_byte_limit(load(None, "target").tokenizer, 256)
+    stdin = io.BytesIO(b"x" * 10 * limit)
+    with pytest.raises(ValueError, match="over"):
+        read_prompt("-", limit, stdin)
+    assert stdin.tell() == limit + 1  # read no further than the limit
+    assert read_prompt("-", limit, io.BytesIO(b"x" * limit)) == "x" * limit
+
+
+def test_a_foreign_target_without_draft_decodes_plainly_with_a_note(tmp_path):
+    # random:tiny has GPT-2's tokenizer: it used to be paired with the shipped draft and fail on "different tokenizers"
+    r = run_python(*GENERATE, "--target", "random:tiny", "hi", "--max-new-tokens", "3", "--json",
+                   env=offline_env(tmp_path))
+    assert r.returncode == 0, r.stderr
+    note = [line for line in r.stderr.splitlines() if "note:" in line]
+    assert note == ["npspec.generate: note: no --draft for the target random:tiny, so it decodes plainly (the shipped "
+                    "draft is the shipped target's); add --draft SPEC or --draft ngram to decode speculatively"]
+    stats = json.loads(r.stdout)["stats"]
+    assert stats["new_tokens"] == stats["rounds"] == 3 and stats["drafted"] == 0
+    shipped = run_python(*GENERATE, "--target", ROOT / "weights" / "shakespeare" / "target", "--json",
+                         "--max-new-tokens", "3", "--temperature", "0")
+    assert "note:" not in shipped.stderr and json.loads(shipped.stdout)["stats"]["drafted"] > 0  # its own draft
+
+
+def test_the_summary_prints_a_dash_for_a_ratio_with_nothing_to_count():
+    # it printed "alpha nan" with --gamma 0, where --json prints null
+    r = run_python(*GENERATE, "--gamma", "0", "--max-new-tokens", "3")
+    assert r.returncode == 0 and "3 new tokens in 3 rounds, alpha -, 1.00 tokens/round" in r.stderr
+    assert summary(Stats(stop_reason="interrupted")) == \
+        "0 new tokens in 0 rounds, alpha -, - tokens/round, - tokens/s (stop: interrupted)"
+
+
+def test_a_denormal_temperature_leaks_no_warning():
+    r = run_python(*GENERATE, "--temperature", "1e-320", "--max-new-tokens", "4")
+    assert r.returncode == 0 and "Warning" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
 def test_non_utf8_stdin_is_one_clean_line():
@@ -242,5 +312,10 @@ def test_bad_input_table_is_in_readme():
     for phrase in ("has no model.safetensors", "not a readable safetensors file", "missing tensor", "the lock file",
                    "is not divisible by n_head", "unknown model", "not in the local Hugging Face cache",
                    "draft vocabulary", "different tokenizers", "the prompt has",
-                   "max_new_tokens must be an integer >= 1", "cannot write npspec's cache"):
+                   "max_new_tokens must be an integer >= 1", "cannot write npspec's cache",
+                   "--gamma 0 is plain decoding, with no drafter", "needs a drafter", "--trace adds a record",
+                   "no room for a new token", "the prompt on stdin is over", "cannot write --html",
+                   "is more than the", "decodes plainly", "(stop: interrupted)", "must be a number",
+                   "prompt_ids must be a 1-D sequence", "rollback's length must be an integer",
+                   "p or q holds NaN or an infinity"):
         assert phrase in section, phrase

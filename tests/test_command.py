@@ -62,6 +62,16 @@ def test_exit_status_and_message(argv, status, says, tmp_path, capfd):
     assert says in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize("argv, usage", [((*NPSPEC, "generate"), "usage: npspec generate "),
+                                         ((*NPSPEC, "convert"), "usage: npspec convert "),
+                                         (GENERATE, "usage: python -m npspec.generate "),
+                                         (CONVERT, "usage: python -m npspec.convert ")])
+def test_help_names_the_command_as_it_was_typed(argv, usage):
+    # `npspec generate --help` printed "usage: python -m npspec.generate"
+    r = run_python(*argv, "--help")
+    assert r.returncode == 0 and r.stdout.startswith(usage), r.stdout[:80]
+
+
 def test_help_lists_the_commands_and_exit_statuses(capsys):
     assert cli.main(["--help"]) == 0
     out = capsys.readouterr().out

@@ -5,6 +5,8 @@ GEMM per product, masked attention) and `model.forward` (the model's kernel, att
 row) are two ways to compute the same logits, equal up to float32 rounding.
 """
 
+import re
+
 import numpy as np
 import pytest
 
@@ -146,13 +148,20 @@ def test_rollback_and_reforward(tiny):
     close(again, tiny.prefill(ids, tiny.new_cache())[10:16])
 
 
-@pytest.mark.parametrize("length", [4, -1])
-def test_rollback_cannot_grow_or_go_negative(tiny, length):
+@pytest.mark.parametrize("length, error, message", [
+    (4, ValueError, "cannot roll the cache back to 4: it holds 3"),
+    (-1, ValueError, "cannot roll the cache back to -1: it holds 3"),
+    # rollback(1.5) was accepted and left length 1.5: the next forward failed on slicing
+    *[(x, TypeError, f"rollback's length must be an integer, got {x!r}") for x in (1.5, 2.0, True, "2", None)],
+])
+def test_rollback_takes_an_integer_no_larger_than_the_length(tiny, length, error, message):
     cache = tiny.new_cache()
     tiny.forward([1, 2, 3], cache)
-    with pytest.raises(ValueError, match=f"cannot roll the cache back to {length}: it holds 3"):
+    with pytest.raises(error, match=re.escape(message)):
         cache.rollback(length)
     assert cache.length == 3
+    cache.rollback(np.int64(2))  # NumPy integers are integers
+    assert tiny.forward([4], cache).shape == (1, 67) and cache.length == 3
     cache.rollback(0)
     assert cache.length == 0
 

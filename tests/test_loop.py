@@ -7,13 +7,16 @@ Uniforms come from a seeded np.random.Generator or kit.ScriptedRng, whose `sizes
 the loop draws 2 * g + 1 uniforms at the start of every round of g drafts.
 """
 
+import re
+
 import numpy as np
 import pytest
 
 from npspec import testing as kit
 from npspec.evaluate import fixed_prompts
+from npspec.gpt2 import ContextOverflowError
 from npspec.sampling import warp
-from npspec.speculative import accept, round_gamma, speculative_generate
+from npspec.speculative import GenerationInterrupted, accept, round_gamma, speculative_generate
 
 from conftest import tiny_model
 
@@ -293,6 +296,71 @@ def test_bad_options(tiny, kw, msg):
     args = dict(max_new_tokens=5, gamma=2)
     with pytest.raises(ValueError, match=msg):
         speculative_generate(tiny, tiny, [1], **{**args, **kw})
+
+
+@pytest.mark.parametrize("kw, message", [
+    (dict(gamma=2.0), "gamma must be an integer >= 0 (0 = no drafting), got 2.0 (a float)"),  # was a numpy TypeError
+    (dict(gamma="4"), "gamma must be an integer >= 0 (0 = no drafting), got '4' (a str)"),  # was "got 4"
+    (dict(gamma=True), "gamma must be an integer >= 0 (0 = no drafting), got True (a bool)"),
+    (dict(max_new_tokens=8.0), "max_new_tokens must be an integer >= 1, got 8.0 (a float)"),
+    (dict(max_new_tokens=None), "max_new_tokens must be an integer >= 1, got None (a NoneType)"),
+    (dict(top_k=2.0), "top_k must be an integer >= 0 (0 = off), got 2.0 (a float)"),
+    (dict(temperature="hot"), "temperature must be a number"),
+    (dict(rng=1.5), "rng must be an np.random.Generator or an int seed, got 1.5"),
+])
+def test_options_of_the_wrong_type_are_named(tiny, kw, message):
+    args = dict(max_new_tokens=5, gamma=2)
+    with pytest.raises(TypeError, match=re.escape(message)):
+        speculative_generate(tiny, tiny, [1], **{**args, **kw})
+    ok = dict(max_new_tokens=np.int64(3), gamma=np.uint8(2), top_k=np.int32(5), temperature=np.float32(0.5))
+    assert len(speculative_generate(tiny, tiny, [1], **ok).ids) == 3  # NumPy integers and floats are fine
+
+
+@pytest.mark.parametrize("ids, error, message", [
+    (np.array([[1, 2]]), TypeError, ("1-D sequence of integer token ids (a list or a 1-D integer array), got an array "
+                                     "of shape (1, 2)")),
+    (np.array(3), TypeError, "got an array of shape ()"),
+    (None, TypeError, "1-D sequence of integer token ids (a list or a 1-D integer array), got NoneType"),
+    ((i for i in [1, 2]), TypeError, "got generator"),
+    ("ROMEO:", TypeError, "got a str; encode text with the model's tokenizer first"),
+    ([[1, 2]], TypeError, "prompt_ids[0] is [1, 2] (a list)"),
+    ([1, 2.0], TypeError, "prompt_ids[1] is 2.0 (a float)"),
+    ([1, True], TypeError, "prompt_ids[1] is True (a bool)"),
+    (np.array([1.0, 2.0]), TypeError, "dtype float64"),
+    ([1, 2 ** 70], ValueError, f"prompt_ids[1] is {2 ** 70}, not a token id of this vocabulary: ids are in [0, 67)"),
+    (np.array([5, -1]), ValueError, "prompt_ids[1] is -1, not a token id of this vocabulary"),
+    ([], ValueError, "the prompt is empty"),
+])
+def test_prompt_ids_are_a_1d_sequence_of_ids_in_range(tiny, ids, error, message):
+    with pytest.raises(error, match=re.escape(message)):
+        speculative_generate(tiny, None, ids, 3, gamma=0)
+
+
+def test_a_prompt_that_fills_the_context_is_refused(tiny):
+    # a prompt of exactly n_ctx ids returned 0 new tokens and "alpha nan, nan tokens/round": nothing can follow it
+    with pytest.raises(ContextOverflowError, match="the prompt has 32 tokens but the context holds 32"):
+        speculative_generate(tiny, None, [1] * 32, 3, gamma=0)
+    gen = speculative_generate(tiny, None, [1] * 31, 3, gamma=0)
+    assert len(gen.ids) == 1 and gen.stats.stop_reason == "context"
+
+
+def test_ctrl_c_keeps_the_completed_rounds(tiny):
+    # the CLI prints what was generated before Ctrl-C: the loop hands it over in GenerationInterrupted
+    draft = tiny_model(seed=6, role="draft", n_layer=1)
+    full = speculative_generate(tiny, draft, [1, 2], 20, gamma=3, temperature=1.0, rng=4, trace=True)
+    calls = []
+
+    def on_emit(ids, n_accepted):
+        calls.append(list(ids))
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(GenerationInterrupted) as caught:
+        speculative_generate(tiny, draft, [1, 2], 20, gamma=3, temperature=1.0, rng=4, on_emit=on_emit, trace=True)
+    gen = caught.value.generation
+    assert isinstance(caught.value, KeyboardInterrupt) and gen.stats.stop_reason == "interrupted"
+    assert gen.ids == calls[0] + calls[1] == full.ids[:len(gen.ids)] and gen.stats.new_tokens == len(gen.ids)
+    assert gen.stats.rounds == len(gen.trace) == 2
 
 
 def test_different_vocabularies_are_refused(tiny):

@@ -1,5 +1,7 @@
 """npspec.sampling: warping (temperature, top-k, top-p), greedy, inverse-CDF sampling, the residual."""
 
+import warnings
+
 import numpy as np
 import pytest
 from hypothesis import given, strategies as st
@@ -101,6 +103,25 @@ def test_bad_warp_args(args, msg):
         check_warp_args(*args)
 
 
+@pytest.mark.parametrize("args, msg", [(("0.8", 0, 1.0), "temperature must be a number .* got '0.8' \\(a str\\)"),
+                                       ((True, 0, 1.0), "temperature must be a number"),
+                                       ((1.0, 2.0, 1.0), "top_k must be an integer >= 0 \\(0 = off\\), got 2.0 \\(a float\\)"),
+                                       ((1.0, False, 1.0), "top_k must be an integer"),
+                                       ((1.0, 0, None), "top_p must be a number in \\(0, 1\\], got None")])
+def test_warp_args_of_the_wrong_type_are_named(args, msg):
+    with pytest.raises(TypeError, match=msg):
+        check_warp_args(*args)
+    check_warp_args(np.float32(0.5), np.int64(3), np.float64(0.9))  # NumPy scalars are numbers
+
+
+def test_a_denormal_temperature_warns_nothing():
+    # (x - max) / 1e-320 overflows to -inf on purpose: one-hot on the argmax, and no RuntimeWarning leaks
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        probs = warp(np.array([1.0, 3.0, 2.0], dtype=np.float32), temperature=1e-320)
+    assert probs.tolist() == [0.0, 1.0, 0.0]
+
+
 @given(st.integers(2, 8).flatmap(lambda n: st.tuples(kit.logits_rows(size=n), kit.logits_rows(size=n))),
        st.sampled_from([0.0, 1e-300, 0.3, 1.0, 5.0, 1e300]), st.integers(0, 3), st.sampled_from([1.0, 0.9, 0.5, 1e-9]))
 def test_no_nan_reaches_a_sampler_from_logits(rows, temperature, top_k, top_p):
@@ -139,8 +160,17 @@ def test_residual_falls_back_to_p_when_mass_vanishes():
     # and a rejection in that state samples p, no division by zero: u = 1 - 2**-53 is exactly p(2)/q(2)
     n, token = accept(np.array([2]), np.stack([p, p]), q[None], np.array([kit.ONE_BELOW]), 0.0)
     assert n == 0 and token == 1
-    assert residual(p, np.array([np.nan, 0.5, 0.5])) is p  # NaN mass
-    assert residual(np.array([np.inf, 0.0]), np.array([0.5, 0.5]))[0] == np.inf  # inf mass: p, never inf/inf
+
+
+@pytest.mark.parametrize("p, q", [([np.nan, 0.5, 0.5], [0.5, 0.5, 0.0]),  # NaN in p: its rows were NaN
+                                  ([0.5, 0.5, 0.0], [np.nan, 0.5, 0.5]),  # NaN in q
+                                  ([np.inf, 0.0, 0.0], [0.5, 0.5, 0.0]),  # inf mass: never inf / inf
+                                  ([0.5, 0.5, 0.0], [np.inf, 0.0, 0.0])])
+def test_residual_refuses_nan_and_inf_as_sample_does(p, q):
+    with pytest.raises(ValueError, match="p or q holds NaN or an infinity"):
+        residual(np.array(p), np.array(q))
+    with pytest.raises(ValueError, match="no positive finite mass"):
+        sample(np.array([np.nan, 1.0]), 0.5)
 
 
 @given(kit.probability_pairs())
