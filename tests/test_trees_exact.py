@@ -28,7 +28,7 @@ def target_law(p, depth, eos):
     return {k: v for k, v in kit.sequence_distribution(p, PROMPT, depth + 1, eos).items() if v}
 
 
-@pytest.mark.parametrize("n_vocab", [3, 4])
+@pytest.mark.parametrize("n_vocab", [3, 4, 5])
 @pytest.mark.parametrize("truncation", [{}, {"top_k": 2}], ids=["none", "top_k2"])
 @pytest.mark.parametrize("kind", ["sampled", "top-k"])
 def test_a_tree_round_keeps_the_target_law_exactly(n_vocab, truncation, kind):
@@ -61,6 +61,22 @@ def test_grow_tree_expands_best_first():
     # 0 (1/2), then 0 -> 0 (1/2 * 9/10), then 0 -> 0 -> 0 (9/20 * 1), then 1 (3/10 beats 0 -> 1's 1/20)
     assert (ids, parents) == ([0, 0, 0, 1], [-1, 0, 1, -1])
     assert grow_tree(lambda path: rows.get(path, [1, 0, 0]), 4, 2, 1) == ([0, 1], [-1, -1])  # depth 1: the 2 offered
+
+
+@pytest.mark.parametrize("kind", ["sampled", "top-k"])
+@pytest.mark.parametrize("branching", [(2,), (2, 1), (2, 2)])
+def test_the_whole_tree_loop_keeps_the_target_law_with_eos_budget_and_context_cuts(kind, branching):
+    """Every round of npspec's loop with a tree drafter (its depth cut by the budget and by n_ctx as the loop cuts
+    it), enumerated in fractions: the law of the stopped output is the target's."""
+    p, q = tables(3, {})
+    expander = (tt.sampled_expander if kind == "sampled" else tt.topk_expander)(q, branching)
+    for eos in (None, 2):
+        for n_ctx in (None, len(PROMPT) + 3):
+            for max_new_tokens in (1, 2, 4):
+                want = {k: v for k, v in kit.sequence_distribution(p, PROMPT, max_new_tokens, eos, n_ctx).items() if v}
+                for gamma in (1, 3):
+                    got = tt.tree_loop_distribution(p, expander, branching, PROMPT, gamma, max_new_tokens, eos, n_ctx)
+                    assert got == want, (eos, n_ctx, max_new_tokens, gamma)
 
 
 # ---- the classic tree mistakes change the law

@@ -10,15 +10,18 @@ A *verifier* `verify(r, children) -> [(probability, outcome)]` decides one node:
 `multi_candidate` is npspec.trees.accept_tree's rule, stated as probabilities.
 `tree_round_distribution` composes them into the law of a round continued by the target alone to
 len(branching) + 1 ids, which a correct drafter + verifier makes equal to the target's own law
-(npspec.testing.oracle.sequence_distribution). Lazy: children are drawn only where the walk goes,
+(npspec.testing.oracle.sequence_distribution); `tree_loop_distribution` runs the whole loop's rounds.
+Lazy: children are drawn only where the walk goes,
 which has the same law as drawing the whole tree first. Imports npspec.testing.oracle.
 """
 
 import itertools
 from collections import defaultdict
 from fractions import Fraction
+from types import SimpleNamespace
 
-from ..trees import grow_tree
+from ..speculative import round_gamma, tree_depth
+from ..trees import branching_tree, depths, grow_tree
 from .oracle import _start, sequence_distribution
 
 
@@ -94,6 +97,26 @@ def _prod(xs):
     return out
 
 
+def tree_round_outcomes(p, expand, prompt, depth, eos=None, verify=multi_candidate):
+    """Every outcome of one tree round after `prompt`, nodes no deeper than `depth`: yields (emitted ids, probability)."""
+    def walk(kept, prob):
+        ctx = prompt + kept
+        for cp, kids in (expand(ctx, len(kept)) if len(kept) < depth else [(1, [])]):
+            for vp, (kind, what) in verify(list(p(ctx)), kids):
+                if kind == "keep":
+                    x = kids[what][0]
+                    if x == eos:
+                        yield kept + (x,), prob * cp * vp
+                    else:
+                        yield from walk(kept + (x,), prob * cp * vp)
+                else:
+                    for y, ry in enumerate(what):
+                        if ry:
+                            yield kept + (y,), prob * cp * vp * ry
+
+    yield from walk((), Fraction(1))
+
+
 def tree_round_distribution(p, expand, prompt, depth, eos=None, verify=multi_candidate):
     """The law of one tree round after `prompt`, continued by the target alone to depth + 1 ids (shorter at eos).
 
@@ -102,28 +125,37 @@ def tree_round_distribution(p, expand, prompt, depth, eos=None, verify=multi_can
     """
     prompt = _start(prompt, None)
     dist = defaultdict(int)
-
-    def finish(emitted, prob):
-        if eos is not None and emitted and emitted[-1] == eos:
+    for emitted, prob in tree_round_outcomes(p, expand, prompt, depth, eos, verify):
+        if eos is not None and emitted[-1] == eos:
             dist[emitted] += prob
-            return
+            continue
         for tail, tp in sequence_distribution(p, prompt + emitted, depth + 1 - len(emitted), eos).items():
             dist[emitted + tail] += prob * tp
+    return {k: v for k, v in dist.items() if v}
 
-    def walk(kept, prob):
-        ctx = prompt + kept
-        for cp, kids in expand(ctx, len(kept)):
-            for vp, (kind, what) in verify(list(p(ctx)), kids):
-                if kind == "keep":
-                    x = kids[what][0]
-                    if x == eos:
-                        finish(kept + (x,), prob * cp * vp)
-                    else:
-                        walk(kept + (x,), prob * cp * vp)
-                else:
-                    for y, ry in enumerate(what):
-                        if ry:
-                            finish(kept + (y,), prob * cp * vp * ry)
 
-    walk((), Fraction(1))
+def tree_loop_distribution(p, expand, branching, prompt, gamma, max_new_tokens, eos=None, n_ctx=None):
+    """`{emitted ids: probability}` of npspec's whole loop drafting static trees of `branching` with `expand`.
+
+    Each round's depth is npspec.speculative.tree_depth's: at most round_gamma's clamp of gamma
+    (itself first clamped to max_new_tokens - 1 and n_ctx - 1), cut until the verify's rows fit
+    n_ctx. Stops at eos, max_new_tokens or n_ctx as the loop does (oracle.sequence_distribution).
+    """
+    prompt = _start(prompt, n_ctx)
+    sizes = depths(branching_tree(branching))
+    shape = SimpleNamespace(depth=len(branching), tree_size=lambda d: sum(x <= d for x in sizes))
+    limit = n_ctx if n_ctx is not None else len(prompt) + max_new_tokens + len(sizes) + 1
+    gamma = min(gamma, max_new_tokens - 1, limit - 1)
+    dist = defaultdict(int)
+
+    def go(seq, prob):
+        out = seq[len(prompt):]
+        if len(out) >= max_new_tokens or len(seq) >= limit or (eos is not None and out and out[-1] == eos):
+            dist[out] += prob
+            return
+        g = max(0, round_gamma(gamma, max_new_tokens - len(out), limit, len(seq)))
+        for emitted, rp in tree_round_outcomes(p, expand, seq, tree_depth(shape, g, limit, len(seq)), eos):
+            go(seq + emitted, prob * rp)
+
+    go(prompt, Fraction(1))
     return {k: v for k, v in dist.items() if v}
