@@ -28,6 +28,7 @@ from npspec.speculative import Stats, speculative_generate
 
 from . import common, models
 from .controlled import ControlledDraft, ControlledLookup
+from .speedup import numbers
 from .verify_cost import time_forward
 
 POOLED = ("new_tokens", "rounds", "accepted", "rejected", "seconds", "seconds_draft", "seconds_verify")
@@ -177,6 +178,10 @@ def cost_rows(repeats, threads, gamma=4):
 
 def options(ap):
     ap.add_argument("--repeats", type=int, default=None, help="timed runs per row, median taken (default 3; --quick: 1)")
+    ap.add_argument("--a", type=numbers(float), default=None,
+                    help="controlled acceptances, comma-separated (default 0.5,0.7,0.9; --quick: 0.7)")
+    ap.add_argument("--gammas", type=numbers(int), default=None,
+                    help="constant gammas of the controlled rows (default 1,2,3,4,5,6,8; --quick: 2,4)")
     ap.add_argument("--target", default=None, help="the controlled rows' target shape (default gpt2-large; --quick: gpt2)")
 
 
@@ -187,6 +192,7 @@ def main(argv=None):
     n_prompts, shipped_tokens = (2, 32) if args.quick else (6, 96)
     new_tokens = 24 if args.quick else 64
     a_values, gammas = ((0.7,), (2, 4)) if args.quick else ((0.5, 0.7, 0.9), (1, 2, 3, 4, 5, 6, 8))
+    a_values, gammas = args.a or a_values, args.gammas or gammas
     n = run.threads[0]
     with common.blas_threads(n):
         shipped = shipped_rows(n_prompts, shipped_tokens, repeats, n)

@@ -23,6 +23,7 @@ from npspec.trees import branching_tree
 from . import common, models
 from .controlled import ControlledDraft, ControlledTree
 from .drafters import decode, fastest_ar, row, timed
+from .speedup import numbers
 
 CHAIN_GAMMAS = (1, 2, 3, 4, 6, 8)
 TREES = ((2, 1), (4,), (2, 1, 1, 1), (4, 1), (2, 2, 2), (4, 1, 1, 1))  # 4, 4, 8, 8, 14, 16 nodes
@@ -113,6 +114,8 @@ def controlled_rows(new_tokens, a_values, repeats, threads, target_shape, draft_
 def options(ap):
     ap.add_argument("--repeats", type=int, default=None, help="timed runs per row, median taken (default 3; --quick: 1)")
     ap.add_argument("--target", default=None, help="the controlled rows' target shape (default gpt2-large; --quick: gpt2)")
+    ap.add_argument("--a", type=numbers(float), default=None,
+                    help="controlled acceptances, comma-separated (default 0.5,0.7,0.9; --quick: 0.7)")
 
 
 def main(argv=None):
@@ -121,7 +124,7 @@ def main(argv=None):
     repeats = args.repeats or (1 if args.quick else 3)
     n_prompts, shipped_tokens = (2, 32) if args.quick else (6, 96)
     new_tokens = 24 if args.quick else 64
-    a_values = (0.7,) if args.quick else (0.5, 0.7, 0.9)
+    a_values = args.a or ((0.7,) if args.quick else (0.5, 0.7, 0.9))
     n = run.threads[0]
     with common.blas_threads(n):
         shipped = shipped_rows(n_prompts, shipped_tokens, repeats, n)
