@@ -28,7 +28,7 @@ from npspec.speculative import Stats, speculative_generate
 
 from . import common, models
 from .controlled import ControlledDraft, ControlledLookup
-from .speedup import numbers
+from .speedup import median_run as timed, numbers
 from .verify_cost import time_forward
 
 POOLED = ("new_tokens", "rounds", "accepted", "rejected", "seconds", "seconds_draft", "seconds_verify")
@@ -42,16 +42,6 @@ def pooled(gens):
     s.proposal_lengths = [sum(g.stats.proposal_lengths[k] for g in gens if k < len(g.stats.proposal_lengths))
                           for k in range(width)]
     return s
-
-
-def timed(run, repeats):
-    """A warm-up run, then `repeats` runs of run() -> Generations; returns (median tokens/s, the last Generations)."""
-    run()
-    speeds, gens = [], None
-    for _ in range(repeats):
-        gens = run()
-        speeds.append(pooled(gens).tokens_per_s)
-    return common.median(speeds), gens
 
 
 def decode(target, make_drafter, prompts, new_tokens, gamma, schedule="constant", **warp):
