@@ -166,13 +166,18 @@ def cost_rows(repeats, threads, gamma=4):
     return rows
 
 
-def options(ap):
+def controlled_options(ap):
+    """The options bench.drafters and bench.trees share: --repeats, --a and --target."""
     ap.add_argument("--repeats", type=int, default=None, help="timed runs per row, median taken (default 3; --quick: 1)")
     ap.add_argument("--a", type=numbers(float), default=None,
                     help="controlled acceptances, comma-separated (default 0.5,0.7,0.9; --quick: 0.7)")
+    ap.add_argument("--target", default=None, help="the controlled rows' target shape (default gpt2-large; --quick: gpt2)")
+
+
+def options(ap):
+    controlled_options(ap)
     ap.add_argument("--gammas", type=numbers(int), default=None,
                     help="constant gammas of the controlled rows (default 1,2,3,4,5,6,8; --quick: 2,4)")
-    ap.add_argument("--target", default=None, help="the controlled rows' target shape (default gpt2-large; --quick: gpt2)")
 
 
 def main(argv=None):

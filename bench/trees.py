@@ -22,8 +22,7 @@ from npspec.trees import branching_tree
 
 from . import common, models
 from .controlled import ControlledDraft, ControlledTree
-from .drafters import decode, fastest_ar, row, timed
-from .speedup import numbers
+from .drafters import controlled_options, decode, fastest_ar, row, timed
 
 CHAIN_GAMMAS = (1, 2, 3, 4, 6, 8)
 TREES = ((2, 1), (4,), (2, 1, 1, 1), (4, 1), (2, 2, 2), (4, 1, 1, 1))  # 4, 4, 8, 8, 14, 16 nodes
@@ -111,15 +110,8 @@ def controlled_rows(new_tokens, a_values, repeats, threads, target_shape, draft_
     return rows
 
 
-def options(ap):
-    ap.add_argument("--repeats", type=int, default=None, help="timed runs per row, median taken (default 3; --quick: 1)")
-    ap.add_argument("--target", default=None, help="the controlled rows' target shape (default gpt2-large; --quick: gpt2)")
-    ap.add_argument("--a", type=numbers(float), default=None,
-                    help="controlled acceptances, comma-separated (default 0.5,0.7,0.9; --quick: 0.7)")
-
-
 def main(argv=None):
-    run = common.command_line("bench.trees", __doc__, argv, options, threads=("2", "1"), many=False)
+    run = common.command_line("bench.trees", __doc__, argv, controlled_options, threads=("2", "1"), many=False)
     args = run.args
     repeats = args.repeats or (1 if args.quick else 3)
     n_prompts, shipped_tokens = (2, 32) if args.quick else (6, 96)

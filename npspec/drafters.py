@@ -60,6 +60,11 @@ class DraftModelCache:
             self.model.prefill(np.asarray(prompt_ids[:-1]), self.cache)
             self.forwards += 1
 
+    def step(self, ids):  # [n] ids -> [n_vocab] float32
+        """One draft forward: feed `ids` after the cache and return the logits after the last of them."""
+        self.forwards += 1
+        return self.model.forward(np.asarray(ids), self.cache)[-1]
+
     def update(self, proposed, accepted):
         """Nothing to learn: a draft model does not adapt."""
 
@@ -97,8 +102,7 @@ class ModelDrafter(DraftModelCache):
         ctx, d, q = list(seq), [], []
         greedy_round = warp_args.get("temperature", 1.0) == 0
         for i in range(gamma):
-            logits = self.model.forward(np.asarray(ctx[self.cache.length:]), self.cache)[-1]
-            self.forwards += 1
+            logits = self.step(ctx[self.cache.length:])
             if greedy_round:
                 token, top = int(greedy(logits)), (softmax(logits.astype(np.float64)).max() if self.p_min else 1.0)
             else:
@@ -249,9 +253,6 @@ class TreeDrafter(DraftModelCache):
         expand(-1, self.step(seq[self.cache.length:]))
         return ids, list(parents), (None if greedy_round else np.array(q).reshape(len(parents), self.n_vocab))
 
-    def step(self, ids):  # [n] ids -> [n_vocab] float32: the logits after feeding them
-        self.forwards += 1
-        return self.model.forward(np.asarray(ids), self.cache)[-1]
 
 
 class DynamicTreeDrafter(DraftModelCache):
@@ -283,15 +284,13 @@ class DynamicTreeDrafter(DraftModelCache):
         """The tree (ids, parents, q) grown to tree_size(depth) nodes after seq; u is not used."""
         greedy_round = warp_args.get("temperature", 1.0) == 0
         self.rollback(min(self.cache.length, len(seq) - 1))
-        self.forwards += 1
-        root = self.model.forward(np.asarray(seq[self.cache.length:]), self.cache)[-1]
+        root = self.step(seq[self.cache.length:])
         base = self.cache.length
 
         def row_at(path):
             if path:
                 self.rollback(base)
-                self.forwards += 1
-                logits = self.model.forward(np.asarray(path), self.cache)[-1]
+                logits = self.step(list(path))
             else:
                 logits = root
             return softmax(logits.astype(np.float64)) if greedy_round else warp(logits, **warp_args)
