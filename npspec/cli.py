@@ -12,7 +12,7 @@ argparse rejects, 130 interrupted (Ctrl-C), 141 the reader of stdout left (e.g. 
 
 The benchmarks are not part of the installed package: `npspec bench` runs `python -m bench.NAME`
 in a child process from the source tree npspec was imported from (an editable install or
-PYTHONPATH), and says what to install when that tree or the bench extra (threadpoolctl) is
+PYTHONPATH), and says what to install when that tree or the bench extra (matplotlib) is
 missing. Imports npspec.generate and npspec.convert; nothing in npspec imports this module.
 """
 
@@ -48,7 +48,7 @@ def bench(argv, root=SOURCE_ROOT, extra_installed=None):
     """`npspec bench NAME [options]`: run `python -m bench.NAME [options]` from the source tree `root`.
 
     argv: NAME and its options. extra_installed: whether the bench extra is importable (default:
-    look for threadpoolctl). Returns the exit status (the benchmark's own, or 1 with a one-line
+    look for matplotlib). Returns the exit status (the benchmark's own, or 1 with a one-line
     message if `root` has no bench/ or the extra is missing, or 2 for an unknown NAME).
     """
     usage = "usage: npspec bench {" + ",".join(BENCH_COMMANDS) + "} [options]  (npspec bench NAME --help)"
@@ -64,7 +64,7 @@ def bench(argv, root=SOURCE_ROOT, extra_installed=None):
               f"{Path(root) / 'npspec'}; clone the repository and run pip install -e '.[bench]' there", file=sys.stderr)
         return 1
     if extra_installed is None:
-        extra_installed = importlib.util.find_spec("threadpoolctl") is not None
+        extra_installed = importlib.util.find_spec("matplotlib") is not None
     if not extra_installed:
         print("npspec bench: error: the bench extra is not installed; run pip install -e '.[bench]' in "
               f"{root}", file=sys.stderr)

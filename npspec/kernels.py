@@ -2,8 +2,8 @@
 
 Imports numpy and the standard library only. A kernel is a callable
 `linear(x, w, b=None)`: `[n, d_in], [d_in, d_out], [d_out] -> [n, d_out]` float32 (b=None: no
-bias, as for the tied head). `make_kernel(name, threads)` builds one; the thread pool of
-"gemv-panels" belongs to that object (no module state).
+bias, as for the tied head). `make_kernel(name, threads)` builds one; the worker threads of a
+panel kernel belong to that object (Workers; no module state).
 
 The batch-invariance contract (Thinking Machines Lab, "Defeating Nondeterminism in LLM
 Inference", He 2025): a kernel is INVARIANT when row i of its result is bit-identical to its
@@ -11,6 +11,11 @@ result for the one row `x[i:i+1]`, whatever the other rows are. Then a verify fo
 gamma + 1 positions gives the very logits of gamma + 1 one-token forwards, which makes greedy
 speculative decoding token-identical to greedy decoding by construction. Each row's reduction
 order must therefore be fixed by the matrix shape alone, never by how many rows come:
+  * "gemm-blocks" (`GemmBlocks`): the rows padded to whole blocks of BLOCK_ROWS, one GEMM of a
+    fixed shape per (column panel, block). Invariant because a fixed-shape GEMM computes each
+    row with the same instructions whatever the other rows are (tested for every GPT-2 shape).
+    A one-token forward reads the weights once, as a GEMV does, and so does a verify of up to
+    BLOCK_ROWS rows: the cheapest verify (the target's default).
   * "gemm" (`gemm`): one BLAS GEMM. Fastest for a long prompt (prefill). NOT invariant:
     OpenBLAS picks a different kernel for each n, so a row's bits depend on n.
   * "gemv-rows" (`gemv_rows`): one vector-matrix product (BLAS GEMV) per row, in one stacked
@@ -27,13 +32,14 @@ order must therefore be fixed by the matrix shape alone, never by how many rows 
 bench/verify_cost measures each for n = 1..16; bench/results/README.md says what they cost.
 """
 
-from concurrent.futures import ThreadPoolExecutor
+import threading
 
 import numpy as np
 
 PANEL_BYTES = 160 << 10  # the panel size of "gemv-panels": well inside a core's L2 cache (2 MiB here)
 WHOLE_BYTES = 1 << 20  # a matrix this small is one panel: it stays in L2 between rows anyway
-SPLIT_BYTES = 4 << 20  # "gemv-panels" shares the panels of a matrix this large out to its threads
+SPLIT_BYTES = 4 << 20  # the panel kernels share the panels of a matrix this large out to their threads
+BLOCK_ROWS = 2  # rows per GEMM of "gemm-blocks" (bench/results/README.md: 2 and 4 measured)
 
 
 def gemm(x, w, b=None):  # [n, d_in], [d_in, d_out], [d_out] -> [n, d_out]; NOT batch invariant
@@ -48,15 +54,15 @@ def gemv_rows(x, w, b=None):  # [n, d_in], [d_in, d_out], [d_out] -> [n, d_out];
     return y if b is None else y + b
 
 
-def panel_width(d_in, d_out, panel_bytes=PANEL_BYTES):
+def panel_width(d_in, d_out, panel_bytes=PANEL_BYTES, whole_bytes=WHOLE_BYTES):
     """Columns per panel of a `[d_in, d_out]` float32 matrix.
 
-    d_out (one panel) if the matrix has at most WHOLE_BYTES, else the largest multiple of 8 with
+    d_out (one panel) if the matrix has at most `whole_bytes`, else the largest multiple of 8 with
     `d_in * width * 4 <= panel_bytes` (at least 8). A function of the shape only, so one-token
     and n-token forwards use the same panels. The sizes come from bench/results/README.md
     (panel widths 8 to 1024 measured on GPT-2 shapes).
     """
-    if d_in * d_out * 4 <= WHOLE_BYTES:
+    if d_in * d_out * 4 <= whole_bytes:
         return d_out
     return min(d_out, max(8, panel_bytes // (4 * d_in) // 8 * 8))
 
@@ -75,49 +81,167 @@ def check_threads(threads):
     return int(threads)
 
 
-class GemvPanels:
-    """The "gemv-panels" kernel: for each column panel of w, every row's GEMV (batch invariant).
+class Workers:
+    """`n` persistent worker threads, each handed one job at a time through a pair of locks.
 
-    threads: a positive int, the threads that share out the panels of a matrix of SPLIT_BYTES or
-    more (numpy releases the GIL in its products); 1 runs everything on the calling thread. The
-    pool of `threads - 1` workers is this object's own, started on first use. The bits never
-    depend on `threads` (tests/test_kernels.py). Raises ValueError for a bad thread count.
+    Leaner than concurrent.futures.ThreadPoolExecutor (no Future, no queue): a job is a callable
+    with no arguments, handed over by releasing the worker's `go` lock; the worker releases its
+    `done` lock when the job returns. numpy releases the GIL inside its products, so jobs that are
+    products run at the same time. Threads start on first use and are daemons (a worker blocked on
+    its lock never keeps the interpreter alive). An exception in a job is raised again in the
+    caller of `run`. Interrupting `run` (KeyboardInterrupt) leaves no job half-collected: the next
+    `run` first waits for every worker still busy.
     """
 
-    name = "gemv-panels"
+    def __init__(self, n):
+        self.n = n
+        self.go = [threading.Lock() for _ in range(n)]
+        self.done = [threading.Lock() for _ in range(n)]
+        self.jobs, self.errors, self.busy = [None] * n, [None] * n, [False] * n
+        self.threads = []
 
-    def __init__(self, threads=1):
+    def start(self):
+        for i in range(self.n):
+            self.go[i].acquire()
+            self.done[i].acquire()
+            t = threading.Thread(target=self.loop, args=(i,), name=f"npspec-{i}", daemon=True)
+            t.start()
+            self.threads.append(t)
+
+    def loop(self, i):
+        while True:
+            self.go[i].acquire()
+            try:
+                self.jobs[i]()
+            except BaseException as e:  # raised again in run's thread
+                self.errors[i] = e
+            self.jobs[i] = None
+            self.done[i].release()
+
+    def run(self, jobs):
+        """Run `jobs` (at most n + 1 callables) at once: jobs[0] on the calling thread, the rest on the workers; wait for all."""
+        if not self.threads:
+            self.start()
+        self.collect()  # a job left running by an interrupted run
+        for i, job in enumerate(jobs[1:]):
+            self.jobs[i], self.busy[i] = job, True
+            self.go[i].release()
+        try:
+            jobs[0]()
+        finally:
+            self.collect()
+        for i in range(len(jobs) - 1):
+            if (e := self.errors[i]) is not None:
+                self.errors[i] = None
+                raise e
+
+    def collect(self):
+        for i in range(self.n):
+            if self.busy[i]:
+                self.done[i].acquire()
+                self.busy[i] = False
+
+
+class PanelKernel:
+    """A product computed column panel by column panel over `w`, the panels shared out to npspec's own threads.
+
+    Subclasses give `panel_bytes` (the panel size `panel_width` aims at) and `products(x, ws, out)`,
+    which computes `x @ ws[p]` for every panel p into `out[p]` with calls whose shapes depend on the
+    panel shape and the row count rounded as the subclass says, never on which thread runs them.
+    threads: a positive int, the threads that share out the panels of a matrix of SPLIT_BYTES or
+    more (numpy releases the GIL in its products); 1 runs everything on the calling thread. The
+    `threads - 1` workers are this object's own (Workers). Every panel's product is the same
+    call whatever the thread count, so the bits never depend on `threads`
+    (tests/test_kernels.py). Raises ValueError for a bad thread count.
+    """
+
+    name = ""
+    whole_bytes = WHOLE_BYTES  # a matrix this small is one panel
+
+    def __init__(self, threads=1, panel_bytes=PANEL_BYTES):
         self.threads = check_threads(threads)
-        self.pool = ThreadPoolExecutor(self.threads - 1, thread_name_prefix="npspec") if self.threads > 1 else None
+        self.panel_bytes = panel_bytes
+        self.workers = Workers(self.threads - 1) if self.threads > 1 else None
+
+    def out_rows(self, n):
+        """Rows of the product's output buffer for n rows of x (n, or n rounded up to whole blocks)."""
+        return n
+
+    def products(self, x, ws, out):  # [n, d_in], [P, d_in, width] -> out [P, out_rows(n), width]
+        raise NotImplementedError
 
     def __call__(self, x, w, b=None):  # [n, d_in], [d_in, d_out], [d_out] -> [n, d_out]
-        """Panel-major loop ([P, n, 1, width] products): a panel is read once from memory for all n rows.
+        """Panel-major loop: a panel is read once from memory for all n rows.
 
-        A matrix of SPLIT_BYTES or more is cut into `threads` runs of whole panels, one stacked
-        call per thread. If d_out is not a multiple of the width (the head's 50257), one more
-        panel covers the last `width` columns, overlapping the previous one, so every column
-        comes from a GEMV of the same width.
+        A matrix of SPLIT_BYTES or more is cut into `threads` runs of whole panels, one run per
+        thread. If d_out is not a multiple of the width (the head's 50257), one more panel covers
+        the last `width` columns, overlapping the previous one, so every column comes from a
+        product of the same width.
         """
         n, (d_in, d_out) = x.shape[0], w.shape
-        width = panel_width(d_in, d_out)
-        ws = panels(w, width)[:, None]  # [P, 1, d_in, width]
+        width = panel_width(d_in, d_out, self.panel_bytes, self.whole_bytes)
+        ws = panels(w, width)  # [P, d_in, width]
         p, main = ws.shape[0], ws.shape[0] * width
-        xs = x[None, :, None, :]  # [1, n, 1, d_in]
-        y = np.empty((p, n, 1, width), dtype=np.float32)
+        y = np.empty((p, self.out_rows(n), width), dtype=np.float32)
         threads = min(self.threads, p) if w.nbytes >= SPLIT_BYTES else 1
-        cuts = [p * i // threads for i in range(threads + 1)]
-        jobs = [self.pool.submit(np.matmul, xs, ws[a:b], out=y[a:b]) for a, b in zip(cuts[1:-1], cuts[2:])]
-        np.matmul(xs, ws[: cuts[1]], out=y[: cuts[1]])
-        for job in jobs:
-            job.result()
+        if threads == 1:
+            self.products(x, ws, y)
+        else:
+            cuts = [p * i // threads for i in range(threads + 1)]
+            self.workers.run([lambda a=a, b=b: self.products(x, ws[a:b], y[a:b]) for a, b in zip(cuts, cuts[1:])])
         out = np.empty((n, d_out), dtype=np.float32)
-        out[:, :main] = y[:, :, 0].transpose(1, 0, 2).reshape(n, main)
+        out[:, :main] = y[:, :n].transpose(1, 0, 2).reshape(n, main)
         if main < d_out:  # the last panel, [d_out - width, d_out)
-            out[:, main:] = np.matmul(x[:, None, :], w[:, d_out - width :])[:, 0, main - d_out :]
+            last = np.empty((1, self.out_rows(n), width), dtype=np.float32)
+            self.products(x, w[None, :, d_out - width:], last)
+            out[:, main:] = last[0, :n, main - d_out:]
         return out if b is None else out + b
 
     def __repr__(self):
-        return f"GemvPanels(threads={self.threads})"
+        return f"{type(self).__name__}(threads={self.threads})"
+
+
+class GemvPanels(PanelKernel):
+    """The "gemv-panels" kernel: for each column panel of w, every row's GEMV (batch invariant by construction)."""
+
+    name = "gemv-panels"
+
+    def products(self, x, ws, out):  # [n, d_in], [P, d_in, width] -> out [P, n, width]
+        """One stacked np.matmul: [1, n, 1, d_in] @ [P, 1, d_in, width], one GEMV per (panel, row)."""
+        np.matmul(x[None, :, None, :], ws[:, None], out=out[:, :, None, :])
+
+
+class GemmBlocks(PanelKernel):
+    """The "gemm-blocks" kernel: for each column panel of w, GEMMs over blocks of exactly BLOCK_ROWS rows.
+
+    The rows are padded with zero rows to whole blocks of BLOCK_ROWS, and each (panel, block) is
+    one GEMM of the fixed shape `[BLOCK_ROWS, d_in] @ [d_in, width]`, so the calls never depend on
+    n. A GEMM of a fixed shape computes each row of its result with the same instructions whatever
+    the other rows hold and wherever the row sits in the block (the rows are lanes of the same
+    vector operations): tests/test_kernels.py checks this, row by row, for every GPT-2 shape and
+    for every kernel a model can use. Its one-row forward costs a GEMV's memory traffic (the
+    weights are read once; the padded rows cost arithmetic, which is cheap next to the read), and
+    a verify of up to BLOCK_ROWS rows reads the weights once too: bench/verify_cost measures it.
+    """
+
+    name = "gemm-blocks"
+    whole_bytes = 0  # always panels: a GEMM over a whole matrix copies (packs) all of it, a GEMV does not
+
+    def __init__(self, threads=1, panel_bytes=PANEL_BYTES, rows=BLOCK_ROWS):
+        super().__init__(threads, panel_bytes)
+        self.rows = rows
+
+    def out_rows(self, n):
+        return -(-n // self.rows) * self.rows
+
+    def products(self, x, ws, out):  # [n, d_in], [P, d_in, width] -> out [P, blocks * BLOCK_ROWS, width]
+        """One stacked np.matmul: [1, B, R, d_in] @ [P, 1, d_in, width], one GEMM per (panel, block)."""
+        n, d_in = x.shape
+        xb = np.zeros((out.shape[1], d_in), dtype=np.float32)
+        xb[:n] = x
+        blocks = out.shape[1] // self.rows
+        np.matmul(xb.reshape(1, blocks, self.rows, d_in), ws[:, None],
+                  out=out.reshape(out.shape[0], blocks, self.rows, out.shape[2]))
 
 
 def gemm_panels(x, w, b=None):  # [n, d_in], [d_in, d_out], [d_out] -> [n, d_out]; NOT batch invariant
@@ -130,8 +254,12 @@ def gemm_panels(x, w, b=None):  # [n, d_in], [d_in, d_out], [d_out] -> [n, d_out
     return y if b is None else y + b
 
 
-KERNELS = ("gemv-panels", "gemv-rows", "gemm", "gemm-panels")
-INVARIANT_KERNELS = ("gemv-panels", "gemv-rows")  # row i of the result never depends on the other rows
+KERNELS = ("gemm-blocks", "gemv-panels", "gemv-rows", "gemm", "gemm-panels")
+INVARIANT_KERNELS = ("gemm-blocks", "gemv-panels", "gemv-rows")  # row i of the result never depends on the other rows
+
+
+PANEL_KERNELS = {"gemm-blocks": GemmBlocks, "gemv-panels": GemvPanels}
+PLAIN_KERNELS = ("gemv-rows",)  # the fastest plain decoding measured (bench/results/speedup_ar.md): --compare's baseline
 
 
 def make_kernel(name, threads=1):
@@ -143,8 +271,8 @@ def make_kernel(name, threads=1):
     """
     if name not in KERNELS:
         raise ValueError(f"unknown kernel {name!r}; pick one of {', '.join(KERNELS)}")
-    if name == "gemv-panels":
-        return GemvPanels(threads)
+    if name in PANEL_KERNELS:
+        return PANEL_KERNELS[name](threads)
     check_threads(threads)
     return {"gemv-rows": gemv_rows, "gemm": gemm, "gemm-panels": gemm_panels}[name]
 

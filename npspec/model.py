@@ -5,8 +5,11 @@ place a kernel is chosen: an explicit constructor argument that `repr(model)` sh
 only by `with_kernel`, which returns a new Model over the same weights.
 """
 
+from .blas import BlasThreads
 from .gpt2 import KVCache, attention, attention_masked, gpt2, gpt2_tree
-from .kernels import INVARIANT_KERNELS, column_major, gemm, make_kernel
+from .kernels import INVARIANT_KERNELS, PANEL_KERNELS, column_major, gemm, make_kernel
+
+DEFAULT_KERNEL = "gemm-blocks"
 
 
 class Model:
@@ -15,15 +18,19 @@ class Model:
     (the converted file's header, `{}` for an in-memory model).
 
     kernel: the product of every decoding forward, one of kernels.KERNELS (default
-    "gemv-panels", the cheapest batch-invariant verify; a draft decodes fastest with
-    "gemv-rows", see npspec.sources.load). threads: the kernel's worker threads (a positive
-    int; only "gemv-panels" uses them; results never depend on it).
+    "gemm-blocks", batch invariant with the cheapest verify; see npspec.sources.load for the
+    draft's). threads: the threads a forward uses (a positive int): the panel kernels'
+    ("gemm-blocks", "gemv-panels") own workers, BLAS then running one thread inside them, or
+    BLAS's threads for "gemm" and "gemv-rows" and for every prefill (npspec.blas: `blas_threads`
+    is the count BLAS gets in a decoding forward). Results never depend on it.
+    blas: an npspec.blas.BlasThreads to share (default: a new one).
     The block matrices are stored column-major (kernels.column_major), in place, one matrix at
     a time, whatever the kernel: every kernel reads that layout, so changing the kernel never
     copies the weights. Raises ValueError for an unknown kernel or a bad thread count.
     """
 
-    def __init__(self, config, params, tokenizer=None, source="", kernel="gemv-panels", threads=1, metadata=None):
+    def __init__(self, config, params, tokenizer=None, source="", kernel=DEFAULT_KERNEL, threads=1, metadata=None,
+                 blas=None):
         self.config = config
         self.params = column_major(params)
         self.tokenizer = tokenizer
@@ -32,6 +39,8 @@ class Model:
         self.kernel = kernel
         self.threads = threads
         self.linear = make_kernel(kernel, threads)
+        self.blas = blas or BlasThreads()
+        self.blas_threads = 1 if kernel in PANEL_KERNELS else threads  # see npspec.blas
 
     def __repr__(self):
         c = self.config
@@ -41,7 +50,7 @@ class Model:
     def with_kernel(self, kernel, threads=None):
         """The same model (same weight arrays, no copy) decoding with `kernel` and `threads` (default: this model's)."""
         return Model(self.config, self.params, self.tokenizer, self.source, kernel,
-                     self.threads if threads is None else threads, self.metadata)
+                     self.threads if threads is None else threads, self.metadata, self.blas)
 
     @property
     def invariant(self):
@@ -58,7 +67,8 @@ class Model:
         With an invariant kernel, row i is bit-identical to a one-token forward of ids[i]: the
         decoding and verify forwards use this. Raises as gpt2.gpt2.
         """
-        return gpt2(ids, self.params, self.config, cache, self.linear, attention)
+        with self.blas.limit(self.blas_threads):
+            return gpt2(ids, self.params, self.config, cache, self.linear, attention)
 
     def forward_tree(self, ids, parents, cache):  # [n_new], [n_new] -> [n_new, n_vocab] float32
         """Logits of a tree of ids fed after `cache.length` in one forward (gpt2.gpt2_tree: tree attention).
@@ -66,7 +76,8 @@ class Model:
         parents[i]: -1 or an earlier row. With an invariant kernel, each row is bit-identical to a
         one-token forward after its path. Raises as gpt2.gpt2_tree.
         """
-        return gpt2_tree(ids, parents, self.params, self.config, cache, self.linear)
+        with self.blas.limit(self.blas_threads):
+            return gpt2_tree(ids, parents, self.params, self.config, cache, self.linear)
 
     def prefill(self, ids, cache):  # [n_new] -> [n_new, n_vocab] float32
         """Logits for `ids` fed after `cache.length` with one GEMM per product and masked attention over all rows.
@@ -74,7 +85,8 @@ class Model:
         The fast path for a prompt or a validation window; not batch invariant, so it is used
         only where its rows need not match one-token forwards (a prefill both decoders share).
         """
-        return gpt2(ids, self.params, self.config, cache, gemm, attention_masked)
+        with self.blas.limit(self.threads):
+            return gpt2(ids, self.params, self.config, cache, gemm, attention_masked)
 
     @property
     def n_params(self):

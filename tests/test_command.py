@@ -90,7 +90,7 @@ def test_bench_without_the_extra_says_what_to_install(capsys):
 
 
 def test_bench_runs_the_benchmark_module():
-    pytest.importorskip("threadpoolctl")
+    pytest.importorskip("matplotlib")
     r = run_python(*NPSPEC, "bench", "verify-cost", "--help")
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("usage: python -m bench.verify_cost")

@@ -5,7 +5,7 @@ so its verify forward's gamma + 1 rows are the very logits of gamma + 1 one-toke
 is kept only where it equals the target's argmax. Checked for gamma 1..8 against gamma 0 (plain
 decoding with the target alone) on a tiny pair, on the shipped pair, on GPT-2's shapes with random
 weights, and on the command line; and the loop's own forwards are checked against one-token forwards.
-Targets use "gemv-panels" and drafts "gemv-rows", the kernels the shipped models use.
+Targets use "gemm-blocks" and drafts "gemv-panels", the kernels the shipped models use (sources.ROLE_KERNELS).
 """
 
 import json
@@ -50,7 +50,7 @@ def greedy_identity(target, draft, prompts, max_new_tokens, gammas=GAMMAS, plain
 
 def test_greedy_identity_on_a_tiny_pair():
     target, draft = tiny_model(seed=3, n_layer=3), tiny_model(seed=4, n_layer=1, role="draft")
-    assert (target.kernel, draft.kernel) == ("gemv-panels", "gemv-rows")
+    assert (target.kernel, draft.kernel) == ("gemm-blocks", "gemv-panels")
     plain = greedy_identity(target, draft, [[1, 2, 3], [5], [7, 1]], 25)
     assert plain.stats.new_tokens == 25
     # a draft identical to the target is always accepted
@@ -137,7 +137,7 @@ def shipped_plain():
 @pytest.mark.parametrize("gamma", GAMMAS)
 def test_greedy_identity_on_the_shipped_pair(shipped, val_ids, shipped_plain, gamma):
     target, draft = shipped
-    assert (target.kernel, draft.kernel) == ("gemv-panels", "gemv-rows") and target.invariant
+    assert (target.kernel, draft.kernel) == ("gemm-blocks", "gemv-panels") and target.invariant
     for prompt in fixed_prompts(val_ids, n=3, length=24):
         plain = greedy_identity(target, draft, [prompt], 40, [gamma], shipped_plain)
         assert plain.stats.new_tokens == 40 and plain.stats.stop_reason == "max_new_tokens"  # so every round counts

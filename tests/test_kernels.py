@@ -6,6 +6,7 @@ speculative decoding emit exactly greedy decoding's tokens (tests/test_greedy_id
 """
 
 import copy
+import threading
 from dataclasses import replace
 
 import numpy as np
@@ -13,7 +14,8 @@ import pytest
 
 from npspec.files import params_tree
 from npspec.init import init_tensors
-from npspec.kernels import (INVARIANT_KERNELS, KERNELS, PANEL_BYTES, SPLIT_BYTES, WHOLE_BYTES, GemvPanels,
+from npspec.kernels import (BLOCK_ROWS, INVARIANT_KERNELS, KERNELS, PANEL_BYTES, SPLIT_BYTES, WHOLE_BYTES, GemmBlocks,
+                            GemvPanels, Workers,
                             block_linears, check_threads, column_major, fortran_copy, gemm, gemm_panels, gemv_rows,
                             make_kernel, panel_width, panels)
 from npspec.model import Model, leaves
@@ -85,15 +87,41 @@ def test_invariant_kernels_rows_are_one_row_products(name, order, d_in, d_out):
         assert np.array_equal(kernel(x[M_MAX - m :], w, b), single[M_MAX - m :])  # whatever rows come first
 
 
+@pytest.mark.parametrize("kernel", [GemmBlocks, GemvPanels])
 @pytest.mark.parametrize("d_in, d_out", [(768, 3072), (3072, 768), (768, 2304)])
-def test_gemv_panels_gives_the_same_bits_for_any_thread_count(d_in, d_out):
+def test_panel_kernels_give_the_same_bits_for_any_thread_count(kernel, d_in, d_out):
     w = matrix(d_in, d_out, "F")
     assert w.nbytes >= SPLIT_BYTES  # so its panels are shared out to the threads
     x = matrix(6, d_in, seed=5)
-    ref = GemvPanels(1)(x, w)
+    ref = kernel(1)(x, w)
     for threads in (2, 3, 7, 64):
-        assert np.array_equal(GemvPanels(threads)(x, w), ref), f"threads={threads}"
-        assert np.array_equal(GemvPanels(threads)(x[:1], w), ref[:1])
+        assert np.array_equal(kernel(threads)(x, w), ref), f"threads={threads}"
+        assert np.array_equal(kernel(threads)(x[:1], w), ref[:1])
+
+
+def test_gemm_blocks_rows_do_not_depend_on_their_place_in_a_block_nor_on_the_other_rows():
+    """The fact "gemm-blocks" rests on, checked directly: a GEMM of a fixed shape gives row i the same bits wherever
+    it sits in the block and whatever the other rows hold (on GPT-2's panel shapes, and on a whole matrix)."""
+    rng = np.random.default_rng(7)
+    for d_in, width in [(768, 48), (1280, 32), (3072, 8), (5120, 8), (1024, 40), (768, 2304)]:
+        w = np.asfortranarray(rng.standard_normal((d_in, width), dtype=np.float32))
+        row = rng.standard_normal(d_in, dtype=np.float32)
+        want = None
+        for place in range(BLOCK_ROWS):
+            for other in (np.zeros, lambda shape: rng.standard_normal(shape, dtype=np.float32)):
+                block = other((BLOCK_ROWS, d_in)).astype(np.float32)
+                block[place] = row
+                got = (block @ w)[place]
+                want = got if want is None else want
+                assert np.array_equal(got, want), f"[{d_in}, {width}]: row {place} of a block differs"
+
+
+def test_gemm_blocks_pads_to_whole_blocks_and_never_uses_one_whole_matrix_panel():
+    k = GemmBlocks(1)
+    assert [k.out_rows(n) for n in (1, 2, 3, 5)] == [BLOCK_ROWS * (-(-n // BLOCK_ROWS)) for n in (1, 2, 3, 5)]
+    assert panel_width(16, 67, PANEL_BYTES, GemmBlocks.whole_bytes) < 67 or 16 * 67 * 4 <= PANEL_BYTES
+    assert panel_width(256, 768, PANEL_BYTES, GemmBlocks.whole_bytes) == 160  # GemvPanels: one panel of 768
+    assert panel_width(256, 768) == 768
 
 
 # ---- the contract, forward by forward ----
@@ -154,13 +182,14 @@ def test_invariant_forward_rows_on_the_gpt2_shape(gpt2_shape, kernel):
     check_rows(gpt2_shape.with_kernel(kernel), n_past=9)
 
 
-def test_gemv_panels_threads_do_not_change_a_bit_of_a_forward(gpt2_shape):
-    """The worker threads of "gemv-panels" share out whole panels: any thread count gives the same bits."""
+@pytest.mark.parametrize("kernel", ["gemm-blocks", "gemv-panels"])
+def test_panel_kernel_threads_do_not_change_a_bit_of_a_forward(gpt2_shape, kernel):
+    """The worker threads of a panel kernel share out whole panels: any thread count gives the same bits."""
     assert gpt2_shape.params["h"][0]["mlp"]["c_fc"]["w"].nbytes >= SPLIT_BYTES  # so the split really happens
     ids = np.arange(100, 106)
     out = {}
     for n in (1, 2, 3):
-        m = gpt2_shape.with_kernel("gemv-panels", threads=n)
+        m = gpt2_shape.with_kernel(kernel, threads=n)
         out[n] = m.forward(ids, m.new_cache()), m.forward(ids[:1], m.new_cache())
     for n in (2, 3):
         assert np.array_equal(out[n][0], out[1][0]) and np.array_equal(out[n][1], out[1][1])
@@ -191,12 +220,12 @@ def test_make_kernel_builds_each_named_product():
     k = make_kernel("gemv-panels", threads=3)
     assert isinstance(k, GemvPanels) and k.threads == 3 and k.name == "gemv-panels"
     assert repr(k) == "GemvPanels(threads=3)"
-    assert set(INVARIANT_KERNELS) < set(KERNELS) and KERNELS[0] == "gemv-panels"
+    assert set(INVARIANT_KERNELS) < set(KERNELS) and KERNELS[0] == "gemm-blocks" == Model.__init__.__defaults__[2]
 
 
 @pytest.mark.parametrize("name", ["fast", "panels", "rows", "GEMM", ""])
 def test_make_kernel_refuses_unknown_names(tiny, name):
-    message = f"unknown kernel {name!r}; pick one of gemv-panels, gemv-rows, gemm, gemm-panels"
+    message = f"unknown kernel {name!r}; pick one of gemm-blocks, gemv-panels, gemv-rows, gemm, gemm-panels"
     with pytest.raises(ValueError, match=message):
         make_kernel(name)
     with pytest.raises(ValueError, match=message):
@@ -221,19 +250,19 @@ def test_check_threads_takes_numpy_integers():
 
 
 def test_model_repr_shows_the_kernel(tiny):
-    assert repr(tiny) == "Model(source='tiny', n_layer=2, n_embd=16, n_vocab=67, kernel='gemv-panels', threads=1)"
+    assert repr(tiny) == "Model(source='tiny', n_layer=2, n_embd=16, n_vocab=67, kernel='gemm-blocks', threads=1)"
     assert "kernel='gemm', threads=2)" in repr(tiny.with_kernel("gemm", threads=2))
-    assert "kernel='gemv-rows', threads=1)" in repr(tiny_model(role="draft"))
+    assert "kernel='gemv-panels', threads=1)" in repr(tiny_model(role="draft"))
 
 
 def test_with_kernel_shares_the_arrays(tiny):
     other = tiny.with_kernel("gemv-rows")
-    assert other is not tiny and other.kernel == "gemv-rows" and tiny.kernel == "gemv-panels"
+    assert other is not tiny and other.kernel == "gemv-rows" and tiny.kernel == "gemm-blocks"
     assert other.threads == tiny.threads and tiny.with_kernel("gemv-panels", threads=2).threads == 2
     assert (other.config, other.tokenizer, other.source, other.metadata) == (tiny.config, None, "tiny", {})
     pairs = list(zip(leaves(tiny.params), leaves(other.params), strict=True))
     assert all(a is b for a, b in pairs)  # no copy of any weight
-    assert other.linear is gemv_rows and isinstance(tiny.linear, GemvPanels)
+    assert other.linear is gemv_rows and isinstance(tiny.linear, GemmBlocks)
 
 
 def test_column_major_keeps_values_in_place(tiny):
@@ -272,3 +301,55 @@ def test_models_store_block_matrices_column_major(shipped, tiny):
     assert Model(c, params).params is params  # in place
     for model in (Model(c, params), tiny, *shipped):
         assert all(lin["w"].flags.f_contiguous for lin in block_linears(model.params))
+
+
+# ---- the worker threads and BLAS's ----
+
+def test_workers_run_every_job_and_raise_a_job_s_error_in_the_caller():
+    w, seen = Workers(2), []
+    w.run([lambda: seen.append(0), lambda: seen.append(1), lambda: seen.append(2)])
+    assert sorted(seen) == [0, 1, 2] and {t.name for t in w.threads} == {"npspec-0", "npspec-1"}
+
+    def boom():
+        raise ZeroDivisionError("in a worker")
+    with pytest.raises(ZeroDivisionError, match="in a worker"):
+        w.run([lambda: None, boom])
+    w.run([lambda: seen.append(3), lambda: seen.append(4)])  # still usable, nothing left over
+    assert sorted(seen) == [0, 1, 2, 3, 4] and w.errors == [None, None]
+
+
+def test_an_interrupted_run_waits_for_its_workers_before_raising():
+    """Ctrl-C in the caller's share of a product: run raises only once every worker is done, so no worker is left
+    writing into a product the next run reads."""
+    w, gate, order = Workers(1), threading.Event(), []
+
+    def slow():
+        gate.wait(5)
+        order.append("worker done")
+
+    def caller():
+        threading.Timer(0.05, gate.set).start()
+        raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt):
+        w.run([caller, slow])
+    order.append("raised")
+    w.run([lambda: order.append("next"), lambda: order.append("next")])
+    assert order == ["worker done", "raised", "next", "next"] and w.busy == [False]
+
+
+@pytest.mark.parametrize("kernel, blas", [("gemm-blocks", 1), ("gemv-panels", 1), ("gemv-rows", 3), ("gemm", 3)])
+def test_a_forward_runs_blas_with_one_thread_under_a_panel_kernel_and_with_threads_otherwise(tiny, kernel, blas):
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    if not threadpoolctl.threadpool_info():
+        pytest.skip("no BLAS that threadpoolctl knows")
+    m, seen = tiny.with_kernel(kernel, threads=3), []
+    product = m.linear
+
+    def spy(x, w, b=None):
+        seen.append({i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"})
+        return product(x, w, b)
+    m.linear = spy
+    before = [i["num_threads"] for i in threadpoolctl.threadpool_info()]
+    m.forward(np.arange(3), m.new_cache())
+    assert seen and all(s == {blas} for s in seen)
+    assert [i["num_threads"] for i in threadpoolctl.threadpool_info()] == before  # put back

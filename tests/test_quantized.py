@@ -111,7 +111,7 @@ def test_save_and_load_a_quantized_directory(shipped, tmp_path, name):
     with safe_open(str(out / "model.safetensors"), framework="numpy") as f:
         assert f.metadata()["quantization"] == name and f.metadata()["source"] == draft.metadata["source"]
     loaded = load(out, "draft")  # npspec.load finds it like any converted directory
-    assert same_params(loaded, quantize_model(draft, scheme)) and loaded.kernel == "gemv-rows"
+    assert same_params(loaded, quantize_model(draft, scheme)) and loaded.kernel == "gemv-panels"
     assert loaded.metadata["quantization"] == name and loaded.tokenizer.to_str() == draft.tokenizer.to_str()
     assert (out / "model.safetensors").stat().st_size < (SHIPPED / "draft" / "model.safetensors").stat().st_size
 
@@ -160,7 +160,7 @@ def test_save_refuses_a_group_that_does_not_divide(shipped, tmp_path):
 def test_scheme_self_is_the_target_quantized(shipped):
     q = load("int4-g64:self", "draft")  # the shipped target (target=None) quantized, with the draft's kernel
     assert same_params(q, quantize_model(shipped[0], parse_scheme("int4-g64")))
-    assert q.kernel == "gemv-rows" and q.source.startswith("int4-g64:") and q.config == shipped[0].config
+    assert q.kernel == "gemv-panels" and q.source.startswith("int4-g64:") and q.config == shipped[0].config
     q = load("int8-ch:self", "draft", target=SHIPPED / "draft")  # self is whatever the target's SPEC is
     assert same_params(q, quantize_model(shipped[1], parse_scheme("int8-ch")))
     q = load(f"bf16:{SHIPPED / 'draft'}", "draft")

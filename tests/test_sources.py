@@ -213,7 +213,7 @@ def test_an_existing_path_wins_over_a_hub_name(tmp_path, monkeypatch):
 
 def test_role_picks_the_shipped_model_and_the_kernel(shipped):
     target, draft = shipped
-    assert (target.kernel, draft.kernel) == ("gemv-panels", "gemv-rows") == (sources.ROLE_KERNELS["target"],
+    assert (target.kernel, draft.kernel) == ("gemm-blocks", "gemv-panels") == (sources.ROLE_KERNELS["target"],
                                                                              sources.ROLE_KERNELS["draft"])
     assert Path(target.source) == SHIPPED / "target" and Path(draft.source) == SHIPPED / "draft"
     assert load(role="draft", kernel="gemm", threads=2).kernel == "gemm"

@@ -35,7 +35,7 @@ from . import cache
 from .names import HUB_NAMES, SHAPES
 from .shipped import SHIPPED_PAIR, gpt2_tokenizer, shipped_dir
 
-ROLE_KERNELS = {"target": "gemv-panels", "draft": "gemv-rows"}  # see load
+ROLE_KERNELS = {"target": "gemm-blocks", "draft": "gemv-panels"}  # see load
 
 
 def cache_root(cache_dir=None):
@@ -80,9 +80,10 @@ def load(spec=None, role="target", cache_dir=None, kernel=None, threads=1, progr
     """Load a model from a SPEC (see the module docstring); None loads the shipped `role`.
 
     role: "target" or "draft": the shipped model used when spec is None, and the default kernel
-    (ROLE_KERNELS). A target decodes with "gemv-panels" (the cheapest verify of gamma + 1 rows),
-    a draft with "gemv-rows" (one BLAS GEMV per row over each whole matrix, which BLAS threads
-    itself: the fastest one-token product; bench/results/README.md). Which kernel the draft uses
+    (ROLE_KERNELS). A target decodes with "gemm-blocks" (batch invariant, the cheapest verify of
+    gamma + 1 rows), a draft with "gemv-panels" (a one-token product on npspec's own threads, so
+    that no BLAS thread spins on the cores the target's workers need: npspec.blas;
+    bench/results/README.md). Which kernel the draft uses
     never changes the output: every q gives exactly the target's law, and greedy output is the
     target's argmax sequence (notes/derivation.md).
     kernel: one of kernels.KERNELS, overriding the role's. threads: the kernel's worker threads.
@@ -146,7 +147,7 @@ def _load(spec, role, cache_dir, kernel, threads, progress, target):
         raise
 
 
-def random_model(shape, seed=0, tokenizer=None, kernel="gemv-panels", threads=1):
+def random_model(shape, seed=0, tokenizer=None, kernel=ROLE_KERNELS["target"], threads=1):
     """An in-memory Model with the exact shapes of `shape` (a name of names.SHAPES) and GPT-2's random init.
 
     tokenizer: a tokenizers.Tokenizer (default: GPT-2's, shipped in weights/gpt2/).

@@ -1,0 +1,31 @@
+"""How many threads BLAS runs during a forward: set per forward through threadpoolctl's API.
+
+npspec's panel kernels ("gemm-blocks", "gemv-panels": npspec.kernels) share a product out to
+their own worker threads, each of which calls single-threaded BLAS. If BLAS ran threads of its
+own as well, the two kinds would compete for the cores, and OpenBLAS' idle threads keep spinning
+for a while after each threaded call, on the very cores npspec's workers need
+(bench/results/threads.md measures it). So a Model runs BLAS with one thread during the forwards
+of a panel kernel and with `threads` during those of a BLAS kernel ("gemm", "gemv-rows", and
+every prefill), and puts the previous count back afterwards.
+
+threadpoolctl is a runtime dependency for this one job: it is the portable way to set the thread
+count of OpenBLAS, MKL or BLIS at run time (their environment variables are read once, when
+numpy loads BLAS), small, pure Python, and kept by the scikit-learn developers.
+"""
+
+from threadpoolctl import ThreadpoolController
+
+
+class BlasThreads:
+    """The BLAS libraries numpy loaded; `limit(n)` is a context manager running its body with n BLAS threads.
+
+    Costs about 10 ms to build (it lists the loaded libraries) and tens of microseconds per
+    `limit`. With no BLAS that threadpoolctl knows (e.g. Apple's Accelerate), `limit` does nothing.
+    """
+
+    def __init__(self):
+        self.libraries = ThreadpoolController().select(user_api="blas")
+
+    def limit(self, n):
+        """A context manager: BLAS runs `n` threads (a positive int) inside it, its previous count after."""
+        return self.libraries.limit(limits=n)
