@@ -11,7 +11,7 @@
 Every measuring command takes --quick, --out and --threads (bench.common.command_line). Full runs
 write to bench/results/ (committed). `--quick` runs a small version in under 3 minutes and
 writes to a new temporary folder (or --out), never over the committed results. --threads sets
-both the BLAS pools (threadpoolctl) and the "gemv-panels" kernel's threads of the models a
+both the BLAS pools (threadpoolctl) and the panel kernels' threads of the models a
 command builds; nothing is global. Speed targets live here as benchmarks, never as timed
 assertions in tests.
 """

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
+from threadpoolctl import threadpool_info, threadpool_limits
 
 from npspec.files import atomic_write
 
@@ -123,19 +124,13 @@ def blas_threads(n):
 
     npspec's own "gemv-panels" threads are not global: each command passes n to the models it
     builds (`Model(..., threads=n)`, `model.with_kernel(kernel, n)`).
-    threadpoolctl is the bench extra's (pip install -e '.[bench]'), imported here so that
-    bench's pure parts import without it.
     """
-    from threadpoolctl import threadpool_limits
-
     with threadpool_limits(limits=n):
         yield
 
 
 def blas_info():
     """The BLAS numpy uses: `{"blas": vendor, "blas_version", "blas_threads", "blas_arch"}` (threadpoolctl)."""
-    from threadpoolctl import threadpool_info
-
     blas = [i for i in threadpool_info() if i.get("user_api") == "blas"]
     if not blas:
         return {"blas": "unknown", "blas_version": "", "blas_threads": "", "blas_arch": ""}

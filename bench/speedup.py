@@ -30,11 +30,13 @@ from npspec.speculative import Stats, speculative_generate
 
 from . import common, models
 from .controlled import ControlledDraft
+from .minimal import MinimalDecoder
 from .verify_cost import time_forward
 
 FULL_PAIRS = [("gpt2-large", "distilgpt2"), ("gpt2-medium", "distilgpt2"), ("gpt2-large", "gpt2"),
               ("gpt2", "distilgpt2")]
 QUICK_PAIRS = [("gpt2", "distilgpt2")]
+AR_KERNELS = ("gemm-blocks", "gemv-panels", "gemv-rows", "gemm")  # every kernel plain decoding can use
 POOLED = ("new_tokens", "rounds", "accepted", "rejected", "seconds", "seconds_draft", "seconds_verify")
 
 
@@ -62,25 +64,54 @@ def median_run(run, repeats, warmup=True):
     return common.median(speeds), gens
 
 
+def ar_speeds(target, prompts, new_tokens, repeats, threads):
+    """Plain greedy decoding of `target` with every kernel of AR_KERNELS and with bench.minimal's decoder.
+
+    Returns ({name: median tokens/s}, the Generations of the target's own kernel). Each kernel
+    runs with `threads` (its own workers, or BLAS's: npspec.blas); a pause before each lets the
+    BLAS threads of the previous run fall asleep. The minimal decoder's time counts its decoding
+    steps only (not its prompt), which favours it.
+    """
+    speeds, own = {}, None
+    for kernel in AR_KERNELS:
+        time.sleep(0.5)
+        speed, gens = median_run(runner(target.with_kernel(kernel, threads), None, prompts, new_tokens, 0), repeats)
+        speeds[kernel] = speed
+        own = gens if kernel == target.kernel else own
+    minimal = MinimalDecoder(target)
+    runs = [[minimal.generate(list(p), new_tokens) for p in prompts] for _ in range(repeats + 1)][1:]
+    speeds["minimal"] = common.median([len(prompts) * new_tokens / sum(t for _, t in run) for run in runs])
+    return speeds, own
+
+
+def fastest(speeds):
+    """(name, tokens/s) of the fastest plain decoding in `speeds` (ar_speeds')."""
+    return max(speeds.items(), key=lambda kv: kv[1])
+
+
 def forward_costs(target, draft, gammas, repeats, context):
     """The target's forward seconds t[M] for M = 1..max(gammas) + 1, and c = t_draft(1) / t_target(1)."""
     t = {m: time_forward(target, m, repeats, context) for m in range(1, max(gammas) + 2)}
     return t, time_forward(draft, 1, repeats, context) / t[1]
 
 
-def speedup_row(names, a, gamma, threads, ar, spec, t, c):
+def speedup_row(names, a, gamma, threads, ar, spec, t, c, speeds):
     """A row of the speedup table.
 
     names: (target, draft) as shown; a: the controlled acceptance, None for the real one;
-    ar, spec: (median tokens/s, Generations) of the AR and the speculative runs; t, c: forward_costs.
+    ar, spec: (median tokens/s, Generations) of the target's own AR and the speculative runs;
+    t, c: forward_costs; speeds: ar_speeds' tokens/s of every plain decoding. `speedup` is over the
+    FASTEST of them, `speedup_vs_target_ar` over the target's own kernel.
     """
     (ar_speed, ar_gens), (speed, gens) = ar, spec
+    best_name, best_speed = fastest(speeds)
     s, v = pooled(gens), t[gamma + 1] / t[1]
     forwards = gamma * c + v  # a round's cost in target one-token forwards
     return {"target": names[0], "draft": names[1], "acceptance": "real" if a is None else "controlled",
             "a": "" if a is None else a, "gamma": gamma, "threads": threads, "alpha": s.alpha,
-            "tokens_per_round": s.tokens_per_round, "ar_tok_s": ar_speed, "spec_tok_s": speed,
-            "speedup": speed / ar_speed,
+            "tokens_per_round": s.tokens_per_round, "fastest_ar": best_name, "fastest_ar_tok_s": best_speed,
+            "ar_tok_s": ar_speed, "spec_tok_s": speed, "speedup": speed / best_speed,
+            "speedup_vs_target_ar": speed / ar_speed,
             "predicted_speedup": predicted_speedup(s.alpha if a is None else a, gamma, c, v),
             "identical": [g.ids for g in gens] == [g.ids for g in ar_gens],
             "draft_share": s.seconds_draft / s.seconds, "verify_share": s.seconds_verify / s.seconds,
@@ -89,22 +120,30 @@ def speedup_row(names, a, gamma, threads, ar, spec, t, c):
             "ar_overhead_ms_per_token": 1e3 * (1 / ar_speed - t[1])}
 
 
-def ar_row(shape, model, threads, speed, bandwidth):
-    """A row of the AR table: npspec's AR tokens/s on random:<shape> against the bandwidth roofline."""
+def ar_row(shape, model, threads, speeds, bandwidth):
+    """A row of the AR table: random:<shape>'s plain decoding with each kernel and the minimal decoder (tokens/s),
+    the fastest, and the bandwidth roofline (the best read rate measured in the run: common.read_bandwidth, or a
+    decoder's own rate if one read faster, so that no decoder sits above 1.0 of it)."""
     nbytes = models.matrix_bytes(model)
-    return {"model": f"random:{shape}", "threads": threads, "weight_MB": nbytes / 1e6, "npspec_tok_s": speed,
-            "roofline_tok_s": bandwidth / nbytes, "of_roofline": speed * nbytes / bandwidth}
+    name, best = fastest(speeds)
+    bandwidth = max(bandwidth, best * nbytes)
+    return {"model": f"random:{shape}", "threads": threads, "weight_MB": nbytes / 1e6,
+            "npspec_tok_s": speeds[model.kernel], "kernel": model.kernel,
+            **{f"{k.replace('-', '_')}_tok_s": v for k, v in speeds.items()},
+            "fastest_ar": name, "target_over_minimal": speeds[model.kernel] / speeds["minimal"],
+            "roofline_tok_s": bandwidth / nbytes, "of_roofline": best * nbytes / bandwidth}
 
 
 def shipped_rows(n_prompts, new_tokens, gammas, repeats, threads):
     target, draft = models.get("shipped:target", threads=threads), models.get("shipped:draft", threads=threads)
     prompts = models.validation_prompts(models.validation_ids(target.tokenizer), n_prompts)
-    ar = median_run(runner(target, None, prompts, new_tokens, 0), repeats)
+    speeds, own = ar_speeds(target, prompts, new_tokens, repeats, threads)
+    ar = (speeds[target.kernel], own)
     t, c = forward_costs(target, draft, gammas, max(repeats, 5), models.PROMPT_LENGTH + new_tokens // 2)
     rows = []
     for gamma in gammas:
         spec = median_run(runner(target, draft, prompts, new_tokens, gamma), repeats)
-        rows.append(speedup_row(("shipped target", "shipped draft"), None, gamma, threads, ar, spec, t, c))
+        rows.append(speedup_row(("shipped target", "shipped draft"), None, gamma, threads, ar, spec, t, c, speeds))
         common.log(f"shipped gamma {gamma}: AR {ar[0]:.1f} tok/s, spec {spec[0]:.1f} tok/s "
                    f"({rows[-1]['speedup']:.2f}x), alpha {rows[-1]['alpha']:.3f}")
     return rows
@@ -118,7 +157,8 @@ def controlled_rows(pair, new_tokens, a_values, gammas, repeats, threads, bandwi
     target = models.get(f"random:{pair[0]}", seed=0, threads=threads)
     draft = models.get(f"random:{pair[1]}", seed=1, role="draft", threads=threads)
     prompt = models.random_prompt()
-    ar = median_run(runner(target, None, [prompt], new_tokens, 0), repeats)
+    speeds, own = ar_speeds(target, [prompt], new_tokens, repeats, threads)
+    ar = (speeds[target.kernel], own)
     t, c = forward_costs(target, draft, gammas, repeats, len(prompt) + new_tokens // 2)
     greedy = prompt + ar[1][0].ids
     rows = []
@@ -126,10 +166,11 @@ def controlled_rows(pair, new_tokens, a_values, gammas, repeats, threads, bandwi
         for gamma in gammas:
             steered = ControlledDraft(draft, greedy, a, np.random.default_rng(1000 * gamma + int(100 * a)))
             spec = median_run(runner(target, steered, [prompt], new_tokens, gamma), repeats, warmup=False)
-            rows.append(speedup_row((f"random:{pair[0]}", f"random:{pair[1]}"), a, gamma, threads, ar, spec, t, c))
+            rows.append(speedup_row((f"random:{pair[0]}", f"random:{pair[1]}"), a, gamma, threads, ar, spec, t, c,
+                                    speeds))
             common.log(f"{pair[0]}/{pair[1]} a {a} gamma {gamma}: {rows[-1]['speedup']:.2f}x "
                        f"(predicted {rows[-1]['predicted_speedup']:.2f}x), alpha {rows[-1]['alpha']:.3f}")
-    target_row = ar_row(pair[0], target, threads, ar[0], bandwidth)
+    target_row = ar_row(pair[0], target, threads, speeds, bandwidth)
     del target, draft
     models.release()
     return rows, target_row
@@ -138,8 +179,8 @@ def controlled_rows(pair, new_tokens, a_values, gammas, repeats, threads, bandwi
 def plain_ar_row(shape, new_tokens, repeats, threads, bandwidth):
     """The AR table's row of a shape that is no pair's target: random:<shape> decoding alone, as a target would."""
     model = models.get(f"random:{shape}", threads=threads)
-    speed, _ = median_run(runner(model, None, [models.random_prompt()], new_tokens, 0), repeats)
-    row = ar_row(shape, model, threads, speed, bandwidth)
+    speeds, _ = ar_speeds(model, [models.random_prompt()], new_tokens, repeats, threads)
+    row = ar_row(shape, model, threads, speeds, bandwidth)
     del model
     models.release()
     return row

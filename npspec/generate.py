@@ -30,7 +30,8 @@ import numpy as np
 from .drafters import DynamicTreeDrafter, ModelDrafter, NgramDrafter, TreeDrafter, check_ngram_sizes, check_p_min
 from .files import CheckpointError
 from . import picture
-from .kernels import KERNELS
+from .kernels import KERNELS, PLAIN_KERNELS
+from .simulate import ControlledDraft
 from .progress import show_progress, terminal_bars
 from .sources import HUB_NAMES, SHIPPED_PAIR, load, shipped_dir
 from .speculative import (SCHEDULES, Generation, GenerationInterrupted, Stats, check_options, check_pair, check_prompt,
@@ -89,19 +90,25 @@ def build_parser(prog=PROG):
                     help="seed of the one random generator (default 0): the same seed, models, prompt and "
                          "options give the same output (README: Reproducibility)")
     ap.add_argument("--threads", type=int, default=None,
-                    help="worker threads of the target's gemv-panels kernel (default: $NPSPEC_NUM_THREADS, else "
-                         "the CPUs this process may use); results never depend on it")
+                    help="threads of each forward: the panel kernels' own workers, or BLAS's for gemm and gemv-rows "
+                         "(default: $NPSPEC_NUM_THREADS, else the CPUs this process may use); results never "
+                         "depend on it")
     ap.add_argument("--target-kernel", choices=KERNELS, default=None,
-                    help="the target's product (default gemv-panels: batch invariant, the cheapest verify)")
+                    help="the target's product (default gemm-blocks: batch invariant, the cheapest verify)")
     ap.add_argument("--draft-kernel", choices=KERNELS, default=None,
-                    help="the draft's product (default gemv-rows: the fastest one-token product)")
+                    help="the draft's product (default gemv-panels: a one-token product on npspec's own threads)")
     ap.add_argument("--json", action="store_true", help="print one JSON object: text, ids, stats")
     ap.add_argument("--trace", action="store_true",
                     help="with --json: add a record per round (drafted ids, accepted count, corrected or bonus id)")
     ap.add_argument("--html", metavar="FILE", default=None,
                     help="also write a page showing each round (drafts, accepted or not, p, q, u, times)")
     ap.add_argument("--compare", action="store_true",
-                    help="then run plain decoding with the same options and print both speeds and their ratio")
+                    help="then run plain decoding with the same options (with the target's kernel and with "
+                         "gemv-rows) and print the speeds and the speedup over the faster")
+    ap.add_argument("--simulate-acceptance", type=float, default=None, metavar="A",
+                    help="SIMULATION for timing random-weight drafts: run the draft's forwards for their cost but make "
+                         "each proposal the target's greedy token with probability A (needs --temperature 0 and a "
+                         "draft model; the output stays the target's greedy output)")
     ap.add_argument("--no-color", action="store_true", help="do not colour accepted draft tokens")
     ap.add_argument("--quiet", action="store_true", help="no progress bars (nor with --json, NPSPEC_QUIET=1 or "
                                                          "TQDM_DISABLE=1; they show only when stderr is a terminal)")
@@ -231,7 +238,7 @@ def drafting_options(args):
     """The options given that need a drafter, as the user spelled them."""
     given = [("--draft-p-min", bool(args.draft_p_min)), ("--tree", bool(args.tree)),
              ("--tree-kind", args.tree_kind != "sampled"), ("--tree-budget", args.tree_budget is not None), ("--gamma-schedule heuristic", args.gamma_schedule != "constant"),
-             ("--compare", args.compare)]
+             ("--compare", args.compare), ("--simulate-acceptance", args.simulate_acceptance is not None)]
     return [name for name, on in given if on]
 
 
@@ -278,6 +285,14 @@ def check_drafting_args(args):
         raise ValueError(f"--tree-budget must be >= 1 (the tree's nodes), got {args.tree_budget}")
     if args.tree_kind != "sampled" and not args.tree:
         raise ValueError("--tree-kind applies to --tree only; add --tree K1,K2,... or drop it")
+    if (a := args.simulate_acceptance) is not None:
+        if not 0 <= a <= 1:  # also NaN
+            raise ValueError(f"--simulate-acceptance is a probability: give a number in [0, 1], got {a}")
+        if args.temperature != 0:
+            raise ValueError("--simulate-acceptance steers greedy proposals only: add --temperature 0")
+        if ngram or args.tree or args.tree_budget is not None:
+            raise ValueError("--simulate-acceptance steers a draft model's chain of proposals: give --draft SPEC "
+                             "without --tree, --tree-budget or ngram")
     check_p_min(args.draft_p_min)
     if ngram:
         check_ngram_sizes(1 if args.ngram_min is None else args.ngram_min, 4 if args.ngram_max is None else args.ngram_max)
@@ -322,6 +337,8 @@ def run(args, out=sys.stdout, err=sys.stderr, stdin=None):
     prompt = read_prompt(args.prompt, prompt_byte_limit(target.tokenizer, target.config.n_ctx), stdin)
     ids = encode_prompt(target.tokenizer, prompt, target.config.eos_token_id)
     check_prompt(ids, context_size(target, draft), target.config.n_vocab)
+    if args.simulate_acceptance is not None:
+        draft = simulated(draft, target, ids, args, err)
     color = out.isatty() and not args.no_color and not os.environ.get("NO_COLOR") and not args.json
     streamer = TextStreamer(target.tokenizer)
 
@@ -354,31 +371,32 @@ def run(args, out=sys.stdout, err=sys.stderr, stdin=None):
             picture.write(args.html, gen.trace, target.tokenizer.decode, prompt, gen.stats.as_dict())
         except OSError as e:
             raise ValueError(f"cannot write --html {args.html} ({e.strerror or e}); pick a writable path") from e
-    plain = None
+    plain = {}
     if args.compare and not interrupted:  # the same prompt, options and seed, with the target alone
         try:
-            plain = speculative_generate(target, None, ids, args.max_new_tokens, gamma=0,
-                                         temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-                                         rng=np.random.default_rng(args.seed))
+            for kernel in dict.fromkeys([target.kernel, *PLAIN_KERNELS]):
+                plain[kernel] = speculative_generate(target.with_kernel(kernel), None, ids, args.max_new_tokens,
+                                                     gamma=0, temperature=args.temperature, top_k=args.top_k,
+                                                     top_p=args.top_p, rng=np.random.default_rng(args.seed))
         except GenerationInterrupted:
-            interrupted = True
+            interrupted, plain = True, {}
     if args.json:
         obj = {"text": target.tokenizer.decode(gen.ids), "ids": gen.ids, "stats": gen.stats.as_dict()}
         if args.trace:
             obj["trace"] = gen.trace
-        if plain is not None:
-            obj["compare"] = comparison(gen, plain, args.temperature == 0)
+        if plain:
+            obj["compare"] = comparison(gen, plain, target.kernel, args.temperature == 0)
         out.write(json.dumps(json_safe(obj), allow_nan=False) + "\n")
     else:
         out.write(streamer.finish() + "\n")
     out.flush()
     print(summary(gen.stats), file=err)
-    if plain is not None:
-        c = comparison(gen, plain, args.temperature == 0)
+    if plain:
+        c = comparison(gen, plain, target.kernel, args.temperature == 0)
         print(f"compare: speculative {c['speculative_tokens_per_s']:.1f} tokens/s, plain "
-              f"{c['plain_tokens_per_s']:.1f} tokens/s, speedup {c['speedup']:.2f}x"
-              + ("" if c["same_ids"] is None else ", same output" if c["same_ids"] else ", DIFFERENT output"),
-              file=err)
+              f"{c['plain_tokens_per_s']:.1f} tokens/s (fastest plain decoding: {c['plain_kernel']}), speedup "
+              f"{c['speedup']:.2f}x" + ("" if c["same_ids"] is None else ", same output" if c["same_ids"]
+                                         else ", DIFFERENT output"), file=err)
     elif args.compare:
         print("compare: interrupted before plain decoding finished", file=err)
     if interrupted:
@@ -386,14 +404,34 @@ def run(args, out=sys.stdout, err=sys.stderr, stdin=None):
     return gen
 
 
-def comparison(spec, plain, greedy):
-    """Speeds (tokens/s) of a speculative and a plain Generation, their ratio, and (greedy only) whether the ids match.
+def simulated(drafter, target, ids, args, err):
+    """The ModelDrafter whose model is `drafter`'s wrapped in npspec.simulate.ControlledDraft with a = --simulate-acceptance.
 
+    First decodes the prompt greedily with the target alone (also a warm-up), for the tokens the proposals
+    copy; says on `err` that acceptance is simulated.
+    """
+    reference = speculative_generate(target, None, ids, args.max_new_tokens, gamma=0, temperature=0)
+    a = args.simulate_acceptance
+    print(f"npspec.generate: note: SIMULATED acceptance: each draft token is the target's greedy token with "
+          f"probability {a:g} (the draft's forwards still run, for their cost)", file=err)
+    steered = ControlledDraft(drafter.model, list(ids) + reference.ids, a, np.random.default_rng(args.seed))
+    return ModelDrafter(steered, p_min=args.draft_p_min)
+
+
+def comparison(spec, plain, kernel, greedy):
+    """The speculative Generation `spec` against plain decoding: {kernel: Generation} (`kernel` is the target's own).
+
+    `plain_tokens_per_s` and `speedup` are those of the FASTEST plain decoding (`plain_kernel`); `same_ids` (greedy
+    only) compares with plain decoding on the target's own kernel, whose bits the speculative rounds reproduce.
     With temperature > 0 the two runs use the random stream differently, so their ids differ by design.
     """
-    s, p = spec.stats.tokens_per_s, plain.stats.tokens_per_s
-    return {"speculative_tokens_per_s": s, "plain_tokens_per_s": p, "speedup": s / p if p > 0 else float("nan"),
-            "plain_seconds": plain.stats.seconds, "same_ids": spec.ids == plain.ids if greedy else None}
+    s = spec.stats.tokens_per_s
+    best = max(plain, key=lambda k: plain[k].stats.tokens_per_s)
+    p = plain[best].stats.tokens_per_s
+    return {"speculative_tokens_per_s": s, "plain_tokens_per_s": p, "plain_kernel": best,
+            "speedup": s / p if p > 0 else float("nan"), "plain_seconds": plain[best].stats.seconds,
+            "plain_by_kernel_tokens_per_s": {k: g.stats.tokens_per_s for k, g in plain.items()},
+            "same_ids": spec.ids == plain[kernel].ids if greedy else None}
 
 
 def main(argv=None, prog=PROG):

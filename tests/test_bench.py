@@ -91,13 +91,16 @@ def test_speedup_row_pools_the_runs_and_predicts_with_the_library_model():
     ar = speedup.median_run(speedup.runner(target, None, prompts, 8, 0), repeats=1)
     spec = speedup.median_run(speedup.runner(target, draft, prompts, 8, 2), repeats=1)
     t, c = {1: 1.0, 2: 1.2, 3: 1.5}, 0.25
-    row = speedup.speedup_row(("t", "d"), None, 2, 1, ar, spec, t, c)
+    speeds = {"gemm-blocks": ar[0], "gemv-rows": 2 * ar[0], "minimal": ar[0] / 2}
+    row = speedup.speedup_row(("t", "d"), None, 2, 1, ar, spec, t, c, speeds)
     stats = [g.stats for g in spec[1]]
+    assert row["fastest_ar"] == "gemv-rows" and row["fastest_ar_tok_s"] == 2 * ar[0]
+    assert row["speedup"] == spec[0] / (2 * ar[0]) and row["speedup_vs_target_ar"] == spec[0] / ar[0]
     assert row["identical"] is True  # greedy speculative == greedy AR on every prompt
     assert row["alpha"] == sum(s.accepted for s in stats) / sum(s.accepted + s.rejected for s in stats)
     assert row["predicted_speedup"] == predicted_speedup(row["alpha"], 2, c, 1.5)
     assert row["acceptance"] == "real" and row["a"] == ""
-    controlled = speedup.speedup_row(("t", "d"), 0.7, 2, 1, ar, spec, t, c)
+    controlled = speedup.speedup_row(("t", "d"), 0.7, 2, 1, ar, spec, t, c, speeds)
     assert controlled["predicted_speedup"] == predicted_speedup(0.7, 2, c, 1.5)  # alpha = the set acceptance a
 
 
@@ -115,7 +118,6 @@ def test_row_major_copy_computes_the_same_forward_through_gpt2():
 
 
 def test_command_line_parses_the_shared_options(tmp_path, capsys):
-    pytest.importorskip("threadpoolctl", reason="needs the bench extra: pip install -e '.[bench]'")  # the machine record
     run = common.command_line("bench.example", "One line.\n\nMore.", ["--out", str(tmp_path / "o"), "--threads", "1,2"])
     assert run.threads == [1, 2] and run.out.is_dir() and not run.args.quick
     assert run.meta["command"].startswith("python -m bench.example --out") and "numpy" in run.meta
@@ -141,7 +143,6 @@ def test_quick_never_writes_into_committed_results():
 
 def test_verify_cost_smoke(tmp_path):
     """A very small in-process run: the files exist and the numbers are sane (no timing asserted)."""
-    pytest.importorskip("threadpoolctl", reason="needs the bench extra: pip install -e '.[bench]'")
     assert verify_cost.main(["--quick", "--out", str(tmp_path), "--models", "shipped:target", "--max-m", "3",
                              "--repeats", "1", "--kernels", "gemv-rows,gemv-panels,gemm"]) == 0
     rows, meta = common.read_table(tmp_path / "verify_cost.csv")
@@ -259,7 +260,6 @@ QUICK = [("bench.verify_cost", ["verify_cost.csv", "verify_cost_summary.md"]),
 @pytest.mark.slow
 @pytest.mark.parametrize("module, files", QUICK)
 def test_quick_mode_runs_end_to_end(tmp_path, module, files):
-    pytest.importorskip("threadpoolctl", reason="needs the bench extra: pip install -e '.[bench]'")
     r = run_python("-m", module, "--quick", "--out", tmp_path)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.strip().splitlines()[-1].startswith(f"wrote {tmp_path}")
@@ -276,7 +276,6 @@ def test_quick_mode_runs_end_to_end(tmp_path, module, files):
 
 @pytest.mark.slow
 def test_quick_mode_defaults_to_a_temporary_folder():
-    pytest.importorskip("threadpoolctl", reason="needs the bench extra: pip install -e '.[bench]'")
     r = run_python("-m", "bench.sweep", "--quick")
     assert r.returncode == 0, r.stderr[-2000:]
     out = r.stdout.strip().splitlines()[-1]
@@ -294,6 +293,23 @@ def test_generate_compare_prints_both_speeds_and_the_ratio():
     r = run_python("-m", "npspec.generate", "--compare", "--json", "--max-new-tokens", "6")
     c = json.loads(r.stdout)["compare"]
     assert c["same_ids"] is None and c["speedup"] == c["speculative_tokens_per_s"] / c["plain_tokens_per_s"]
+    by_kernel = c["plain_by_kernel_tokens_per_s"]
+    assert set(by_kernel) == {"gemm-blocks", "gemv-rows"}  # the target's own kernel and the plain GEMV
+    assert c["plain_tokens_per_s"] == max(by_kernel.values()) == by_kernel[c["plain_kernel"]]  # the fastest
+
+
+def test_simulated_acceptance_on_the_command_line_keeps_the_output_and_is_labelled():
+    args = ["-m", "npspec.generate", "--temperature", "0", "--max-new-tokens", "40", "--json", "ROMEO:"]
+    plain = json.loads(run_python(*args, "--gamma", "0").stdout)
+    runs = {}
+    for a in ("0", "1"):
+        r = run_python(*args, "--simulate-acceptance", a, "--gamma", "4")
+        assert r.returncode == 0, r.stderr
+        assert "SIMULATED acceptance" in r.stderr and f"probability {a}" in r.stderr
+        runs[a] = json.loads(r.stdout)
+        assert runs[a]["ids"] == plain["ids"]  # a steered draft changes the speed, never the output
+    assert runs["1"]["stats"]["alpha"] == 1.0 and runs["0"]["stats"]["alpha"] == 0.0
+    assert runs["1"]["stats"]["rounds"] == 8  # 40 tokens, 5 a round
 
 
 @pytest.mark.parametrize("a", [0.0, 1.0])

@@ -205,6 +205,12 @@ def test_an_unknown_kernel_is_a_usage_error():
     (["--gamma", "0", "--gamma-schedule", "heuristic"], ["so --gamma-schedule heuristic would do nothing"]),
     (["--gamma", "0", "--draft", "ngram", "--tree", "2"], ["--draft ngram needs --gamma >= 1"]),
     (["--compare", "--gamma", "0"], ["so --compare would do nothing"]),  # compared plain decoding with itself
+    (["--simulate-acceptance", "0.7"], ["--simulate-acceptance steers greedy proposals only: add --temperature 0"]),
+    (["--simulate-acceptance", "nan", "--temperature", "0"], ["--simulate-acceptance is a probability"]),
+    (["--simulate-acceptance", "-0.1", "--temperature", "0"], ["give a number in [0, 1], got -0.1"]),
+    (["--simulate-acceptance", "0.7", "--temperature", "0", "--draft", "ngram"], ["steers a draft model's chain"]),
+    (["--simulate-acceptance", "0.7", "--temperature", "0", "--tree", "2,2"], ["steers a draft model's chain"]),
+    (["--simulate-acceptance", "0.7", "--gamma", "0"], ["so --simulate-acceptance would do nothing"]),
     (["--trace"], ["--trace adds a record per round to --json's output: add --json"]),
     (["--target", "random:tiny", "--tree", "2,2"], ["--tree needs a drafter", "add --draft SPEC"]),
     (["--target", "random:tiny", "--compare", "--draft-p-min", "0.5"], ["--draft-p-min, --compare need a drafter"]),
