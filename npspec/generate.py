@@ -31,6 +31,7 @@ from .drafters import DynamicTreeDrafter, ModelDrafter, NgramDrafter, TreeDrafte
 from .files import CheckpointError
 from . import picture
 from .kernels import KERNELS
+from .qkernels import QKERNELS
 from .progress import show_progress, terminal_bars
 from .sources import HUB_NAMES, SHIPPED_PAIR, load, shipped_dir
 from .speculative import (SCHEDULES, Generation, GenerationInterrupted, Stats, check_options, check_pair, check_prompt,
@@ -93,8 +94,9 @@ def build_parser(prog=PROG):
                          "the CPUs this process may use); results never depend on it")
     ap.add_argument("--target-kernel", choices=KERNELS, default=None,
                     help="the target's product (default gemv-panels: batch invariant, the cheapest verify)")
-    ap.add_argument("--draft-kernel", choices=KERNELS, default=None,
-                    help="the draft's product (default gemv-rows: the fastest one-token product)")
+    ap.add_argument("--draft-kernel", choices=KERNELS + QKERNELS, default=None,
+                    help="the draft's product (default gemv-rows: the fastest one-token product; dequant-panels keeps "
+                         "a quantized draft's int8 codes, npspec.qkernels)")
     ap.add_argument("--json", action="store_true", help="print one JSON object: text, ids, stats")
     ap.add_argument("--trace", action="store_true",
                     help="with --json: add a record per round (drafted ids, accepted count, corrected or bonus id)")

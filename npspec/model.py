@@ -7,6 +7,7 @@ only by `with_kernel`, which returns a new Model over the same weights.
 
 from .gpt2 import KVCache, attention, attention_masked, gpt2, gpt2_tree
 from .kernels import INVARIANT_KERNELS, column_major, gemm, make_kernel
+from .qkernels import QKERNELS, dequant_gemm, holds_codes, make_qkernel
 
 
 class Model:
@@ -14,13 +15,16 @@ class Model:
     (a tokenizers.Tokenizer, or None), `source` (where it came from, for messages), `metadata`
     (the converted file's header, `{}` for an in-memory model).
 
-    kernel: the product of every decoding forward, one of kernels.KERNELS (default
-    "gemv-panels", the cheapest batch-invariant verify; a draft decodes fastest with
-    "gemv-rows", see npspec.sources.load). threads: the kernel's worker threads (a positive
+    kernel: the product of every decoding forward, one of kernels.KERNELS or qkernels.QKERNELS
+    (default "gemv-panels", the cheapest batch-invariant verify; a draft decodes fastest with
+    "gemv-rows", see npspec.sources.load). A tree whose block matrices are int8 codes
+    (qkernels.QuantizedMatrix, npspec.quantized with kernel "dequant-panels") runs with
+    "dequant-panels" only, and its prefill dequantizes too (qkernels.dequant_gemm). threads: the kernel's worker threads (a positive
     int; only "gemv-panels" uses them; results never depend on it).
     The block matrices are stored column-major (kernels.column_major), in place, one matrix at
     a time, whatever the kernel: every kernel reads that layout, so changing the kernel never
-    copies the weights. Raises ValueError for an unknown kernel or a bad thread count.
+    copies the weights. Raises ValueError for an unknown kernel, a bad thread count, or int8
+    codes with a kernel that cannot read them.
     """
 
     def __init__(self, config, params, tokenizer=None, source="", kernel="gemv-panels", threads=1, metadata=None):
@@ -31,7 +35,10 @@ class Model:
         self.metadata = dict(metadata or {})
         self.kernel = kernel
         self.threads = threads
-        self.linear = make_kernel(kernel, threads)
+        if holds_codes(self.params) and kernel not in QKERNELS:
+            raise ValueError(f"this model holds int8 codes (npspec.qkernels.QuantizedMatrix): kernel {kernel!r} cannot "
+                             f"read them; use {' or '.join(QKERNELS)}")
+        self.linear = make_qkernel(kernel, threads) if kernel in QKERNELS else make_kernel(kernel, threads)
 
     def __repr__(self):
         c = self.config
@@ -45,8 +52,8 @@ class Model:
 
     @property
     def invariant(self):
-        """True if the kernel is batch invariant (kernels.INVARIANT_KERNELS): a verify forward's rows then equal one-token forwards, bit for bit."""
-        return self.kernel in INVARIANT_KERNELS
+        """True if the kernel is batch invariant (kernels.INVARIANT_KERNELS, qkernels.QKERNELS): a verify forward's rows then equal one-token forwards, bit for bit."""
+        return self.kernel in INVARIANT_KERNELS + QKERNELS
 
     def new_cache(self):
         """An empty KVCache sized for this model."""
@@ -73,8 +80,10 @@ class Model:
 
         The fast path for a prompt or a validation window; not batch invariant, so it is used
         only where its rows need not match one-token forwards (a prefill both decoders share).
+        With a quantized kernel, one GEMM per dequantized panel (qkernels.dequant_gemm).
         """
-        return gpt2(ids, self.params, self.config, cache, gemm, attention_masked)
+        linear = dequant_gemm if self.kernel in QKERNELS else gemm
+        return gpt2(ids, self.params, self.config, cache, linear, attention_masked)
 
     @property
     def n_params(self):
