@@ -1,6 +1,6 @@
 """Products with quantized weights: int8 codes dequantized one L2-sized panel at a time, right before its GEMV.
 
-Imports numpy, npspec.kernels and npspec.quantize; no I/O, no module state.
+Imports numpy and npspec.kernels; no I/O, no module state.
 
 A `QuantizedMatrix` stands where a block matrix `w` `[d_in, d_out]` (GPT-2's Conv1D layout) sits in
 a parameter tree: the int8 codes and float32 scales of an npspec.quantize int scheme (one scale per
@@ -32,7 +32,7 @@ import numpy as np
 
 from .kernels import block_linears, check_threads, gemm, gemv_rows
 
-QPANEL_BYTES = 512 << 10  # float32 bytes of one dequantized panel (bench/results/qspeed_panels.md measured 160 KiB to 2 MiB)
+QPANEL_BYTES = 1 << 20  # float32 bytes of one dequantized panel: the fastest of 160 KiB to 2 MiB for every gpt2-large shape (bench/results/quantized_speed_panels.md)
 QKERNELS = ("dequant-panels",)
 
 
