@@ -27,7 +27,10 @@ Tables (prefix quantized_ as bench.quantized's, issue 14):
     read bandwidth probe (bench.common.read_bandwidth) and the float32 block matrices' time at that
     bandwidth.
   * quantized_speed_panels: ns per weight of "dequant-panels" (int8-ch, one token) on each matrix
-    shape of the model, for float32 panel buffers of 160 KiB to 2 MiB (npspec.qkernels.QPANEL_BYTES).
+    shape of the model, for float32 panel buffers of 160 KiB to 2 MiB (npspec.qkernels.QPANEL_BYTES);
+    then (rows with a `method`) weights per ns of five ways to dequantize the panels of layer 0's
+    mlp.c_fc (method_rows): the kernel's cast + multiply in place, astype, a mixed-type multiply, a
+    256-entry table gather, and the cast alone.
 """
 
 import sys
@@ -132,6 +135,36 @@ def panel_sweep(model, repeats):
     return rows
 
 
+def method_rows(model, repeats):
+    """quantized_speed_methods rows: weights per ns of ways to dequantize every panel of layer 0's mlp.c_fc (1 MiB panels).
+
+    "cast + multiply in place" is the kernel's (QuantizedMatrix.panel); "astype * scales" allocates a new
+    array per panel; "one mixed-type multiply" lets the ufunc cast int8 on the fly; "take from a 256-entry
+    table" is a gather only (one shared table: NOT a dequantization of per-channel or per-group scales, which
+    need a table per column or group), the cheapest a lookup could be; "cast only" is the floor.
+    """
+    rows, w = [], model.params["h"][0]["mlp"]["c_fc"]["w"]
+    for s in ("int8-ch", "int8-g64"):
+        q = quantize_tensor(w, parse_scheme(s))
+        m = QuantizedMatrix.from_codes(q.codes, q.scales)
+        buf = np.empty((m.shape[0], m.width), dtype=np.float32)
+        grouped = buf.reshape(m.scales.shape[1], m.group, m.width)
+        table = np.linspace(-1, 1, 256, dtype=np.float32)
+        steps = {
+            "cast only": lambda p: np.copyto(buf, m.codes[p], casting="unsafe"),
+            "cast + multiply in place (the kernel)": lambda p: m.panel(p, buf),
+            "astype * scales (new arrays)": lambda p: (m.codes[p].reshape(grouped.shape).astype(np.float32)
+                                                      * m.scales[p]),
+            "one mixed-type multiply": lambda p: np.multiply(m.codes[p].reshape(grouped.shape), m.scales[p], out=grouped,
+                                                             casting="unsafe"),
+            "take from a 256-entry table (gather only)": lambda p: np.take(table, m.codes[p].view(np.uint8), out=buf)}
+        for step, f in steps.items():
+            t = best_of_passes(lambda: [f(p) for p in range(len(m.starts))], repeats)
+            rows.append({"scheme": s, "method": step, "ms": 1e3 * t, "weights_per_ns": m.codes.size / t / 1e9})
+            common.log(f"methods {s} {step}: {m.codes.size / t / 1e9:.2f} weights/ns")
+    return rows
+
+
 def options(ap):
     ap.add_argument("--models", default=None, help="comma-separated float32 models (bench.models names; default "
                     "shipped:target,random:gpt2-large; --quick shipped:target,random:gpt2)")
@@ -147,6 +180,7 @@ def measure(name, n, repeats, context, betas, bandwidth):
     shapes = tensor_shapes(model.config)
     float_bytes = models.matrix_bytes(model)
     panel_rows = [{"model": name, **r} for r in panel_sweep(model, repeats)]
+    panel_rows += [{"model": name, "matrix": "mlp.c_fc", **r} for r in method_rows(model, repeats)]
     t = {}
     for k in FLOAT_KERNELS:
         linear = make_kernel(k, n)
