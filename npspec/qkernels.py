@@ -32,7 +32,7 @@ import numpy as np
 
 from .kernels import block_linears, check_threads, gemm, gemv_rows
 
-QPANEL_BYTES = 1 << 20  # float32 bytes of one dequantized panel: the fastest of 160 KiB to 2 MiB for every gpt2-large shape (bench/results/quantized_speed_panels.md)
+QPANEL_BYTES = 1 << 20  # float32 bytes of one dequantized panel: of 160 KiB to 2 MiB, the fastest for 3 of gpt2-large's 4 shapes (bench/results/quantized_speed_panels.md)
 QKERNELS = ("dequant-panels",)
 
 
