@@ -1,6 +1,6 @@
 """A GPT-2 ready to run: its config, parameters, tokenizer, origin, and the kernel its forwards use.
 
-Imports npspec.gpt2 (the math) and npspec.kernels (the products); no I/O. `Model` is THE one
+Imports npspec.gpt2 (the math), npspec.kernels and npspec.qkernels (the products); no I/O. `Model` is THE one
 place a kernel is chosen: an explicit constructor argument that `repr(model)` shows, changed
 only by `with_kernel`, which returns a new Model over the same weights.
 """
@@ -19,8 +19,9 @@ class Model:
     (default "gemv-panels", the cheapest batch-invariant verify; a draft decodes fastest with
     "gemv-rows", see npspec.sources.load). A tree whose block matrices are int8 codes
     (qkernels.QuantizedMatrix, npspec.quantized with kernel "dequant-panels") runs with
-    "dequant-panels" only, and its prefill dequantizes too (qkernels.dequant_gemm). threads: the kernel's worker threads (a positive
-    int; only "gemv-panels" uses them; results never depend on it).
+    "dequant-panels" only, and its prefill dequantizes too (qkernels.dequant_gemm).
+    threads: the kernel's worker threads (a positive int; only "gemv-panels" uses them;
+    results never depend on it).
     The block matrices are stored column-major (kernels.column_major), in place, one matrix at
     a time, whatever the kernel: every kernel reads that layout, so changing the kernel never
     copies the weights. Raises ValueError for an unknown kernel, a bad thread count, or int8
