@@ -36,9 +36,11 @@ Writes quantized_beta, quantized_position, quantized_alpha (.csv/.md) and quanti
 --target and --draft take npspec SPECs instead of the shipped pair (e.g. `--target gpt2-large
 --draft distilgpt2` where the hub is reachable); the text stays the shipped validation split.
 
-Speed is not measured here: a quantized npspec model runs on float32 weights dequantized at load,
-so its forward costs what the float32 model's does (c is the unquantized c); c_bw is the limit a
-kernel reading packed codes could approach, not a measurement.
+Speed is not measured here: the drafts above run on float32 weights dequantized at load (kernel
+"gemv-rows"), so their forward costs what the float32 model's does; c_bw is the limit a kernel
+reading packed codes could approach, not a measurement. `python -m bench.qspeed` measures c of
+npspec's dequantizing kernel ("dequant-panels", npspec.qkernels) on random:gpt2-large and puts the
+predicted speedups with c measured beside these betas (quantized_speed.md).
 """
 
 import sys

@@ -12,4 +12,5 @@ python -m bench.memory
 python -m bench.profile
 python -m bench.threads
 python -m bench.quantized
+python -m bench.qspeed
 python -m bench.report

@@ -31,6 +31,7 @@ from .drafters import DynamicTreeDrafter, ModelDrafter, NgramDrafter, TreeDrafte
 from .files import CheckpointError
 from . import picture
 from .kernels import KERNELS, PLAIN_KERNELS
+from .qkernels import QKERNELS
 from .simulate import ControlledDraft
 from .progress import show_progress, terminal_bars
 from .sources import HUB_NAMES, SHIPPED_PAIR, load, shipped_dir
@@ -95,8 +96,9 @@ def build_parser(prog=PROG):
                          "depend on it")
     ap.add_argument("--target-kernel", choices=KERNELS, default=None,
                     help="the target's product (default gemm-blocks: batch invariant, the cheapest verify)")
-    ap.add_argument("--draft-kernel", choices=KERNELS, default=None,
-                    help="the draft's product (default gemv-panels: a one-token product on npspec's own threads)")
+    ap.add_argument("--draft-kernel", choices=KERNELS + QKERNELS, default=None,
+                    help="the draft's product (default gemv-panels: a one-token product on npspec's own threads; "
+                         "dequant-panels keeps a quantized draft's int8 codes, npspec.qkernels)")
     ap.add_argument("--json", action="store_true", help="print one JSON object: text, ids, stats")
     ap.add_argument("--trace", action="store_true",
                     help="with --json: add a record per round (drafted ids, accepted count, corrected or bonus id)")

@@ -303,13 +303,14 @@ STRIP_ROWS = 128  # rows per strip of fortran_copy: a strip of a GPT-2 matrix fi
 
 
 def fortran_copy(w):  # [m, n] -> [m, n] column-major, the same values
-    """`w` if it is already column-major, else a column-major copy, made strip by strip.
+    """`w` if it is already column-major (or not an array: a QuantizedMatrix, npspec.qkernels), else a column-major
+    copy, made strip by strip.
 
     np.asfortranarray's transposing copy walks a large matrix with one stride that misses the cache
     on every element (0.3 GB/s here for gpt2-large's 5120 x 1280); copying STRIP_ROWS rows at a time
     keeps both sides' lines in cache (1 to 1.7 GB/s): loading gpt2-large spends most of its time here.
     """
-    if w.flags.f_contiguous:
+    if not isinstance(w, np.ndarray) or w.flags.f_contiguous:
         return w
     out = np.empty(w.shape, dtype=w.dtype, order="F")
     rows = out.T  # [n, m] row-major: the same memory

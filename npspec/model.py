@@ -1,6 +1,6 @@
 """A GPT-2 ready to run: its config, parameters, tokenizer, origin, and the kernel its forwards use.
 
-Imports npspec.gpt2 (the math) and npspec.kernels (the products); no I/O. `Model` is THE one
+Imports npspec.gpt2 (the math), npspec.kernels and npspec.qkernels (the products); no I/O. `Model` is THE one
 place a kernel is chosen: an explicit constructor argument that `repr(model)` shows, changed
 only by `with_kernel`, which returns a new Model over the same weights.
 """
@@ -8,6 +8,7 @@ only by `with_kernel`, which returns a new Model over the same weights.
 from .blas import BlasThreads
 from .gpt2 import KVCache, attention, attention_masked, gpt2, gpt2_tree
 from .kernels import INVARIANT_KERNELS, PANEL_KERNELS, column_major, gemm, make_kernel
+from .qkernels import QKERNELS, dequant_gemm, holds_codes, make_qkernel
 
 DEFAULT_KERNEL = "gemm-blocks"
 
@@ -17,16 +18,20 @@ class Model:
     (a tokenizers.Tokenizer, or None), `source` (where it came from, for messages), `metadata`
     (the converted file's header, `{}` for an in-memory model).
 
-    kernel: the product of every decoding forward, one of kernels.KERNELS (default
-    "gemm-blocks", batch invariant with the cheapest verify; see npspec.sources.load for the
-    draft's). threads: the threads a forward uses (a positive int): the panel kernels'
-    ("gemm-blocks", "gemv-panels") own workers, BLAS then running one thread inside them, or
-    BLAS's threads for "gemm" and "gemv-rows" and for every prefill (npspec.blas: `blas_threads`
-    is the count BLAS gets in a decoding forward). Results never depend on it.
+    kernel: the product of every decoding forward, one of kernels.KERNELS or qkernels.QKERNELS
+    (default "gemm-blocks", batch invariant with the cheapest verify; see npspec.sources.load for
+    the draft's). A tree whose block matrices are int8 codes (qkernels.QuantizedMatrix,
+    npspec.quantized with kernel "dequant-panels") runs with "dequant-panels" only, and its
+    prefill dequantizes too (qkernels.dequant_gemm).
+    threads: the threads a forward uses (a positive int): the panel kernels' ("gemm-blocks",
+    "gemv-panels") own workers, BLAS then running one thread inside them, or BLAS's threads for
+    the other kernels and for every prefill (npspec.blas: `blas_threads` is the count BLAS gets
+    in a decoding forward). Results never depend on it.
     blas: an npspec.blas.BlasThreads to share (default: a new one).
     The block matrices are stored column-major (kernels.column_major), in place, one matrix at
     a time, whatever the kernel: every kernel reads that layout, so changing the kernel never
-    copies the weights. Raises ValueError for an unknown kernel or a bad thread count.
+    copies the weights. Raises ValueError for an unknown kernel, a bad thread count, or int8
+    codes with a kernel that cannot read them.
     """
 
     def __init__(self, config, params, tokenizer=None, source="", kernel=DEFAULT_KERNEL, threads=1, metadata=None,
@@ -38,7 +43,10 @@ class Model:
         self.metadata = dict(metadata or {})
         self.kernel = kernel
         self.threads = threads
-        self.linear = make_kernel(kernel, threads)
+        if holds_codes(self.params) and kernel not in QKERNELS:
+            raise ValueError(f"this model holds int8 codes (npspec.qkernels.QuantizedMatrix): kernel {kernel!r} cannot "
+                             f"read them; use {' or '.join(QKERNELS)}")
+        self.linear = make_qkernel(kernel, threads) if kernel in QKERNELS else make_kernel(kernel, threads)
         self.blas = blas or BlasThreads()
         self.blas_threads = 1 if kernel in PANEL_KERNELS else threads  # see npspec.blas
 
@@ -54,8 +62,8 @@ class Model:
 
     @property
     def invariant(self):
-        """True if the kernel is batch invariant (kernels.INVARIANT_KERNELS): a verify forward's rows then equal one-token forwards, bit for bit."""
-        return self.kernel in INVARIANT_KERNELS
+        """True if the kernel is batch invariant (kernels.INVARIANT_KERNELS, qkernels.QKERNELS): a verify forward's rows then equal one-token forwards, bit for bit."""
+        return self.kernel in INVARIANT_KERNELS + QKERNELS
 
     def new_cache(self):
         """An empty KVCache sized for this model."""
@@ -84,9 +92,11 @@ class Model:
 
         The fast path for a prompt or a validation window; not batch invariant, so it is used
         only where its rows need not match one-token forwards (a prefill both decoders share).
+        With a quantized kernel, one GEMM per dequantized panel (qkernels.dequant_gemm).
         """
+        linear = dequant_gemm if self.kernel in QKERNELS else gemm
         with self.blas.limit(self.threads):
-            return gpt2(ids, self.params, self.config, cache, gemm, attention_masked)
+            return gpt2(ids, self.params, self.config, cache, linear, attention_masked)
 
     @property
     def n_params(self):

@@ -1,14 +1,18 @@
 """Quantized models: quantize a Model, and save or load a quantized converted directory.
 
 Imports npspec.gpt2 and npspec.kernels (to record a layer's inputs for AWQ), npspec.files (the
-converted format), npspec.model and npspec.quantize; safetensors only, never pickle.
+converted format), npspec.model, npspec.qkernels and npspec.quantize; safetensors only, never pickle.
 
-A quantized model is an ordinary npspec Model: its quantized tensors are dequantized to float32
-when it is built or loaded (npspec.quantize), so it runs the very same forward and kernels as
-any model, and speculative decoding with it as the draft keeps the output exactly
-target-distributed and greedy output identical to plain greedy decoding (any draft does:
-notes/derivation.md). What it saves is memory on disk and in the file, not time: the forward
-reads float32 weights (the speed question is bench/quantized.py's).
+A quantized model is an ordinary npspec Model: with any kernel of npspec.kernels its quantized
+tensors are dequantized to float32 when it is built or loaded (npspec.quantize), so it runs the
+very same forward and kernels as any model. With the kernel "dequant-panels" (npspec.qkernels)
+and an int scheme, its block matrices stay int8 codes and float32 scales
+(qkernels.QuantizedMatrix), dequantized one panel at a time inside each product: the same
+weights, a quarter of the bytes (embeddings, biases and layer norms stay float32; a +emb
+scheme's wte and wpe are dequantized, and an AWQ model is always float32). Either way,
+speculative decoding with it as the draft keeps the output exactly target-distributed and
+greedy output identical to plain greedy decoding (any draft does: notes/derivation.md).
+bench/qspeed.py measures what the codes cost in time.
 
 A quantized converted directory is a converted directory (npspec.files) whose
 `model.safetensors` holds, for each quantized tensor NAME, `NAME.codes` (int8 codes, one a byte,
@@ -32,6 +36,7 @@ from .files import (TOKENIZER_FILE, WEIGHTS_FILE, CheckpointError, atomic_write,
 from .gpt2 import attention_masked, gpt2
 from .kernels import gemm
 from .model import Model
+from .qkernels import QKERNELS, QuantizedMatrix, holds_codes
 from .quantize import (LINEAR_SUFFIXES, Quantized, awq_round_trip, awq_search, dequantize_tensors, input_axis,
                        parse_scheme, quantize_tensors, quantized_names)
 
@@ -41,7 +46,13 @@ FIX = "requantize it with npspec.quantized.save_quantized"
 
 
 def flat_tensors(params, config):
-    """The parameter tree as `{name: array}` with npspec.files' names (the inverse of files.params_tree; no copies)."""
+    """The parameter tree as `{name: array}` with npspec.files' names (the inverse of files.params_tree; no copies).
+
+    Raises ValueError for a tree holding int8 codes (qkernels.QuantizedMatrix): quantize or save its float32 source.
+    """
+    if holds_codes(params):
+        raise ValueError("this model holds int8 codes (kernel dequant-panels): quantize or save the float32 model "
+                         "it came from instead")
     t = {"wte.weight": params["wte"], "wpe.weight": params["wpe"],
          "ln_f.weight": params["ln_f"]["g"], "ln_f.bias": params["ln_f"]["b"]}
     for i, h in enumerate(params["h"]):
@@ -53,8 +64,12 @@ def flat_tensors(params, config):
 
 
 def quantized_model(config, tensors, quantized, scheme, tokenizer, source, kernel, threads, metadata):
-    """The Model that `quantized` ({name: Quantized}) and the float32 rest of `tensors` stand for (dequantized)."""
-    full = dequantize_tensors(tensors, quantized, scheme)
+    """The Model that `quantized` ({name: Quantized}) and the float32 rest of `tensors` stand for: dequantized,
+    or, with a kernel of npspec.qkernels.QKERNELS and an int scheme, block matrices kept as QuantizedMatrix codes."""
+    codes = kernel in QKERNELS and scheme.kind == "int"
+    kept = {n: q for n, q in quantized.items() if codes and n.endswith(LINEAR_SUFFIXES)}
+    full = dequantize_tensors(tensors, {n: q for n, q in quantized.items() if n not in kept}, scheme)
+    full.update({n: QuantizedMatrix.from_codes(q.codes, q.scales) for n, q in kept.items()})
     metadata = {**metadata, "quantization": scheme.name, "quantization_format": QUANTIZATION_FORMAT}
     return Model(config, params_tree(full, config), tokenizer, source, kernel, threads, metadata)
 
@@ -63,9 +78,11 @@ def quantize_model(model, scheme, kernel=None, threads=None):
     """`model` with its weights quantized by `scheme` (a npspec.quantize.Scheme) and dequantized back to float32.
 
     Same config and tokenizer; source "<scheme>:<model's source>"; decodes with `kernel` and
-    `threads` (default: the model's). The original model is not changed (its tensors that the
+    `threads` (default: the model's); kernel "dequant-panels" keeps an int scheme's block matrices as
+    codes (module docstring). The original model is not changed (its tensors that the
     scheme leaves alone are shared, not copied). Memory: one more float32 copy of the
-    quantized tensors. Raises ValueError if the scheme's group does not divide a width.
+    quantized tensors (int8 codes with "dequant-panels"). Raises ValueError if the scheme's group
+    does not divide a width, or if `model` itself holds codes.
     """
     tensors = flat_tensors(model.params, model.config)
     quantized = quantize_tensors(tensors, scheme)

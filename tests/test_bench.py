@@ -254,7 +254,8 @@ QUICK = [("bench.verify_cost", ["verify_cost.csv", "verify_cost_summary.md"]),
          ("bench.threads", ["threads.csv", "threads.md"]),
          ("bench.drafters", ["drafters_controlled.csv", "drafters_shipped.csv", "ngram_cost.csv"]),
          ("bench.trees", ["trees_controlled.csv", "trees_shipped.csv"]),
-         ("bench.quantized", ["quantized_beta.csv", "quantized_position.csv", "quantized_alpha.csv", "quantized.png"])]
+         ("bench.quantized", ["quantized_beta.csv", "quantized_position.csv", "quantized_alpha.csv", "quantized.png"]),
+         ("bench.qspeed", ["quantized_speed.csv", "quantized_speed_profile.csv", "quantized_speed_panels.md"])]
 
 
 @pytest.mark.slow
