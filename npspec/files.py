@@ -393,6 +393,8 @@ def write_weights(path, tensors, config, metadata, progress=None):
     with bar(progress, f"writing {WEIGHTS_FILE}", 4 * sum(int(np.prod(s)) for s in shapes.values())) as b:
         try:
             write_safetensors(path, shapes, lambda name: stored(name, get(name)), metadata, b.update)
+        except CheckpointError:  # a ValueError too: in_order's own message
+            raise
         except ValueError as e:
             raise CheckpointError(f"cannot save: {oneline(e)}") from e
 

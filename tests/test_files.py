@@ -546,3 +546,13 @@ def test_loading_does_not_map_a_second_copy(tmp_path):
     before, after, n_bytes = json.loads(r.stdout)
     grown = (after - before) * 1024  # VmHWM is in kB
     assert 0.9 * n_bytes <= grown <= 1.1 * n_bytes, (grown, n_bytes)
+
+
+def test_a_streamed_save_refuses_tensors_out_of_order_or_misshaped(tmp_path):
+    pairs = list(init_tensors(SMALL, 1).items())
+    with pytest.raises(CheckpointError, match=r"^cannot save: expected tensor wpe.weight next, got ln_f.weight$"):
+        save_converted(tmp_path / "a", iter([pairs[0], pairs[2]]), SMALL, "test", None, TOKENIZER)
+    bad = [(n, a[:4] if n == "wpe.weight" else a) for n, a in pairs]
+    with pytest.raises(CheckpointError, match=r"cannot save: tensor wpe.weight: got float32 \[4, 8\]"):
+        save_converted(tmp_path / "b", iter(bad), SMALL, "test", None, TOKENIZER)
+    assert os.listdir(tmp_path / "a") == [] and os.listdir(tmp_path / "b") == []  # nothing half-written left
