@@ -23,6 +23,9 @@ import numpy as np
 from threadpoolctl import threadpool_info, threadpool_limits
 
 from npspec.files import atomic_write
+from tqdm import tqdm
+
+from npspec.progress import bar, show_progress, terminal_bars
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -96,9 +99,27 @@ def output_dir(args):
     return out
 
 
+def progress_bars():
+    """The bar factory for a benchmark's rows and sweeps (npspec.progress): bars on stderr when it is a terminal, None
+    (no bars) when it is piped or redirected, or with NPSPEC_QUIET / TQDM_DISABLE set."""
+    return terminal_bars if show_progress(False, sys.stderr, os.environ) else None
+
+
+def steps(items, desc, unit="row"):
+    """Iterate over `items` (made a list, for the total) with a progress bar (progress_bars()) advanced by each one:
+    a benchmark's rows and sweeps. The bar disappears when done, and is never shown when stderr is not a terminal."""
+    items = list(items)
+    with bar(progress_bars(), desc, len(items), unit) as b:
+        for item in items:
+            yield item
+            b.update(1)
+
+
 def log(message):
-    """Progress for the person running a benchmark: one line on stderr (stdout ends with what was written)."""
-    print(message, file=sys.stderr, flush=True)
+    """Progress for the person running a benchmark: one line on stderr (stdout ends with what was written), printed
+    above any progress bar (tqdm.write) rather than through it."""
+    tqdm.write(message, file=sys.stderr)
+    sys.stderr.flush()
 
 
 class Table(NamedTuple):

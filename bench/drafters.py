@@ -93,7 +93,7 @@ def shipped_rows(n_prompts, new_tokens, repeats, threads):
     kinds = {"open-ended": models.validation_prompts(val, n_prompts), "grounded": grounded_prompts(val, n_prompts)}
     n_vocab, eos = target.config.n_vocab, target.config.eos_token_id
     rows = []
-    for temperature in (0.0, 0.8):
+    for temperature in common.steps((0.0, 0.8), "shipped drafters, temperature"):
         warp = dict(temperature=temperature, top_p=0.95 if temperature else 1.0)
         greedy = temperature == 0
         for kind, prompts in kinds.items():
@@ -119,7 +119,7 @@ def controlled_rows(new_tokens, a_values, gammas, repeats, threads, target_shape
     greedy = prompt + ar_gens[0].ids
     n_vocab, eos = target.config.n_vocab, target.config.eos_token_id
     rows = []
-    for a in a_values:
+    for a in common.steps(a_values, "controlled drafters, acceptance"):
         for schedule, gs in (("constant", gammas), ("heuristic", (4,))):
             for gamma in gs:
                 seed = 1000 * gamma + int(100 * a)

@@ -260,7 +260,7 @@ def main(argv=None):
         beta_rows, position_rows, alpha_rows = [], [], []
         for family, base in zip(labels, (target, draft)):
             shapes = tensor_shapes(base.config)
-            for name, method in configs:
+            for name, method in common.steps(configs, f"quantized {family}, scheme"):
                 q = make_draft(base, name, method, calibration)
                 betas, loss = beta_and_loss(q, wins, ref)
                 nbytes = models.matrix_bytes(base) if name == "fp32" else int(weight_bytes(shapes, parse_scheme(name)))

@@ -90,7 +90,7 @@ def section(results=common.RESULTS):
     """The generated Markdown of the Performance section (without the markers)."""
     results = Path(results)
     lines = ["Measured by `python -m bench.verify_cost`, `python -m bench.speedup`, `python -m bench.drafters`, "
-             "`python -m bench.trees` and `python -m bench.memory` "
+             "`python -m bench.trees`, `python -m bench.memory` and `python -m bench.load` "
              "(figures copied by `python -m bench.report` from `bench/results/`, which also explains where each "
              "target is met or missed and why: `bench/results/README.md`)."]
     meta = None
@@ -145,6 +145,8 @@ def section(results=common.RESULTS):
                       f"`bench/results/README.md`); peak RSS while loading and generating was "
                       f"{f(r['peak_rss_generate_MB'], 0)} MB, {f(r['peak_over_weights'])} x the weight bytes."]
         meta = meta or meta_m
+    if (results / "load.csv").is_file():
+        lines += load_lines(results)
     metas = [common.read_table(p)[1] for p in sorted(results.glob("*.csv")) if not p.name.startswith(NOT_QUOTED)]
     if meta:
         dates = sorted(m.get("date", "") for m in metas)
@@ -157,6 +159,22 @@ def section(results=common.RESULTS):
     else:
         lines += ["", "No results are committed yet: run the commands above."]
     return "\n".join(lines)
+
+
+def load_lines(results):
+    """The README's sentence on bench.load's results: format 2 warm and cold, peak RSS, format 1 for comparison."""
+    rows, meta = common.read_table(results / "load.csv")
+
+    def seconds(fmt, cache):
+        return common.median([float(r["load_seconds"]) for r in rows
+                              if r["format"] == fmt and r["page_cache"] == cache and "rewrite" not in r["case"]])
+
+    peak = max(float(r["peak_over_weights"]) for r in rows if r["format"] == "2")
+    return ["", f"Loading a converted {short(meta['model'])} ({int(meta['file_bytes']) / 1e6:.0f} MB, format 2: read "
+            f"into place, no relayout) took {f(seconds('2', 'warm'))} s warm and {f(seconds('2', 'cold'))} s cold (the "
+            f"file dropped from the page cache first), with peak RSS {f(peak, 3)} x the weight bytes; a format-1 file "
+            f"(relaid out after the read) took {f(seconds('1', 'warm'))} s warm and {f(seconds('1', 'cold'))} s cold "
+            "(`bench/results/load.md`, with the targets)."]
 
 
 def drafter_targets(controlled, cost):

@@ -9,6 +9,7 @@ python -m bench.drafters
 python -m bench.trees
 python -m bench.sweep
 python -m bench.memory
+python -m bench.load
 python -m bench.profile
 python -m bench.threads
 python -m bench.quantized

@@ -141,7 +141,7 @@ def shipped_rows(n_prompts, new_tokens, gammas, repeats, threads):
     ar = (speeds[target.kernel], own)
     t, c = forward_costs(target, draft, gammas, max(repeats, 5), models.PROMPT_LENGTH + new_tokens // 2)
     rows = []
-    for gamma in gammas:
+    for gamma in common.steps(gammas, "shipped pair, gamma"):
         spec = median_run(runner(target, draft, prompts, new_tokens, gamma), repeats)
         rows.append(speedup_row(("shipped target", "shipped draft"), None, gamma, threads, ar, spec, t, c, speeds))
         common.log(f"shipped gamma {gamma}: AR {ar[0]:.1f} tok/s, spec {spec[0]:.1f} tok/s "
@@ -162,7 +162,7 @@ def controlled_rows(pair, new_tokens, a_values, gammas, repeats, threads, bandwi
     t, c = forward_costs(target, draft, gammas, repeats, len(prompt) + new_tokens // 2)
     greedy = prompt + ar[1][0].ids
     rows = []
-    for a in a_values:
+    for a in common.steps(a_values, f"{pair[0]}/{pair[1]}, acceptance"):
         for gamma in gammas:
             steered = ControlledDraft(draft, greedy, a, np.random.default_rng(1000 * gamma + int(100 * a)))
             spec = median_run(runner(target, steered, [prompt], new_tokens, gamma), repeats, warmup=False)

@@ -23,7 +23,7 @@ from . import common, models
 
 def gamma_sweep(target, draft, prompts, gammas, new_tokens):
     rows, positions = [], []
-    for gamma in gammas:
+    for gamma in common.steps(gammas, "sweep gamma"):
         s = acceptance(target, draft, prompts, gamma=gamma, max_new_tokens=new_tokens, temperature=0)
         geometric = expected_tokens_per_round(s.alpha, gamma)
         rows.append({"gamma": gamma, "alpha": s.alpha, "tokens_per_round": s.tokens_per_round,
@@ -39,7 +39,7 @@ def gamma_sweep(target, draft, prompts, gammas, new_tokens):
 
 def temperature_sweep(target, draft, prompts, temperatures, seeds, new_tokens, val_ids):
     rows = []
-    for temp in temperatures:
+    for temp in common.steps(temperatures, "sweep temperature"):
         runs = [acceptance(target, draft, prompts, gamma=4, max_new_tokens=new_tokens, temperature=temp, seed=s)
                 for s in (seeds[:1] if temp == 0 else seeds)]
         alphas = np.array([r.alpha for r in runs])

@@ -56,7 +56,7 @@ def shipped_rows(n_prompts, new_tokens, repeats, threads):
     context = models.PROMPT_LENGTH + new_tokens // 2
     v = {g: verify_cost(target, branching_tree((1,) * g), max(repeats, 5), context) for g in CHAIN_GAMMAS}
     rows = []
-    for temperature in (0.0, 0.8):
+    for temperature in common.steps((0.0, 0.8), "shipped trees, temperature"):
         warp = dict(temperature=temperature, top_p=0.95 if temperature else 1.0)
         ar, ar_gens = fastest_ar(target, prompts, new_tokens, repeats, threads, **warp)
         for gamma in CHAIN_GAMMAS:
@@ -92,7 +92,7 @@ def controlled_rows(new_tokens, a_values, repeats, threads, target_shape, draft_
     trees = ((2, 1, 1), (3, 1, 1), (4, 1), (2, 2, 1))
     cost = {b: verify_cost(target, branching_tree(b), repeats, context) for b in [(1,) * g for g in (2, 3, 4)] + list(trees)}
     rows = []
-    for a in a_values:
+    for a in common.steps(a_values, "controlled trees, acceptance"):
         for gamma in (2, 3, 4):
             make = (lambda s: lambda: ControlledDraft(draft, greedy, a, np.random.default_rng(s)))(1000 * gamma)
             speed, gens = timed(decode(target, make, [prompt], new_tokens, gamma, temperature=0), repeats)

@@ -71,7 +71,7 @@ def measure(model_names, threads, kernels, ms, repeats, context, quick=False):
             common.log(f"threads {n}: read bandwidth {roof[n][0] / 1e9:.1f} GB/s, "
                        f"GEMM peak {roof[n][1] / 1e9:.0f} GFLOP/s")
     m5 = 5 if 5 in ms else ms[-1]
-    for name in model_names:
+    for name in common.steps(model_names, "verify cost, model"):
         model = models.get(name)
         nbytes = models.matrix_bytes(model)
         t = {n: {} for n in threads}

@@ -8,11 +8,26 @@ next write), each file atomically (`atomic_write`).
 
 A converted model is a directory holding
   * `model.safetensors`: float32 tensors with GPT-2's names without the `transformer.` prefix
-    (`wte.weight, wpe.weight, h.{i}.ln_1.weight, h.{i}.attn.c_attn.weight, ... ln_f.bias`),
-    Conv1D layout `[in, out]`, and no LM head (it is tied to `wte`). The safetensors header
-    metadata (all strings) holds `format_version, n_vocab, n_ctx, n_embd, n_head, n_layer,
-    layer_norm_epsilon, eos_token_id, source, source_sha256`;
+    (`wte.weight, wpe.weight, h.{i}.ln_1.weight, h.{i}.attn.c_attn.weight, ... ln_f.bias`)
+    and no LM head (it is tied to `wte`). The safetensors header metadata (all strings) holds
+    `format_version, layout, n_vocab, n_ctx, n_embd, n_head, n_layer, layer_norm_epsilon,
+    eos_token_id, source, source_sha256`;
   * `tokenizer.json`: the model's tokenizer, in Hugging Face `tokenizers` format.
+
+Format 2 (FORMAT_VERSION; `layout` "column-major-blocks", LAYOUT) stores every tensor in the memory
+layout the forward uses, so loading is one `readinto` per tensor with no relayout. The forward
+keeps each block matrix `w` (`[d_in, d_out]`, Conv1D) column-major (kernels.column_major); a
+safetensors tensor is C-order, so the file holds `w.T`, of shape `[d_out, d_in]`, for exactly the
+four block matrices of every layer (BLOCK_MATRICES):
+    h.{i}.attn.c_attn.weight  stored [3 * n_embd, n_embd]
+    h.{i}.attn.c_proj.weight  stored [n_embd, n_embd]
+    h.{i}.mlp.c_fc.weight     stored [4 * n_embd, n_embd]
+    h.{i}.mlp.c_proj.weight   stored [n_embd, 4 * n_embd]
+Every other tensor (wte, wpe, layer norms, biases) is stored as the forward reads it, row-major.
+Format 1 (no `layout`) stored the block matrices `[d_in, d_out]` row-major: it still loads (with a
+relayout) and is then rewritten once, atomically, as format 2 (`load_model`); a directory that
+cannot be written loads with the relayout every time, and says so. Quantized directories
+(npspec.quantized) keep format 1 and their own `quantization_format`.
 """
 
 import contextlib
@@ -24,11 +39,10 @@ from pathlib import Path
 
 import numpy as np
 from safetensors import SafetensorError, safe_open
-from safetensors.numpy import save_file
 from tokenizers import Tokenizer
 
 from .gpt2 import GPT2Config
-from .kernels import block_linears, column_major
+from .kernels import block_linears, column_major, fortran_copy
 from .model import Model
 from .progress import bar
 
@@ -37,7 +51,10 @@ try:
 except ImportError:  # Windows: no flock; see locked
     fcntl = None
 
-FORMAT_VERSION = "1"
+FORMAT_VERSION = "2"  # what save_converted writes
+LAYOUT = "column-major-blocks"  # format 2's `layout`: block matrices stored transposed (module docstring)
+READABLE_VERSIONS = ("1", "2")  # format 1 loads with a relayout and is rewritten as format 2
+BLOCK_MATRICES = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
 WEIGHTS_FILE = "model.safetensors"
 TOKENIZER_FILE = "tokenizer.json"
 
@@ -89,6 +106,25 @@ def tensor_shapes(config):
     return shapes
 
 
+def is_block_matrix(name):
+    """True for the four matrices of every layer that format 2 stores transposed (BLOCK_MATRICES)."""
+    return name.startswith("h.") and name.endswith(BLOCK_MATRICES)
+
+
+def stored_shapes(config, version=FORMAT_VERSION):
+    """name -> the shape a file of format `version` stores each tensor in: tensor_shapes(config), with the block
+    matrices transposed (`[d_out, d_in]`) in format 2."""
+    return {name: tuple(reversed(shape)) if version != "1" and is_block_matrix(name) else shape
+            for name, shape in tensor_shapes(config).items()}
+
+
+def stored(name, a):  # [d_in, d_out] -> [d_out, d_in] for a block matrix, else the same shape; C-contiguous float32
+    """The array whose C-order bytes format 2 holds for tensor `name`: `w.T` of the column-major `w` for a block
+    matrix (no copy when `w` is already column-major), else `a` itself (C-contiguous)."""
+    a = np.asarray(a, dtype=np.float32)
+    return fortran_copy(a).T if is_block_matrix(name) else np.ascontiguousarray(a)
+
+
 def params_tree(tensors, config):
     """Flat `{name: array}` -> the checkpoint's tree, as the forward reads it."""
     def lin(prefix):
@@ -104,6 +140,18 @@ def params_tree(tensors, config):
                "mlp": {"c_fc": lin(f"h.{i}.mlp.c_fc"), "c_proj": lin(f"h.{i}.mlp.c_proj")}}
               for i in range(config.n_layer)],
     }
+
+
+def flat_tensors(params, config):
+    """The parameter tree as `{name: array}` with tensor_shapes' names and order (the inverse of params_tree; no copies)."""
+    t = {"wte.weight": params["wte"], "wpe.weight": params["wpe"],
+         "ln_f.weight": params["ln_f"]["g"], "ln_f.bias": params["ln_f"]["b"]}
+    for i, h in enumerate(params["h"]):
+        for ln in ("ln_1", "ln_2"):
+            t[f"h.{i}.{ln}.weight"], t[f"h.{i}.{ln}.bias"] = h[ln]["g"], h[ln]["b"]
+        for part, lin in (("attn", "c_attn"), ("attn", "c_proj"), ("mlp", "c_fc"), ("mlp", "c_proj")):
+            t[f"h.{i}.{part}.{lin}.weight"], t[f"h.{i}.{part}.{lin}.bias"] = h[part][lin]["w"], h[part][lin]["b"]
+    return {name: t[name] for name in tensor_shapes(config)}
 
 
 def check_tensors(tensors, config):
@@ -276,36 +324,113 @@ def write_dir(out_dir, write, force=False):
                 shutil.rmtree(staging, ignore_errors=True)
 
 
-def save_converted(out_dir, tensors, config, source, source_sha256, tokenizer_json):
-    """Write a converted model directory: `model.safetensors` then `tokenizer.json`, each atomically.
+def write_safetensors(path, shapes, array, metadata, done=None):
+    """Write a float32 safetensors file at `path`, one tensor at a time: `array(name)` is called for each
+    name of `shapes` (`{name: shape}`, the file's order) only when that tensor is written.
 
-    tensors: `{name: float32 array}` with exactly the names of `tensor_shapes(config)`.
-    tokenizer_json: the tokenizer file's text. Raises CheckpointError if tensors do not fit config.
+    safetensors' own save_file needs every array at once, in its final layout; here at most one
+    relaid-out matrix exists at a time, so writing costs no second copy of the weights. The file is
+    what safetensors reads: 8 bytes little-endian header length, the JSON header (`__metadata__`:
+    `metadata`, strings; each tensor's dtype "F32", shape and data_offsets), padded with spaces to
+    8 bytes, then the tensors' bytes in order. done: None, or called with each tensor's bytes once
+    written (a bar's update). Raises ValueError if an array does not match its shape as C-contiguous
+    float32 (nothing valid is then left at `path`: use with atomic_write), OSError from the writes.
     """
-    problems = check_tensors(tensors, config)
-    if problems:
-        raise CheckpointError("cannot save: " + capped(problems))
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    header, offset = {"__metadata__": dict(metadata)}, 0
+    for name, shape in shapes.items():
+        n = 4 * int(np.prod(shape, dtype=np.int64))
+        header[name] = {"dtype": "F32", "shape": list(shape), "data_offsets": [offset, offset + n]}
+        offset += n
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as fh:
+        fh.write(len(text).to_bytes(8, "little") + text)
+        for name, shape in shapes.items():
+            a = array(name)
+            if a.shape != tuple(shape) or a.dtype != np.dtype("<f4") or not a.flags.c_contiguous:
+                raise ValueError(f"tensor {name}: got {a.dtype} {list(a.shape)} (C-contiguous: {a.flags.c_contiguous}), "
+                                 f"expected C-contiguous little-endian float32 {list(shape)}")
+            fh.write(memoryview(a).cast("B"))
+            if done is not None:
+                done(a.nbytes)
+
+
+def converted_metadata(config, source, source_sha256):
+    """The header metadata (all strings) of a format-2 file of `config` (module docstring)."""
     metadata = {
-        "format_version": FORMAT_VERSION, "n_vocab": config.n_vocab, "n_ctx": config.n_ctx,
+        "format_version": FORMAT_VERSION, "layout": LAYOUT, "n_vocab": config.n_vocab, "n_ctx": config.n_ctx,
         "n_embd": config.n_embd, "n_head": config.n_head, "n_layer": config.n_layer,
         "layer_norm_epsilon": config.layer_norm_epsilon, "eos_token_id": config.eos_token_id,
         "source": source, "source_sha256": source_sha256,
     }
-    metadata = {k: json.dumps(v) if not isinstance(v, str) else v for k, v in metadata.items()}
-    ordered = {name: np.ascontiguousarray(tensors[name], dtype=np.float32) for name in tensor_shapes(config)}
-    atomic_write(out_dir / WEIGHTS_FILE, lambda tmp: save_file(ordered, tmp, metadata=metadata))
+    return {k: json.dumps(v) if not isinstance(v, str) else v for k, v in metadata.items()}
+
+
+def in_order(pairs):
+    """`array(name)` for write_safetensors from an iterator of `(name, array)` pairs that come in the file's order:
+    each call takes the next pair. Raises CheckpointError if a pair's name is not the one asked for."""
+    pairs = iter(pairs)
+
+    def array(name):
+        got, a = next(pairs, (None, None))
+        if got != name:
+            raise CheckpointError(f"cannot save: expected tensor {name} next, got {got}")
+        return a
+
+    return array
+
+
+def write_weights(path, tensors, config, metadata, progress=None):
+    """Write `tensors` as format 2 at `path`: `{name: float32 array}` (the forward's shapes, any memory order), or an
+    iterator of `(name, array)` pairs in tensor_shapes(config) order (streamed: each is written as it comes).
+
+    Each block matrix not already column-major is laid out while it is written (`stored`), one at a
+    time. progress: a bar factory (npspec.progress; None shows nothing). Raises OSError, and
+    CheckpointError for a streamed tensor out of order or misshaped.
+    """
+    shapes = stored_shapes(config)
+    get = tensors.__getitem__ if isinstance(tensors, dict) else in_order(tensors)
+    with bar(progress, f"writing {WEIGHTS_FILE}", 4 * sum(int(np.prod(s)) for s in shapes.values())) as b:
+        try:
+            write_safetensors(path, shapes, lambda name: stored(name, get(name)), metadata, b.update)
+        except CheckpointError:  # a ValueError too: in_order's own message
+            raise
+        except ValueError as e:
+            raise CheckpointError(f"cannot save: {oneline(e)}") from e
+
+
+def save_converted(out_dir, tensors, config, source, source_sha256, tokenizer_json, progress=None):
+    """Write a converted model directory (format 2): `model.safetensors` then `tokenizer.json`, each atomically.
+
+    tensors: `{name: float32 array}` with exactly the names and shapes of `tensor_shapes(config)`
+    (`[d_in, d_out]` block matrices, in any memory order: column-major ones are written without a copy),
+    or an iterator of `(name, array)` pairs in that order, written as they come (init.iter_tensors:
+    the weights never need to be in memory at once). tokenizer_json: the tokenizer file's text.
+    progress: a bar factory for the write (None: nothing).
+    Raises CheckpointError if tensors do not fit config, OSError if the directory cannot be written.
+    """
+    problems = check_tensors(tensors, config) if isinstance(tensors, dict) else []
+    if problems:
+        raise CheckpointError("cannot save: " + capped(problems))
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    metadata = converted_metadata(config, source, source_sha256)
+    atomic_write(out_dir / WEIGHTS_FILE, lambda tmp: write_weights(tmp, tensors, config, metadata, progress))
     atomic_write(out_dir / TOKENIZER_FILE, lambda tmp: Path(tmp).write_text(tokenizer_json, encoding="utf-8"))
 
 
-def config_from_metadata(metadata, where):
-    """GPT2Config from a converted file's header metadata (all strings). Raises CheckpointError."""
-    if not metadata or metadata.get("format_version") != FORMAT_VERSION:
+def config_from_metadata(metadata, where, versions=READABLE_VERSIONS):
+    """GPT2Config from a converted file's header metadata (all strings), whose format_version must be one of
+    `versions`. Raises CheckpointError, one line: not npspec's, an unknown format version, bad fields."""
+    version = (metadata or {}).get("format_version")
+    if not metadata or version is None:
         raise CheckpointError(
-            f"{where} is not an npspec-converted model (format_version "
-            f"{(metadata or {}).get('format_version')!r}, expected {FORMAT_VERSION!r}); "
+            f"{where} is not an npspec-converted model (no format_version); "
             "convert it with: python -m npspec.convert SRC OUT_DIR")
+    if version not in versions:
+        raise CheckpointError(
+            f"{where} has format_version {version!r}, which this npspec cannot read (it reads "
+            f"{', '.join(map(repr, versions))}); reconvert it with python -m npspec.convert (or update npspec)")
     try:
         eos = json.loads(metadata["eos_token_id"])
         if eos is not None and (isinstance(eos, bool) or not isinstance(eos, int)):
@@ -375,48 +500,89 @@ def read_weights(weights, progress=None):
 
     safetensors parses and checks the header (offsets contiguous and inside the file, sizes
     matching shapes and dtypes); each tensor's bytes are then read with `readinto` straight
-    into the array the forward uses. Reading through safetensors' memory map instead would
-    count the whole file in the process's resident memory a second time while loading.
+    into the array the forward uses: in format 2 a block matrix is read into a `[d_out, d_in]`
+    C-order array whose transpose, `[d_in, d_out]` column-major, is what the tree holds (no
+    copy); format 1's are row-major (load_model lays them out). Reading through safetensors'
+    memory map instead would count the whole file in the process's resident memory a second
+    time while loading. problems: one line each (a format-2 `layout` npspec does not know, missing,
+    misshaped or non-float32 tensors); the tensors are then empty.
     progress: a bar factory (npspec.progress; None shows nothing), advanced by each tensor's bytes.
     """
     with safe_open(str(weights), framework="numpy") as f:
         metadata = f.metadata() or {}
         config = config_from_metadata(metadata, weights)
+        version = metadata["format_version"]
+        if version != "1" and metadata.get("layout") != LAYOUT:
+            return metadata, config, {}, [f"format {version} with layout {metadata.get('layout')!r}, which this "
+                                          f"npspec does not know (it writes {LAYOUT!r})"]
         names = set(f.keys())
         if problem := layer_count_problem(config, names, "the metadata"):  # a lying n_layer could be 1e12
             return metadata, config, {}, [problem]
         problems = []
-        for name, shape in tensor_shapes(config).items():
+        shapes = stored_shapes(config, version)
+        for name, shape in shapes.items():
             if name not in names:
                 problems.append(f"missing tensor {name} {list(shape)}")
                 continue
             info = f.get_slice(name)
             got, dtype = tuple(info.get_shape()), info.get_dtype()
             if got != shape:
-                problems.append(f"tensor {name} has shape {list(got)}, expected {list(shape)}")
+                transposed = " (format 2 stores block matrices transposed, [out, in])" if version != "1" and \
+                    is_block_matrix(name) else ""
+                problems.append(f"tensor {name} has shape {list(got)}, expected {list(shape)}{transposed}")
             elif dtype != "F32":
                 problems.append(f"tensor {name} is {dtype}, expected F32")
     if problems:
         return metadata, config, {}, problems
     tensors = {}
-    total = 4 * sum(int(np.prod(shape)) for shape in tensor_shapes(config).values())
+    total = 4 * sum(int(np.prod(shape)) for shape in shapes.values())
     with open(weights, "rb") as fh, bar(progress, f"loading {Path(weights).parent.name}", total) as b:
         data_start, header = read_header(fh)
-        for name in tensor_shapes(config):
-            tensors[name] = read_tensor(fh, data_start, header[name], "<f4", f"{weights} (tensor {name})")
-            b.update(tensors[name].nbytes)
+        for name in shapes:
+            a = read_tensor(fh, data_start, header[name], "<f4", f"{weights} (tensor {name})")
+            tensors[name] = a.T if version != "1" and is_block_matrix(name) else a
+            b.update(a.nbytes)
     return metadata, config, tensors, []
 
 
-def load_model(path, kernel="gemv-panels", threads=1, progress=None):
+def rewrite_format_1(path, params, config, metadata, lock=None):
+    """Rewrite the format-1 `path/model.safetensors` as format 2 from the loaded, column-major `params`, atomically.
+
+    Held while writing: `lock` (a context manager: npspec's cache passes its entry's lock), else
+    `locked(path)`; under it the file is re-read, and left alone if another process rewrote it
+    first. Returns (the metadata now in the file, a one-line note for the user). Never raises for
+    a directory that cannot be written (read-only, full): the file is then left as it was, and the
+    note says the model was loaded with a relayout and how to stop that.
+    """
+    weights = Path(path) / WEIGHTS_FILE
+    new = {**metadata, "format_version": FORMAT_VERSION, "layout": LAYOUT}
+    try:
+        with lock if lock is not None else locked(path):
+            with safe_open(str(weights), framework="numpy") as f:
+                if (f.metadata() or {}).get("format_version") != "1":
+                    return new, None  # another process rewrote it while this one loaded it
+            atomic_write(weights, lambda tmp: write_weights(tmp, flat_tensors(params, config), config, new))
+    except (OSError, SafetensorError, CheckpointError) as e:  # CheckpointError: the cache's lock stayed held
+        return metadata, (f"{weights} is in npspec's old format 1 and could not be rewritten as format 2 "
+                          f"({oneline(e)}): loaded with a relayout (slower); make {path} writable and load it "
+                          "once, or reconvert it")
+    return new, (f"{weights} was in npspec's old format 1: rewrote it once as format 2 "
+                 "(stored in the forward's layout, so later loads need no relayout)")
+
+
+def load_model(path, kernel="gemv-panels", threads=1, progress=None, note=None, lock=None):
     """Load a converted model directory (see module docstring) into a `Model` decoding with `kernel` and `threads`.
 
-    Reads each tensor once, straight into an array, then stores the block matrices column-major
-    (kernels.column_major), one matrix at a time: peak memory is the weight bytes plus one matrix
-    (tests/test_files.py measures it). Raises CheckpointError,
+    Format 2: reads each tensor once, straight into the array, in the layout the forward uses:
+    peak memory is the weight bytes (tests/test_files.py measures it). Format 1: the same reads,
+    then the block matrices are laid out column-major one at a time (peak: the weights plus one
+    matrix), and the file is rewritten once as format 2 (rewrite_format_1, under `lock`, else a
+    lock on the directory). note: None, or called with one line for the user when a format-1 file
+    was rewritten or could not be (a read-only directory still loads). Raises CheckpointError,
     one line naming the problem and the fix, for a missing or empty directory, a missing,
     truncated or non-safetensors file, a header whose offsets or sizes do not fit the file,
-    wrong metadata, missing, misshaped or non-float32 tensors, and a malformed tokenizer.json.
+    wrong metadata (an unknown format_version or layout), missing, misshaped or non-float32
+    tensors, and a malformed tokenizer.json.
     progress: a bar factory (npspec.progress) for reading the weights and laying them out; None (the
     default) shows nothing.
     """
@@ -444,6 +610,10 @@ def load_model(path, kernel="gemv-panels", threads=1, progress=None):
                               "it is not this model's tokenizer; put the model's own tokenizer.json there")
     params = params_tree(tensors, config)
     del tensors  # so each row-major matrix is freed as soon as its column-major copy exists (peak: one matrix)
-    with bar(progress, f"column-major {path.name}", sum(lin["w"].nbytes for lin in block_linears(params))) as b:
-        column_major(params, b.update)  # what Model would do; here with a bar (Model's is then a no-op)
+    if metadata["format_version"] == "1":
+        with bar(progress, f"column-major {path.name}", sum(lin["w"].nbytes for lin in block_linears(params))) as b:
+            column_major(params, b.update)  # what Model would do; here with a bar (Model's is then a no-op)
+        metadata, said = rewrite_format_1(path, params, config, metadata, lock)
+        if said is not None and note is not None:
+            note(said)
     return Model(config, params, tokenizer, path, kernel, threads, metadata)

@@ -248,7 +248,7 @@ def _save(src, save, progress=None):
     weights = src / "model.safetensors"
     tensors = convert_tensors(read_hf_tensors(weights, progress), save["config"])
     sha = save["source_sha256"] or sha256_file(weights, progress=progress)
-    return lambda out: save_converted(out, tensors, **{**save, "source_sha256": sha})
+    return lambda out: save_converted(out, tensors, **{**save, "source_sha256": sha}, progress=progress)
 
 
 def overlap_problem(src, out_dir):
@@ -268,7 +268,7 @@ def convert(src, out_dir, source=None, tokenizer_json=None, source_sha256=None, 
     source: the string stored as `source` in the metadata (default: the resolved `src` path).
     tokenizer_json: tokenizer text to use when `src` has no `tokenizer.json`.
     source_sha256: the hex sha256 of `src/model.safetensors` if already known (the hub cache
-    names blobs by it); computed otherwise. progress: a bar factory (npspec.progress) for reading
+    names blobs by it); computed otherwise. progress: a bar factory (npspec.progress) for reading, writing
     and hashing the source, None (the default) to show nothing.
     out_dir: a new or empty directory, or (with `force`) one holding an npspec model and nothing
     else, replaced whole; never `src`, inside it, or holding it. The model is written beside it and

@@ -4,7 +4,13 @@ Radford et al. 2019, section 2.3 / openai/gpt-2 `model.py`: weights ~ N(0, 0.02)
 projections (`attn.c_proj`, `mlp.c_proj`) scaled by 1/sqrt(2 * n_layer), biases 0, layer-norm
 gains 1. Used for tests and for timing full-size shapes, which cost the same time as trained
 weights. Imports npspec.files (the tensor names), npspec.progress and numpy; no I/O of its own.
+
+Drawing the normals is the cost (gpt2-large: 774 M of them, about 16 s on one core here); every
+other step is done in place or overlapped with it: `iter_tensors` draws the next tensor on a worker
+thread while its caller writes the current one (npspec.sources.cache builds a `random:` model so).
 """
+
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -25,6 +31,32 @@ def init_tensors(config, seed=0, progress=None):
             out[name] = _init_tensor(name, shape, config, rng)
             b.update(out[name].nbytes)
     return out
+
+
+def iter_tensors(config, seed=0, progress=None):
+    """Yield `(name, float32 array)` for every tensor of `config`, in files.tensor_shapes order: init_tensors' values.
+
+    The next tensor is drawn on one worker thread (numpy's generator releases the GIL while it fills an
+    array) while the caller uses the current one, so writing the weights costs little time beyond
+    drawing them, and at most three tensors exist at once (not the weight bytes). The generator is
+    only ever used by that one thread, in order: the values never depend on the timing.
+    progress: a bar factory (npspec.progress; None shows nothing), advanced by each tensor's bytes.
+    """
+    rng = np.random.default_rng(seed)
+    shapes = list(tensor_shapes(config).items())
+
+    def draw(i):
+        name, shape = shapes[i]
+        return name, _init_tensor(name, shape, config, rng)
+
+    with bar(progress, f"random weights (seed {seed})", 4 * sum(int(np.prod(s)) for _, s in shapes)) as b, \
+            ThreadPoolExecutor(1, thread_name_prefix="npspec-init") as pool:
+        pending = pool.submit(draw, 0)
+        for i in range(1, len(shapes) + 1):
+            name, a = pending.result()
+            pending = pool.submit(draw, i) if i < len(shapes) else None
+            b.update(a.nbytes)
+            yield name, a
 
 
 def _init_tensor(name, shape, config, rng):

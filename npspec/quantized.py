@@ -19,7 +19,10 @@ A quantized converted directory is a converted directory (npspec.files) whose
 not packed; float16 values for fp16; uint16 bfloat16 bits for bf16) and, for int schemes,
 `NAME.scales` (float32), every other tensor as float32 under its own name, and in its header
 metadata `quantization` (the scheme's name, npspec.quantize.parse_scheme) and
-`quantization_format` besides the usual fields. Loading refuses a scheme it does not know.
+`quantization_format` besides the usual fields. Loading refuses a scheme it does not know. Its
+`format_version` stays "1" (FILE_FORMAT): the codes and the float32 tensors are stored row-major in
+the forward's shapes (npspec.files' format 2 transposes only float32 block matrices, which a quantized
+file does not hold); loading dequantizes them and Model lays the block matrices out, as before.
 """
 
 import json
@@ -31,8 +34,9 @@ from safetensors import safe_open
 from safetensors.numpy import save_file
 from tokenizers import Tokenizer
 
-from .files import (TOKENIZER_FILE, WEIGHTS_FILE, CheckpointError, atomic_write, config_from_metadata, oneline,
-                    params_tree, read_header, reading, tensor_shapes)
+from . import files
+from .files import (TOKENIZER_FILE, WEIGHTS_FILE, CheckpointError, atomic_write, config_from_metadata,
+                    oneline, params_tree, read_header, reading, tensor_shapes)
 from .gpt2 import attention_masked, gpt2
 from .kernels import gemm
 from .model import Model
@@ -41,26 +45,20 @@ from .quantize import (LINEAR_SUFFIXES, Quantized, awq_round_trip, awq_search, d
                        parse_scheme, quantize_tensors, quantized_names)
 
 QUANTIZATION_FORMAT = "1"
+FILE_FORMAT = "1"  # npspec.files' format 1: every tensor row-major as the forward's shapes (format 2's layout is not used here)
 HEADER_LIMIT = 100 << 20  # safetensors' own limit on a header's size (100 MB)
 FIX = "requantize it with npspec.quantized.save_quantized"
 
 
 def flat_tensors(params, config):
-    """The parameter tree as `{name: array}` with npspec.files' names (the inverse of files.params_tree; no copies).
+    """files.flat_tensors (the tree as `{name: array}`, no copies), refusing a tree of int8 codes.
 
-    Raises ValueError for a tree holding int8 codes (qkernels.QuantizedMatrix): quantize or save its float32 source.
+    Raises ValueError for a tree holding qkernels.QuantizedMatrix codes: quantize or save its float32 source.
     """
     if holds_codes(params):
         raise ValueError("this model holds int8 codes (kernel dequant-panels): quantize or save the float32 model "
                          "it came from instead")
-    t = {"wte.weight": params["wte"], "wpe.weight": params["wpe"],
-         "ln_f.weight": params["ln_f"]["g"], "ln_f.bias": params["ln_f"]["b"]}
-    for i, h in enumerate(params["h"]):
-        for ln in ("ln_1", "ln_2"):
-            t[f"h.{i}.{ln}.weight"], t[f"h.{i}.{ln}.bias"] = h[ln]["g"], h[ln]["b"]
-        for part, lin in (("attn", "c_attn"), ("attn", "c_proj"), ("mlp", "c_fc"), ("mlp", "c_proj")):
-            t[f"h.{i}.{part}.{lin}.weight"], t[f"h.{i}.{part}.{lin}.bias"] = h[part][lin]["w"], h[part][lin]["b"]
-    return {name: t[name] for name in tensor_shapes(config)}
+    return files.flat_tensors(params, config)
 
 
 def quantized_model(config, tensors, quantized, scheme, tokenizer, source, kernel, threads, metadata):
@@ -157,7 +155,7 @@ def save_quantized(out_dir, model, scheme):
                 out[f"{name}.scales"] = np.ascontiguousarray(quantized[name].scales)
         else:
             out[name] = np.ascontiguousarray(t, dtype=np.float32)
-    metadata = {"format_version": "1", "n_vocab": c.n_vocab, "n_ctx": c.n_ctx, "n_embd": c.n_embd, "n_head": c.n_head,
+    metadata = {"format_version": FILE_FORMAT, "n_vocab": c.n_vocab, "n_ctx": c.n_ctx, "n_embd": c.n_embd, "n_head": c.n_head,
                 "n_layer": c.n_layer, "layer_norm_epsilon": c.layer_norm_epsilon, "eos_token_id": c.eos_token_id,
                 "source": model.metadata.get("source", model.source),
                 "source_sha256": model.metadata.get("source_sha256", ""),
@@ -199,7 +197,7 @@ def load_quantized(path, kernel="gemv-panels", threads=1):
     with reading(weights, FIX):
         with safe_open(str(weights), framework="numpy") as f:
             metadata = f.metadata() or {}
-            config = config_from_metadata(metadata, weights)
+            config = config_from_metadata(metadata, weights, versions=(FILE_FORMAT,))
             if metadata.get("quantization_format") != QUANTIZATION_FORMAT:
                 raise CheckpointError(f"{weights}: quantization format {metadata.get('quantization_format')!r} is "
                                       f"unknown (expected {QUANTIZATION_FORMAT!r}); {FIX}")

@@ -15,6 +15,7 @@ from npspec.evaluate import expected_acceptance, predicted_speedup, validation_l
 from npspec.speculative import speculative_generate
 
 from conftest import run_python, tiny_model
+from test_progress import BAR_MARKS, ON_A_TERMINAL
 
 
 def pair(n_ctx=40):
@@ -250,6 +251,7 @@ QUICK = [("bench.verify_cost", ["verify_cost.csv", "verify_cost_summary.md"]),
          ("bench.speedup", ["speedup.csv", "speedup.md", "speedup_ar.csv"]),
          ("bench.sweep", ["sweep_gamma.csv", "sweep_position.csv", "sweep_temperature.md"]),
          ("bench.memory", ["memory.csv", "memory.md"]),
+         ("bench.load", ["load.csv", "load.md"]),
          ("bench.profile", ["profile.md"]),
          ("bench.threads", ["threads.csv", "threads.md"]),
          ("bench.drafters", ["drafters_controlled.csv", "drafters_shipped.csv", "ngram_cost.csv"]),
@@ -377,3 +379,24 @@ def test_readme_introduction_says_when_it_pays_with_committed_figures():
     assert "--out /tmp/" in command  # never over the committed results
     options = run_python("-m", "bench.speedup", "--help").stdout
     assert all(word in options for word in command.split() if word.startswith("--"))
+
+
+BENCH_ROWS = ON_A_TERMINAL.replace("from npspec.generate import main\n", """from bench.common import log, steps
+def main(argv):
+    for i in steps(range(3), "bench rows"):
+        log(f"row {i}")
+    return 0
+""")
+
+
+def test_bench_rows_show_a_bar_on_a_terminal_and_none_when_piped(tmp_path):
+    r = run_python("-c", BENCH_ROWS, text=False)
+    terminal = r.stdout.decode("utf-8", "replace")
+    assert r.returncode == 0 and "bench rows" in terminal and "%|" in terminal, terminal
+    assert all(f"row {i}" in terminal for i in range(3))  # the log lines print above the bar
+    piped = run_python("-c", "from bench.common import log, steps\nfor i in steps(range(3), 'bench rows'):\n"
+                             "    log(f'row {i}')\n")
+    assert piped.returncode == 0 and piped.stderr == "row 0\nrow 1\nrow 2\n", piped.stderr
+    assert not any(mark in piped.stderr + piped.stdout for mark in BAR_MARKS)
+    quiet = run_python("-c", BENCH_ROWS, text=False, env={"NPSPEC_QUIET": "1"})
+    assert not any(mark in quiet.stdout.decode("utf-8", "replace") for mark in BAR_MARKS)

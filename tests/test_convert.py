@@ -63,7 +63,7 @@ def test_convert_round_trip(tmp_path, prefix):
     assert np.array_equal(m.params["h"][1]["mlp"]["c_fc"]["w"], ref["h.1.mlp.c_fc.weight"])
     assert np.array_equal(m.params["wte"], ref["wte.weight"])
     meta = m.metadata
-    assert meta["format_version"] == "1" and len(meta["source_sha256"]) == 64
+    assert (meta["format_version"], meta["layout"]) == ("2", "column-major-blocks") and len(meta["source_sha256"]) == 64
     for key in ("n_vocab", "n_ctx", "n_embd", "n_head", "n_layer", "layer_norm_epsilon", "eos_token_id", "source"):
         assert key in meta
     assert sorted(os.listdir(tmp_path / "out")) == ["model.safetensors", "tokenizer.json"]  # no temp files left

@@ -3,7 +3,7 @@
 OUT_DIR must be new or empty, or hold an npspec model that --force replaces; never SRC, inside it or
 holding it. A conversion killed (SIGKILL) leaves a staging directory that the next conversion beside
 it removes; one interrupted (SIGINT) says so in one line and leaves nothing; of two conversions into
-one new OUT_DIR, the second says the first finished first. A run is paused inside `save_file` (after
+one new OUT_DIR, the second says the first finished first. A run is paused inside `files.write_weights` (after
 it has written the weights into the staging directory) by PAUSED, so each case is deterministic.
 """
 
@@ -27,13 +27,13 @@ from test_convert import CONFIG, hf_dir
 # argv: SRC OUT_DIR GO_FILE [options]: writes the staging directory's weights, prints "ready", waits for GO_FILE
 PAUSED = ("import pathlib, sys, time\n"
           "import npspec.files as files\n"
-          "real = files.save_file\n"
-          "def paused(tensors, path, metadata=None):\n"
-          "    real(tensors, path, metadata=metadata)\n"
+          "real = files.write_weights\n"
+          "def paused(path, tensors, config, metadata, progress=None):\n"
+          "    real(path, tensors, config, metadata, progress)\n"
           "    print('ready', flush=True)\n"
           "    while not pathlib.Path(sys.argv[3]).exists():\n"
           "        time.sleep(0.02)\n"
-          "files.save_file = paused\n"
+          "files.write_weights = paused\n"
           "from npspec.convert import main\n"
           "sys.exit(main(sys.argv[1:3] + sys.argv[4:]))\n")
 

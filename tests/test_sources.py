@@ -22,7 +22,8 @@ from npspec import sources
 from npspec.huggingface import write_hf_checkpoint
 from npspec.files import CheckpointError, load_model
 from npspec.gpt2 import GPT2Config
-from npspec.init import init_tensors
+from npspec.init import init_tensors, iter_tensors
+from npspec.model import leaves
 from npspec.sources import HUB_NAMES, SHAPES, cache, load, names, random_model, resolve, shipped_dir
 from npspec.speculative import speculative_generate
 from npspec.text import same_tokenizer
@@ -170,6 +171,10 @@ def test_random_shapes_are_built_once_and_reused(tmp_path):
     for a, b in ((m.params["wte"], ref.params["wte"]), (m.params["h"][1]["mlp"]["c_proj"]["w"],
                                                          ref.params["h"][1]["mlp"]["c_proj"]["w"])):
         assert np.array_equal(a, b)  # the same seeded init, through save -> load
+    assert all(np.array_equal(a.view(np.uint32), b.view(np.uint32)) and a.flags.f_contiguous == b.flags.f_contiguous
+               for a, b in zip(leaves(m.params), leaves(ref.params)))  # every tensor, bit for bit, in the same layout
+    ids = np.array([464, 3290, 318])
+    assert np.array_equal(m.forward(ids, m.new_cache()), ref.forward(ids, ref.new_cache()))
     assert m.metadata["source"] == "random:tiny (npspec.init, seed 0)"
     assert m.tokenizer.to_str() == ref.tokenizer.to_str()  # GPT-2's
     entry = Path(m.source)
@@ -292,6 +297,13 @@ def test_killed_conversion_leftovers_are_cleaned(tmp_path):
 
 
 @pytest.mark.slow
+def test_streamed_random_weights_are_init_tensors():
+    # the cache writes random: models from iter_tensors (drawn on a worker thread, one tensor ahead)
+    streamed, whole = list(iter_tensors(SHAPES["tiny"], 3)), init_tensors(SHAPES["tiny"], 3)
+    assert [n for n, _ in streamed] == list(whole)
+    assert all(np.array_equal(a.view(np.uint32), whole[n].view(np.uint32)) for n, a in streamed)
+
+
 def test_random_gpt2_with_random_distilgpt2(tmp_path):
     # the first build writes ~0.8 GB (gpt2 + distilgpt2, converted) into a temp cache
     r = run_python(*GENERATE, "--target", "random:gpt2", "--draft", "random:distilgpt2", "--max-new-tokens", "16",

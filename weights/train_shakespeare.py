@@ -22,6 +22,7 @@ Only steps 5-6 need no torch: `--skip-training` reruns them from existing checkp
 import argparse
 import json
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -29,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from npspec.evaluate import split_corpus
+from npspec.progress import show_progress
 
 HERE = Path(__file__).resolve().parent
 OUT = HERE / "shakespeare"
@@ -109,7 +111,9 @@ def fit(model, data, sched, seed, label, loss_fn=None):
     )
     model.train()
     stream = batches(data, np.random.default_rng(seed))
-    bar = tqdm(range(sched["steps"]), desc=label, file=sys.stderr, mininterval=2)
+    # a bar on a terminal only (not in a log file or a pipe), and never with NPSPEC_QUIET or TQDM_DISABLE set
+    bar = tqdm(range(sched["steps"]), desc=label, file=sys.stderr, mininterval=2, leave=False,
+               disable=not show_progress(False, sys.stderr, os.environ))
     for step in bar:
         for g in opt.param_groups:
             g["lr"] = lr_at(step, sched["steps"], sched["lr"], sched["warmup"])

@@ -134,15 +134,18 @@ def _load(spec, role, cache_dir, kernel, threads, progress, target):
         except ValueError as e:
             raise CheckpointError(f"model {spec!r}: {e}") from None
     if spec is None:
-        return load_model(shipped_dir(f"{SHIPPED_PAIR}/{role}"), kernel, threads, progress)
+        return load_model(shipped_dir(f"{SHIPPED_PAIR}/{role}"), kernel, threads, progress, cache.note)
     path = resolve(spec, cache_dir, progress)
+    root = cache_root(cache_dir)
+    in_cache = root.resolve() in path.resolve().parents
     try:
         if is_quantized(path):
             return load_quantized(path, kernel, threads)
-        return load_model(path, kernel, threads, progress)
+        # a format-1 file is rewritten once as format 2: in the cache, under the entry's own lock
+        return load_model(path, kernel, threads, progress, cache.note,
+                          cache.entry_lock(root.resolve(), path.resolve()) if in_cache else None)
     except CheckpointError as e:
-        root = cache_root(cache_dir)
-        if root.resolve() in path.resolve().parents:
+        if in_cache:
             raise CheckpointError(f"{e} (the cached conversion {path} is damaged: delete it and run again)") from e
         raise
 

@@ -39,7 +39,7 @@ from huggingface_hub import constants
 
 from ..huggingface import convert_into, read_source
 from ..files import CheckpointError, oneline, save_converted
-from ..init import init_tensors
+from ..init import iter_tensors
 from .names import SHAPES
 from .shipped import gpt2_tokenizer_json
 
@@ -100,6 +100,18 @@ def publish(staging, final):
         return False
 
 
+def lock_file(root, final):
+    """The lock file of the cache entry `final` inside the cache `root`: `.locks/<its path, parts joined by -->.lock`."""
+    return Path(root) / ".locks" / f"{'--'.join(Path(final).relative_to(root).parts)}.lock"
+
+
+def entry_lock(root, final, lock_timeout=LOCK_TIMEOUT):
+    """A context manager holding the cache entry's lock (the one `cached` builds it under), taken when entered:
+    what files.load_model holds while it rewrites the entry's format-1 file as format 2. Entering raises OSError
+    for a cache that cannot be written and CheckpointError for a lock still held after lock_timeout."""
+    return _lock(lock_file(root, final), lock_timeout, f"{final} (rewriting it as format 2)")
+
+
 def cached(root, final, build, what, lock_timeout=LOCK_TIMEOUT):
     """Return the cache entry `final` (inside the cache `root`), building it first with `build(staging_dir)`
     if it is not there.
@@ -115,8 +127,7 @@ def cached(root, final, build, what, lock_timeout=LOCK_TIMEOUT):
         return final
     try:
         final.parent.mkdir(parents=True, exist_ok=True)
-        key = "--".join(final.relative_to(root).parts)
-        lock = root / ".locks" / f"{key}.lock"
+        lock = lock_file(root, final)
         with _lock(lock, lock_timeout, what):
             if final.is_dir():  # another process built it while we waited
                 return final
@@ -182,7 +193,8 @@ def from_random(shape, root, seed=RANDOM_SEED, progress=None):
     """`random:<shape>`: GPT-2's initialisation with `seed` (npspec.init), saved into the cache in npspec's
     layout with GPT-2's tokenizer (source_sha256 null: there is no source file).
 
-    Returns the entry's path. Peak memory while building: about the weight bytes (gpt2: 0.5 GB).
+    Returns the entry's path. Each tensor is written as soon as it is drawn (init.iter_tensors, which draws
+    the next one meanwhile): peak memory while building is a few tensors (gpt2-large: under 1 GB).
     progress: a bar factory (npspec.progress) for the long steps; None shows nothing.
     Raises CheckpointError for an unknown shape.
     """
@@ -192,8 +204,8 @@ def from_random(shape, root, seed=RANDOM_SEED, progress=None):
     config = SHAPES[shape]
     final = root / "random" / random_key(shape, seed)
 
-    def build(out):  # the generator's numbers are the cost; nothing is written, read or hashed twice
-        save_converted(out, init_tensors(config, seed, progress), config, source=f"random:{shape} (npspec.init, "
+    def build(out):  # the generator's numbers are the cost; writing overlaps them; nothing is read or hashed
+        save_converted(out, iter_tensors(config, seed, progress), config, source=f"random:{shape} (npspec.init, "
                        f"seed {seed})", source_sha256=None, tokenizer_json=gpt2_tokenizer_json())
 
     return cached(root, final, build, f"random:{shape} (seed {seed})")
