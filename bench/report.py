@@ -11,6 +11,7 @@ results are never rewritten to be reported.
 """
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -86,6 +87,86 @@ def short(name):
 NOT_QUOTED = ("quantized_",)  # results this section does not quote (no timings): their dates and loads stay out of it
 
 
+AR_COLUMNS = [("gemm_blocks_tok_s", "gemm-blocks"), ("gemv_panels_tok_s", "gemv-panels"),
+              ("gemv_rows_tok_s", "gemv-rows"), ("gemm_tok_s", "gemm"), ("minimal_tok_s", "minimal NumPy")]
+
+
+def ar_lines(rows):
+    """The AR table: plain greedy decoding of each random-weight shape with every kernel, the minimal decoder, the
+    roofline and transformers (bench.speedup's speedup_ar.csv)."""
+    cols = [(k, name) for k, name in AR_COLUMNS if rows and k in rows[0]]
+    return ["", "Plain (AR) greedy decoding, tokens/s, with each kernel (`gemm-blocks` is what a target decodes with; "
+            "`gemv-rows` and `gemm` are threaded by BLAS, the panel kernels by npspec) and with `bench/minimal.py`, "
+            "a 60-line NumPy decoder; the roofline is the best read rate measured in the run divided by the weight "
+            "bytes read per token:", "",
+            "| model (random weights) | threads | " + " | ".join(name for _, name in cols)
+            + " | fastest / roofline | transformers (torch CPU) |",
+            "|---|---|" + "---|" * len(cols) + "---|---|"] + [
+        f"| {short(r['model'])} | {r['threads']} | " + " | ".join(f(r[k], 1) for k, _ in cols)
+        + f" | {f(r['of_roofline'])} | {f(r['transformers_tok_s'], 1)} |" for r in rows]
+
+
+VERIFY_KERNELS = [("column-major", "gemm-blocks"), ("column-major", "gemv-panels"), ("column-major", "gemv-rows"),
+                  ("row-major", "gemv-rows"), ("column-major", "gemm"), ("row-major", "gemm")]
+
+
+def verify_lines(rows):
+    """The verify-cost table: t(1) and v(5) of each kernel (and layout) the results hold, per thread count."""
+    lines = []
+    for n in sorted({int(r["threads"]) for r in rows}):
+        mine = [r for r in rows if int(r["threads"]) == n]
+        cols = [k for k in VERIFY_KERNELS if any((r["layout"], r["kernel"]) == k for r in mine)]
+        label = [kernel + (" (row-major)" if layout == "row-major" else "") for layout, kernel in cols]
+        lines += ["", f"Verify cost v(5) = t(5 tokens) / t(1 token) of one cached forward, {n} thread"
+                  f"{'s' * (n > 1)}, on column-major matrices unless said (`gemm-blocks`, `gemv-panels` and "
+                  "`gemv-rows` are batch invariant; `gemm` is not):", "",
+                  "| model | " + " | ".join(f"t(1) {k}, ms" for k in label) + " | "
+                  + " | ".join(f"v(5) {k}" for k in label) + " | v(5) roofline |",
+                  "|---|" + "---|" * (2 * len(cols) + 1)]
+        for name in dict.fromkeys(r["model"] for r in mine):
+            by = {(r["layout"], r["kernel"]): r for r in mine if r["model"] == name}
+            if not any(k in by for k in cols):
+                continue
+            roof = next(by[k]["roofline_v5"] for k in cols if k in by)
+            lines.append(f"| {short(name)} | " + " | ".join(f(by[k]["t1_ms"]) if k in by else "" for k in cols)
+                         + " | " + " | ".join(f(by[k]["v5"]) if k in by else "" for k in cols) + f" | {f(roof)} |")
+    return lines
+
+
+def speedup_lines(rows):
+    """The speedup table: for each pair and acceptance, the best gamma, against the FASTEST plain decoding."""
+    best = {}
+    for r in rows:
+        key = (r["target"], r["draft"], r["acceptance"], r["a"])
+        if key not in best or float(r["speedup"]) > float(best[key]["speedup"]):
+            best[key] = r
+    return ["", "Speculative decoding against the FASTEST plain decoding of the same target (`fastest AR`, measured in "
+            "the same run), greedy, the best gamma of 1 to 4. Random-weight pairs use CONTROLLED acceptance a (each "
+            "draft token is the target's greedy token with probability a; the real draft forward runs):", "",
+            "| target / draft | acceptance | gamma | alpha | fastest AR, tok/s | speculative tok/s | speedup | "
+            "vs the target's own AR | predicted | same output |", "|---|---|---|---|---|---|---|---|---|---|"] + [
+        f"| {short(r['target'])} / {short(r['draft'])} | {r['acceptance'] + (' ' + r['a'] if r['a'] else '')} | "
+        f"{r['gamma']} | {f(r['alpha'])} | {f(r.get('fastest_ar_tok_s', r['ar_tok_s']), 1)} "
+        f"({r.get('fastest_ar', 'target')}) | {f(r['spec_tok_s'], 1)} | {f(r['speedup'])}x | "
+        f"{f(r.get('speedup_vs_target_ar', r['speedup']))}x | {f(r['predicted_speedup'])}x | {r['identical']} |"
+        for r in best.values()]
+
+
+def compare_lines(path):
+    """The section's lead: the one command that shows the speedup, with what it printed in the committed run."""
+    run = json.loads(Path(path).read_text())
+    c = run["result"]["compare"]
+    return [f"One command shows speculative decoding beating plain decoding on this machine, with full-size GPT-2 "
+            f"shapes (random weights, so the acceptance is SIMULATED at a = {run['a']}):", "", "```",
+            run["command"], "```", "",
+            f"In the committed run it decoded {run['result']['stats']['new_tokens']} tokens at "
+            f"{f(c['speculative_tokens_per_s'])} tokens/s against {f(c['plain_tokens_per_s'])} for the fastest plain "
+            f"decoding ({c['plain_kernel']}): **{f(c['speedup'])}x**, with "
+            f"{'the same' if c['same_ids'] else 'DIFFERENT'} output (`bench/results/compare.json`). The shipped "
+            "pair cannot show this: its weights (a few MB) sit in the CPU's cache, so scoring 5 tokens costs about "
+            "5 times one, and nothing is left to save.", ""]
+
+
 def section(results=common.RESULTS):
     """The generated Markdown of the Performance section (without the markers)."""
     results = Path(results)
@@ -96,43 +177,15 @@ def section(results=common.RESULTS):
     meta = None
     if (results / "speedup_ar.csv").is_file():
         rows, meta = common.read_table(results / "speedup_ar.csv")
-        lines += ["", "AR (plain greedy) decoding, tokens/s; the roofline is the measured read bandwidth divided by "
-                  "the weight bytes read per token:", "",
-                  "| model (random weights) | threads | npspec | roofline | npspec / roofline | transformers (torch CPU) |",
-                  "|---|---|---|---|---|---|"]
-        lines += [f"| {short(r['model'])} | {r['threads']} | {f(r['npspec_tok_s'], 1)} | "
-                  f"{f(r['roofline_tok_s'], 1)} | {f(r['of_roofline'])} | {f(r['transformers_tok_s'], 1)} |"
-                  for r in rows]
+        lines += ar_lines(rows)
+    if (results / "compare.json").is_file():
+        lines = compare_lines(results / "compare.json") + lines
     if (results / "verify_cost_summary.csv").is_file():
         rows, meta = common.read_table(results / "verify_cost_summary.csv")
-        rows = [current(r) for r in rows]
-        for n in sorted({int(r["threads"]) for r in rows}):
-            lines += ["", f"Verify cost v(5) = t(5 tokens) / t(1 token) of one cached forward, {n} BLAS "
-                      f"thread{'s' * (n > 1)}: kernel `gemv-panels` on column-major matrices (what a target decodes with), "
-                      "`gemv-rows` on row-major matrices (both batch invariant), `gemm` (not invariant) for comparison:", "",
-                      "| model | t(1) gemv-rows, ms | t(1) gemv-panels, ms | v(5) gemv-rows | v(5) gemv-panels | v(5) gemm | "
-                      "v(5) roofline |",
-                      "|---|---|---|---|---|---|---|"]
-            for name in dict.fromkeys(r["model"] for r in rows):
-                by = {(r["layout"], r["kernel"]): r for r in rows if r["model"] == name and int(r["threads"]) == n}
-                if ("row-major", "gemv-rows") not in by or ("column-major", "gemv-panels") not in by:
-                    continue
-                rc, pp = by["row-major", "gemv-rows"], by["column-major", "gemv-panels"]
-                gm = f(by["row-major", "gemm"]["v5"]) if ("row-major", "gemm") in by else ""
-                lines.append(f"| {short(name)} | {f(rc['t1_ms'])} | {f(pp['t1_ms'])} | {f(rc['v5'])} | "
-                             f"{f(pp['v5'])} | {gm} | {f(pp['roofline_v5'])} |")
+        lines += verify_lines([current(r) for r in rows])
     if (results / "speedup.csv").is_file():
         rows, meta = common.read_table(results / "speedup.csv")
-        sel = [r for r in rows if r["acceptance"] == "real" or (r["a"] == "0.7" and r["gamma"] == "4")]
-        lines += ["", "Speculative vs AR decoding, greedy, gamma 4. Random-weight pairs use CONTROLLED acceptance "
-                  "a = 0.7 (each draft token is the target's greedy token with probability a; the real draft "
-                  "forward runs):", "",
-                  "| target / draft | acceptance | alpha | tokens/round | AR tok/s | speculative tok/s | speedup | "
-                  "predicted | same output |", "|---|---|---|---|---|---|---|---|---|"]
-        lines += [f"| {r['target'].replace('random:', '')} / {r['draft'].replace('random:', '')} | {r['acceptance']} | "
-                  f"{f(r['alpha'])} | {f(r['tokens_per_round'])} | {f(r['ar_tok_s'], 1)} | {f(r['spec_tok_s'], 1)} | "
-                  f"{f(r['speedup'])}x | {f(r['predicted_speedup'])}x | {r['identical']} |"
-                  for r in sel if r["gamma"] == "4"]
+        lines += speedup_lines(rows)
     if (results / "drafters_controlled.csv").is_file():
         lines += drafters_lines(results)
     if (results / "trees_controlled.csv").is_file():

@@ -5,6 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 python -m bench.verify_cost
 python -m bench.speedup
+python -m bench.compare
 python -m bench.drafters
 python -m bench.trees
 python -m bench.sweep

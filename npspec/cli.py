@@ -26,7 +26,8 @@ from pathlib import Path
 from . import __version__, convert, generate
 
 SOURCE_ROOT = Path(__file__).resolve().parent.parent  # the source tree, when npspec runs from one
-BENCH_COMMANDS = ("verify_cost", "speedup", "sweep", "memory", "profile", "threads", "report")
+BENCH_COMMANDS = ("compare", "verify_cost", "speedup", "drafters", "trees", "sweep", "memory", "load", "profile", "threads",
+                  "quantized", "qspeed", "report")
 EXIT_CODES = {0: "done", 1: "an error, one line on stderr", 2: "a command line argparse rejects",
               130: "interrupted", 141: "stdout's reader left (e.g. | head)"}
 

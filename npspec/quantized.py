@@ -39,7 +39,7 @@ from .files import (TOKENIZER_FILE, WEIGHTS_FILE, CheckpointError, atomic_write,
                     oneline, params_tree, read_header, reading, tensor_shapes)
 from .gpt2 import attention_masked, gpt2
 from .kernels import gemm
-from .model import Model
+from .model import DEFAULT_KERNEL, Model
 from .qkernels import QKERNELS, QuantizedMatrix, holds_codes
 from .quantize import (LINEAR_SUFFIXES, Quantized, awq_round_trip, awq_search, dequantize_tensors, input_axis,
                        parse_scheme, quantize_tensors, quantized_names)
@@ -185,7 +185,7 @@ def is_quantized(path):
         return False
 
 
-def load_quantized(path, kernel="gemv-panels", threads=1):
+def load_quantized(path, kernel=DEFAULT_KERNEL, threads=1):
     """Load a quantized converted directory into a Model (dequantized float32 weights) decoding with `kernel`, `threads`.
 
     Raises CheckpointError, one line naming the problem and the fix: an unknown scheme or

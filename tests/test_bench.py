@@ -182,7 +182,8 @@ def test_report_reads_old_and_new_result_names_alike(tmp_path):
         folder.mkdir()
         common.write_table(folder, "verify_cost_summary", rows, meta, "Verify cost summary")
     assert section(old) == section(new)
-    assert "| gpt2 | 10.00 | 12.00 | 1.50 | 3.50 | 2.50 | 1.00 |" in section(new)
+    # columns: gemv-panels, gemv-rows (row-major), gemm (row-major); gemm-panels is not reported
+    assert "| gpt2 | 12.00 | 10.00 | 11.00 | 3.50 | 1.50 | 2.50 | 1.00 |" in section(new)
 
 
 def test_speedup_model_check_applies_the_library_model_to_each_row(tmp_path):
@@ -257,7 +258,8 @@ QUICK = [("bench.verify_cost", ["verify_cost.csv", "verify_cost_summary.md"]),
          ("bench.drafters", ["drafters_controlled.csv", "drafters_shipped.csv", "ngram_cost.csv"]),
          ("bench.trees", ["trees_controlled.csv", "trees_shipped.csv"]),
          ("bench.quantized", ["quantized_beta.csv", "quantized_position.csv", "quantized_alpha.csv", "quantized.png"]),
-         ("bench.qspeed", ["quantized_speed.csv", "quantized_speed_profile.csv", "quantized_speed_panels.md"])]
+         ("bench.qspeed", ["quantized_speed.csv", "quantized_speed_profile.csv", "quantized_speed_panels.md"]),
+         ("bench.compare", ["compare.json"])]
 
 
 @pytest.mark.slow
@@ -268,6 +270,11 @@ def test_quick_mode_runs_end_to_end(tmp_path, module, files):
     assert r.stdout.strip().splitlines()[-1].startswith(f"wrote {tmp_path}")
     for name in files:
         assert (tmp_path / name).is_file(), name
+    if files[0].endswith(".json"):  # the lead command: what npspec generate --compare --json printed
+        record = json.loads((tmp_path / files[0]).read_text())
+        assert record["command"].startswith("npspec generate") and "--simulate-acceptance" in record["command"]
+        assert record["result"]["compare"]["same_ids"] is True and record["machine"]["numpy"] == np.__version__
+        return
     if files[0].endswith(".md"):  # the profile: the kernel, which calls BLAS, is listed
         assert "kernels.py" in (tmp_path / files[0]).read_text()
         return

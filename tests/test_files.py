@@ -85,7 +85,7 @@ def test_save_and_load_round_trip(tmp_path):
     assert sorted(os.listdir(d)) == ["model.safetensors", "tokenizer.json"]  # no temp files left
     m = load_model(d)
     ref = init_tensors(SMALL, 1)
-    assert m.config == SMALL and m.source == str(d) and (m.kernel, m.threads) == ("gemv-panels", 1)
+    assert m.config == SMALL and m.source == str(d) and (m.kernel, m.threads) == ("gemm-blocks", 1)
     assert np.array_equal(m.params["wte"], ref["wte.weight"]) and m.params["wte"].dtype == np.float32
     assert np.array_equal(m.params["h"][0]["attn"]["c_attn"]["w"], ref["h.0.attn.c_attn.weight"])
     assert np.array_equal(m.params["ln_f"]["g"], ref["ln_f.weight"])
