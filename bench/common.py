@@ -33,7 +33,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 @dataclass
 class Run:
     """One run of a benchmark command: its parsed `args`, output folder `out`, the thread counts to
-    measure (`threads`: each one both the BLAS pools' and the "gemv-panels" kernel's) and `meta`, the
+    measure (`threads`: each one both the BLAS pools' and the panel kernels') and `meta`, the
     header every table of the run carries (machine_info() plus the command line; a command adds
     what it measures once, e.g. the read bandwidth)."""
 
@@ -59,7 +59,7 @@ def command_line(prog, doc, argv=None, options=None, threads=("1,2", "1"), many=
     ap.add_argument("--out", default=None, help="output folder (default: bench/results/, or a temporary one with --quick)")
     ap.add_argument("--threads", type=thread_counts, default=None,
                     help=f"comma-separated thread counts to measure{'' if many else ' (one)'}, each for BLAS and the "
-                         f"gemv-panels kernel (default: {threads[0]}; --quick: {threads[1]})")
+                         f"panel kernels (default: {threads[0]}; --quick: {threads[1]})")
     if options is not None:
         options(ap)
     args = ap.parse_args(argv)
@@ -143,7 +143,7 @@ def finish(run, tables, files=()):
 def blas_threads(n):
     """Run the body with BLAS and OpenMP pools limited to n threads (threadpoolctl), restored afterwards.
 
-    npspec's own "gemv-panels" threads are not global: each command passes n to the models it
+    npspec's own panel-kernel threads are not global: each command passes n to the models it
     builds (`Model(..., threads=n)`, `model.with_kernel(kernel, n)`).
     """
     with threadpool_limits(limits=n):

@@ -14,7 +14,7 @@ Three tables:
     round of the index against a plain scan at n_ctx 1024.
 "speedup" divides by the fastest plain (AR) decoding of the same target, prompts and options over
 every kernel npspec has (npspec.kernels.KERNELS), measured in the same run; "vs_target_ar" by the
-target's own AR path (its kernel, "gemv-panels"). Median over timed runs after a warm-up.
+target's own AR path (its kernel, sources.ROLE_KERNELS["target"]). Median over timed runs after a warm-up.
 """
 
 import sys
@@ -24,6 +24,7 @@ import numpy as np
 
 from npspec.drafters import ModelDrafter, NgramDrafter, ngram_scan
 from npspec.kernels import KERNELS
+from npspec.sources import ROLE_KERNELS
 from npspec.speculative import Stats, speculative_generate
 
 from . import common, models
@@ -74,7 +75,7 @@ def row(table, name, gamma, schedule, speed, gens, ar, ar_gens, greedy, **extra)
            "tokens_per_round": s.tokens_per_round,
            "no_proposal_share": (s.proposal_lengths[0] / s.rounds) if s.proposal_lengths else 0.0,
            "tok_s": speed, "fastest_ar_kernel": best, "fastest_ar_tok_s": ar[best], "speedup": speed / ar[best],
-           "vs_target_ar": speed / ar["gemv-panels"],
+           "vs_target_ar": speed / ar[ROLE_KERNELS["target"]],
            "identical": ([g.ids for g in gens] == [g.ids for g in ar_gens]) if greedy else ""}
     common.log(f"{table} {name} gamma {gamma} {schedule}: {speed:.1f} tok/s, {out['speedup']:.2f}x fastest AR, "
                f"alpha {s.alpha:.3f}, mean acceptance length {out['mean_acceptance_length']:.2f}")
@@ -197,7 +198,7 @@ def main(argv=None):
     run.meta["tokens"] = (f"shipped: {shipped_tokens} new tokens x {n_prompts} prompts per kind; controlled: "
                           f"{new_tokens} new tokens after a {models.PROMPT_LENGTH}-token prompt")
     speed_note = ("speedup: against the fastest plain decoding over npspec's kernels (fastest_ar_kernel), same "
-                  "prompts and options, same run; vs_target_ar: against the target's own AR path (gemv-panels). "
+                  "prompts and options, same run; vs_target_ar: against the target's own AR path (its kernel). "
                   "mean_acceptance_length: vLLM's 1 + accepted / rounds with a proposal. identical: greedy ids equal "
                   "plain decoding's.")
     return common.finish(run, [

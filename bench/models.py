@@ -26,7 +26,7 @@ RANDOM_PROMPT = "The quick brown fox jumps over the lazy dog, and then the dog c
 def get(name, seed=0, role="target", threads=1):
     """The Model called `name` (see the module docstring), decoding with `role`'s kernel and `threads`.
 
-    role: "target" ("gemv-panels") or "draft" ("gemv-rows"), as npspec.sources.load picks them;
+    role: "target" or "draft", whose kernels npspec.sources.ROLE_KERNELS gives, as npspec.sources.load picks them;
     a shipped model's role is its name's. threads: the kernel's worker threads.
     Raises ValueError for another name.
     """

@@ -167,6 +167,13 @@ def compare_lines(path):
             "5 times one, and nothing is left to save.", ""]
 
 
+def newest(results, name):
+    """results/kernels/NAME (the run with today's kernels, bench/results/README.md), else results/NAME, else None.
+
+    The top-level files are the earlier run that notes/ quotes, kept as measured."""
+    return next((p for p in (Path(results) / "kernels" / name, Path(results) / name) if p.is_file()), None)
+
+
 def section(results=common.RESULTS):
     """The generated Markdown of the Performance section (without the markers)."""
     results = Path(results)
@@ -175,16 +182,16 @@ def section(results=common.RESULTS):
              "(figures copied by `python -m bench.report` from `bench/results/`, which also explains where each "
              "target is met or missed and why: `bench/results/README.md`)."]
     meta = None
-    if (results / "speedup_ar.csv").is_file():
-        rows, meta = common.read_table(results / "speedup_ar.csv")
+    if (ar := newest(results, "speedup_ar.csv")) is not None:
+        rows, meta = common.read_table(ar)
         lines += ar_lines(rows)
     if (results / "compare.json").is_file():
         lines = compare_lines(results / "compare.json") + lines
-    if (results / "verify_cost_summary.csv").is_file():
-        rows, meta = common.read_table(results / "verify_cost_summary.csv")
+    if (verify := newest(results, "verify_cost_summary.csv")) is not None:
+        rows, meta = common.read_table(verify)
         lines += verify_lines([current(r) for r in rows])
-    if (results / "speedup.csv").is_file():
-        rows, meta = common.read_table(results / "speedup.csv")
+    if (speedups := newest(results, "speedup.csv")) is not None:
+        rows, meta = common.read_table(speedups)
         lines += speedup_lines(rows)
     if (results / "drafters_controlled.csv").is_file():
         lines += drafters_lines(results)
@@ -200,7 +207,8 @@ def section(results=common.RESULTS):
         meta = meta or meta_m
     if (results / "load.csv").is_file():
         lines += load_lines(results)
-    metas = [common.read_table(p)[1] for p in sorted(results.glob("*.csv")) if not p.name.startswith(NOT_QUOTED)]
+    metas = [common.read_table(p)[1] for p in sorted(results.glob("*.csv")) + sorted(results.glob("kernels/*.csv"))
+             if not p.name.startswith(NOT_QUOTED)]
     if meta:
         dates = sorted(m.get("date", "") for m in metas)
         loads = sorted(float(m.get("load_average_1min_at_start", "nan")) for m in metas)
