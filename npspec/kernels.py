@@ -123,6 +123,7 @@ class Workers:
         if not self.threads:
             self.start()
         self.collect()  # a job left running by an interrupted run
+        self.errors = [None] * self.n  # and whatever it raised: that run is over
         for i, job in enumerate(jobs[1:]):
             self.jobs[i], self.busy[i] = job, True
             self.go[i].release()
@@ -130,10 +131,9 @@ class Workers:
             jobs[0]()
         finally:
             self.collect()
-        for i in range(len(jobs) - 1):
-            if (e := self.errors[i]) is not None:
-                self.errors[i] = None
-                raise e
+        if errors := [e for e in self.errors if e is not None]:
+            self.errors = [None] * self.n
+            raise errors[0]
 
     def collect(self):
         for i in range(self.n):
@@ -145,8 +145,8 @@ class Workers:
 class PanelKernel:
     """A product computed column panel by column panel over `w`, the panels shared out to npspec's own threads.
 
-    Subclasses give `panel_bytes` (the panel size `panel_width` aims at) and `products(x, ws, out)`,
-    which computes `x @ ws[p]` for every panel p into `out[p]` with calls whose shapes depend on the
+    panel_bytes: the panel size `panel_width` aims at. Subclasses give `whole_bytes` (a matrix that
+    small is one panel), `out_rows(n)` and `products(x, ws, out)`, which computes `x @ ws[p]` for every panel p into `out[p]` with calls whose shapes depend on the
     panel shape and the row count rounded as the subclass says, never on which thread runs them.
     threads: a positive int, the threads that share out the panels of a matrix of SPLIT_BYTES or
     more (numpy releases the GIL in its products); 1 runs everything on the calling thread. The

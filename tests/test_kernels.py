@@ -317,6 +317,13 @@ def test_workers_run_every_job_and_raise_a_job_s_error_in_the_caller():
     w.run([lambda: seen.append(3), lambda: seen.append(4)])  # still usable, nothing left over
     assert sorted(seen) == [0, 1, 2, 3, 4] and w.errors == [None, None]
 
+    def interrupt():
+        raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt):  # the caller's own error wins; the worker's is not kept for later
+        w.run([interrupt, boom])
+    w.run([lambda: seen.append(5), lambda: seen.append(6)])
+    assert sorted(seen) == [0, 1, 2, 3, 4, 5, 6]
+
 
 def test_an_interrupted_run_waits_for_its_workers_before_raising():
     """Ctrl-C in the caller's share of a product: run raises only once every worker is done, so no worker is left
