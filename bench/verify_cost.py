@@ -25,7 +25,7 @@ import numpy as np
 
 from npspec.gpt2 import attention, attention_masked, gpt2
 from npspec.blas import BlasThreads
-from npspec.kernels import INVARIANT_KERNELS, KERNELS, PANEL_KERNELS, make_kernel
+from npspec.kernels import INVARIANT_KERNELS, KERNELS, blas_thread_count, make_kernel
 
 from . import common, models
 
@@ -61,7 +61,7 @@ def kernel_forward(params, config, kernel, threads):
     """
     linear = make_kernel(kernel, threads)
     attend = attention if kernel in INVARIANT_KERNELS else attention_masked
-    blas, blas_threads = BlasThreads(), 1 if kernel in PANEL_KERNELS else threads
+    blas, blas_threads = BlasThreads(), blas_thread_count(kernel, threads)
 
     def forward(ids, cache):
         with blas.limit(blas_threads):

@@ -262,6 +262,12 @@ PANEL_KERNELS = {"gemm-blocks": GemmBlocks, "gemv-panels": GemvPanels}
 PLAIN_KERNELS = ("gemv-rows",)  # the fastest plain decoding measured (bench/results/speedup_ar.md): --compare's baseline
 
 
+def blas_thread_count(name, threads):
+    """The BLAS threads a decoding forward with kernel `name` and `threads` runs (npspec.blas): 1 under a panel
+    kernel, whose own workers share the work out, else `threads` (BLAS threads the product itself)."""
+    return 1 if name in PANEL_KERNELS else threads
+
+
 def make_kernel(name, threads=1):
     """The `linear` callable of kernel `name` (one of KERNELS), with `threads` workers for "gemv-panels".
 

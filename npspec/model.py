@@ -7,7 +7,7 @@ only by `with_kernel`, which returns a new Model over the same weights.
 
 from .blas import BlasThreads
 from .gpt2 import KVCache, attention, attention_masked, gpt2, gpt2_tree
-from .kernels import INVARIANT_KERNELS, PANEL_KERNELS, column_major, gemm, make_kernel
+from .kernels import INVARIANT_KERNELS, blas_thread_count, column_major, gemm, make_kernel
 from .qkernels import QKERNELS, dequant_gemm, holds_codes, make_qkernel
 
 DEFAULT_KERNEL = "gemm-blocks"
@@ -48,7 +48,7 @@ class Model:
                              f"read them; use {' or '.join(QKERNELS)}")
         self.linear = make_qkernel(kernel, threads) if kernel in QKERNELS else make_kernel(kernel, threads)
         self.blas = blas or BlasThreads()
-        self.blas_threads = 1 if kernel in PANEL_KERNELS else threads  # see npspec.blas
+        self.blas_threads = blas_thread_count(kernel, threads)
 
     def __repr__(self):
         c = self.config
