@@ -3,11 +3,13 @@
 Rows (all greedy, temperature 0, so the output must be token-identical to AR decoding):
   * the shipped pair, with its real acceptance, on fixed validation prompts;
   * GPT-2 shapes with random weights (gpt2-large/distilgpt2, gpt2-medium/distilgpt2,
-    gpt2-large/gpt2, gpt2/distilgpt2) with CONTROLLED ACCEPTANCE (bench/controlled.py): the
+    gpt2-large/gpt2, gpt2/distilgpt2) with CONTROLLED ACCEPTANCE (npspec/simulate.py): the
     real draft forward runs, but each draft token is the target's greedy token with
-    probability a; gamma = 1, 2, 4, 8 with a = 0.5, 0.7, 0.9 for the first pair, a = 0.7 for the others.
-Targets decode with "gemv-panels", drafts with "gemv-rows" (npspec.sources.ROLE_KERNELS), both
-with the run's thread count. Each speed is the median over runs after a warm-up run. Next to
+    probability a; gamma = 1, 2, 3, 4, 8 with a = 0.5, 0.7, 0.9 for the first pair, a = 0.7 for the others.
+Targets and drafts decode with the kernels npspec.load gives their roles (npspec.sources.ROLE_KERNELS),
+both with the run's thread count. Each speed is the median over runs after a warm-up run; every
+speedup divides by the FASTEST plain decoding of the target measured in the same run (ar_speeds:
+every kernel plain decoding can use, and bench/minimal.py's decoder). Next to
 each row, the speedup model of npspec.evaluate.predicted_speedup(alpha, gamma, c, v) (Leviathan
 et al. 2023, section 3.4; alpha = a for controlled rows, the measured alpha for the shipped pair),
 with the draft/target cost ratio c = t_draft(1)/t_target(1) and v = t_target(gamma+1)/t_target(1)
@@ -229,7 +231,7 @@ def options(ap):
     ap.add_argument("--no-transformers", action="store_true", help="skip the transformers baseline")
     ap.add_argument("--a", type=numbers(float), default=None,
                     help="controlled acceptances, comma-separated (default 0.5,0.7,0.9; --quick: 0.7)")
-    ap.add_argument("--gammas", type=numbers(int), default=None, help="gammas, comma-separated (default 1,2,4,8; "
+    ap.add_argument("--gammas", type=numbers(int), default=None, help="gammas, comma-separated (default 1,2,3,4,8; "
                                                                        "--quick: 1,4)")
 
 
@@ -240,7 +242,7 @@ def main(argv=None):
     new_tokens = args.new_tokens or (24 if args.quick else 64)
     repeats = args.repeats or (1 if args.quick else 3)
     a_values = args.a or ((0.7,) if args.quick else (0.5, 0.7, 0.9))
-    gammas = args.gammas or ((1, 4) if args.quick else (1, 2, 4, 8))
+    gammas = args.gammas or ((1, 4) if args.quick else (1, 2, 3, 4, 8))
     n_prompts, shipped_tokens = (2, 32) if args.quick else (8, 128)
     rows, ar_rows = [], []
     for n in run.threads:

@@ -11,11 +11,13 @@ result for the one row `x[i:i+1]`, whatever the other rows are. Then a verify fo
 gamma + 1 positions gives the very logits of gamma + 1 one-token forwards, which makes greedy
 speculative decoding token-identical to greedy decoding by construction. Each row's reduction
 order must therefore be fixed by the matrix shape alone, never by how many rows come:
-  * "gemm-blocks" (`GemmBlocks`): the rows padded to whole blocks of BLOCK_ROWS, one GEMM of a
-    fixed shape per (column panel, block). Invariant because a fixed-shape GEMM computes each
-    row with the same instructions whatever the other rows are (tested for every GPT-2 shape).
-    A one-token forward reads the weights once, as a GEMV does, and so does a verify of up to
-    BLOCK_ROWS rows: the cheapest verify (the target's default).
+  * "gemm-blocks" (`GemmBlocks`): per column panel, one GEMM over all the rows (a single row
+    padded to BLOCK_ROWS = 2, which numpy would otherwise run as a GEMV, whose bits differ).
+    Invariant because the GEMM gives each row the same bits for every row count from 2 up to a
+    limit, wherever the row sits and whatever the other rows hold: a property of the BLAS, which
+    the kernel probes once per panel shape (`same_bits_rows`) and never exceeds (more rows are
+    cut into blocks). A one-token forward reads the weights once, as a GEMV does, and so does a
+    verify of up to the limit (16 on OpenBLAS here): the cheapest verify (the target's default).
   * "gemm" (`gemm`): one BLAS GEMM. Fastest for a long prompt (prefill). NOT invariant:
     OpenBLAS picks a different kernel for each n, so a row's bits depend on n.
   * "gemv-rows" (`gemv_rows`): one vector-matrix product (BLAS GEMV) per row, in one stacked
@@ -39,7 +41,8 @@ import numpy as np
 PANEL_BYTES = 160 << 10  # the panel size of "gemv-panels": well inside a core's L2 cache (2 MiB here)
 WHOLE_BYTES = 1 << 20  # a matrix this small is one panel: it stays in L2 between rows anyway
 SPLIT_BYTES = 4 << 20  # the panel kernels share the panels of a matrix this large out to their threads
-BLOCK_ROWS = 2  # rows per GEMM of "gemm-blocks" (bench/results/README.md: 2 and 4 measured)
+BLOCK_ROWS = 2  # the fewest rows of a "gemm-blocks" GEMM: numpy runs a one-row product as a GEMV (other bits)
+MAX_BLOCK_ROWS = 16  # the most rows of one "gemm-blocks" GEMM (OpenBLAS changes method above 16-24 on GPT-2's panels)
 
 
 def gemm(x, w, b=None):  # [n, d_in], [d_in, d_out], [d_out] -> [n, d_out]; NOT batch invariant
@@ -146,8 +149,9 @@ class PanelKernel:
     """A product computed column panel by column panel over `w`, the panels shared out to npspec's own threads.
 
     panel_bytes: the panel size `panel_width` aims at. Subclasses give `whole_bytes` (a matrix that
-    small is one panel), `out_rows(n)` and `products(x, ws, out)`, which computes `x @ ws[p]` for every panel p into `out[p]` with calls whose shapes depend on the
-    panel shape and the row count rounded as the subclass says, never on which thread runs them.
+    small is one panel), `out_rows(n, d_in, width)` and `products(x, ws, out)`, which computes `x @ ws[p]` for every
+    panel p into `out[p]` with calls whose shapes depend on the panel shape and the row count padded as the subclass
+    says, never on which thread runs them.
     threads: a positive int, the threads that share out the panels of a matrix of SPLIT_BYTES or
     more (numpy releases the GIL in its products); 1 runs everything on the calling thread. The
     `threads - 1` workers are this object's own (Workers). Every panel's product is the same
@@ -163,8 +167,8 @@ class PanelKernel:
         self.panel_bytes = panel_bytes
         self.workers = Workers(self.threads - 1) if self.threads > 1 else None
 
-    def out_rows(self, n):
-        """Rows of the product's output buffer for n rows of x (n, or n rounded up to whole blocks)."""
+    def out_rows(self, n, d_in, width):
+        """Rows of the product's output buffer for n rows of x and `[d_in, width]` panels (n, or n padded to whole blocks)."""
         return n
 
     def products(self, x, ws, out):  # [n, d_in], [P, d_in, width] -> out [P, out_rows(n), width]
@@ -182,7 +186,7 @@ class PanelKernel:
         width = panel_width(d_in, d_out, self.panel_bytes, self.whole_bytes)
         ws = panels(w, width)  # [P, d_in, width]
         p, main = ws.shape[0], ws.shape[0] * width
-        y = np.empty((p, self.out_rows(n), width), dtype=np.float32)
+        y = np.empty((p, self.out_rows(n, d_in, width), width), dtype=np.float32)
         threads = min(self.threads, p) if w.nbytes >= SPLIT_BYTES else 1
         if threads == 1:
             self.products(x, ws, y)
@@ -192,7 +196,7 @@ class PanelKernel:
         out = np.empty((n, d_out), dtype=np.float32)
         out[:, :main] = y[:, :n].transpose(1, 0, 2).reshape(n, main)
         if main < d_out:  # the last panel, [d_out - width, d_out)
-            last = np.empty((1, self.out_rows(n), width), dtype=np.float32)
+            last = np.empty((1, self.out_rows(n, d_in, width), width), dtype=np.float32)
             self.products(x, w[None, :, d_out - width:], last)
             out[:, main:] = last[0, :n, main - d_out:]
         return out if b is None else out + b
@@ -212,36 +216,75 @@ class GemvPanels(PanelKernel):
 
 
 class GemmBlocks(PanelKernel):
-    """The "gemm-blocks" kernel: for each column panel of w, GEMMs over blocks of exactly BLOCK_ROWS rows.
+    """The "gemm-blocks" kernel: for each column panel of w, one GEMM over a block of 2 to `block_limit` rows.
 
-    The rows are padded with zero rows to whole blocks of BLOCK_ROWS, and each (panel, block) is
-    one GEMM of the fixed shape `[BLOCK_ROWS, d_in] @ [d_in, width]`, so the calls never depend on
-    n. A GEMM of a fixed shape computes each row of its result with the same instructions whatever
-    the other rows hold and wherever the row sits in the block (the rows are lanes of the same
-    vector operations): tests/test_kernels.py checks this, row by row, for every GPT-2 shape and
-    for every kernel a model can use. Its one-row forward costs a GEMV's memory traffic (the
-    weights are read once; the padded rows cost arithmetic, which is cheap next to the read), and
-    a verify of up to BLOCK_ROWS rows reads the weights once too: bench/verify_cost measures it.
+    n rows make k = ceil(n / limit) blocks of r = max(BLOCK_ROWS, ceil(n / k)) rows each (zero rows
+    pad the last), and each (panel, block) is one GEMM `[r, d_in] @ [d_in, width]`, where `limit`
+    is `block_limit(d_in, width)`: the most rows (at most max_rows) for which this BLAS gives
+    every row the bits it gets in a 2-row GEMM, probed once per panel shape (`same_bits_rows`).
+    So row i of the result never depends on n or on the other rows (tests/test_kernels.py checks
+    it through every GPT-2 shape and whole forwards). A one-row forward costs a GEMV's memory
+    traffic (the weights are read once; the padded row costs arithmetic, cheap next to the
+    read), and a verify of up to `limit` rows reads the weights once too: bench/verify_cost
+    measures it.
+    max_rows: the largest block tried (default MAX_BLOCK_ROWS; BLOCK_ROWS gives fixed 2-row blocks).
     """
 
     name = "gemm-blocks"
     whole_bytes = 0  # always panels: a GEMM over a whole matrix copies (packs) all of it, a GEMV does not
 
-    def __init__(self, threads=1, panel_bytes=PANEL_BYTES, rows=BLOCK_ROWS):
+    def __init__(self, threads=1, panel_bytes=PANEL_BYTES, max_rows=MAX_BLOCK_ROWS):
         super().__init__(threads, panel_bytes)
-        self.rows = rows
+        self.max_rows = max(BLOCK_ROWS, int(max_rows))
+        self.limits = {}  # (d_in, width) -> block_limit, probed on first use
 
-    def out_rows(self, n):
-        return -(-n // self.rows) * self.rows
+    def block_limit(self, d_in, width):
+        """The most rows one GEMM over a `[d_in, width]` panel may take (same_bits_rows, probed once per shape)."""
+        if (d_in, width) not in self.limits:
+            self.limits[d_in, width] = same_bits_rows(d_in, width, self.max_rows)
+        return self.limits[d_in, width]
 
-    def products(self, x, ws, out):  # [n, d_in], [P, d_in, width] -> out [P, blocks * BLOCK_ROWS, width]
-        """One stacked np.matmul: [1, B, R, d_in] @ [P, 1, d_in, width], one GEMM per (panel, block)."""
+    def blocks(self, n, d_in, width):  # -> (blocks, rows per block)
+        """How n rows are cut into blocks for `[d_in, width]` panels: (k, r), k * r >= n, BLOCK_ROWS <= r <= the limit."""
+        k = -(-n // self.block_limit(d_in, width))
+        return k, max(BLOCK_ROWS, -(-n // k))
+
+    def out_rows(self, n, d_in, width):
+        k, r = self.blocks(n, d_in, width)
+        return k * r
+
+    def products(self, x, ws, out):  # [n, d_in], [P, d_in, width] -> out [P, k * r, width]
+        """One stacked np.matmul: [1, k, r, d_in] @ [P, 1, d_in, width], one GEMM per (panel, block)."""
         n, d_in = x.shape
-        xb = np.zeros((out.shape[1], d_in), dtype=np.float32)
+        k, r = self.blocks(n, d_in, ws.shape[2])
+        xb = np.zeros((k * r, d_in), dtype=np.float32)
         xb[:n] = x
-        blocks = out.shape[1] // self.rows
-        np.matmul(xb.reshape(1, blocks, self.rows, d_in), ws[:, None],
-                  out=out.reshape(out.shape[0], blocks, self.rows, out.shape[2]))
+        np.matmul(xb.reshape(1, k, r, d_in), ws[:, None], out=out.reshape(out.shape[0], k, r, out.shape[2]))
+
+    def __repr__(self):
+        return f"GemmBlocks(threads={self.threads}, max_rows={self.max_rows})"
+
+
+def same_bits_rows(d_in, width, max_rows=MAX_BLOCK_ROWS, matmul=np.matmul):
+    """The most rows m <= max_rows (at least BLOCK_ROWS) for which every GEMM `[k, d_in] @ [d_in, width]` with
+    BLOCK_ROWS <= k <= m gives each row the bits that row gets in a 2-row GEMM.
+
+    Probed on seeded random float32 numbers in GemmBlocks' own memory layouts (rows C-contiguous, the panel
+    column-major): a BLAS picks its method, and so its order of additions, from the shapes, never from the
+    values. OpenBLAS 0.3.31 (SkylakeX kernels) gives 16 for every GPT-2 panel shape (it switches method at
+    20-32 rows), 7 to 16 for small ones. A BLAS whose 2-row GEMM already differs by the row's place cannot run
+    this kernel invariantly (the result is then BLOCK_ROWS, and tests/test_kernels.py fails there). `matmul` is
+    np.matmul (a parameter so that tests can feed a BLAS that breaks the property).
+    """
+    rng = np.random.default_rng(0)
+    w = np.asfortranarray(rng.standard_normal((d_in, width), dtype=np.float32))
+    x = rng.standard_normal((max_rows, d_in), dtype=np.float32)
+    pairs = [matmul(x[[i, (i + 1) % max_rows]], w)[0] for i in range(max_rows)]  # row i first in a 2-row GEMM
+    for m in range(BLOCK_ROWS, max_rows + 1):
+        y = matmul(x[:m], w)
+        if not all(np.array_equal(y[i], pairs[i]) for i in range(m)):
+            return max(BLOCK_ROWS, m - 1)
+    return max_rows
 
 
 def gemm_panels(x, w, b=None):  # [n, d_in], [d_in, d_out], [d_out] -> [n, d_out]; NOT batch invariant

@@ -17,7 +17,7 @@ from npspec.init import init_tensors
 from npspec.kernels import (BLOCK_ROWS, INVARIANT_KERNELS, KERNELS, PANEL_BYTES, SPLIT_BYTES, WHOLE_BYTES, GemmBlocks,
                             GemvPanels, Workers,
                             block_linears, check_threads, column_major, fortran_copy, gemm, gemm_panels, gemv_rows,
-                            make_kernel, panel_width, panels)
+                            make_kernel, panel_width, panels, same_bits_rows)
 from npspec.model import Model, leaves
 from npspec.sources import SHAPES, random_model
 
@@ -100,8 +100,9 @@ def test_panel_kernels_give_the_same_bits_for_any_thread_count(kernel, d_in, d_o
 
 
 def test_gemm_blocks_rows_do_not_depend_on_their_place_in_a_block_nor_on_the_other_rows():
-    """The fact "gemm-blocks" rests on, checked directly: a GEMM of a fixed shape gives row i the same bits wherever
-    it sits in the block and whatever the other rows hold (on GPT-2's panel shapes, and on a whole matrix)."""
+    """Half the fact "gemm-blocks" rests on, checked directly: a GEMM of 2 rows gives row i the same bits wherever
+    it sits in the block and whatever the other rows hold (on GPT-2's panel shapes, and on a whole matrix); the
+    other half, the same bits for every row count up to the limit, is same_bits_rows' (tests above)."""
     rng = np.random.default_rng(7)
     for d_in, width in [(768, 48), (1280, 32), (3072, 8), (5120, 8), (1024, 40), (768, 2304)]:
         w = np.asfortranarray(rng.standard_normal((d_in, width), dtype=np.float32))
@@ -116,12 +117,58 @@ def test_gemm_blocks_rows_do_not_depend_on_their_place_in_a_block_nor_on_the_oth
                 assert np.array_equal(got, want), f"[{d_in}, {width}]: row {place} of a block differs"
 
 
-def test_gemm_blocks_pads_to_whole_blocks_and_never_uses_one_whole_matrix_panel():
+def test_gemm_blocks_cuts_rows_into_even_blocks_within_the_limit_and_never_uses_one_whole_matrix_panel():
     k = GemmBlocks(1)
-    assert [k.out_rows(n) for n in (1, 2, 3, 5)] == [BLOCK_ROWS * (-(-n // BLOCK_ROWS)) for n in (1, 2, 3, 5)]
+    k.limits[100, 8] = 4  # as if probed
+    assert [k.blocks(n, 100, 8) for n in (1, 2, 3, 4, 5, 8, 9)] == [(1, 2), (1, 2), (1, 3), (1, 4), (2, 3), (2, 4), (3, 3)]
+    assert [k.out_rows(n, 100, 8) for n in (1, 5, 9)] == [2, 6, 9]
+    k.limits[100, 8] = BLOCK_ROWS  # fixed blocks of two
+    assert [k.blocks(n, 100, 8) for n in (1, 2, 3, 7)] == [(1, 2), (1, 2), (2, 2), (4, 2)]
     assert panel_width(16, 67, PANEL_BYTES, GemmBlocks.whole_bytes) < 67 or 16 * 67 * 4 <= PANEL_BYTES
     assert panel_width(256, 768, PANEL_BYTES, GemmBlocks.whole_bytes) == 160  # GemvPanels: one panel of 768
     assert panel_width(256, 768) == 768
+
+
+def fake_blas(breaks_at, row=0):
+    """np.matmul, except that row `row` of every product of `breaks_at` or more rows is off by one unit in the last place."""
+    def matmul(x, w):
+        y = np.matmul(x, w)
+        if x.shape[0] >= breaks_at:
+            y[row] = np.nextafter(y[row], np.inf)
+        return y
+    return matmul
+
+
+def test_same_bits_rows_finds_the_first_row_count_whose_rows_differ_from_a_two_row_gemm():
+    assert same_bits_rows(64, 16, 12, fake_blas(breaks_at=99)) == 12  # never breaks: the cap
+    assert same_bits_rows(64, 16, 12, fake_blas(breaks_at=5)) == 4
+    assert same_bits_rows(64, 16, 12, fake_blas(breaks_at=7, row=6)) == 6  # the last row only
+    assert same_bits_rows(64, 16, 12, fake_blas(breaks_at=2, row=1)) == BLOCK_ROWS  # cannot do better than 2
+
+
+@pytest.mark.parametrize("d_in, width", [(768, 48), (1280, 32), (5120, 8), (256, 160)])
+def test_same_bits_rows_holds_for_every_row_count_up_to_the_limit_on_this_blas(d_in, width):
+    """The probe's answer, checked on other numbers than its own, with rows in other places."""
+    limit = same_bits_rows(d_in, width)
+    rng = np.random.default_rng(11)
+    w = np.asfortranarray(rng.standard_normal((d_in, width), dtype=np.float32))
+    x = rng.standard_normal((limit, d_in), dtype=np.float32)
+    alone = [np.concatenate([x[i : i + 1], np.zeros((1, d_in), np.float32)]) @ w for i in range(limit)]
+    for m in range(BLOCK_ROWS, limit + 1):
+        y = x[limit - m :] @ w
+        assert all(np.array_equal(y[j], alone[limit - m + j][0]) for j in range(m)), f"[{d_in}, {width}], {m} rows"
+
+
+@pytest.mark.parametrize("max_rows", [BLOCK_ROWS, 3, 16])
+@pytest.mark.parametrize("d_in, d_out", [(768, 2304), (256, 1024)])
+def test_gemm_blocks_rows_are_one_row_products_across_block_cuts(max_rows, d_in, d_out):
+    """Rows cut into several blocks (a small max_rows, or more rows than the limit) still equal one-row products."""
+    kernel = GemmBlocks(2, max_rows=max_rows)
+    w = matrix(d_in, d_out, "F")
+    x = matrix(20, d_in, seed=6)
+    single = np.concatenate([kernel(x[i : i + 1], w) for i in range(20)])
+    for m in (2, 3, 4, 7, 17, 20):
+        assert np.array_equal(kernel(x[:m], w), single[:m]), f"max_rows={max_rows}: M={m}"
 
 
 # ---- the contract, forward by forward ----
