@@ -105,8 +105,8 @@ def build_parser(prog=PROG):
     ap.add_argument("--html", metavar="FILE", default=None,
                     help="also write a page showing each round (drafts, accepted or not, p, q, u, times)")
     ap.add_argument("--compare", action="store_true",
-                    help="then run plain decoding with the same options (with the target's kernel and with "
-                         "gemv-rows) and print the speeds and the speedup over the faster")
+                    help="then run plain decoding with the same options (with the target's kernel, gemv-rows and "
+                         "gemm) and print the speeds and the speedup over the fastest")
     ap.add_argument("--simulate-acceptance", type=float, default=None, metavar="A",
                     help="SIMULATION for timing random-weight drafts: run the draft's forwards for their cost but make "
                          "each proposal the target's greedy token with probability A (needs --temperature 0 and a "

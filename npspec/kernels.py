@@ -302,7 +302,7 @@ INVARIANT_KERNELS = ("gemm-blocks", "gemv-panels", "gemv-rows")  # row i of the 
 
 
 PANEL_KERNELS = {"gemm-blocks": GemmBlocks, "gemv-panels": GemvPanels}
-PLAIN_KERNELS = ("gemv-rows",)  # the fastest plain decoding measured (bench/results/speedup_ar.md): --compare's baseline
+PLAIN_KERNELS = ("gemv-rows", "gemm")  # BLAS-threaded plain decodings, either may be the fastest (bench/results/speedup_ar.md): --compare's baselines
 
 
 def blas_thread_count(name, threads):
