@@ -140,8 +140,10 @@ def speedup_lines(rows):
         key = (r["target"], r["draft"], r["acceptance"], r["a"])
         if key not in best or float(r["speedup"]) > float(best[key]["speedup"]):
             best[key] = r
+    gammas = ", ".join(sorted({r["gamma"] for r in rows}, key=int))
     return ["", "Speculative decoding against the FASTEST plain decoding of the same target (`fastest AR`, measured in "
-            "the same run), greedy, the best gamma of 1 to 4. Random-weight pairs use CONTROLLED acceptance a (each "
+            f"the same run), greedy, the best gamma of those timed ({gammas}). Random-weight pairs use CONTROLLED "
+            "acceptance a (each "
             "draft token is the target's greedy token with probability a; the real draft forward runs):", "",
             "| target / draft | acceptance | gamma | alpha | fastest AR, tok/s | speculative tok/s | speedup | "
             "vs the target's own AR | predicted | same output |", "|---|---|---|---|---|---|---|---|---|---|"] + [
@@ -156,22 +158,34 @@ def compare_lines(path):
     """The section's lead: the one command that shows the speedup, with what it printed in the committed run."""
     run = json.loads(Path(path).read_text())
     c = run["result"]["compare"]
-    return [f"One command shows speculative decoding beating plain decoding on this machine, with full-size GPT-2 "
+    return [f"One command times speculative against plain decoding on this machine, with full-size GPT-2 "
             f"shapes (random weights, so the acceptance is SIMULATED at a = {run['a']}):", "", "```",
             run["command"], "```", "",
             f"In the committed run it decoded {run['result']['stats']['new_tokens']} tokens at "
             f"{f(c['speculative_tokens_per_s'])} tokens/s against {f(c['plain_tokens_per_s'])} for the fastest plain "
             f"decoding ({c['plain_kernel']}): **{f(c['speedup'])}x**, with "
-            f"{'the same' if c['same_ids'] else 'DIFFERENT'} output (`bench/results/compare.json`). The shipped "
-            "pair cannot show this: its weights (a few MB) sit in the CPU's cache, so scoring 5 tokens costs about "
+            f"{'the same' if c['same_ids'] else 'DIFFERENT'} output (`{shown(Path(path))}`; the plain speed of each "
+            f"kernel: {', '.join(f'{k} {f(v)}' for k, v in c['plain_by_kernel_tokens_per_s'].items())}). The shipped "
+            "pair cannot gain at all: its weights (a few MB) sit in the CPU's cache, so scoring 5 tokens costs about "
             "5 times one, and nothing is left to save.", ""]
 
 
-def newest(results, name):
-    """results/kernels/NAME (the run with today's kernels, bench/results/README.md), else results/NAME, else None.
+EARLIER = "earlier"  # results/earlier/: the earlier runs, kept as measured (notes/ quotes them)
 
-    The top-level files are the earlier run that notes/ quotes, kept as measured."""
-    return next((p for p in (Path(results) / "kernels" / name, Path(results) / name) if p.is_file()), None)
+
+def newest(results, name):
+    """results/NAME if the newest run wrote it, else results/earlier/NAME, else None."""
+    return next((p for p in (Path(results) / name, Path(results) / EARLIER / name) if p.is_file()), None)
+
+
+def shown(path):
+    """How the README names a results file: `bench/results/NAME` or `bench/results/earlier/NAME`."""
+    return f"bench/results/{path.parent.name + '/' if path.parent.name == EARLIER else ''}{path.name}"
+
+
+def provenance(path):
+    """" (from the earlier run, bench/results/earlier/)" for a file the newest run did not write, else ""."""
+    return f" (from the earlier run: `{shown(path)}`)" if path.parent.name == EARLIER else ""
 
 
 def section(results=common.RESULTS):
@@ -185,29 +199,32 @@ def section(results=common.RESULTS):
     if (ar := newest(results, "speedup_ar.csv")) is not None:
         rows, meta = common.read_table(ar)
         lines += ar_lines(rows)
-    if (results / "compare.json").is_file():
-        lines = compare_lines(results / "compare.json") + lines
+    if (compare := newest(results, "compare.json")) is not None:
+        lines = compare_lines(compare) + lines
     if (verify := newest(results, "verify_cost_summary.csv")) is not None:
         rows, meta = common.read_table(verify)
         lines += verify_lines([current(r) for r in rows])
     if (speedups := newest(results, "speedup.csv")) is not None:
         rows, meta = common.read_table(speedups)
         lines += speedup_lines(rows)
-    if (results / "drafters_controlled.csv").is_file():
-        lines += drafters_lines(results)
-    if (results / "trees_controlled.csv").is_file():
-        lines += trees_lines(results)
-    if (results / "memory.csv").is_file():
-        rows, meta_m = common.read_table(results / "memory.csv")
+    if (drafters := newest(results, "drafters_controlled.csv")) is not None:
+        lines += drafters_lines(drafters.parent)
+    if (trees := newest(results, "trees_controlled.csv")) is not None:
+        lines += trees_lines(trees.parent)
+    if (memory := newest(results, "memory.csv")) is not None:
+        rows, meta_m = common.read_table(memory)
         for r in rows:
             lines += ["", f"Loading a converted {short(r['model'])} ({f(r['file_MB'], 0)} MB) took "
                       f"{f(r['load_seconds'])} s, reading the file included (whether the page cache was warm: "
                       f"`bench/results/README.md`); peak RSS while loading and generating was "
-                      f"{f(r['peak_rss_generate_MB'], 0)} MB, {f(r['peak_over_weights'])} x the weight bytes."]
+                      f"{f(r['peak_rss_generate_MB'], 0)} MB, {f(r['peak_over_weights'])} x the weight bytes"
+                      f"{provenance(memory)}."]
         meta = meta or meta_m
-    if (results / "load.csv").is_file():
-        lines += load_lines(results)
-    metas = [common.read_table(p)[1] for p in sorted(results.glob("*.csv")) + sorted(results.glob("kernels/*.csv"))
+    if (load := newest(results, "load.csv")) is not None:
+        lines += load_lines(load.parent)
+    used = [p for p in (verify, speedups, drafters, trees, memory, load) if p is not None]
+    folders = dict.fromkeys(p.parent for p in used) or {results: None}
+    metas = [common.read_table(p)[1] for folder in folders for p in sorted(folder.glob("*.csv"))
              if not p.name.startswith(NOT_QUOTED)]
     if meta:
         dates = sorted(m.get("date", "") for m in metas)
@@ -235,7 +252,7 @@ def load_lines(results):
             f"into place, no relayout) took {f(seconds('2', 'warm'))} s warm and {f(seconds('2', 'cold'))} s cold (the "
             f"file dropped from the page cache first), with peak RSS {f(peak, 3)} x the weight bytes; a format-1 file "
             f"(relaid out after the read) took {f(seconds('1', 'warm'))} s warm and {f(seconds('1', 'cold'))} s cold "
-            "(`bench/results/load.md`, with the targets)."]
+            f"(`{shown(results / 'load.md')}`, with the targets)."]
 
 
 def drafter_targets(controlled, cost):
@@ -275,8 +292,8 @@ def drafters_lines(results):
     shipped = common.read_table(results / "drafters_shipped.csv")[0] if (results / "drafters_shipped.csv").is_file() else []
     cost = common.read_table(results / "ngram_cost.csv")[0] if (results / "ngram_cost.csv").is_file() else []
     lines = ["", "Drafting strategies (`python -m bench.drafters`; `speedup` is against the FASTEST plain decoding "
-             "over npspec's kernels for the same prompts and options, measured in the same run). The shipped pair, "
-             "real acceptance, gamma 4:", "",
+             "over npspec's kernels for the same prompts and options, measured in the same run"
+             f"{provenance(results / 'drafters_controlled.csv')}). The shipped pair, real acceptance, gamma 4:", "",
              "| temperature | prompts | drafter | schedule | alpha | mean acceptance length | tokens/round | "
              "no proposal | tok/s | speedup | same output |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in shipped:
@@ -312,7 +329,8 @@ def drafters_lines(results):
 def trees_lines(results):
     """The Performance section's part on token trees (bench.trees): each tree against the chains, with v."""
     lines = ["", "Token trees against chains (`python -m bench.trees`; speedup over the fastest plain decoding, v = "
-             "the verify forward's cost over a one-token forward, measured in the same run):", "",
+             f"the verify forward's cost over a one-token forward, measured in the same run"
+             f"{provenance(results / 'trees_controlled.csv')}):", "",
              "| target | acceptance | temperature | drafter | shape | nodes | v | mean acceptance length | "
              "tokens/round | speedup | same output |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for name in ("trees_shipped.csv", "trees_controlled.csv"):
