@@ -158,14 +158,15 @@ def compare_lines(path):
     """The section's lead: the one command that shows the speedup, with what it printed in the committed run."""
     run = json.loads(Path(path).read_text())
     c = run["result"]["compare"]
+    by_kernel = c.get("plain_by_kernel_tokens_per_s", {})  # older runs did not record it
+    each = f"; the plain speed of each kernel: {', '.join(f'{k} {f(v)}' for k, v in by_kernel.items())}" if by_kernel else ""
     return [f"One command times speculative against plain decoding on this machine, with full-size GPT-2 "
             f"shapes (random weights, so the acceptance is SIMULATED at a = {run['a']}):", "", "```",
             run["command"], "```", "",
             f"In the committed run it decoded {run['result']['stats']['new_tokens']} tokens at "
             f"{f(c['speculative_tokens_per_s'])} tokens/s against {f(c['plain_tokens_per_s'])} for the fastest plain "
             f"decoding ({c['plain_kernel']}): **{f(c['speedup'])}x**, with "
-            f"{'the same' if c['same_ids'] else 'DIFFERENT'} output (`{shown(Path(path))}`; the plain speed of each "
-            f"kernel: {', '.join(f'{k} {f(v)}' for k, v in c['plain_by_kernel_tokens_per_s'].items())}). The shipped "
+            f"{'the same' if c['same_ids'] else 'DIFFERENT'} output (`{shown(Path(path))}`{each}). The shipped "
             "pair cannot gain at all: its weights (a few MB) sit in the CPU's cache, so scoring 5 tokens costs about "
             "5 times one, and nothing is left to save.", ""]
 
@@ -184,7 +185,7 @@ def shown(path):
 
 
 def provenance(path):
-    """" (from the earlier run, bench/results/earlier/)" for a file the newest run did not write, else ""."""
+    """The words "(from the earlier run: <its path>)", with a leading space, for a file of results/earlier/, else ""."""
     return f" (from the earlier run: `{shown(path)}`)" if path.parent.name == EARLIER else ""
 
 

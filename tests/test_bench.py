@@ -10,7 +10,8 @@ import pytest
 from bench import common, models, quantized, speedup, verify_cost
 from bench.common import RESULTS
 from bench.controlled import ControlledDraft, ControlledLookup
-from bench.report import END, README, START, drafter_targets, rewrite, section, speedup_model_check, verify_curves
+from bench.report import (END, README, START, drafter_targets, newest, provenance, rewrite, section, shown,
+                          speedup_model_check, verify_curves)
 from npspec.evaluate import expected_acceptance, predicted_speedup, validation_loss
 from npspec.speculative import speculative_generate
 
@@ -236,6 +237,18 @@ def test_committed_verify_costs_by_kernel():
     assert panels[4] < 1.6 < rows[4]
     shipped, _ = verify_curves("shipped:target", 2, EARLIER)
     assert shipped["roofline"][4] == 1.0 and min(v[4] for k, v in shipped.items() if k != "roofline") > 1.5
+
+
+def test_report_reads_the_newest_run_and_falls_back_to_the_earlier_one_saying_so(tmp_path):
+    (tmp_path / "earlier").mkdir()
+    for path in (tmp_path / "speedup.csv", tmp_path / "earlier" / "speedup.csv", tmp_path / "earlier" / "load.csv"):
+        path.write_text("a\n1\n")
+    assert newest(tmp_path, "speedup.csv") == tmp_path / "speedup.csv"  # the newest run wins
+    assert newest(tmp_path, "load.csv") == tmp_path / "earlier" / "load.csv"
+    assert newest(tmp_path, "memory.csv") is None
+    assert shown(tmp_path / "earlier" / "load.md") == "bench/results/earlier/load.md"
+    assert provenance(tmp_path / "speedup.csv") == ""
+    assert provenance(tmp_path / "earlier" / "load.csv") == " (from the earlier run: `bench/results/earlier/load.csv`)"
 
 
 def test_report_rewrites_only_between_markers():
