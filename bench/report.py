@@ -155,7 +155,7 @@ def speedup_lines(rows):
 
 
 def compare_lines(path):
-    """The section's lead: the one command that shows the speedup, with what it printed in the committed run."""
+    """The section's lead: the one command that times speculative against plain decoding, with what it printed in the committed run."""
     run = json.loads(Path(path).read_text())
     c = run["result"]["compare"]
     by_kernel = c.get("plain_by_kernel_tokens_per_s", {})  # older runs did not record it
