@@ -1,18 +1,21 @@
 #!/usr/bin/env bash
-# The full benchmark run that produced bench/results/ (about an hour on 2 cores), then README's section.
-# Run it on a quiet machine: the results record the 1-minute load average at the start of each command.
+# The full benchmark run that produced bench/results/, then README's section (about 75 minutes on 2 cores).
+# Run it on a quiet machine: the results record the 1-minute load average at the start of each command,
+# and this script prints when each command starts, so the log tells what took how long.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python -m bench.verify_cost
-python -m bench.speedup
-python -m bench.compare
-python -m bench.drafters
-python -m bench.trees
-python -m bench.sweep
-python -m bench.memory
-python -m bench.load
-python -m bench.profile
-python -m bench.threads
-python -m bench.quantized
-python -m bench.qspeed
-python -m bench.report
+step() { echo "run_all: $(date -u +%H:%M:%S) python -m $*" >&2; python -m "$@"; }
+step bench.verify_cost --max-m 9
+step bench.speedup
+step bench.compare
+step bench.drafters --repeats 1
+step bench.trees --repeats 1
+step bench.sweep
+step bench.memory
+step bench.load
+step bench.profile
+step bench.threads
+step bench.quantized
+step bench.qspeed
+step bench.report
+echo "run_all: $(date -u +%H:%M:%S) done" >&2

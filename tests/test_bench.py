@@ -162,6 +162,18 @@ def test_verify_cost_smoke(tmp_path):
         assert float(r["roofline_v"]) >= 1.0 - 1e-9
         assert r["invariant"] == str(r["kernel"] != "gemm")
     assert (tmp_path / "verify_cost.md").read_text().startswith("# Verify cost")
+    # the roofline reads at the best rate measured: no kernel above 1.0 of it, and the fastest at 1.0 unless the
+    # probe read faster (the shipped model sits in cache, so its forwards outrun the probe's DRAM rate)
+    summary, _ = common.read_table(tmp_path / "verify_cost_summary.csv")
+    fractions = [float(r["of_roofline"]) for r in summary]
+    assert max(fractions) <= 1 + 1e-9
+    fastest = min(summary, key=lambda r: float(r["t1_ms"]))
+    assert float(fastest["read_GBps"]) >= float(meta["read_bandwidth_GBps_1_threads"]) - 0.05
+
+
+def test_best_read_rate_takes_the_faster_reading():
+    assert verify_cost.best_read_rate(10e9, 1e9, 0.2) == 10e9  # the forward read 5 GB/s: the probe's rate
+    assert verify_cost.best_read_rate(10e9, 4e9, 0.2) == 20e9  # the forward read 20 GB/s: its own rate
 
 
 def test_verify_cost_refuses_an_unknown_kernel(tmp_path):
