@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The full benchmark run that produced bench/results/, then README's section (about 75 minutes on 2 cores).
+# The full benchmark run that produced bench/results/, then README's section (about 100 minutes on 2 cores).
 # Run it on a quiet machine: the results record the 1-minute load average at the start of each command,
 # and this script prints when each command starts, so the log tells what took how long.
 set -euo pipefail
@@ -17,5 +17,6 @@ step bench.profile
 step bench.threads
 step bench.quantized
 step bench.qspeed
+step bench.primitives
 step bench.report
 echo "run_all: $(date -u +%H:%M:%S) done" >&2

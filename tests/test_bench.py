@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from bench import common, models, quantized, speedup, verify_cost
+from bench import common, models, primitives, quantized, speedup, verify_cost
 from bench.common import RESULTS
 from bench.controlled import ControlledDraft, ControlledLookup
 from bench.report import (END, README, START, drafter_targets, newest, provenance, rewrite, section, shown,
@@ -287,7 +287,8 @@ QUICK = [("bench.verify_cost", ["verify_cost.csv", "verify_cost_summary.md"]),
          ("bench.trees", ["trees_controlled.csv", "trees_shipped.csv"]),
          ("bench.quantized", ["quantized_beta.csv", "quantized_position.csv", "quantized_alpha.csv", "quantized.png"]),
          ("bench.qspeed", ["quantized_speed.csv", "quantized_speed_profile.csv", "quantized_speed_panels.md"]),
-         ("bench.compare", ["compare.json"])]
+         ("bench.compare", ["compare.json"]),
+         ("bench.primitives", ["primitives_rows.csv", "primitives_threads.md", "primitives_gil.csv"])]
 
 
 @pytest.mark.slow
@@ -440,3 +441,29 @@ def test_bench_rows_show_a_bar_on_a_terminal_and_none_when_piped(tmp_path):
     assert not any(mark in piped.stderr + piped.stdout for mark in BAR_MARKS)
     quiet = run_python("-c", BENCH_ROWS, text=False, env={"NPSPEC_QUIET": "1"})
     assert not any(mark in quiet.stdout.decode("utf-8", "replace") for mark in BAR_MARKS)
+
+
+def test_primitives_smoke(tmp_path):
+    """A tiny in-process run: the three tables, the rows asked for and over_gemv 1 for the GEMV itself (no timing asserted)."""
+    assert primitives.main(["--out", str(tmp_path), "--shape", "tiny", "--layers", "2", "--repeats", "1",
+                            "--threads", "2"]) == 0
+    rows, meta = common.read_table(tmp_path / "primitives_rows.csv")
+    assert meta["shape"] == "tiny" and [int(r["rows"]) for r in rows] == [1, *primitives.ROWS]
+    assert float(rows[0]["over_gemv"]) == 1.0 and all(float(r["ms"]) > 0 for r in rows)
+    threads, _ = common.read_table(tmp_path / "primitives_threads.csv")
+    assert len(threads) == 3 and float(threads[-1]["over_blas"]) == 1.0
+    gil, _ = common.read_table(tmp_path / "primitives_gil.csv")
+    assert [int(r["output_elements"]) for r in gil] == list(primitives.GIL_OUTPUTS)
+
+
+def test_column_ranges_cover_every_column_once():
+    for d_out, n in [(768, 2), (50257, 2), (5, 3), (1280, 1)]:
+        cuts = primitives.column_ranges(d_out, n)
+        assert cuts[0][0] == 0 and cuts[-1][1] == d_out and all(b == c for (_, b), (c, _) in zip(cuts, cuts[1:]))
+
+
+def test_numpy_holds_the_gil_in_a_product_of_500_outputs_or_fewer():
+    """The fact behind the panel kernels' minimum share (bench/results/README.md): NumPy releases the GIL in a
+    matmul only above 500 output elements. Fails if a NumPy release changes the threshold."""
+    assert not primitives.gil_released(256) and not primitives.gil_released(500)
+    assert primitives.gil_released(4096)
