@@ -231,6 +231,14 @@ def read_bandwidth(nbytes=1 << 30, repeats=5):
     return a.nbytes / best
 
 
+def best_read_rate(probe, nbytes, seconds):
+    """The read rate of the roofline, bytes/s: the best measured in the run, i.e. the probe's `probe` (bytes/s) or
+    the fastest one-token forward's own `nbytes / seconds` if that read faster (a model that fits in cache; a GEMV
+    over large matrices, which streams faster than the probe's two-thread sum on some machines), so that no
+    kernel sits above 1.0 of the roofline (issue 11; bench.verify_cost, bench.speedup)."""
+    return max(probe, nbytes / seconds)
+
+
 def gemm_peak(n=2048, repeats=5):
     """float32 GEMM throughput in FLOP/s: the best of `repeats` products of two `[n, n]` matrices."""
     rng = np.random.default_rng(0)

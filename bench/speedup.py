@@ -128,7 +128,7 @@ def ar_row(shape, model, threads, speeds, bandwidth):
     decoder's own rate if one read faster, so that no decoder sits above 1.0 of it)."""
     nbytes = models.matrix_bytes(model)
     name, best = fastest(speeds)
-    bandwidth = max(bandwidth, best * nbytes)
+    bandwidth = common.best_read_rate(bandwidth, nbytes, 1 / best)
     return {"model": f"random:{shape}", "threads": threads, "weight_MB": nbytes / 1e6,
             "npspec_tok_s": speeds[model.kernel], "kernel": model.kernel,
             **{f"{k.replace('-', '_')}_tok_s": v for k, v in speeds.items()},

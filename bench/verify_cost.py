@@ -5,8 +5,8 @@ one cached forward over M = 1..16 new tokens after a `--context`-token prefix, a
 v(M) = t(M) / t(1). Next to it the roofline measured in the same run: t_roof(M) = max(weight
 bytes / read bandwidth, FLOPs(M) / GEMM peak), the best a forward could do if it streamed the
 weights once at full bandwidth and computed at full GEMM speed; the read bandwidth is the best
-measured (best_read_rate: the probe, or the fastest forward's own rate), so no kernel sits above it. Speculative decoding pays only
-where v(gamma + 1) stays well below gamma + 1.
+measured (common.best_read_rate: the probe, or the fastest forward's own rate), so no kernel sits
+above it. Speculative decoding pays only where v(gamma + 1) stays well below gamma + 1.
 Layouts: "column-major", as every npspec Model stores its block matrices (so each column panel
 is contiguous), timed with every kernel; "row-major", the matrices as in the file, timed with
 "gemv-rows" and "gemm" on a row-major copy of the parameters (bench.models.row_major), through
@@ -99,7 +99,7 @@ def measure(model_names, threads, kernels, ms, repeats, context, quick=False):
             models.release()
         for n in threads:
             t_ar = min(v[1] for v in t[n].values())  # the fastest one-token forward
-            bw, peak = best_read_rate(roof[n][0], nbytes, t_ar), roof[n][1]
+            bw, peak = common.best_read_rate(roof[n][0], nbytes, t_ar), roof[n][1]
             t_roof = {m: max(nbytes / bw, models.matmul_flops(model, m, context) / peak) for m in ms}
             for (layout, k), ts in t[n].items():
                 common_cols = {"model": name, "threads": n, "layout": layout, "kernel": k,
@@ -114,14 +114,6 @@ def measure(model_names, threads, kernels, ms, repeats, context, quick=False):
         del model
         models.release()
     return rows, summary, roof
-
-
-def best_read_rate(probe, nbytes, seconds):
-    """The read rate of the roofline, bytes/s: the best measured in the run, i.e. the probe's `probe` (bytes/s) or
-    the fastest one-token forward's own `nbytes / seconds` if that read faster (a model that fits in cache; a GEMV
-    over large matrices, which streams faster than the probe's two-thread sum on some machines), so that no
-    kernel sits above 1.0 of the roofline (issue 11)."""
-    return max(probe, nbytes / seconds)
 
 
 def plot(rows, path):

@@ -173,8 +173,8 @@ def test_verify_cost_smoke(tmp_path):
 
 
 def test_best_read_rate_takes_the_faster_reading():
-    assert verify_cost.best_read_rate(10e9, 1e9, 0.2) == 10e9  # the forward read 5 GB/s: the probe's rate
-    assert verify_cost.best_read_rate(10e9, 4e9, 0.2) == 20e9  # the forward read 20 GB/s: its own rate
+    assert common.best_read_rate(10e9, 1e9, 0.2) == 10e9  # the forward read 5 GB/s: the probe's rate
+    assert common.best_read_rate(10e9, 4e9, 0.2) == 20e9  # the forward read 20 GB/s: its own rate
 
 
 def test_verify_cost_refuses_an_unknown_kernel(tmp_path):
