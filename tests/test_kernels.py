@@ -130,9 +130,11 @@ def test_gemm_blocks_cuts_rows_into_even_blocks_within_the_limit_and_never_uses_
 
 
 def fake_blas(breaks_at, row=0):
-    """np.matmul, except that row `row` of every product of `breaks_at` or more rows is off by one unit in the last place."""
+    """A product that never calls the real BLAS (so the probe's tests do not depend on this CPU's): each row is
+    reduced on its own by NumPy's elementwise multiply and sum, so its bits never depend on the other rows, except
+    that row `row` of every product of `breaks_at` or more rows is off by one unit in the last place."""
     def matmul(x, w):
-        y = np.matmul(x, w)
+        y = np.stack([(xi[:, None] * w).sum(axis=0) for xi in x])  # [m, d_in] x [d_in, width] -> [m, width]
         if x.shape[0] >= breaks_at:
             y[row] = np.nextafter(y[row], np.inf)
         return y
