@@ -13,8 +13,8 @@ Three tables:
   * ngram_cost: the lookup's share of a round on the shipped target at its n_ctx, and the cost per
     round of the index against a plain scan at n_ctx 1024.
 "speedup" divides by the fastest plain (AR) decoding of the same target, prompts and options over
-every kernel npspec has (npspec.kernels.KERNELS), measured in the same run; "vs_target_ar" by the
-target's own AR path (its kernel, sources.ROLE_KERNELS["target"]). Median over timed runs after a warm-up.
+every kernel npspec has (npspec.registry's, compiled-lanes with the fast extra), measured in the same run;
+"vs_target_ar" by the target's own AR path (its kernel, as npspec.sources.role_kernel chose it). Median over timed runs after a warm-up.
 """
 
 import sys
@@ -23,8 +23,7 @@ import time
 import numpy as np
 
 from npspec.drafters import ModelDrafter, NgramDrafter, ngram_scan
-from npspec.kernels import KERNELS
-from npspec.sources import ROLE_KERNELS
+from npspec.registry import REGISTRY, names
 from npspec.speculative import Stats, speculative_generate
 
 from . import common, models
@@ -57,7 +56,7 @@ def decode(target, make_drafter, prompts, new_tokens, gamma, schedule="constant"
 def fastest_ar(target, prompts, new_tokens, repeats, threads, **warp):
     """Plain decoding with every kernel: returns ({kernel: median tokens/s}, the target's own kernel's Generations)."""
     speeds, own = {}, None
-    for kernel in KERNELS:
+    for kernel in (k for k in names(codes=False) if REGISTRY[k].available()):
         speeds[kernel], gens = timed(decode(target.with_kernel(kernel, threads), None, prompts, new_tokens, 0, **warp),
                                      repeats)
         if kernel == target.kernel:
@@ -65,7 +64,7 @@ def fastest_ar(target, prompts, new_tokens, repeats, threads, **warp):
     return speeds, own
 
 
-def row(table, name, gamma, schedule, speed, gens, ar, ar_gens, greedy, **extra):
+def row(table, name, gamma, schedule, speed, gens, ar, ar_gens, greedy, own_kernel, **extra):
     """One result row: acceptance in npspec's and vLLM's terms, speed against the fastest and the target's own AR."""
     s = pooled(gens)
     drafts = s.rounds - (s.proposal_lengths[0] if s.proposal_lengths else 0)
@@ -75,7 +74,7 @@ def row(table, name, gamma, schedule, speed, gens, ar, ar_gens, greedy, **extra)
            "tokens_per_round": s.tokens_per_round,
            "no_proposal_share": (s.proposal_lengths[0] / s.rounds) if s.proposal_lengths else 0.0,
            "tok_s": speed, "fastest_ar_kernel": best, "fastest_ar_tok_s": ar[best], "speedup": speed / ar[best],
-           "vs_target_ar": speed / ar[ROLE_KERNELS["target"]],
+           "vs_target_ar": speed / ar[own_kernel],
            "identical": ([g.ids for g in gens] == [g.ids for g in ar_gens]) if greedy else ""}
     common.log(f"{table} {name} gamma {gamma} {schedule}: {speed:.1f} tok/s, {out['speedup']:.2f}x fastest AR, "
                f"alpha {s.alpha:.3f}, mean acceptance length {out['mean_acceptance_length']:.2f}")
@@ -107,7 +106,7 @@ def shipped_rows(n_prompts, new_tokens, repeats, threads):
                          for p in P_MINS]
             for name, make, schedule, extra in runs:
                 speed, gens = timed(decode(target, make, prompts, new_tokens, 4, schedule, **warp), repeats)
-                rows.append(row("shipped", name, 4, schedule, speed, gens, ar, ar_gens, greedy, prompts=kind,
+                rows.append(row("shipped", name, 4, schedule, speed, gens, ar, ar_gens, greedy, target.kernel, prompts=kind,
                                 temperature=temperature, p_min=extra.get("p_min", ""), threads=threads))
     return rows
 
@@ -129,7 +128,7 @@ def controlled_rows(new_tokens, a_values, gammas, repeats, threads, target_shape
                 for name, make in (("ngram", lookup), (f"model {draft_shape}", steered)):
                     speed, gens = timed(decode(target, make, [prompt], new_tokens, gamma, schedule, temperature=0),
                                         repeats)
-                    rows.append(row("controlled", name, gamma, schedule, speed, gens, ar, ar_gens, True,
+                    rows.append(row("controlled", name, gamma, schedule, speed, gens, ar, ar_gens, True, target.kernel,
                                     target=f"random:{target_shape}", a=a, threads=threads))
     target = draft = None  # free the large models before the next command's
     models.release()

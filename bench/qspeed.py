@@ -40,7 +40,8 @@ import numpy as np
 from npspec.evaluate import predicted_speedup
 from npspec.files import tensor_shapes
 from npspec.gpt2 import attention, gpt2
-from npspec.kernels import block_linears, make_kernel
+from npspec.kernels import block_linears
+from npspec.registry import kernel as registry_kernel
 from npspec.qkernels import QPANEL_BYTES, QuantizedMatrix, dequant_panels, panel_gemv
 from npspec.quantize import parse_scheme, quantize_tensor, weight_bytes
 from npspec.quantized import quantize_model
@@ -183,7 +184,7 @@ def measure(name, n, repeats, context, betas, bandwidth):
     panel_rows += [{"model": name, "matrix": "mlp.c_fc", **r} for r in method_rows(model, repeats)]
     t = {}
     for k in FLOAT_KERNELS:
-        linear = make_kernel(k, n)
+        linear = registry_kernel(k).build(n)
         t[k] = time_forward(model, 1, repeats, context,
                             lambda ids, cache: gpt2(ids, model.params, model.config, cache, linear, attention))
         common.log(f"{name} float32 {k}: t(1) {1e3 * t[k]:.1f} ms")

@@ -6,7 +6,7 @@ Rows (all greedy, temperature 0, so the output must be token-identical to AR dec
     gpt2-large/gpt2, gpt2/distilgpt2) with CONTROLLED ACCEPTANCE (npspec/simulate.py): the
     real draft forward runs, but each draft token is the target's greedy token with
     probability a; gamma = 1, 2, 3, 4, 8 with a = 0.5, 0.7, 0.9 for the first pair, a = 0.7 for the others.
-Targets and drafts decode with the kernels npspec.load gives their roles (npspec.sources.ROLE_KERNELS),
+Targets and drafts decode with the kernels npspec.load gives their roles (npspec.sources.role_kernel),
 both with the run's thread count. Each speed is the median over runs after a warm-up run; every
 speedup divides by the FASTEST plain decoding of the target measured in the same run (ar_speeds:
 every kernel plain decoding can use, and bench/minimal.py's decoder). Next to
@@ -27,6 +27,7 @@ import time
 import numpy as np
 
 from npspec.evaluate import predicted_speedup
+from npspec.registry import REGISTRY
 from npspec.sources import SHAPES
 from npspec.speculative import Stats, speculative_generate
 
@@ -38,7 +39,8 @@ from .verify_cost import time_forward
 FULL_PAIRS = [("gpt2-large", "distilgpt2"), ("gpt2-medium", "distilgpt2"), ("gpt2-large", "gpt2"),
               ("gpt2", "distilgpt2")]
 QUICK_PAIRS = [("gpt2", "distilgpt2")]
-AR_KERNELS = ("gemm-blocks", "gemv-panels", "gemv-rows", "gemm")  # every kernel plain decoding can use
+AR_KERNELS = tuple(k for k in ("compiled-lanes", "gemm-blocks", "gemv-panels", "gemv-rows", "gemm")
+                   if REGISTRY[k].available())  # every kernel plain decoding can use (compiled-lanes: the fast extra)
 POOLED = ("new_tokens", "rounds", "accepted", "rejected", "seconds", "seconds_draft", "seconds_verify")
 
 

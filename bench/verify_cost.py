@@ -26,12 +26,13 @@ import numpy as np
 
 from npspec.gpt2 import attention, attention_masked, gpt2
 from npspec.blas import BlasThreads
-from npspec.kernels import INVARIANT_KERNELS, KERNELS, blas_thread_count, make_kernel
+from npspec.registry import REGISTRY, names
 
 from . import common, models
 
 FULL_MODELS = ["shipped:target", "random:distilgpt2", "random:gpt2", "random:gpt2-medium", "random:gpt2-large"]
 QUICK_MODELS = ["shipped:target", "random:distilgpt2"]
+KERNELS = tuple(k for k in names(codes=False) if REGISTRY[k].available())  # compiled-lanes: with the fast extra
 LAYOUT_KERNELS = {"row-major": ("gemv-rows", "gemm"), "column-major": KERNELS}  # timed first: row-major
 
 
@@ -60,9 +61,10 @@ def kernel_forward(params, config, kernel, threads):
     Per-row attention if the kernel is invariant, masked attention otherwise (as Model.forward
     and Model.prefill pair them); BLAS with one thread under a panel kernel, else `threads` (as Model.forward).
     """
-    linear = make_kernel(kernel, threads)
-    attend = attention if kernel in INVARIANT_KERNELS else attention_masked
-    blas, blas_threads = BlasThreads(), blas_thread_count(kernel, threads)
+    spec = REGISTRY[kernel]
+    linear = spec.build(threads)
+    attend = attention if spec.invariant else attention_masked
+    blas, blas_threads = BlasThreads(), spec.blas_threads(threads)
 
     def forward(ids, cache):
         with blas.limit(blas_threads):
@@ -103,7 +105,7 @@ def measure(model_names, threads, kernels, ms, repeats, context, quick=False):
             t_roof = {m: max(nbytes / bw, models.matmul_flops(model, m, context) / peak) for m in ms}
             for (layout, k), ts in t[n].items():
                 common_cols = {"model": name, "threads": n, "layout": layout, "kernel": k,
-                               "invariant": k in INVARIANT_KERNELS}
+                               "invariant": REGISTRY[k].invariant}
                 for m in ms:
                     rows.append({**common_cols, "M": m, "seconds": ts[m], "v": ts[m] / ts[1], "vs_ar": ts[m] / t_ar,
                                  "roofline_seconds": t_roof[m], "roofline_v": t_roof[m] / t_roof[1]})
@@ -148,7 +150,7 @@ def plot(rows, path):
 
 
 def kernel_names(text):
-    """Kernel names from "gemv-rows,gemm": a list of npspec.kernels.KERNELS; else argparse.ArgumentTypeError."""
+    """Kernel names from "gemv-rows,gemm": a list of KERNELS (npspec.registry's, installed); else argparse.ArgumentTypeError."""
     names = text.split(",")
     bad = [k for k in names if k not in KERNELS]
     if bad:

@@ -43,7 +43,8 @@ from tokenizers import Tokenizer
 
 from .gpt2 import GPT2Config
 from .kernels import block_linears, column_major, fortran_copy
-from .model import DEFAULT_KERNEL, Model
+from .model import Model
+from .registry import STATIC_DEFAULT
 from .progress import bar
 
 try:
@@ -570,7 +571,7 @@ def rewrite_format_1(path, params, config, metadata, lock=None):
                  "(stored in the forward's layout, so later loads need no relayout)")
 
 
-def load_model(path, kernel=DEFAULT_KERNEL, threads=1, progress=None, note=None, lock=None):
+def load_model(path, kernel=STATIC_DEFAULT, threads=1, progress=None, note=None, lock=None):
     """Load a converted model directory (see module docstring) into a `Model` decoding with `kernel` and `threads`.
 
     Format 2: reads each tensor once, straight into the array, in the layout the forward uses:

@@ -27,11 +27,11 @@ from pathlib import Path
 
 import numpy as np
 
-from .drafters import DynamicTreeDrafter, ModelDrafter, NgramDrafter, TreeDrafter, check_ngram_sizes, check_p_min
+from .drafters import DraftModelCache, DynamicTreeDrafter, ModelDrafter, NgramDrafter, TreeDrafter, check_ngram_sizes, check_p_min
 from .files import CheckpointError
 from . import picture
-from .kernels import KERNELS, PLAIN_KERNELS
-from .qkernels import QKERNELS
+from .choice import MODES
+from .registry import names as kernel_names, plain_baselines
 from .simulate import ControlledDraft
 from .progress import show_progress, terminal_bars
 from .sources import HUB_NAMES, SHIPPED_PAIR, load, shipped_dir
@@ -94,19 +94,26 @@ def build_parser(prog=PROG):
                     help="threads of each forward: the panel kernels' own workers, or BLAS's for gemm and gemv-rows "
                          "(default: $NPSPEC_NUM_THREADS, else the CPUs this process may use); results never "
                          "depend on it")
-    ap.add_argument("--target-kernel", choices=KERNELS, default=None,
-                    help="the target's product (default gemm-blocks: batch invariant, the cheapest verify)")
-    ap.add_argument("--draft-kernel", choices=KERNELS + QKERNELS, default=None,
-                    help="the draft's product (default gemv-panels: a one-token product on npspec's own threads; "
-                         "dequant-panels keeps a quantized draft's int8 codes, npspec.qkernels)")
+    ap.add_argument("--target-kernel", choices=kernel_names(cli=True, codes=False), default=None,
+                    help="the target's product (default: the fastest batch-invariant one on this machine: "
+                         "compiled-lanes with the fast extra, else gemm-blocks or gemv-panels as --kernel-probe "
+                         "measured; npspec.registry)")
+    ap.add_argument("--draft-kernel", choices=kernel_names(cli=True), default=None,
+                    help="the draft's product (default: compiled-lanes with the fast extra, else gemv-panels: a "
+                         "one-token product on npspec's own threads; dequant-panels keeps a quantized draft's int8 "
+                         "codes, npspec.qkernels)")
+    ap.add_argument("--kernel-probe", choices=MODES, default="cached",
+                    help="how the default kernels are chosen (npspec.choice): cached (measured once per machine "
+                         "and model shape, kept in npspec's cache), refresh (measure again), bypass (measure, cache "
+                         "nothing), off (no measurement: the first candidate) (default cached)")
     ap.add_argument("--json", action="store_true", help="print one JSON object: text, ids, stats")
     ap.add_argument("--trace", action="store_true",
                     help="with --json: add a record per round (drafted ids, accepted count, corrected or bonus id)")
     ap.add_argument("--html", metavar="FILE", default=None,
                     help="also write a page showing each round (drafts, accepted or not, p, q, u, times)")
     ap.add_argument("--compare", action="store_true",
-                    help="then run plain decoding with the same options (with the target's kernel, gemv-rows and "
-                         "gemm) and print the speeds and the speedup over the fastest")
+                    help="then run plain decoding with the same options (with the target's kernel, compiled-lanes "
+                         "when installed, gemv-rows and gemm) and print the speeds and the speedup over the fastest")
     ap.add_argument("--simulate-acceptance", type=float, default=None, metavar="A",
                     help="SIMULATION for timing random-weight drafts: run the draft's forwards for their cost but make "
                          "each proposal the target's greedy token with probability A (needs --temperature 0 and a "
@@ -309,7 +316,7 @@ def make_drafter(args, target, threads, progress=None):
         return NgramDrafter(target.config.n_vocab, target.config.eos_token_id,
                             1 if args.ngram_min is None else args.ngram_min, 4 if args.ngram_max is None else args.ngram_max)
     draft = load(args.draft, "draft", kernel=args.draft_kernel, threads=threads, progress=progress,
-                 target=args.target)
+                 target=args.target, probe=args.kernel_probe)
     if args.tree:
         return TreeDrafter(draft, args.tree, args.tree_kind)
     if args.tree_budget is not None:
@@ -328,7 +335,8 @@ def run(args, out=sys.stdout, err=sys.stderr, stdin=None):
         raise ValueError(f"--seed must be >= 0, got {args.seed}")
     threads = thread_count(args.threads, note=lambda message: print(f"npspec.generate: note: {message}", file=err))
     progress = terminal_bars if show_progress(args.quiet or args.json, err, os.environ) else None
-    target = load(args.target, "target", kernel=args.target_kernel, threads=threads, progress=progress)
+    target = load(args.target, "target", kernel=args.target_kernel, threads=threads, progress=progress,
+                  probe=args.kernel_probe)
     if args.gamma > 0 and not drafting(args):
         print(f"npspec.generate: note: no --draft for the target {args.target}, so it decodes plainly (the shipped "
               "draft is the shipped target's); add --draft SPEC or --draft ngram to decode speculatively", file=err)
@@ -336,6 +344,7 @@ def run(args, out=sys.stdout, err=sys.stderr, stdin=None):
     gamma = args.gamma if draft is not None else 0
     if draft is not None:
         check_pair(target, draft)
+    kernels = kernels_used(target, draft)
     prompt = read_prompt(args.prompt, prompt_byte_limit(target.tokenizer, target.config.n_ctx), stdin)
     ids = encode_prompt(target.tokenizer, prompt, target.config.eos_token_id)
     check_prompt(ids, context_size(target, draft), target.config.n_vocab)
@@ -376,14 +385,15 @@ def run(args, out=sys.stdout, err=sys.stderr, stdin=None):
     plain = {}
     if args.compare and not interrupted:  # the same prompt, options and seed, with the target alone
         try:
-            for kernel in dict.fromkeys([target.kernel, *PLAIN_KERNELS]):
+            for kernel in plain_baselines(target.kernel):
                 plain[kernel] = speculative_generate(target.with_kernel(kernel), None, ids, args.max_new_tokens,
                                                      gamma=0, temperature=args.temperature, top_k=args.top_k,
                                                      top_p=args.top_p, rng=np.random.default_rng(args.seed))
         except GenerationInterrupted:
             interrupted, plain = True, {}
     if args.json:
-        obj = {"text": target.tokenizer.decode(gen.ids), "ids": gen.ids, "stats": gen.stats.as_dict()}
+        obj = {"text": target.tokenizer.decode(gen.ids), "ids": gen.ids,
+               "stats": {**gen.stats.as_dict(), **kernels}}
         if args.trace:
             obj["trace"] = gen.trace
         if plain:
@@ -418,6 +428,13 @@ def simulated(drafter, target, ids, args, err):
           f"probability {a:g} (the draft's forwards still run, for their cost)", file=err)
     steered = ControlledDraft(drafter.model, list(ids) + reference.ids, a, np.random.default_rng(args.seed))
     return ModelDrafter(steered, p_min=args.draft_p_min)
+
+
+def kernels_used(target, drafter):
+    """{"target_kernel", "draft_kernel"}: the products the two models decode with (draft None: no draft model).
+    Called before --simulate-acceptance wraps the draft model."""
+    draft = drafter.model.kernel if isinstance(drafter, DraftModelCache) else None
+    return {"target_kernel": target.kernel, "draft_kernel": draft}
 
 
 def comparison(spec, plain, kernel, greedy):

@@ -2,8 +2,9 @@
 
 Imports numpy and the standard library only. A kernel is a callable
 `linear(x, w, b=None)`: `[n, d_in], [d_in, d_out], [d_out] -> [n, d_out]` float32 (b=None: no
-bias, as for the tied head). `make_kernel(name, threads)` builds one; the worker threads of a
-panel kernel belong to that object (Workers; no module state).
+bias, as for the tied head). npspec.registry names them, says which are invariant and builds them
+(`registry.kernel(name).build(threads)`); the worker threads of a panel kernel belong to that
+object (Workers; no module state). The compiled kernel "compiled-lanes" lives in npspec.compiled.
 
 The batch-invariance contract (Thinking Machines Lab, "Defeating Nondeterminism in LLM
 Inference", He 2025): a kernel is INVARIANT when row i of its result is bit-identical to its
@@ -17,7 +18,7 @@ order must therefore be fixed by the matrix shape alone, never by how many rows 
     limit, wherever the row sits and whatever the other rows hold: a property of the BLAS, which
     the kernel probes once per panel shape (`same_bits_rows`) and never exceeds (more rows are
     cut into blocks). A one-token forward reads the weights once, as a GEMV does, and so does a
-    verify of up to the limit (16 on OpenBLAS here): the cheapest verify (the target's default).
+    verify of up to the limit (16 on OpenBLAS with SkylakeX kernels, 3 with Haswell kernels on AMD Zen 3).
   * "gemm" (`gemm`): one BLAS GEMM. Fastest for a long prompt (prefill). NOT invariant:
     OpenBLAS picks a different kernel for each n, so a row's bits depend on n.
   * "gemv-rows" (`gemv_rows`): one vector-matrix product (BLAS GEMV) per row, in one stacked
@@ -30,7 +31,8 @@ order must therefore be fixed by the matrix shape alone, never by how many rows 
     it. Invariant, but its bits differ from "gemv-rows" (each GEMV runs over a narrower
     matrix): a model keeps one kernel for all its decoding forwards.
   * "gemm-panels" (`gemm_panels`): one GEMM per panel, stacked. NOT invariant; measured by the
-    bench for comparison.
+    bench for comparison (npspec generate does not offer it).
+Which invariant kernel is cheapest depends on the machine's BLAS; npspec.choice measures it for a model's shapes.
 bench/verify_cost measures each for n = 1..16; bench/results/README.md says what they cost.
 """
 
@@ -156,7 +158,7 @@ class PanelKernel:
     more (numpy releases the GIL in its products); 1 runs everything on the calling thread. The
     `threads - 1` workers are this object's own (Workers). Every panel's product is the same
     call whatever the thread count, so the bits never depend on `threads`
-    (tests/test_kernels.py). Raises ValueError for a bad thread count.
+    (tests/test_kernels_panels.py). Raises ValueError for a bad thread count.
     """
 
     name = ""
@@ -295,35 +297,6 @@ def gemm_panels(x, w, b=None):  # [n, d_in], [d_in, d_out], [d_out] -> [n, d_out
         return gemm(x, w, b)
     y = np.matmul(x[None], panels(w, width)).transpose(1, 0, 2).reshape(n, d_out)  # [P, n, width] -> [n, d_out]
     return y if b is None else y + b
-
-
-KERNELS = ("gemm-blocks", "gemv-panels", "gemv-rows", "gemm", "gemm-panels")
-INVARIANT_KERNELS = ("gemm-blocks", "gemv-panels", "gemv-rows")  # row i of the result never depends on the other rows
-
-
-PANEL_KERNELS = {"gemm-blocks": GemmBlocks, "gemv-panels": GemvPanels}
-PLAIN_KERNELS = ("gemv-rows", "gemm")  # BLAS-threaded plain decodings, either may be the fastest (bench/results/speedup_ar.md): --compare's baselines
-
-
-def blas_thread_count(name, threads):
-    """The BLAS threads a decoding forward with kernel `name` and `threads` runs (npspec.blas): 1 under a panel
-    kernel, whose own workers share the work out, else `threads` (BLAS threads the product itself)."""
-    return 1 if name in PANEL_KERNELS else threads
-
-
-def make_kernel(name, threads=1):
-    """The `linear` callable of kernel `name` (one of KERNELS), with `threads` workers for "gemv-panels".
-
-    threads only changes how "gemv-panels" shares out work (the other kernels run BLAS, whose
-    threads threadpoolctl or OPENBLAS_NUM_THREADS control). Raises ValueError for an unknown
-    name or a bad thread count.
-    """
-    if name not in KERNELS:
-        raise ValueError(f"unknown kernel {name!r}; pick one of {', '.join(KERNELS)}")
-    if name in PANEL_KERNELS:
-        return PANEL_KERNELS[name](threads)
-    check_threads(threads)
-    return {"gemv-rows": gemv_rows, "gemm": gemm, "gemm-panels": gemm_panels}[name]
 
 
 def block_linears(params):

@@ -1,16 +1,16 @@
 """A GPT-2 ready to run: its config, parameters, tokenizer, origin, and the kernel its forwards use.
 
-Imports npspec.gpt2 (the math), npspec.kernels and npspec.qkernels (the products); no I/O. `Model` is THE one
-place a kernel is chosen: an explicit constructor argument that `repr(model)` shows, changed
-only by `with_kernel`, which returns a new Model over the same weights.
+Imports npspec.gpt2 (the math), npspec.kernels (the column-major layout), npspec.qkernels (int8 codes) and
+npspec.registry (the kernels by name); no I/O. `Model` is THE one place a kernel is held: an explicit constructor
+argument that `repr(model)` shows, changed only by `with_kernel`, which returns a new Model over the same weights.
+Which kernel a role decodes with by default is npspec.registry's and npspec.choice's business (npspec.sources.load).
 """
 
 from .blas import BlasThreads
 from .gpt2 import KVCache, attention, attention_masked, gpt2, gpt2_tree
-from .kernels import INVARIANT_KERNELS, blas_thread_count, column_major, gemm, make_kernel
-from .qkernels import QKERNELS, dequant_gemm, holds_codes, make_qkernel
-
-DEFAULT_KERNEL = "gemm-blocks"
+from .kernels import column_major
+from .qkernels import holds_codes
+from .registry import STATIC_DEFAULT, kernel as registry_kernel, names
 
 
 class Model:
@@ -18,24 +18,24 @@ class Model:
     (a tokenizers.Tokenizer, or None), `source` (where it came from, for messages), `metadata`
     (the converted file's header, `{}` for an in-memory model).
 
-    kernel: the product of every decoding forward, one of kernels.KERNELS or qkernels.QKERNELS
-    (default "gemm-blocks", batch invariant with the cheapest verify; see npspec.sources.load for
-    the draft's). A tree whose block matrices are int8 codes (qkernels.QuantizedMatrix,
-    npspec.quantized with kernel "dequant-panels") runs with "dequant-panels" only, and its
-    prefill dequantizes too (qkernels.dequant_gemm).
+    kernel: the product of every decoding forward, a name of npspec.registry (default registry.STATIC_DEFAULT;
+    npspec.sources.load picks each role's by measurement). A tree whose block matrices are int8 codes
+    (qkernels.QuantizedMatrix, npspec.quantized with kernel "dequant-panels") runs with a kernel that reads codes
+    only, and its prefill dequantizes too (the Kernel's `prefill`).
     threads: the threads a forward uses (a positive int): the panel kernels' ("gemm-blocks",
     "gemv-panels") own workers, BLAS then running one thread inside them, or BLAS's threads for
     the other kernels and for every prefill (npspec.blas: `blas_threads` is the count BLAS gets
     in a decoding forward). Results never depend on it.
     blas: an npspec.blas.BlasThreads to share (default: a new one).
+    note: None, or a function given one-line messages while the kernel is built (a compiled kernel's compile time).
     The block matrices are stored column-major (kernels.column_major), in place, one matrix at
     a time, whatever the kernel: every kernel reads that layout, so changing the kernel never
     copies the weights. Raises ValueError for an unknown kernel, a bad thread count, or int8
-    codes with a kernel that cannot read them.
+    codes with a kernel that cannot read them, a kernel whose extra is not installed.
     """
 
-    def __init__(self, config, params, tokenizer=None, source="", kernel=DEFAULT_KERNEL, threads=1, metadata=None,
-                 blas=None):
+    def __init__(self, config, params, tokenizer=None, source="", kernel=STATIC_DEFAULT, threads=1, metadata=None,
+                 blas=None, note=None):
         self.config = config
         self.params = column_major(params)
         self.tokenizer = tokenizer
@@ -43,27 +43,28 @@ class Model:
         self.metadata = dict(metadata or {})
         self.kernel = kernel
         self.threads = threads
-        if holds_codes(self.params) and kernel not in QKERNELS:
+        self.spec = registry_kernel(kernel)
+        if holds_codes(self.params) and not self.spec.reads_codes:
             raise ValueError(f"this model holds int8 codes (npspec.qkernels.QuantizedMatrix): kernel {kernel!r} cannot "
-                             f"read them; use {' or '.join(QKERNELS)}")
-        self.linear = make_qkernel(kernel, threads) if kernel in QKERNELS else make_kernel(kernel, threads)
+                             f"read them; use {' or '.join(names(codes=True))}")
+        self.linear = self.spec.build(threads, note)
         self.blas = blas or BlasThreads()
-        self.blas_threads = blas_thread_count(kernel, threads)
+        self.blas_threads = self.spec.blas_threads(threads)
 
     def __repr__(self):
         c = self.config
         return (f"Model(source={self.source!r}, n_layer={c.n_layer}, n_embd={c.n_embd}, n_vocab={c.n_vocab}, "
                 f"kernel={self.kernel!r}, threads={self.threads})")
 
-    def with_kernel(self, kernel, threads=None):
+    def with_kernel(self, kernel, threads=None, note=None):
         """The same model (same weight arrays, no copy) decoding with `kernel` and `threads` (default: this model's)."""
         return Model(self.config, self.params, self.tokenizer, self.source, kernel,
-                     self.threads if threads is None else threads, self.metadata, self.blas)
+                     self.threads if threads is None else threads, self.metadata, self.blas, note)
 
     @property
     def invariant(self):
-        """True if the kernel is batch invariant (kernels.INVARIANT_KERNELS, qkernels.QKERNELS): a verify forward's rows then equal one-token forwards, bit for bit."""
-        return self.kernel in INVARIANT_KERNELS + QKERNELS
+        """True if the kernel is batch invariant (registry.Kernel.invariant): a verify forward's rows then equal one-token forwards, bit for bit."""
+        return self.spec.invariant
 
     def new_cache(self):
         """An empty KVCache sized for this model."""
@@ -94,9 +95,8 @@ class Model:
         only where its rows need not match one-token forwards (a prefill both decoders share).
         With a quantized kernel, one GEMM per dequantized panel (qkernels.dequant_gemm).
         """
-        linear = dequant_gemm if self.kernel in QKERNELS else gemm
         with self.blas.limit(self.threads):
-            return gpt2(ids, self.params, self.config, cache, linear, attention_masked)
+            return gpt2(ids, self.params, self.config, cache, self.spec.prefill, attention_masked)
 
     @property
     def n_params(self):

@@ -30,10 +30,9 @@ float32 target's fastest one-token forward (bench/results/README.md, issue 14).
 
 import numpy as np
 
-from .kernels import block_linears, check_threads, gemm, gemv_rows
+from .kernels import block_linears, gemm, gemv_rows
 
 QPANEL_BYTES = 1 << 20  # float32 bytes of one dequantized panel: of 160 KiB to 2 MiB, the fastest for 3 of gpt2-large's 4 shapes (bench/results/quantized_speed_panels.md)
-QKERNELS = ("dequant-panels",)
 
 
 def qpanel_width(d_in, d_out, panel_bytes=QPANEL_BYTES):
@@ -143,16 +142,6 @@ def dequant_gemm(x, w, b=None):  # [n, d_in], [d_in, d_out], [d_out] -> [n, d_ou
         return gemm(x, w, b)
     y = panel_products(x, w, np.matmul)
     return y if b is None else y + b
-
-
-def make_qkernel(name, threads=1):
-    """The `linear` callable of a quantized kernel `name` (one of QKERNELS). threads: a positive int, checked and
-    unused (the kernel runs on the calling thread; bench/qspeed.py says why). Raises ValueError for another name or
-    a bad thread count."""
-    check_threads(threads)
-    if name not in QKERNELS:
-        raise ValueError(f"unknown quantized kernel {name!r}; pick one of {', '.join(QKERNELS)}")
-    return dequant_panels
 
 
 def holds_codes(params):

@@ -39,8 +39,9 @@ from .files import (TOKENIZER_FILE, WEIGHTS_FILE, CheckpointError, atomic_write,
                     oneline, params_tree, read_header, reading, tensor_shapes)
 from .gpt2 import attention_masked, gpt2
 from .kernels import gemm
-from .model import DEFAULT_KERNEL, Model
-from .qkernels import QKERNELS, QuantizedMatrix, holds_codes
+from .model import Model
+from .registry import STATIC_DEFAULT, kernel as registry_kernel
+from .qkernels import QuantizedMatrix, holds_codes
 from .quantize import (LINEAR_SUFFIXES, Quantized, awq_round_trip, awq_search, dequantize_tensors, input_axis,
                        parse_scheme, quantize_tensors, quantized_names)
 
@@ -63,8 +64,9 @@ def flat_tensors(params, config):
 
 def quantized_model(config, tensors, quantized, scheme, tokenizer, source, kernel, threads, metadata):
     """The Model that `quantized` ({name: Quantized}) and the float32 rest of `tensors` stand for: dequantized,
-    or, with a kernel of npspec.qkernels.QKERNELS and an int scheme, block matrices kept as QuantizedMatrix codes."""
-    codes = kernel in QKERNELS and scheme.kind == "int"
+    or, with a kernel that reads codes (registry.Kernel.reads_codes) and an int scheme, block matrices kept as
+    QuantizedMatrix codes."""
+    codes = registry_kernel(kernel).reads_codes and scheme.kind == "int"
     kept = {n: q for n, q in quantized.items() if codes and n.endswith(LINEAR_SUFFIXES)}
     full = dequantize_tensors(tensors, {n: q for n, q in quantized.items() if n not in kept}, scheme)
     full.update({n: QuantizedMatrix.from_codes(q.codes, q.scales) for n, q in kept.items()})
@@ -185,7 +187,7 @@ def is_quantized(path):
         return False
 
 
-def load_quantized(path, kernel=DEFAULT_KERNEL, threads=1):
+def load_quantized(path, kernel=STATIC_DEFAULT, threads=1):
     """Load a quantized converted directory into a Model (dequantized float32 weights) decoding with `kernel`, `threads`.
 
     Raises CheckpointError, one line naming the problem and the fix: an unknown scheme or

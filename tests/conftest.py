@@ -1,7 +1,8 @@
 """What the tests share: the tiny models, the shipped pair, and the one subprocess runner.
 
-Models here decode with the kernels the shipped models use: a target with "gemv-panels", a
-draft with "gemv-rows" (npspec.sources.ROLE_KERNELS). The one scripted-uniforms double is
+Tiny models decode with NumPy kernels fixed here (TINY_KERNELS: a target with "gemm-blocks", a draft with
+"gemv-panels"), whatever is installed; the shipped pair loads with each role's first candidate, unmeasured
+(probe "off": "compiled-lanes" with the fast extra, else "gemm-blocks" / "gemv-panels"; npspec.registry). The one scripted-uniforms double is
 npspec.testing.ScriptedRng; the one enumeration oracle is npspec.testing.
 """
 
@@ -20,13 +21,15 @@ from npspec.files import params_tree
 from npspec.gpt2 import GPT2Config
 from npspec.init import init_tensors
 from npspec.model import Model
-from npspec.sources import ROLE_KERNELS, load
+from npspec.registry import REGISTRY
+from npspec.sources import load
 
 settings.register_profile("npspec", deadline=None, print_blob=True)
 settings.load_profile("npspec")
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = ROOT / "weights" / "shakespeare"
+TINY_KERNELS = {"target": "gemm-blocks", "draft": "gemv-panels"}
 
 
 def tiny_model(seed=0, role="target", **shape):
@@ -39,7 +42,19 @@ def tiny_model(seed=0, role="target", **shape):
     tensors = init_tensors(config, seed)
     tensors = {k: v * np.float32(5) if k.endswith("weight") and ".ln" not in k and "ln_f" not in k else v
                for k, v in tensors.items()}
-    return Model(config, params_tree(tensors, config), None, "tiny", ROLE_KERNELS[role])
+    return Model(config, params_tree(tensors, config), None, "tiny", TINY_KERNELS[role])
+
+
+def installed(kernels):
+    """pytest params of the kernel names, those whose extra is not installed skipped with the reason."""
+    return [pytest.param(k, marks=pytest.mark.skipif(not REGISTRY[k].available(),
+                                                     reason=f"{k} needs the {REGISTRY[k].extra!r} extra (numba)"))
+            for k in kernels]
+
+
+def make(name, threads=1):
+    """The registry's kernel `name` built with `threads`."""
+    return REGISTRY[name].build(threads)
 
 
 def run_python(*argv, stdin=None, env=None, cwd=ROOT, timeout=600, text=True):
@@ -65,7 +80,7 @@ def tiny():
 
 @pytest.fixture(scope="session")
 def shipped():
-    return load(None, "target"), load(None, "draft")
+    return load(None, "target", probe="off"), load(None, "draft", probe="off")
 
 
 @pytest.fixture(scope="session")

@@ -14,6 +14,7 @@ from bench.controlled import ControlledDraft, ControlledLookup
 from bench.report import (END, README, START, drafter_targets, newest, provenance, rewrite, section, shown,
                           speedup_model_check, verify_curves)
 from npspec.evaluate import expected_acceptance, predicted_speedup, validation_loss
+from npspec.registry import plain_baselines
 from npspec.speculative import speculative_generate
 
 from conftest import run_python, tiny_model
@@ -331,10 +332,10 @@ def test_generate_compare_prints_both_speeds_and_the_ratio():
     spec, plain, ratio = (float(w.rstrip("x,")) for w in line.split() if w[0].isdigit())
     assert abs(ratio - spec / plain) < 0.01 * ratio + 0.006  # the printed ratio is the printed speeds' ratio
     r = run_python("-m", "npspec.generate", "--compare", "--json", "--max-new-tokens", "6")
-    c = json.loads(r.stdout)["compare"]
+    c, stats = json.loads(r.stdout)["compare"], json.loads(r.stdout)["stats"]
     assert c["same_ids"] is None and c["speedup"] == c["speculative_tokens_per_s"] / c["plain_tokens_per_s"]
     by_kernel = c["plain_by_kernel_tokens_per_s"]
-    assert set(by_kernel) == {"gemm-blocks", "gemv-rows", "gemm"}  # the target's own kernel and BLAS's GEMV and GEMM
+    assert set(by_kernel) == set(plain_baselines(stats["target_kernel"]))  # its own, compiled-lanes, BLAS's GEMV, GEMM
     assert c["plain_tokens_per_s"] == max(by_kernel.values()) == by_kernel[c["plain_kernel"]]  # the fastest
 
 

@@ -14,7 +14,9 @@ import os
 import pytest
 
 from npspec.generate import cpu_count, prompt_byte_limit, read_prompt, summary, thread_count
-from npspec.kernels import INVARIANT_KERNELS, KERNELS
+from npspec.registry import REGISTRY, names
+
+from conftest import installed
 from npspec.sources import load
 from npspec.speculative import Stats
 
@@ -155,16 +157,19 @@ def test_a_thread_variable_above_the_cpus_is_capped_with_a_note():
     assert r.returncode == 0 and "npspec.generate: note: NPSPEC_NUM_THREADS=1000 is more than the " in r.stderr
 
 
-@pytest.mark.parametrize("target_kernel", INVARIANT_KERNELS)
+CLI_KERNELS = [k for k in names(cli=True, codes=False) if REGISTRY[k].available()]
+
+
+@pytest.mark.parametrize("target_kernel", installed([k for k in names(cli=True, codes=False) if REGISTRY[k].invariant]))
 def test_invariant_target_kernels_give_greedy_decodings_output(target_kernel):
     # with a batch-invariant target, greedy speculative output is the target's own greedy output,
     # whichever product the draft uses
     plain = greedy_ids("--gamma", "0", "--target-kernel", target_kernel)
-    for draft_kernel in KERNELS:
+    for draft_kernel in CLI_KERNELS:
         assert greedy_ids("--target-kernel", target_kernel, "--draft-kernel", draft_kernel) == plain, draft_kernel
 
 
-@pytest.mark.parametrize("kernel", sorted(set(KERNELS) - set(INVARIANT_KERNELS)))
+@pytest.mark.parametrize("kernel", [k for k in names(cli=True) if not REGISTRY[k].invariant])
 def test_other_target_kernels_run(kernel):
     ids = greedy_ids("--target-kernel", kernel)
     assert len(ids) == 24 and all(0 <= i < 2048 for i in ids)
@@ -174,7 +179,8 @@ def test_an_unknown_kernel_is_a_usage_error():
     for option in ("--target-kernel", "--draft-kernel"):
         r = run_python(*GENERATE, option, "gemv")
         assert r.returncode == 2 and r.stdout == "" and "Traceback" not in r.stderr
-        assert f"argument {option}: invalid choice: 'gemv'" in r.stderr and all(k in r.stderr for k in KERNELS)
+        assert f"argument {option}: invalid choice: 'gemv'" in r.stderr and all(k in r.stderr for k in CLI_KERNELS)
+        assert "gemm-panels" not in r.stderr  # the bench's kernel
 
 
 # --- refusals ----------------------------------------------------------------------------------------

@@ -5,7 +5,8 @@ so its verify forward's gamma + 1 rows are the very logits of gamma + 1 one-toke
 is kept only where it equals the target's argmax. Checked for gamma 1..8 against gamma 0 (plain
 decoding with the target alone) on a tiny pair, on the shipped pair, on GPT-2's shapes with random
 weights, and on the command line; and the loop's own forwards are checked against one-token forwards.
-Targets use "gemm-blocks" and drafts "gemv-panels", the kernels the shipped models use (sources.ROLE_KERNELS).
+Tiny targets use "gemm-blocks" and drafts "gemv-panels" (conftest.TINY_KERNELS); the shipped pair each role's
+first candidate (npspec.registry.role_candidates: "compiled-lanes" where the fast extra is installed).
 """
 
 import json
@@ -14,11 +15,11 @@ import numpy as np
 import pytest
 
 from npspec.evaluate import fixed_prompts
-from npspec.kernels import KERNELS
+from npspec.registry import names, role_candidates
 from npspec.sources import random_model
 from npspec.speculative import speculative_generate
 
-from conftest import run_python, tiny_model
+from conftest import installed, run_python, tiny_model
 
 GAMMAS = range(1, 9)
 
@@ -137,7 +138,8 @@ def shipped_plain():
 @pytest.mark.parametrize("gamma", GAMMAS)
 def test_greedy_identity_on_the_shipped_pair(shipped, val_ids, shipped_plain, gamma):
     target, draft = shipped
-    assert (target.kernel, draft.kernel) == ("gemm-blocks", "gemv-panels") and target.invariant
+    assert (target.kernel, draft.kernel) == (role_candidates("target")[0], role_candidates("draft")[0])
+    assert target.invariant
     for prompt in fixed_prompts(val_ids, n=3, length=24):
         plain = greedy_identity(target, draft, [prompt], 40, [gamma], shipped_plain)
         assert plain.stats.new_tokens == 40 and plain.stats.stop_reason == "max_new_tokens"  # so every round counts
@@ -145,7 +147,7 @@ def test_greedy_identity_on_the_shipped_pair(shipped, val_ids, shipped_plain, ga
     greedy_identity(target, draft, prompts, 24, [gamma], shipped_plain)
 
 
-@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("kernel", installed(names(codes=False)))
 def test_the_drafts_kernel_does_not_change_greedy_output(shipped, kernel):
     target, draft = shipped
     prompt = target.tokenizer.encode("ROMEO:").ids

@@ -1,12 +1,12 @@
-"""The products (npspec.kernels), the batch-invariance contract, and the Model that owns its kernel.
+"""The products (npspec.kernels, and npspec.compiled where numba is installed) and the batch-invariance contract.
 
 The contract: for an INVARIANT kernel, row i of an M-row product, and so of an M-row forward, is
 bit-identical to the one-row result, whatever the other rows are. That is what makes greedy
 speculative decoding emit exactly greedy decoding's tokens (tests/test_greedy_identity.py).
+tests/test_kernels_model.py checks the registry, the Model that owns its kernel, the layout and the threads;
+tests/test_compiled.py the compiled kernel's own contract (M up to 16, threads 1, 2, 3, 7).
 """
 
-import copy
-import threading
 from dataclasses import replace
 
 import numpy as np
@@ -14,16 +14,18 @@ import pytest
 
 from npspec.files import params_tree
 from npspec.init import init_tensors
-from npspec.kernels import (BLOCK_ROWS, INVARIANT_KERNELS, KERNELS, PANEL_BYTES, SPLIT_BYTES, WHOLE_BYTES, GemmBlocks,
-                            GemvPanels, Workers,
-                            block_linears, check_threads, column_major, fortran_copy, gemm, gemm_panels, gemv_rows,
-                            make_kernel, panel_width, panels, same_bits_rows)
-from npspec.model import Model, leaves
+from npspec.kernels import (BLOCK_ROWS, PANEL_BYTES, SPLIT_BYTES, WHOLE_BYTES, GemmBlocks, GemvPanels, gemm,
+                            gemm_panels, panel_width, panels, same_bits_rows)
+from npspec.model import Model
+from npspec.registry import REGISTRY, invariant_names, names
 from npspec.sources import SHAPES, random_model
 
-from conftest import tiny_model
+from conftest import installed, make, tiny_model
 
 M_MAX = 9  # a verify forward feeds gamma + 1 rows; gamma goes up to 8
+
+KERNELS = installed(names(codes=False))  # dequant-panels has its own tests (tests/test_qkernels.py)
+INVARIANT = installed([k for k in invariant_names() if not REGISTRY[k].reads_codes])
 
 
 def matrix(d_in, d_out, order="C", seed=0):
@@ -43,7 +45,7 @@ SHAPES_GPT2 = [(768, 2304), (768, 768), (768, 3072), (3072, 768)]
 @pytest.mark.parametrize("order", ["C", "F"])
 @pytest.mark.parametrize("d_in, d_out", SHAPES_SMALL + SHAPES_GPT2[:1])
 def test_every_kernel_computes_x_at_w_plus_b(name, order, d_in, d_out):
-    kernel = make_kernel(name)
+    kernel = make(name)
     w = matrix(d_in, d_out, order)
     b = np.random.default_rng(1).normal(0, 1, d_out).astype(np.float32)
     for n in (1, 3, M_MAX):
@@ -74,11 +76,11 @@ def test_panels_fit_and_are_contiguous_views_of_a_column_major_matrix():
 
 # ---- the contract, product by product ----
 
-@pytest.mark.parametrize("name", INVARIANT_KERNELS)
+@pytest.mark.parametrize("name", INVARIANT)
 @pytest.mark.parametrize("order", ["C", "F"])
 @pytest.mark.parametrize("d_in, d_out", SHAPES_SMALL + SHAPES_GPT2)
 def test_invariant_kernels_rows_are_one_row_products(name, order, d_in, d_out):
-    kernel = make_kernel(name)
+    kernel = make(name)
     w, b = matrix(d_in, d_out, order), matrix(1, d_out, seed=3)[0]
     x = matrix(M_MAX, d_in, seed=4)
     single = np.concatenate([kernel(x[i : i + 1], w, b) for i in range(M_MAX)])
@@ -211,7 +213,7 @@ TINY_SHAPES = {
 }
 
 
-@pytest.mark.parametrize("kernel", INVARIANT_KERNELS)
+@pytest.mark.parametrize("kernel", INVARIANT)
 @pytest.mark.parametrize("shape", list(TINY_SHAPES))
 def test_invariant_forward_rows_are_one_token_forwards(shape, kernel):
     model = tiny_model(seed=5, **TINY_SHAPES[shape]).with_kernel(kernel)
@@ -226,7 +228,7 @@ def gpt2_shape():
     return Model(config, params_tree(init_tensors(config, seed=0), config), None, "gpt2-3-layers")
 
 
-@pytest.mark.parametrize("kernel", INVARIANT_KERNELS)
+@pytest.mark.parametrize("kernel", INVARIANT)
 def test_invariant_forward_rows_on_the_gpt2_shape(gpt2_shape, kernel):
     check_rows(gpt2_shape.with_kernel(kernel), n_past=9)
 
@@ -246,166 +248,7 @@ def test_panel_kernel_threads_do_not_change_a_bit_of_a_forward(gpt2_shape, kerne
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kernel", INVARIANT_KERNELS)
+@pytest.mark.parametrize("kernel", INVARIANT)
 @pytest.mark.parametrize("shape", ["gpt2", "distilgpt2"])
 def test_invariant_forward_rows_on_full_gpt2_shapes(shape, kernel):
     check_rows(random_model(shape, kernel=kernel), n_past=11)
-
-
-# ---- choosing a kernel ----
-
-@pytest.mark.parametrize("name", KERNELS)
-def test_every_kernel_gives_the_prefills_logits(tiny, name):
-    ids = np.arange(1, 9)
-    ref = tiny.prefill(ids, tiny.new_cache())
-    m = tiny.with_kernel(name)
-    assert m.invariant == (name in INVARIANT_KERNELS)
-    out = m.forward(ids, m.new_cache())
-    np.testing.assert_allclose(out, ref, rtol=0, atol=1e-5 * np.abs(ref).max())
-
-
-def test_make_kernel_builds_each_named_product():
-    assert (make_kernel("gemv-rows"), make_kernel("gemm"), make_kernel("gemm-panels")) == (gemv_rows, gemm, gemm_panels)
-    k = make_kernel("gemv-panels", threads=3)
-    assert isinstance(k, GemvPanels) and k.threads == 3 and k.name == "gemv-panels"
-    assert repr(k) == "GemvPanels(threads=3)"
-    assert set(INVARIANT_KERNELS) < set(KERNELS) and KERNELS[0] == "gemm-blocks" == Model.__init__.__defaults__[2]
-
-
-@pytest.mark.parametrize("name", ["fast", "panels", "rows", "GEMM", ""])
-def test_make_kernel_refuses_unknown_names(tiny, name):
-    message = f"unknown kernel {name!r}; pick one of gemm-blocks, gemv-panels, gemv-rows, gemm, gemm-panels"
-    with pytest.raises(ValueError, match=message):
-        make_kernel(name)
-    with pytest.raises(ValueError, match=message):
-        tiny.with_kernel(name)
-
-
-@pytest.mark.parametrize("bad", [0, -1, 1.5, True, "2", None])
-def test_bad_thread_counts_are_refused(tiny, bad):
-    message = f"the thread count must be a positive integer, got {bad!r}"
-    refusals = [check_threads, GemvPanels, lambda t: Model(tiny.config, tiny.params, threads=t),
-                *(lambda t, k=k: make_kernel(k, t) for k in KERNELS)]
-    if bad is not None:  # with_kernel(threads=None) keeps the model's count
-        refusals.append(lambda t: tiny.with_kernel("gemv-panels", threads=t))
-    for refuse in refusals:
-        with pytest.raises(ValueError, match=message):
-            refuse(bad)
-    assert tiny.threads == 1
-
-
-def test_check_threads_takes_numpy_integers():
-    assert check_threads(np.int64(3)) == 3 and type(check_threads(np.int64(3))) is int
-
-
-def test_model_repr_shows_the_kernel(tiny):
-    assert repr(tiny) == "Model(source='tiny', n_layer=2, n_embd=16, n_vocab=67, kernel='gemm-blocks', threads=1)"
-    assert "kernel='gemm', threads=2)" in repr(tiny.with_kernel("gemm", threads=2))
-    assert "kernel='gemv-panels', threads=1)" in repr(tiny_model(role="draft"))
-
-
-def test_with_kernel_shares_the_arrays(tiny):
-    other = tiny.with_kernel("gemv-rows")
-    assert other is not tiny and other.kernel == "gemv-rows" and tiny.kernel == "gemm-blocks"
-    assert other.threads == tiny.threads and tiny.with_kernel("gemv-panels", threads=2).threads == 2
-    assert (other.config, other.tokenizer, other.source, other.metadata) == (tiny.config, None, "tiny", {})
-    pairs = list(zip(leaves(tiny.params), leaves(other.params), strict=True))
-    assert all(a is b for a, b in pairs)  # no copy of any weight
-    assert other.linear is gemv_rows and isinstance(tiny.linear, GemmBlocks)
-
-
-def test_column_major_keeps_values_in_place(tiny):
-    c = tiny.config
-    params = params_tree(init_tensors(c, seed=3), c)  # C-order, as read from a file
-    before = copy.deepcopy(params)
-    untouched = [params["wte"], params["wpe"], params["h"][0]["ln_1"]["g"], params["h"][1]["mlp"]["c_fc"]["b"]]
-    assert column_major(params) is params
-    for w, w0 in zip(block_linears(params), block_linears(before), strict=True):
-        assert w["w"].flags.f_contiguous and w["w"].shape == w0["w"].shape and np.array_equal(w["w"], w0["w"])
-    assert all(a is b for a, b in zip(untouched, [params["wte"], params["wpe"], params["h"][0]["ln_1"]["g"],
-                                                  params["h"][1]["mlp"]["c_fc"]["b"]]))
-    first = params["h"][0]["attn"]["c_attn"]["w"]
-    assert column_major(params)["h"][0]["attn"]["c_attn"]["w"] is first  # already column-major: not copied
-
-
-@pytest.mark.parametrize("shape", [(2, 3), (5, 3), (128, 7), (129, 300), (300, 129), (2 * 128 + 1, 64)])
-def test_fortran_copy_is_a_column_major_copy_across_strips(shape):
-    w = np.random.default_rng(0).standard_normal(shape, dtype=np.float32)  # a partial strip where 128 does not divide
-    f = fortran_copy(w)
-    assert f.flags.f_contiguous and f.dtype == w.dtype and np.array_equal(f, w) and not np.shares_memory(f, w)
-    assert fortran_copy(f) is f  # already column-major: no copy
-    strided = np.arange(2 * shape[0] * shape[1], dtype=np.float64).reshape(2 * shape[0], shape[1])[::2]
-    assert np.array_equal(fortran_copy(strided), strided) and fortran_copy(strided).flags.f_contiguous
-
-
-def test_block_linears_walks_each_blocks_four_products_in_order(tiny):
-    d, n_layer = tiny.config.n_embd, tiny.config.n_layer
-    shapes = [lin["w"].shape for lin in block_linears(tiny.params)]
-    assert shapes == [(d, 3 * d), (d, d), (d, 4 * d), (4 * d, d)] * n_layer
-
-
-def test_models_store_block_matrices_column_major(shipped, tiny):
-    c = tiny.config
-    params = params_tree(init_tensors(c, seed=3), c)
-    assert Model(c, params).params is params  # in place
-    for model in (Model(c, params), tiny, *shipped):
-        assert all(lin["w"].flags.f_contiguous for lin in block_linears(model.params))
-
-
-# ---- the worker threads and BLAS's ----
-
-def test_workers_run_every_job_and_raise_a_job_s_error_in_the_caller():
-    w, seen = Workers(2), []
-    w.run([lambda: seen.append(0), lambda: seen.append(1), lambda: seen.append(2)])
-    assert sorted(seen) == [0, 1, 2] and {t.name for t in w.threads} == {"npspec-0", "npspec-1"}
-
-    def boom():
-        raise ZeroDivisionError("in a worker")
-    with pytest.raises(ZeroDivisionError, match="in a worker"):
-        w.run([lambda: None, boom])
-    w.run([lambda: seen.append(3), lambda: seen.append(4)])  # still usable, nothing left over
-    assert sorted(seen) == [0, 1, 2, 3, 4] and w.errors == [None, None]
-
-    def interrupt():
-        raise KeyboardInterrupt
-    with pytest.raises(KeyboardInterrupt):  # the caller's own error wins; the worker's is not kept for later
-        w.run([interrupt, boom])
-    w.run([lambda: seen.append(5), lambda: seen.append(6)])
-    assert sorted(seen) == [0, 1, 2, 3, 4, 5, 6]
-
-
-def test_an_interrupted_run_waits_for_its_workers_before_raising():
-    """Ctrl-C in the caller's share of a product: run raises only once every worker is done, so no worker is left
-    writing into a product the next run reads."""
-    w, gate, order = Workers(1), threading.Event(), []
-
-    def slow():
-        gate.wait(5)
-        order.append("worker done")
-
-    def caller():
-        threading.Timer(0.05, gate.set).start()
-        raise KeyboardInterrupt
-    with pytest.raises(KeyboardInterrupt):
-        w.run([caller, slow])
-    order.append("raised")
-    w.run([lambda: order.append("next"), lambda: order.append("next")])
-    assert order == ["worker done", "raised", "next", "next"] and w.busy == [False]
-
-
-@pytest.mark.parametrize("kernel, blas", [("gemm-blocks", 1), ("gemv-panels", 1), ("gemv-rows", 3), ("gemm", 3)])
-def test_a_forward_runs_blas_with_one_thread_under_a_panel_kernel_and_with_threads_otherwise(tiny, kernel, blas):
-    threadpoolctl = pytest.importorskip("threadpoolctl")
-    if not threadpoolctl.threadpool_info():
-        pytest.skip("no BLAS that threadpoolctl knows")
-    m, seen = tiny.with_kernel(kernel, threads=3), []
-    product = m.linear
-
-    def spy(x, w, b=None):
-        seen.append({i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"})
-        return product(x, w, b)
-    m.linear = spy
-    before = [i["num_threads"] for i in threadpoolctl.threadpool_info()]
-    m.forward(np.arange(3), m.new_cache())
-    assert seen and all(s == {blas} for s in seen)
-    assert [i["num_threads"] for i in threadpoolctl.threadpool_info()] == before  # put back

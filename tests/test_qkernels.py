@@ -9,7 +9,8 @@ import pytest
 
 from npspec.files import CheckpointError
 from npspec.model import Model
-from npspec.qkernels import QuantizedMatrix, dequant_gemm, dequant_panels, holds_codes, make_qkernel, qpanel_width
+from npspec.qkernels import QuantizedMatrix, dequant_gemm, dequant_panels, holds_codes, qpanel_width
+from npspec.registry import kernel
 from npspec.quantize import dequantize_tensor, parse_scheme, quantize_tensor
 from npspec.quantized import load_quantized, quantize_model, save_quantized
 from npspec.sources import load
@@ -81,10 +82,8 @@ def test_bad_calls_get_one_line_errors():
     m = QuantizedMatrix.from_codes(np.ones((8, 4), np.int8), np.ones((1, 4), np.float32))
     with pytest.raises(ValueError, match=r"x must be \[n, 8\] to multiply a quantized \[8, 4\] matrix, got \[2, 7\]"):
         dequant_panels(np.ones((2, 7), np.float32), m)
-    with pytest.raises(ValueError, match="unknown quantized kernel 'gemv-rows'"):
-        make_qkernel("gemv-rows")
     with pytest.raises(ValueError, match="thread count must be a positive integer"):
-        make_qkernel("dequant-panels", 0)
+        kernel("dequant-panels").build(0)
 
 
 def test_a_model_keeps_codes_only_with_the_dequantizing_kernel():

@@ -19,23 +19,23 @@ quantized, the self-speculative draft: `--draft int4-g64:self`. A directory writ
 npspec.quantized.save_quantized loads like any converted directory.
 
 Submodules: `names` (the one registry of names), `cache` (the conversion cache and the hub),
-`shipped` (the files npspec ships). Imports npspec.files, npspec.init, npspec.model,
-npspec.quantize, npspec.quantized and those.
+`shipped` (the files npspec ships). Imports npspec.choice (a role's kernel), npspec.files, npspec.init,
+npspec.model, npspec.quantize, npspec.quantized, npspec.registry and those.
 """
 
 import re
 from pathlib import Path
 
+from ..choice import CACHE_FILE, choose
 from ..files import CheckpointError, load_model, params_tree
 from ..init import init_tensors
 from ..model import Model
 from ..quantize import parse_scheme
 from ..quantized import is_quantized, load_quantized, quantize_model
+from ..registry import ROLES, STATIC_DEFAULT
 from . import cache
 from .names import HUB_NAMES, SHAPES
 from .shipped import SHIPPED_PAIR, gpt2_tokenizer, shipped_dir
-
-ROLE_KERNELS = {"target": "gemm-blocks", "draft": "gemv-panels"}  # see load
 
 
 def cache_root(cache_dir=None):
@@ -76,17 +76,20 @@ def resolve(spec, cache_dir=None, progress=None):
         + ", ".join(SHAPES) + "), not a hub name (" + ", ".join(HUB_NAMES) + ") nor org/name")
 
 
-def load(spec=None, role="target", cache_dir=None, kernel=None, threads=1, progress=None, target=None):
+def load(spec=None, role="target", cache_dir=None, kernel=None, threads=1, progress=None, target=None,
+         probe="cached"):
     """Load a model from a SPEC (see the module docstring); None loads the shipped `role`.
 
-    role: "target" or "draft": the shipped model used when spec is None, and the default kernel
-    (ROLE_KERNELS). A target decodes with "gemm-blocks" (batch invariant, the cheapest verify of
-    gamma + 1 rows), a draft with "gemv-panels" (a one-token product on npspec's own threads, so
-    that no BLAS thread spins on the cores the target's workers need: npspec.blas;
-    bench/results/README.md). Which kernel the draft uses
-    never changes the output: every q gives exactly the target's law, and greedy output is the
+    role: "target" or "draft": the shipped model used when spec is None, and the default kernel: the fastest
+    of the role's candidates on this machine for this model's shapes and `threads` (npspec.choice.choose over
+    registry.role_candidates: "compiled-lanes" when the `fast` extra is installed, else "gemm-blocks" or
+    "gemv-panels" for a target, "gemv-panels" for a draft; all batch invariant, all on npspec's own threads, so
+    that no BLAS thread spins on the cores the other model's workers need: npspec.blas). Which kernel the
+    draft uses never changes the output: every q gives exactly the target's law, and greedy output is the
     target's argmax sequence (notes/derivation.md).
-    kernel: one of kernels.KERNELS, overriding the role's. threads: the kernel's worker threads.
+    kernel: a name of npspec.registry, overriding the role's (no probe). threads: the kernel's worker threads.
+    probe: how the choice uses its cache, one of choice.MODES ("cached": measured once per machine, kept in
+    the cache directory's choices.json; "refresh", "bypass", "off": the role's first candidate, unmeasured).
     cache_dir: npspec's conversion cache (default: $NPSPEC_CACHE, else ~/.cache/npspec).
     progress: None (the default: nothing shown) or a bar factory such as npspec.progress.terminal_bars,
     for building, converting and loading.
@@ -95,9 +98,20 @@ def load(spec=None, role="target", cache_dir=None, kernel=None, threads=1, progr
     Returns a Model. Raises CheckpointError with the fix (a bad quantization scheme included),
     ValueError for another role, kernel or thread count.
     """
-    if role not in ROLE_KERNELS:
+    if role not in ROLES:
         raise ValueError(f"role must be 'target' or 'draft', got {role!r}")
-    return _load(spec, role, cache_dir, kernel or ROLE_KERNELS[role], threads, progress, target)
+    model = _load(spec, role, cache_dir, kernel or STATIC_DEFAULT, threads, progress, target)
+    if kernel is not None:
+        return model
+    chosen = role_kernel(model, role, threads, cache_dir, probe)
+    return model if chosen == model.kernel else model.with_kernel(chosen, note=cache.note)
+
+
+def role_kernel(model, role, threads, cache_dir=None, probe="cached"):
+    """The kernel name `role` decodes `model` with by default: npspec.choice.choose over the role's candidates, for
+    the model's shapes and `threads`, cached in the cache directory's choices.json as `probe` says (see load).
+    Raises ValueError for a bad role or probe mode."""
+    return choose(role, model.params, threads, cache_root(cache_dir) / CACHE_FILE, probe, note=cache.note)
 
 
 def split_quantized(spec):
@@ -150,7 +164,7 @@ def _load(spec, role, cache_dir, kernel, threads, progress, target):
         raise
 
 
-def random_model(shape, seed=0, tokenizer=None, kernel=ROLE_KERNELS["target"], threads=1):
+def random_model(shape, seed=0, tokenizer=None, kernel=STATIC_DEFAULT, threads=1):
     """An in-memory Model with the exact shapes of `shape` (a name of names.SHAPES) and GPT-2's random init.
 
     tokenizer: a tokenizers.Tokenizer (default: GPT-2's, shipped in weights/gpt2/).

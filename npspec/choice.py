@@ -1,0 +1,158 @@
+"""Which kernel a role decodes with: the fastest of its candidates, measured on this machine, cached per machine.
+
+Imports npspec.blas, npspec.kernels and npspec.registry; filelock, threadpoolctl. Which invariant NumPy kernel is
+fastest depends on the BLAS: OpenBLAS' few-row GEMM over GPT-2's block matrices costs about a GEMV on the Intel
+machine of bench/results/earlier/ (so "gemm-blocks" verifies cheapest there) and about 3x a GEMV with its Haswell
+kernels on AMD Zen 2 and 3 (so "gemv-panels" does; issue 24). So npspec never hard-codes the choice: `choose` times
+each candidate of a role (registry.role_candidates) on the model's own first block (its four matrices, with the
+rows the role multiplies: ROLE_ROWS) and the thread count, and keeps the fastest (the sum of its best-of-REPEATS
+times). A single candidate is not timed.
+
+The result is cached in npspec's cache directory (`choices.json` there: one JSON object, written whole to a
+temporary file and renamed over the old one, under a filelock, so a crash or a concurrent run never leaves it half
+written), keyed by everything the timing depends on (`machine_key`): the CPU model, the BLAS libraries numpy loaded
+(threadpoolctl: library, version, kernel set), the numpy version, the role, the candidates, the shapes and the
+thread count. `mode` (the CLI's --kernel-probe) says how the cache is used:
+  * "cached" (the default): use the cached choice, else measure and store it;
+  * "refresh": measure again and store it (after a BLAS or CPU change threadpoolctl cannot see);
+  * "bypass": measure, neither read nor write the cache (a read-only cache directory needs nothing else);
+  * "off": no measurement: the role's first candidate (registry.role_candidates; reproducible runs and tests).
+"""
+
+import json
+import os
+import platform
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from filelock import FileLock
+from threadpoolctl import threadpool_info
+
+from .blas import BlasThreads
+from .kernels import block_linears
+from .registry import kernel as registry_kernel, role_candidates
+
+MODES = ("cached", "refresh", "bypass", "off")
+ROLE_ROWS = {"target": (1, 4), "draft": (1,)}  # rows timed: a target verifies gamma + 1 (4 at gamma 3) and decodes 1
+REPEATS = 3  # best of this many timed runs per (kernel, rows), after one untimed run (the first use probes/compiles)
+CACHE_FILE = "choices.json"
+
+
+def cpu_model():
+    """The CPU's model name (/proc/cpuinfo on Linux, else platform's), e.g. "AMD EPYC 7B13"."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def blas_key():
+    """The BLAS libraries numpy loaded, as threadpoolctl sees them: [library, version, kernel set] each."""
+    return [[i.get("internal_api"), i.get("version"), i.get("architecture")] for i in threadpool_info()
+            if i.get("user_api") == "blas"]
+
+
+def machine_key(role, candidates, shapes, threads):
+    """The cache key of a choice (module docstring): a JSON string."""
+    return json.dumps({"cpu": cpu_model(), "blas": blas_key(), "numpy": np.__version__, "role": role,
+                       "candidates": list(candidates), "shapes": [list(s) for s in shapes], "threads": threads},
+                      sort_keys=True)
+
+
+def probe_matrices(params):
+    """The matrices a choice is timed on: the first block's four (attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj)."""
+    return [lin["w"] for lin in block_linears({"h": params["h"][:1]})]
+
+
+def time_products(name, threads, matrices, rows, repeats=REPEATS, clock=time.perf_counter, blas=None):
+    """Seconds of kernel `name` with `threads` multiplying `rows` random rows by each of `matrices`, best of
+    `repeats` (after one untimed run), with BLAS's threads as a Model's decoding forward sets them."""
+    linear = registry_kernel(name).build(threads)
+    rng = np.random.default_rng(0)
+    xs = [rng.standard_normal((rows, w.shape[0]), dtype=np.float32) for w in matrices]
+    blas = blas or BlasThreads()
+    best = float("inf")
+    with blas.limit(registry_kernel(name).blas_threads(threads)):
+        for i in range(repeats + 1):
+            start = clock()
+            for x, w in zip(xs, matrices):
+                linear(x, w)
+            if i:
+                best = min(best, clock() - start)
+    return best
+
+
+def measure_all(candidates, threads, matrices, rows, measure=time_products):
+    """{kernel: summed best seconds over `rows`} for each candidate, the row counts interleaved (kernel inner) so
+    that a change in the machine's load hits every kernel alike. measure(name, threads, matrices, m) -> seconds."""
+    seconds = {name: 0.0 for name in candidates}
+    for m in rows:
+        for name in candidates:
+            seconds[name] += measure(name, threads, matrices, m)
+    return seconds
+
+
+def choose(role, params, threads, path=None, mode="cached", measure=time_products, candidates=None, note=None):
+    """The kernel name `role` ("target" or "draft") decodes with for the model whose parameter tree is `params`.
+
+    path: the cache file (None: nothing cached, as "bypass"). mode: one of MODES (module docstring).
+    measure: time_products' signature (a parameter so that tests can fake the timings: then no BLAS runs and no clock
+    is read). candidates: default registry.role_candidates(role). note: None, or a function given one line when a
+    measurement runs. Returns the name. Raises ValueError for a bad role or mode.
+    """
+    if mode not in MODES:
+        raise ValueError(f"the kernel probe mode must be one of {', '.join(MODES)}, got {mode!r}")
+    candidates = tuple(role_candidates(role) if candidates is None else candidates)
+    if len(candidates) == 1 or mode == "off":
+        return candidates[0]
+    matrices = probe_matrices(params)
+    key = machine_key(role, candidates, [w.shape for w in matrices], threads)
+    use_cache = path is not None and mode != "bypass"
+    if use_cache and mode == "cached":
+        hit = read_choices(path).get(key)
+        if hit is not None and hit.get("kernel") in candidates:
+            return hit["kernel"]
+    if note is not None:
+        note(f"timing the {role}'s kernels {', '.join(candidates)} on this machine (once; --kernel-probe refresh "
+             "times them again)")
+    seconds = measure_all(candidates, threads, matrices, ROLE_ROWS[role], measure)
+    best = min(candidates, key=lambda name: seconds[name])  # ties: the first candidate
+    if use_cache:
+        store_choice(path, key, {"kernel": best, "seconds": seconds, "rows": list(ROLE_ROWS[role])})
+    return best
+
+
+def read_choices(path):
+    """The cached choices {key: record} in `path` ({} if it is missing or unreadable: it is then measured again)."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def store_choice(path, key, record):
+    """Add `record` under `key` to the cache file `path`: under its filelock, the whole file rewritten to a temporary
+    file and renamed over it. A cache that cannot be written is skipped (the choice is measured again next run)."""
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(path) + ".lock", timeout=60):
+            data = read_choices(path)
+            data[key] = record
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+            try:
+                with os.fdopen(fd, "w") as f:
+                    json.dump(data, f, indent=1, sort_keys=True)
+                os.replace(tmp, path)
+            except BaseException:
+                os.unlink(tmp)
+                raise
+    except OSError:
+        return False
+    return True
