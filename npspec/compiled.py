@@ -60,7 +60,10 @@ NAME = "compiled-lanes"
 def available(find_spec=None):
     """True if numba can be imported (the `fast` extra is installed); nothing is imported to find out.
     find_spec: importlib.util.find_spec (a parameter so that tests can pretend numba is missing)."""
-    return (find_spec or importlib.util.find_spec)("numba") is not None
+    try:
+        return (find_spec or importlib.util.find_spec)("numba") is not None
+    except ValueError:  # sys.modules["numba"] is None: imports of numba are blocked
+        return False
 
 
 def rows4(x0, x1, x2, x3, wn, a0, a1, a2, a3, d_in):  # 4 rows [d_in], a column [d_in] -> lanes a0..a3 [LANES]

@@ -1,0 +1,133 @@
+"""How a role's kernel is chosen (npspec.choice): by measurement, with FAKED timings here, cached per machine.
+
+The faked `measure` never calls BLAS nor reads a clock: it returns the seconds a machine of each kind would show,
+so the tests do not depend on the CPU that runs them.
+"""
+
+import json
+import threading
+
+import numpy as np
+import pytest
+
+from npspec import choice
+from npspec.sources import load
+
+from conftest import tiny_model
+
+NUMPY_TARGET = ("gemm-blocks", "gemv-panels")
+
+
+def fake_machine(gemm_rows_cost, calls=None):
+    """A measure(name, threads, matrices, rows) for a machine where a GEMV over the matrices takes 1 s and a
+    few-row GEMM `gemm_rows_cost` s whatever its rows (gemm-blocks pays it even for one row: it pads to 2 rows);
+    gemv-panels pays one GEMV per row, a little under (the panels stay in cache for the next rows)."""
+    def measure(name, threads, matrices, rows):
+        if calls is not None:
+            calls.append((name, threads, tuple(w.shape for w in matrices), rows))
+        if name == "gemm-blocks":
+            return gemm_rows_cost
+        return 1.0 + 0.25 * (rows - 1)
+    return measure
+
+
+def test_the_probe_picks_the_gemv_kernel_where_few_row_gemms_are_slow(tiny):
+    # AMD Zen 2/3 with OpenBLAS' Haswell kernels: a 2-row GEMM costs ~3 GEMVs (issue 24)
+    assert choice.choose("target", tiny.params, 2, mode="bypass", measure=fake_machine(3.0),
+                         candidates=NUMPY_TARGET) == "gemv-panels"
+
+
+def test_the_probe_picks_the_gemm_kernel_where_few_row_gemms_are_fast(tiny):
+    # the Intel machine of bench/results/earlier/: a few-row GEMM costs about a GEMV
+    assert choice.choose("target", tiny.params, 2, mode="bypass", measure=fake_machine(1.05),
+                         candidates=NUMPY_TARGET) == "gemm-blocks"
+
+
+def test_the_probe_times_every_candidate_on_the_first_blocks_matrices_with_the_roles_rows(tiny):
+    calls = []
+    choice.choose("target", tiny.params, 3, mode="bypass", measure=fake_machine(1.0, calls), candidates=NUMPY_TARGET)
+    d = tiny.config.n_embd
+    shapes = ((d, 3 * d), (d, d), (d, 4 * d), (4 * d, d))
+    assert calls == [(k, 3, shapes, m) for m in choice.ROLE_ROWS["target"] for k in NUMPY_TARGET]  # interleaved
+    calls.clear()
+    choice.choose("draft", tiny.params, 1, mode="bypass", measure=fake_machine(1.0, calls), candidates=NUMPY_TARGET)
+    assert [c[3] for c in calls] == [1, 1]  # a draft multiplies one row
+
+
+def test_one_candidate_or_mode_off_measures_nothing(tiny):
+    def measure(*args):
+        raise AssertionError("measured")
+    assert choice.choose("draft", tiny.params, 1, mode="cached", measure=measure, candidates=("gemv-panels",)) \
+        == "gemv-panels"
+    assert choice.choose("target", tiny.params, 1, mode="off", measure=measure, candidates=NUMPY_TARGET) \
+        == "gemm-blocks"
+
+
+def test_the_choice_is_cached_per_machine_and_refreshed_or_bypassed_on_demand(tiny, tmp_path):
+    path, calls = tmp_path / "c" / choice.CACHE_FILE, []
+    slow_gemm, fast_gemm = fake_machine(3.0, calls), fake_machine(1.05, calls)
+    assert choice.choose("target", tiny.params, 2, path, "cached", slow_gemm, NUMPY_TARGET) == "gemv-panels"
+    n = len(calls)
+    assert n and path.is_file()
+    # cached: the stored choice, nothing measured (even if the machine would now answer otherwise)
+    assert choice.choose("target", tiny.params, 2, path, "cached", fast_gemm, NUMPY_TARGET) == "gemv-panels"
+    assert len(calls) == n
+    # bypass: measured, the cache neither read nor written
+    assert choice.choose("target", tiny.params, 2, path, "bypass", fast_gemm, NUMPY_TARGET) == "gemm-blocks"
+    assert len(calls) == 2 * n and choice.choose("target", tiny.params, 2, path, "cached", fast_gemm,
+                                                 NUMPY_TARGET) == "gemv-panels"
+    # refresh: measured again and stored
+    assert choice.choose("target", tiny.params, 2, path, "refresh", fast_gemm, NUMPY_TARGET) == "gemm-blocks"
+    assert choice.choose("target", tiny.params, 2, path, "cached", slow_gemm, NUMPY_TARGET) == "gemm-blocks"
+    # another thread count, shape or role is another key
+    assert choice.choose("target", tiny.params, 1, path, "cached", slow_gemm, NUMPY_TARGET) == "gemv-panels"
+    records = json.loads(path.read_text())
+    assert len(records) == 2 and all(r["kernel"] in NUMPY_TARGET and r["rows"] == [1, 4] for r in records.values())
+
+
+def test_the_key_names_the_cpu_the_blas_numpy_the_shapes_and_the_threads():
+    key = json.loads(choice.machine_key("target", NUMPY_TARGET, [(16, 48)], 2))
+    assert key["cpu"] == choice.cpu_model() and key["numpy"] == np.__version__ and key["blas"] == choice.blas_key()
+    assert (key["role"], key["candidates"], key["shapes"], key["threads"]) == ("target", list(NUMPY_TARGET), [[16, 48]], 2)
+
+
+def test_a_damaged_or_unwritable_cache_is_measured_again(tiny, tmp_path):
+    path = tmp_path / choice.CACHE_FILE
+    path.write_text("{not json")
+    assert choice.choose("target", tiny.params, 2, path, "cached", fake_machine(3.0), NUMPY_TARGET) == "gemv-panels"
+    assert json.loads(path.read_text())  # rewritten whole
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    assert choice.store_choice(blocked / choice.CACHE_FILE, "k", {"kernel": "gemm"}) is False  # no directory there
+
+
+def test_concurrent_stores_keep_every_record(tmp_path):
+    path = tmp_path / choice.CACHE_FILE
+    threads = [threading.Thread(target=choice.store_choice, args=(path, f"k{i}", {"kernel": "gemm"})) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(json.loads(path.read_text())) == [f"k{i}" for i in range(8)]
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+
+
+def test_a_bad_mode_is_refused_in_one_line(tiny):
+    with pytest.raises(ValueError, match="the kernel probe mode must be one of cached, refresh, bypass, off, got 'x'"):
+        choice.choose("target", tiny.params, 1, mode="x", candidates=NUMPY_TARGET)
+
+
+def test_the_real_measurement_times_a_kernel_with_the_clock_it_is_given():
+    ticks = iter(range(100))
+    w = np.asfortranarray(np.ones((8, 16), np.float32))
+    seconds = choice.time_products("gemv-rows", 1, [w], 2, repeats=3, clock=lambda: next(ticks))
+    assert seconds == 1  # each timed run reads the clock twice, one tick apart
+
+
+def test_load_chooses_each_roles_kernel_unless_one_is_given(tmp_path):
+    target = load(None, "target", cache_dir=tmp_path, probe="off")
+    assert target.kernel == choice.role_candidates("target")[0]
+    assert load(None, "target", cache_dir=tmp_path, kernel="gemv-rows").kernel == "gemv-rows"
+    with pytest.raises(ValueError, match="kernel probe mode"):
+        load(None, "draft", cache_dir=tmp_path, probe="sometimes")
+    assert tiny_model().kernel == "gemm-blocks"  # a Model built directly: registry.STATIC_DEFAULT

@@ -1,0 +1,176 @@
+"""The compiled kernel "compiled-lanes" (npspec.compiled, the `fast` extra): its batch-invariance contract, bit for bit.
+
+Row i of an M-row product equals the one-row product for M = 1..16 at every position, whatever the other rows
+hold, for thread counts 1, 2, 3 and 7; whole forwards and their caches equal one-token forwards; greedy speculative
+output equals greedy decoding on the shipped pair and on random:gpt2. Without numba every test but the last two
+(which need no numba) skips, saying why.
+"""
+
+import numpy as np
+import pytest
+
+from npspec import compiled
+from npspec.kernels import SPLIT_BYTES
+from npspec.registry import REGISTRY
+from npspec.sources import random_model
+from npspec.speculative import speculative_generate
+
+from conftest import tiny_model
+
+needs_numba = pytest.mark.skipif(not compiled.available(), reason="compiled-lanes needs the 'fast' extra (numba)")
+M_MAX = 16
+THREADS = (1, 2, 3, 7)
+
+
+def matrix(d_in, d_out, seed=0, order="F"):
+    w = np.random.default_rng(seed).standard_normal((d_in, d_out), dtype=np.float32)
+    return np.asfortranarray(w) if order == "F" else w
+
+
+# shapes [d_in, d_out]: d_in a multiple of LANES or not (a tail), below LANES; large enough to be shared out
+SHAPES = [(64, 67), (100, 33), (7, 5), (768, 2304), (3072, 768), (1280, 1283)]
+
+
+@needs_numba
+@pytest.mark.parametrize("d_in, d_out", SHAPES)
+def test_every_row_of_an_m_row_product_is_the_one_row_product_at_every_position(d_in, d_out):
+    w, b = matrix(d_in, d_out), matrix(1, d_out, seed=1, order="C")[0]
+    x = matrix(2 * M_MAX, d_in, seed=2, order="C")
+    for threads in THREADS:
+        kernel = compiled.CompiledLanes(threads)
+        single = np.concatenate([kernel(x[i : i + 1], w, b) for i in range(2 * M_MAX)])
+        for m in range(1, M_MAX + 1):
+            for start in range(0, 2 * M_MAX - m + 1, 3):  # the rows at many positions, among other rows
+                got = kernel(x[start : start + m], w, b)
+                assert np.array_equal(got, single[start : start + m]), f"threads={threads}, M={m}, start={start}"
+
+
+@needs_numba
+def test_a_row_does_not_depend_on_what_the_other_rows_hold():
+    w = matrix(768, 2304)
+    row = matrix(1, 768, seed=3, order="C")
+    kernel = compiled.CompiledLanes(2)
+    want = kernel(row, w)[0]
+    for other in (np.zeros, np.ones, lambda s: np.full(s, np.inf, np.float32), lambda s: matrix(*s, seed=4, order="C")):
+        for m in (2, 5, 16):
+            for place in (0, m // 2, m - 1):
+                x = np.asarray(other((m, 768)), dtype=np.float32).copy()
+                x[place] = row
+                assert np.array_equal(kernel(x, w)[place], want), f"M={m}, row {place}"
+
+
+@needs_numba
+@pytest.mark.parametrize("d_in, d_out", [(768, 3072), (3072, 768), (1280, 1283)])
+def test_thread_counts_do_not_change_a_bit(d_in, d_out):
+    w = matrix(d_in, d_out)
+    assert w.nbytes >= SPLIT_BYTES  # so the columns are really shared out
+    x = matrix(M_MAX, d_in, seed=5, order="C")
+    want = compiled.CompiledLanes(1)(x, w)
+    for threads in (2, 3, 7, 64):
+        assert np.array_equal(compiled.CompiledLanes(threads)(x, w), want), f"threads={threads}"
+
+
+@needs_numba
+def test_each_element_is_the_documented_lane_order():
+    """The docstring's order, written out in NumPy float32 one step at a time: LANES partial sums over k = l mod
+    LANES in increasing k, then the lanes added in order from +0.0."""
+    d_in, d_out = 200, 9  # 3 full lane rounds and a tail of 8
+    w, x = matrix(d_in, d_out, seed=6), matrix(3, d_in, seed=7, order="C")
+    got = compiled.CompiledLanes(1)(x, w)
+    for m in range(3):
+        for n in range(d_out):
+            lanes = np.zeros(compiled.LANES, np.float32)
+            for k in range(d_in):
+                lanes[k % compiled.LANES] = np.float32(lanes[k % compiled.LANES] + np.float32(x[m, k] * w[k, n]))
+            s = np.float32(0)
+            for v in lanes:
+                s = np.float32(s + v)
+            assert got[m, n] == s, (m, n)
+
+
+@needs_numba
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_it_computes_x_at_w_plus_b_in_float32(order):
+    w, b = matrix(300, 70, order=order), matrix(1, 70, seed=1, order="C")[0]
+    x = matrix(5, 300, seed=2, order="C")
+    y = compiled.CompiledLanes(1)(x, w, b)
+    ref = x.astype(np.float64) @ w.astype(np.float64) + b
+    assert y.dtype == np.float32 and y.shape == (5, 70) and np.abs(y - ref).max() <= 1e-5 * np.abs(ref).max()
+
+
+@needs_numba
+@pytest.mark.parametrize("threads", [1, 2, 3, 7])
+def test_whole_forwards_and_caches_equal_one_token_forwards(threads):
+    model = tiny_model(seed=5, n_embd=96, n_head=4, n_layer=3, n_vocab=257, n_ctx=40).with_kernel("compiled-lanes",
+                                                                                                 threads)
+    assert model.invariant and model.blas_threads == 1 and "kernel='compiled-lanes'" in repr(model)
+    ids = np.random.default_rng(threads).integers(0, 257, 9 + M_MAX)
+    one = model.new_cache()
+    model.prefill(ids[:9], one)
+    single = np.concatenate([model.forward(ids[i : i + 1], one) for i in range(9, 9 + M_MAX)])
+    for m in (1, 2, 3, 4, 5, 8, 16):
+        cache = model.new_cache()
+        model.prefill(ids[:9], cache)
+        assert np.array_equal(model.forward(ids[9 : 9 + m], cache), single[:m]), f"M={m}"
+        assert np.array_equal(cache.k[:, :, : 9 + m], one.k[:, :, : 9 + m])
+        assert np.array_equal(cache.v[:, :, : 9 + m], one.v[:, :, : 9 + m])
+
+
+@needs_numba
+def test_greedy_identity_on_the_shipped_pair_with_compiled_kernels(shipped):
+    target, draft = (m.with_kernel("compiled-lanes", threads=2) for m in shipped)
+    for prompt in (target.tokenizer.encode("ROMEO:").ids, [0], target.tokenizer.encode("JULIET:\nO").ids):
+        plain = speculative_generate(target, None, prompt, 32, gamma=0, temperature=0).ids
+        for gamma in (1, 3, 8):
+            assert speculative_generate(target, draft, prompt, 32, gamma=gamma, temperature=0).ids == plain, gamma
+
+
+@needs_numba
+@pytest.mark.slow
+def test_greedy_identity_random_gpt2_with_compiled_kernels():
+    target = random_model("gpt2", kernel="compiled-lanes", threads=2)
+    draft = random_model("distilgpt2", tokenizer=target.tokenizer, kernel="compiled-lanes", threads=2)
+    ids = target.tokenizer.encode("Hello").ids
+    plain = speculative_generate(target, None, ids, 32, gamma=0, temperature=0)
+    assert len(plain.ids) == 32
+    for gamma in (2, 4):
+        assert speculative_generate(target, draft, ids, 32, gamma=gamma, temperature=0).ids == plain.ids
+
+
+def test_without_numba_the_kernel_says_how_to_install_it():
+    assert compiled.available(lambda name: None) is False
+    assert REGISTRY["compiled-lanes"].extra == "fast" and REGISTRY["compiled-lanes"].invariant
+
+
+class FakeNjit:
+    """numba.njit's shape: njit(**options)(function) -> a callable; `cache=True` raises numba's "no locator" error
+    when `writable` is False, as numba does where no cache directory can be written."""
+
+    def __init__(self, writable):
+        self.writable, self.options = writable, []
+
+    def __call__(self, **options):
+        self.options.append(options)
+        if options.get("cache") and not self.writable:
+            raise RuntimeError("cannot cache function 'rows4': no locator available for file 'compiled.py'")
+        return lambda f: f
+
+
+def test_a_read_only_cache_compiles_in_memory_and_says_so(monkeypatch):
+    monkeypatch.setattr(compiled, "_compiled", {})  # this test's own build, not the process's
+    notes, njit = [], FakeNjit(writable=False)
+    product = compiled.compiled_product(notes.append, njit=njit)
+    assert [o["cache"] for o in njit.options] == [True, False] and all(o["nogil"] for o in njit.options)
+    assert len(notes) == 1 and "no writable cache location for numba" in notes[0] and "\n" not in notes[0]
+    x, w = matrix(2, 70, seed=1, order="C"), matrix(70, 3)  # the plain-Python loop: same order, so same bits
+    y = np.empty((2, 3), np.float32)
+    product(x, np.ascontiguousarray(w.T), y, 0, 3)
+    assert np.allclose(y, x @ w, atol=1e-4)
+    assert compiled.compiled_product(notes.append, njit=njit) is product and len(notes) == 1  # built once
+
+
+def test_a_quick_build_is_not_announced_and_no_fastmath_is_asked_for(monkeypatch):
+    monkeypatch.setattr(compiled, "_compiled", {})
+    notes, njit = [], FakeNjit(writable=True)
+    compiled.compiled_product(notes.append, njit=njit)
+    assert notes == [] and all("fastmath" not in o and o["cache"] for o in njit.options)
