@@ -144,7 +144,14 @@ def lanes_product(x, wt, y, n0, n1):  # [M, d_in], [d_out, d_in], out [M, d_out]
             y[m, n] = lane_sum(a0)
 
 
-_compiled = {}  # the one compiled dispatcher of this process (numba's, like its own caches), built on first use
+def lanes_product_prange(x, wt, y, column_block):  # lanes_product over every column, blocks shared out by prange
+    """The bench's variant (bench.lanes): numba's own threads (prange, its threading layer) over column blocks."""
+    d_out = wt.shape[0]
+    for b in prange(-(-d_out // column_block)):  # noqa: F821 (numba.prange, given by compiled_prange_product)
+        lanes_product(x, wt, y, b * column_block, min(d_out, (b + 1) * column_block))
+
+
+_compiled = {}  # the compiled dispatchers of this process (numba's, like its own caches), built on first use
 
 
 def compiled_product(note=None, njit=None):
@@ -165,15 +172,7 @@ def compiled_product(note=None, njit=None):
                              "with --target-kernel / --draft-kernel)") from None
         njit = numba.njit
     start = time.perf_counter()  # after numba's import: what is announced is compiling (or loading the cache)
-    try:
-        jit = njit(nogil=True, cache=True, boundscheck=False)
-        helpers = {f.__name__: jit(f) for f in (rows4, rows2, rows1, lane_sum)}
-        cached = True
-    except RuntimeError:  # numba: "cannot cache function ...: no locator available" (nowhere writable)
-        jit = njit(nogil=True, cache=False, boundscheck=False)
-        helpers = {f.__name__: jit(f) for f in (rows4, rows2, rows1, lane_sum)}
-        cached = False
-    product = jit(with_globals(lanes_product, helpers))
+    product, cached = jit_product(njit)
     x = np.zeros((1, LANES), dtype=np.float32)
     product(x, x, np.zeros((1, 1), dtype=np.float32), 0, 1)  # compiles for float32 C arrays (or loads the cache)
     seconds = time.perf_counter() - start
@@ -188,6 +187,34 @@ def compiled_product(note=None, njit=None):
     return product
 
 
+def jit_product(njit, **options):
+    """(compiled lanes_product, whether numba caches it on disk): the helpers compiled first, then the loop that calls
+    them; without a writable cache location (numba's RuntimeError at decoration) compiled for this process only."""
+    for cache in (True, False):
+        try:
+            jit = njit(nogil=True, cache=cache, boundscheck=False, **options)
+            helpers = {f.__name__: jit(f) for f in (rows4, rows2, rows1, lane_sum)}
+            return jit(with_globals(lanes_product, helpers)), cache
+        except RuntimeError:  # numba: "cannot cache function ...: no locator available" (nowhere writable)
+            if not cache:
+                raise
+
+
+def compiled_prange_product(layer="default"):
+    """The bench's variant lanes_product_prange, compiled with numba's threading layer `layer` (numba's own setting,
+    set here for this process: "default", "workqueue", "omp" or "tbb"). Raises ValueError without numba."""
+    if ("prange", layer) not in _compiled:
+        try:
+            import numba  # lazily: the module docstring says why
+        except ImportError:
+            raise ValueError(f"kernel {NAME} needs numba: pip install 'npspec[fast]'") from None
+        numba.config.THREADING_LAYER = layer
+        product, cached = jit_product(numba.njit)
+        variant = with_globals(lanes_product_prange, {"prange": numba.prange, "lanes_product": product})
+        _compiled["prange", layer] = numba.njit(parallel=True, nogil=True, cache=cached)(variant)
+    return _compiled["prange", layer]
+
+
 def with_globals(f, names):
     """A copy of function `f` whose globals also hold `names` (the compiled helpers it calls), so that numba
     compiles calls to them; the module's own plain functions stay plain Python."""
@@ -199,14 +226,15 @@ class CompiledLanes:
 
     threads: a positive int, the threads that share out a matrix of kernels.SPLIT_BYTES or more, in runs of whole
     COLUMN_BLOCK columns (the first `threads - 1` runs on this object's own workers, the last on the calling
-    thread); results never depend on it. note: passed to compiled_product. Raises ValueError for a bad thread count
-    or without numba.
+    thread); results never depend on it. note: passed to compiled_product. column_block: the run unit (the bench
+    varies it). Raises ValueError for a bad thread count or without numba.
     """
 
     name = NAME
 
-    def __init__(self, threads=1, note=None):
+    def __init__(self, threads=1, note=None, column_block=COLUMN_BLOCK):
         self.threads = check_threads(threads)
+        self.column_block = column_block
         self.product = compiled_product(note)
         self.workers = Workers(self.threads - 1) if self.threads > 1 else None
 
@@ -215,12 +243,12 @@ class CompiledLanes:
         wt = w.T if w.flags.f_contiguous else np.ascontiguousarray(w.T)  # [d_out, d_in] C: the columns of w
         n, d_out = x.shape[0], w.shape[1]
         y = np.empty((n, d_out), dtype=np.float32)
-        blocks = -(-d_out // COLUMN_BLOCK)
+        blocks = -(-d_out // self.column_block)
         threads = min(self.threads, blocks) if w.nbytes >= SPLIT_BYTES else 1
         if threads == 1:
             self.product(x, wt, y, 0, d_out)
         else:
-            cuts = [min(d_out, blocks * i // threads * COLUMN_BLOCK) for i in range(threads + 1)]
+            cuts = [min(d_out, blocks * i // threads * self.column_block) for i in range(threads + 1)]
             runs = [(a, b) for a, b in zip(cuts, cuts[1:])]
             self.workers.run([lambda a=a, b=b: self.product(x, wt, y, a, b) for a, b in runs[::-1]])
         return y if b is None else y + b

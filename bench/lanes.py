@@ -1,0 +1,99 @@
+"""python -m bench.lanes: how the compiled kernel "compiled-lanes" shares its columns out, measured.
+
+On one GPT-2 block's four matrices (default gpt2-large's; --quick: gpt2's), repeated to 3 blocks so that they do not
+sit in the cache, for M = 1, 2, 4, 8, 16 rows: the best-of-`--repeats` seconds of
+  * npspec's own worker threads (npspec.kernels.Workers, what CompiledLanes runs) with run units of 16, 64 and 256
+    columns (COLUMN_BLOCK);
+  * numba's prange over 64-column blocks with its threading layers (workqueue, omp: npspec.compiled's bench variant);
+  * OpenBLAS' GEMV over the same matrices for one row (the bandwidth reference, BLAS with the run's threads).
+Every configuration runs in the same process, interleaved per repeat, so a change in the machine's load hits all
+alike. Writes lanes.csv/.md; bench/results/README.md says what was chosen and why.
+"""
+
+import sys
+import time
+
+import numpy as np
+
+from npspec import compiled
+from npspec.sources import SHAPES
+
+from . import common
+
+ROWS = (1, 2, 4, 8, 16)
+BLOCKS = (16, 64, 256)
+LAYERS = ("workqueue", "omp")
+
+
+def block_matrices(shape, copies=3, seed=0):
+    """[d_in, d_out] column-major float32 matrices of `copies` GPT-2 blocks of `shape` (c_attn, c_proj, c_fc, c_proj)."""
+    d = SHAPES[shape].n_embd
+    rng = np.random.default_rng(seed)
+    shapes = [(d, 3 * d), (d, d), (d, 4 * d), (4 * d, d)] * copies
+    return [np.asfortranarray(rng.standard_normal(s, dtype=np.float32)) for s in shapes]
+
+
+def configurations(threads):
+    """{name: f(xs, ws)} of every way timed (module docstring)."""
+    out = {f"workers-{b}": (lambda k: lambda xs, ws: [k(x, w) for x, w in zip(xs, ws)])(
+        compiled.CompiledLanes(threads, column_block=b)) for b in BLOCKS}
+    for layer in LAYERS:
+        try:
+            product = compiled.compiled_prange_product(layer)
+        except Exception as e:  # a layer numba cannot load here (no TBB, no OpenMP runtime): say so, skip it
+            common.log(f"prange {layer}: not available ({type(e).__name__}: {e})")
+            continue
+
+        def run(xs, ws, product=product):
+            for x, w in zip(xs, ws):
+                product(x, np.ascontiguousarray(w.T), np.empty((x.shape[0], w.shape[1]), np.float32), 64)
+        out[f"prange-{layer}"] = run
+        break  # numba loads one threading layer per process: the first that works
+    return out
+
+
+def measure(shape, threads, repeats):
+    ws = block_matrices(shape)
+    nbytes = sum(w.nbytes for w in ws)
+    rng = np.random.default_rng(1)
+    rows = []
+    with common.blas_threads(threads):
+        for m in common.steps(ROWS, "rows"):
+            xs = [rng.standard_normal((m, w.shape[0]), dtype=np.float32) for w in ws]
+            runs = configurations(threads)
+            if m == 1:
+                runs["blas-gemv"] = lambda xs, ws: [x @ w for x, w in zip(xs, ws)]
+            best = {name: float("inf") for name in runs}
+            for name, f in runs.items():  # warm-up (compiles, starts threads)
+                f(xs, ws)
+            for _ in range(repeats):
+                for name, f in runs.items():
+                    start = time.perf_counter()
+                    f(xs, ws)
+                    best[name] = min(best[name], time.perf_counter() - start)
+            for name, s in best.items():
+                rows.append({"shape": shape, "threads": threads, "M": m, "way": name, "ms": 1e3 * s,
+                             "GBps": nbytes / s / 1e9, "GFMAps": m * nbytes / 4 / s / 1e9,
+                             "load_average": common.load_average()})
+                common.log(f"M={m} {name:18s} {1e3 * s:8.2f} ms {nbytes / s / 1e9:6.1f} GB/s")
+    return rows
+
+
+def options(ap):
+    ap.add_argument("--shape", default=None, help="GPT-2 shape (default gpt2-large; --quick: gpt2)")
+    ap.add_argument("--repeats", type=int, default=7, help="timed runs per configuration, best kept (default 7)")
+
+
+def main(argv=None):
+    run = common.command_line("bench.lanes", __doc__, argv, options, threads=("2", "2"), many=False)
+    if not compiled.available():
+        print("bench.lanes: needs the fast extra (numba): pip install 'npspec[fast]'", file=sys.stderr)
+        return 1
+    shape = run.args.shape or ("gpt2" if run.args.quick else "gpt2-large")
+    rows = measure(shape, run.threads[0], run.args.repeats)
+    return common.finish(run, [common.Table("lanes", rows, f"compiled-lanes: threads and column blocks ({shape})",
+                                            __doc__.split("\n\n")[1].replace("\n", " "))])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
