@@ -1,22 +1,98 @@
-"""python -m bench.profile: where a forward's time goes (cProfile), as evidence for bench/results/README.md.
+"""python -m bench.profile: where a forward's and the plain loop's time goes, as evidence for bench/results/README.md.
 
-For one model (default random:gpt2-large; --quick: random:distilgpt2), decoding as a target does
-("gemv-panels" with the run's thread count, BLAS limited to the same count), profiles `--calls`
-one-token forwards (AR decode) and as many 5-token forwards (a gamma = 4 verify) and writes the
-functions with the most own time to profile.md. The BLAS calls have no Python frame of their
-own: their time is the own time of the function that calls np.matmul (the kernel,
-npspec/kernels.py GemvPanels.__call__, listed as `__call__`).
+For one model (default random:gpt2-large; --quick: random:distilgpt2) and each kernel of `--kernels` (default
+gemm-blocks, gemv-rows and compiled-lanes when installed), with the run's thread count:
+  * products against forward: the best-of-`--calls` seconds of a one-token forward (Model.forward, as a target
+    decodes) against the same forward's products replayed alone (the very (x, w, b) it multiplied, recorded once,
+    through the same kernel and BLAS threads): the difference is what the forward does around its products;
+  * the plain loop against its forwards: one plain greedy decoding (npspec.speculative, gamma 0) of `--tokens`
+    tokens with the model's prefill and forwards timed where they are called: per token, the loop's seconds, the
+    prefill's share, the forwards', and the rest (sampling, bookkeeping), next to a one-token forward timed alone;
+  * a cProfile listing (own time) of the one-token forwards of the first kernel; the BLAS calls have no Python
+    frame of their own: their time is the own time of the function that calls np.matmul (the kernel).
+Writes profile.md (the listings) and profile.csv/.md's tables (profile_forward, profile_loop).
 """
 
 import cProfile
 import io
 import pstats
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
 
+from npspec.registry import REGISTRY
+from npspec.speculative import speculative_generate
+
 from . import common, models
+
+KERNELS = tuple(k for k in ("gemm-blocks", "gemv-rows", "compiled-lanes") if REGISTRY[k].available())
+
+
+def best_seconds(f, calls):
+    """The best of `calls` timed runs of f() after one untimed one."""
+    return min(common.time_call(f, calls, warmup=1))
+
+
+def products_against_forward(model, calls, context=32):
+    """{forward_ms, products_ms, around_ms}: a one-token forward, and its own products replayed alone (module doc)."""
+    cache = model.new_cache()
+    model.prefill(np.arange(context), cache)
+    ids, recorded, linear = np.arange(1, 2), [], model.linear
+
+    def spy(x, w, b=None):
+        recorded.append((x.copy(), w, b))
+        return linear(x, w, b)
+    model.linear = spy
+    model.forward(ids, cache)
+    cache.rollback(context)
+    model.linear = linear
+
+    def forward():
+        model.forward(ids, cache)
+        cache.rollback(context)
+
+    def products():
+        with model.blas.limit(model.blas_threads):
+            for x, w, b in recorded:
+                linear(x, w, b)
+    t_forward, t_products = [], []
+    for _ in range(calls):  # interleaved, so that a change of load hits both
+        t_forward.append(best_seconds(forward, 1))
+        t_products.append(best_seconds(products, 1))
+    f, p = min(t_forward), min(t_products)
+    return {"forward_ms": 1e3 * f, "products_ms": 1e3 * p, "around_ms": 1e3 * (f - p), "products": len(recorded)}
+
+
+def loop_against_forwards(model, prompt, tokens, calls):
+    """Per token of one plain greedy decoding: loop, prefill, forwards and the rest (ms), and a forward timed alone."""
+    spent = {"prefill": 0.0, "forward": 0.0}
+    forward, prefill = model.forward, model.prefill
+
+    def timed(kind, f):
+        def run(*args):
+            start = time.perf_counter()
+            try:
+                return f(*args)
+            finally:
+                spent[kind] += time.perf_counter() - start
+        return run
+    speculative_generate(model, None, prompt, 2, gamma=0, temperature=0)  # warm-up
+    model.forward, model.prefill = timed("forward", forward), timed("prefill", prefill)
+    try:
+        gen = speculative_generate(model, None, prompt, tokens, gamma=0, temperature=0)
+    finally:
+        del model.forward, model.prefill  # the class's methods again
+    cache = model.new_cache()
+    model.prefill(np.asarray(prompt), cache)
+    alone = best_seconds(lambda: (model.forward(np.arange(1, 2), cache), cache.rollback(len(prompt))), calls)
+    n = gen.stats.new_tokens
+    loop = gen.stats.seconds
+    return {"tokens": n, "loop_ms_per_token": 1e3 * loop / n, "prefill_ms_per_token": 1e3 * spent["prefill"] / n,
+            "forwards_ms_per_token": 1e3 * spent["forward"] / n,
+            "rest_ms_per_token": 1e3 * (loop - spent["prefill"] - spent["forward"]) / n,
+            "forward_alone_ms": 1e3 * alone}
 
 
 def profile_forward(model, m, calls, context=32):
@@ -44,17 +120,31 @@ def profile_forward(model, m, calls, context=32):
 
 def options(ap):
     ap.add_argument("--model", default=None, help="model name (default random:gpt2-large; --quick: random:distilgpt2)")
-    ap.add_argument("--calls", type=int, default=5, help="forwards profiled per M (default 5)")
+    ap.add_argument("--calls", type=int, default=5, help="forwards timed or profiled per point (default 5)")
+    ap.add_argument("--tokens", type=int, default=32, help="tokens of the plain loop timed (default 32)")
+    ap.add_argument("--kernels", default=",".join(KERNELS), help=f"comma-separated (default {','.join(KERNELS)})")
 
 
 def main(argv=None):
     run = common.command_line("bench.profile", __doc__, argv, options, threads=("2", "1"), many=False)
     name = run.args.model or ("random:distilgpt2" if run.args.quick else "random:gpt2-large")
     n = run.threads[0]
-    model = models.get(name, threads=n)
-    parts = [f"# Profile of {name} forwards ({model.kernel}, {n} thread{'s' * (n > 1)}, BLAS and kernel)", ""]
-    parts += [f"- {k}: {v}" for k, v in run.meta.items()]
+    kernels = run.args.kernels.split(",")
+    base = models.get(name, threads=n)
+    prompt = models.random_prompt() if name.startswith("random:") else list(range(1, models.PROMPT_LENGTH + 1))
+    forward_rows, loop_rows = [], []
     with common.blas_threads(n):
+        for kernel in common.steps(kernels, "profile, kernel"):
+            model = base.with_kernel(kernel, n)
+            cols = {"model": name, "kernel": kernel, "threads": n}
+            forward_rows.append({**cols, **products_against_forward(model, run.args.calls),
+                                 "load_average": common.load_average()})
+            loop_rows.append({**cols, **loop_against_forwards(model, prompt, run.args.tokens, run.args.calls),
+                              "load_average": common.load_average()})
+            common.log(f"{kernel}: {forward_rows[-1]} {loop_rows[-1]}")
+        model = base.with_kernel(kernels[0], n)
+        parts = [f"# Profile of {name} forwards ({model.kernel}, {n} thread{'s' * (n > 1)}, BLAS and kernel)", ""]
+        parts += [f"- {k}: {v}" for k, v in run.meta.items()]
         for m in (1, 5):
             text, per_call = profile_forward(model, m, run.args.calls)
             parts += ["", f"## {m}-token forward: {1e3 * per_call:.1f} ms per call (under the profiler)", "", "```",
@@ -62,7 +152,11 @@ def main(argv=None):
     parts += ["", __doc__.split("\n\n")[1].replace("\n", " ")]
     path = run.out / "profile.md"
     common.atomic_write(path, lambda tmp: Path(tmp).write_text("\n".join(parts) + "\n", encoding="utf-8"))
-    return common.finish(run, [], [path])
+    note = "Best of --calls runs, interleaved; load_average: the 1-minute load when the row ended (module docstring)."
+    return common.finish(run, [common.Table("profile_forward", forward_rows, "A forward against its products alone",
+                                            note),
+                               common.Table("profile_loop", loop_rows, "The plain loop against its forwards", note)],
+                         [path])
 
 
 if __name__ == "__main__":
