@@ -1,0 +1,70 @@
+"""The bench's kernel parts: verify_cost's M* and compiled-lanes roofline, bench.profile's decompositions, bench.lanes.
+
+No timing is asserted: only what the tables hold and how their columns relate.
+"""
+
+import numpy as np
+import pytest
+
+from bench import lanes, profile, verify_cost
+from bench.common import read_table
+from npspec import compiled
+
+from conftest import tiny_model
+
+needs_numba = pytest.mark.skipif(not compiled.available(), reason="compiled-lanes needs the 'fast' extra (numba)")
+
+
+def test_m_star_is_where_the_fmas_take_as_long_as_the_weight_read():
+    # 40 GFMA/s against 20 GB/s: a weight (4 bytes) is read in 0.2 ns, in which 8 FMAs run
+    assert verify_cost.m_star(40e9, 20e9) == 8.0
+    assert verify_cost.m_star(10e9, 40e9) == 1.0
+
+
+def test_products_against_forward_replays_exactly_the_forwards_products():
+    model = tiny_model(n_layer=3).with_kernel("gemv-rows")
+    row = profile.products_against_forward(model, calls=2, context=8)
+    assert row["products"] == 4 * 3 + 1  # four per block and the head
+    assert row["forward_ms"] > 0 and row["products_ms"] > 0
+    assert row["around_ms"] == pytest.approx(row["forward_ms"] - row["products_ms"])
+    assert model.linear.__name__ == "gemv_rows"  # the spy is gone
+
+
+def test_loop_against_forwards_accounts_for_every_second_of_the_loop():
+    model = tiny_model(n_layer=2)
+    row = profile.loop_against_forwards(model, [1, 2, 3, 4], tokens=6, calls=2)
+    assert row["tokens"] == 6
+    parts = row["prefill_ms_per_token"] + row["forwards_ms_per_token"] + row["rest_ms_per_token"]
+    assert parts == pytest.approx(row["loop_ms_per_token"])
+    assert row["prefill_ms_per_token"] > 0 and row["forwards_ms_per_token"] > 0
+    assert "forward" not in vars(model) and "prefill" not in vars(model)  # the timers are gone
+
+
+@needs_numba
+def test_verify_cost_times_compiled_lanes_and_marks_its_m_star(tmp_path):
+    assert verify_cost.main(["--quick", "--out", str(tmp_path), "--models", "shipped:target", "--max-m", "2",
+                             "--repeats", "1", "--kernels", "compiled-lanes,gemv-panels"]) == 0
+    rows, meta = read_table(tmp_path / "verify_cost.csv")
+    assert {r["kernel"] for r in rows} == {"compiled-lanes", "gemv-panels"}
+    stars = {r["lanes_m_star"] for r in rows}
+    assert len(stars) == 1 and float(stars.pop()) > 0  # one M* per thread count, on every row
+    assert all(float(r["lanes_roofline_v"]) >= 1.0 for r in rows if r["M"] == "2")
+    assert (tmp_path / "verify_cost.png").is_file()
+    assert float(meta["compiled_lanes_GFMAs_1_threads"]) > 0
+
+
+@needs_numba
+def test_bench_lanes_times_every_configuration_on_the_same_matrices(tmp_path, monkeypatch):
+    monkeypatch.setattr(lanes, "ROWS", (1, 3))
+    assert lanes.main(["--quick", "--out", str(tmp_path), "--shape", "tiny", "--repeats", "1"]) == 0
+    rows, _ = read_table(tmp_path / "lanes.csv")
+    ways = {r["way"] for r in rows}
+    assert {f"workers-{b}" for b in lanes.BLOCKS} <= ways and "blas-gemv" in ways
+    assert {r["M"] for r in rows if r["way"] == "blas-gemv"} == {"1"}
+
+
+def test_block_matrices_are_a_gpt2_blocks_four_shapes_column_major():
+    ws = lanes.block_matrices("tiny", copies=2)
+    d = ws[1].shape[0]
+    assert [w.shape for w in ws] == [(d, 3 * d), (d, d), (d, 4 * d), (4 * d, d)] * 2
+    assert all(w.flags.f_contiguous and w.dtype == np.float32 for w in ws)
