@@ -27,7 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .drafters import DraftModelCache, DynamicTreeDrafter, ModelDrafter, NgramDrafter, TreeDrafter, check_ngram_sizes, check_p_min
+from .drafters import (DraftModelCache, DynamicTreeDrafter, ModelDrafter, NgramDrafter, TreeDrafter, check_ngram_sizes,
+                       check_p_min)
 from .files import CheckpointError
 from . import picture
 from .choice import MODES
