@@ -66,8 +66,9 @@ def products_against_forward(model, calls, context=32):
 
 
 def loop_against_forwards(model, prompt, tokens, calls):
-    """Per token of one plain greedy decoding: loop, prefill, forwards and the rest (ms), and a forward timed alone."""
-    spent = {"prefill": 0.0, "forward": 0.0}
+    """Per token of one plain greedy decoding: loop, prefill, forwards and the rest (ms), the loop's forwards' median
+    and fastest (a slow tail against a slower forward), and a forward timed alone (best of `calls`)."""
+    spent, each = {"prefill": 0.0, "forward": 0.0}, []
     forward, prefill = model.forward, model.prefill
 
     def timed(kind, f):
@@ -77,6 +78,8 @@ def loop_against_forwards(model, prompt, tokens, calls):
                 return f(*args)
             finally:
                 spent[kind] += time.perf_counter() - start
+                if kind == "forward":
+                    each.append(time.perf_counter() - start)
         return run
     speculative_generate(model, None, prompt, 2, gamma=0, temperature=0)  # warm-up
     model.forward, model.prefill = timed("forward", forward), timed("prefill", prefill)
@@ -92,6 +95,7 @@ def loop_against_forwards(model, prompt, tokens, calls):
     return {"tokens": n, "loop_ms_per_token": 1e3 * loop / n, "prefill_ms_per_token": 1e3 * spent["prefill"] / n,
             "forwards_ms_per_token": 1e3 * spent["forward"] / n,
             "rest_ms_per_token": 1e3 * (loop - spent["prefill"] - spent["forward"]) / n,
+            "loop_forward_median_ms": 1e3 * common.median(each), "loop_forward_min_ms": 1e3 * min(each),
             "forward_alone_ms": 1e3 * alone}
 
 
