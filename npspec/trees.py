@@ -133,7 +133,9 @@ def grow_tree(row_at, budget, max_children, max_depth):  # -> (ids [N], parents 
 
     def offer(parent, path, score):
         row = row_at(path)
-        for tok in np.argsort(-np.asarray(row, dtype=np.float64), kind="stable")[:max_children]:  # ties: lower id
+        ranked = np.argsort(-row, kind="stable") if isinstance(row, np.ndarray) else \
+            sorted(range(len(row)), key=lambda x: (-row[x], x))  # ties: the lower id (an array: no Python loop)
+        for tok in ranked[:max_children]:
             heapq.heappush(heap, (-score * row[tok], next(order), parent, int(tok)))
 
     offer(-1, (), 1)

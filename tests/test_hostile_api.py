@@ -10,7 +10,7 @@ import npspec
 from npspec.drafters import MAX_NGRAM, DynamicTreeDrafter, ModelDrafter, NgramDrafter, TreeDrafter
 from npspec.speculative import speculative_generate
 from npspec.testing import ScriptedRng
-from npspec.trees import MAX_TREE_NODES
+from npspec.trees import MAX_TREE_NODES, grow_tree
 
 from conftest import tiny_model
 
@@ -120,3 +120,11 @@ def test_the_dynamic_trees_one_hot_rows_are_those_of_its_ids(pair):
     ids, parents, q = drafter.propose_tree([1, 2, 3], 3, None, dict(temperature=0.9, top_k=0, top_p=1.0))
     assert q.shape == (6, draft.config.n_vocab) and q.dtype == np.float64
     np.testing.assert_array_equal(q, np.eye(draft.config.n_vocab)[ids])
+
+
+def test_grow_tree_ranks_an_array_row_as_it_ranks_a_list_ties_to_the_lower_id():
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        row = rng.integers(0, 4, size=12) / 10.0  # many ties, zeros included
+        as_array = grow_tree(lambda path: row, 9, 3, 3)
+        assert as_array == grow_tree(lambda path: list(row), 9, 3, 3)
