@@ -52,7 +52,8 @@ class DraftModelCache:
     def __init__(self, model):
         if not all(hasattr(model, a) for a in ("config", "new_cache", "forward", "prefill")):
             raise TypeError(f"a draft model must be an npspec Model (npspec.load(spec, role='draft')), got "
-                            f"{type(model).__name__} {model!r:.60}; for prompt lookup use NgramDrafter(n_vocab, eos_token_id)")
+                            f"{type(model).__name__} {model!r:.60}; for prompt lookup use "
+                            "NgramDrafter(n_vocab, eos_token_id)")
         self.model = model
         self.n_vocab, self.n_ctx = model.config.n_vocab, model.config.n_ctx
         self.tokenizer, self.source = model.tokenizer, model.source

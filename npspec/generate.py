@@ -27,7 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .drafters import MAX_NGRAM, DynamicTreeDrafter, ModelDrafter, NgramDrafter, TreeDrafter, check_ngram_sizes, check_p_min
+from .drafters import (MAX_NGRAM, DynamicTreeDrafter, ModelDrafter, NgramDrafter, TreeDrafter, check_ngram_sizes,
+                       check_p_min)
 from .files import CheckpointError
 from . import picture
 from .kernels import KERNELS, PLAIN_KERNELS
@@ -74,17 +75,19 @@ def build_parser(prog=PROG):
                          "probability is below P, as llama.cpp's --draft-p-min (default 0: off)")
     ap.add_argument("--tree", type=branching, default=None, metavar="K1,K2,...",
                     help="draft a token tree: K1 children of the last id, K2 of each of those, ... (e.g. 3,2,1); "
-                         f"verified in one forward (npspec.trees); its depth is at most --gamma, its nodes at most {MAX_TREE_NODES}")
+                         "verified in one forward (npspec.trees); its depth is at most --gamma, its nodes at most "
+                         f"{MAX_TREE_NODES}")
     ap.add_argument("--tree-kind", choices=("sampled", "top-k"), default="sampled",
                     help="with --tree: children drawn i.i.d. from the draft (sampled) or its most likely ids (top-k)")
     ap.add_argument("--tree-budget", type=int, default=None, metavar="N",
                     help="draft a dynamic tree of N nodes grown best first by cumulative draft probability "
-                         f"(EAGLE-2's idea; each node offers its 4 most likely ids); its depth is at most --gamma, N at most "
-                         f"{MAX_TREE_NODES}")
+                         "(EAGLE-2's idea; each node offers its 4 most likely ids); its depth is at most --gamma, "
+                         f"N at most {MAX_TREE_NODES}")
     ap.add_argument("--ngram-min", type=int, default=None, metavar="N",
                     help="with --draft ngram: the shortest n-gram to match (default 1)")
     ap.add_argument("--ngram-max", type=int, default=None, metavar="N",
-                    help=f"with --draft ngram: the longest n-gram to match, tried first (default 4, at most {MAX_NGRAM})")
+                    help=f"with --draft ngram: the longest n-gram to match, tried first (default 4, at most "
+                         f"{MAX_NGRAM})")
     ap.add_argument("--max-new-tokens", type=int, default=128, help="tokens to generate (default 128)")
     ap.add_argument("--temperature", type=float, default=0.8, help="0 = greedy (default 0.8)")
     ap.add_argument("--top-k", type=int, default=0, help="keep the k most likely tokens; 0 = off (default)")
@@ -241,7 +244,8 @@ def drafting(args):
 def drafting_options(args):
     """The options given that need a drafter, as the user spelled them."""
     given = [("--draft-p-min", bool(args.draft_p_min)), ("--tree", bool(args.tree)),
-             ("--tree-kind", args.tree_kind != "sampled"), ("--tree-budget", args.tree_budget is not None), ("--draft-kernel", args.draft_kernel is not None),
+             ("--tree-kind", args.tree_kind != "sampled"), ("--tree-budget", args.tree_budget is not None),
+             ("--draft-kernel", args.draft_kernel is not None),
              ("--gamma-schedule heuristic", args.gamma_schedule != "constant"),
              ("--compare", args.compare), ("--simulate-acceptance", args.simulate_acceptance is not None)]
     return [name for name, on in given if on]

@@ -378,7 +378,8 @@ def speculative_generate(target, draft, prompt_ids, max_new_tokens, gamma=4, tem
     check_prompt(prompt_ids, n_ctx, target.config.n_vocab)
     if isinstance(rng, (int, np.integer)) and not isinstance(rng, bool):
         check_integer(rng, "rng (an int seed)", 0, " or an np.random.Generator")
-    elif isinstance(rng, (types.ModuleType, np.random.RandomState)) or not (rng is None or callable(getattr(rng, "random", None))):
+    elif isinstance(rng, (types.ModuleType, np.random.RandomState)) or \
+            not (rng is None or callable(getattr(rng, "random", None))):  # a Generator or a double (ScriptedRng)
         raise TypeError(f"rng must be an np.random.Generator or an int seed, got {rng!r:.60} (a {type(rng).__name__}); "
                         "pass np.random.default_rng(seed) or a seed >= 0")
     seq = [int(i) for i in prompt_ids]
