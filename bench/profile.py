@@ -122,6 +122,21 @@ def profile_forward(model, m, calls, context=32):
     return text[text.index("ncalls"):].rstrip(), stats.total_tt / calls
 
 
+def summary_lines(forward_rows, loop_rows):
+    """The two decompositions as markdown tables (ms), the summary at the top of profile.md."""
+    lines = ["", "## A one-token forward against its own products replayed alone (best of --calls, ms)", "",
+             "| kernel | forward | its products alone | around the products | products |", "|---|---|---|---|---|"]
+    lines += [f"| {r['kernel']} | {r['forward_ms']:.1f} | {r['products_ms']:.1f} | {r['around_ms']:.1f} | "
+              f"{r['products']} |" for r in forward_rows]
+    lines += ["", "## The plain loop per token, where its time goes (ms per token)", "",
+              "| kernel | loop | prefill | forwards | rest | loop forward: median, fastest | forward alone |",
+              "|---|---|---|---|---|---|---|"]
+    lines += [f"| {r['kernel']} | {r['loop_ms_per_token']:.1f} | {r['prefill_ms_per_token']:.1f} | "
+              f"{r['forwards_ms_per_token']:.1f} | {r['rest_ms_per_token']:.2f} | {r['loop_forward_median_ms']:.1f}, "
+              f"{r['loop_forward_min_ms']:.1f} | {r['forward_alone_ms']:.1f} |" for r in loop_rows]
+    return lines
+
+
 def options(ap):
     ap.add_argument("--model", default=None, help="model name (default random:gpt2-large; --quick: random:distilgpt2)")
     ap.add_argument("--calls", type=int, default=5, help="forwards timed or profiled per point (default 5)")
@@ -147,8 +162,10 @@ def main(argv=None):
                               "load_average": common.load_average()})
             common.log(f"{kernel}: {forward_rows[-1]} {loop_rows[-1]}")
         model = base.with_kernel(kernels[0], n)
-        parts = [f"# Profile of {name} forwards ({model.kernel}, {n} thread{'s' * (n > 1)}, BLAS and kernel)", ""]
+        parts = [f"# Profile of {name} forwards and of the plain loop ({n} thread{'s' * (n > 1)})", ""]
         parts += [f"- {k}: {v}" for k, v in run.meta.items()]
+        parts += summary_lines(forward_rows, loop_rows)
+        parts += ["", f"## cProfile listings: {model.kernel}"]
         for m in (1, 5):
             text, per_call = profile_forward(model, m, run.args.calls)
             parts += ["", f"## {m}-token forward: {1e3 * per_call:.1f} ms per call (under the profiler)", "", "```",
