@@ -4,7 +4,8 @@ On one GPT-2 block's four matrices (default gpt2-large's; --quick: gpt2's), repe
 sit in the cache, for M = 1, 2, 4, 8, 16 rows: the best-of-`--repeats` seconds of
   * npspec's own worker threads (npspec.kernels.Workers, what CompiledLanes runs) with run units of 16, 64 and 256
     columns (COLUMN_BLOCK);
-  * numba's prange over 64-column blocks with its threading layers (workqueue, omp: npspec.compiled's bench variant);
+  * numba's prange over 64-column blocks with the threading layer `--layer` (workqueue, omp or tbb; numba loads one
+    per process, so each is its own run: npspec.compiled's bench variant);
   * OpenBLAS' GEMV over the same matrices for one row (the bandwidth reference, BLAS with the run's threads).
 Every configuration runs in the same process, interleaved per repeat, so a change in the machine's load hits all
 alike. Writes lanes.csv/.md; bench/results/README.md says what was chosen and why.
@@ -22,7 +23,7 @@ from . import common
 
 ROWS = (1, 2, 4, 8, 16)
 BLOCKS = (16, 64, 256)
-LAYERS = ("workqueue", "omp")
+LAYERS = ("workqueue", "omp", "tbb")  # numba loads one threading layer per process: --layer picks it
 
 
 def block_matrices(shape, copies=3, seed=0):
@@ -33,26 +34,26 @@ def block_matrices(shape, copies=3, seed=0):
     return [np.asfortranarray(rng.standard_normal(s, dtype=np.float32)) for s in shapes]
 
 
-def configurations(threads):
-    """{name: f(xs, ws)} of every way timed (module docstring)."""
+def configurations(threads, layer):
+    """{name: f(xs, ws)} of every way timed (module docstring); layer: numba's threading layer for prange."""
     out = {f"workers-{b}": (lambda k: lambda xs, ws: [k(x, w) for x, w in zip(xs, ws)])(
         compiled.CompiledLanes(threads, column_block=b)) for b in BLOCKS}
-    for layer in LAYERS:
-        try:
-            product = compiled.compiled_prange_product(layer)
-        except Exception as e:  # a layer numba cannot load here (no TBB, no OpenMP runtime): say so, skip it
-            common.log(f"prange {layer}: not available ({type(e).__name__}: {e})")
-            continue
+    try:
+        product = compiled.compiled_prange_product(layer)
+        x = np.zeros((1, 64), np.float32)
+        product(x, x, np.zeros((1, 1), np.float32), 64)  # loads the layer now: it may be missing (no TBB, no OpenMP)
+    except Exception as e:
+        common.log(f"prange {layer}: not available here ({type(e).__name__}: {e})")
+        return out
 
-        def run(xs, ws, product=product):
-            for x, w in zip(xs, ws):
-                product(x, np.ascontiguousarray(w.T), np.empty((x.shape[0], w.shape[1]), np.float32), 64)
-        out[f"prange-{layer}"] = run
-        break  # numba loads one threading layer per process: the first that works
+    def run(xs, ws):
+        for x, w in zip(xs, ws):
+            product(x, np.ascontiguousarray(w.T), np.empty((x.shape[0], w.shape[1]), np.float32), 64)
+    out[f"prange-{layer}"] = run
     return out
 
 
-def measure(shape, threads, repeats):
+def measure(shape, threads, repeats, layer="workqueue"):
     ws = block_matrices(shape)
     nbytes = sum(w.nbytes for w in ws)
     rng = np.random.default_rng(1)
@@ -60,7 +61,7 @@ def measure(shape, threads, repeats):
     with common.blas_threads(threads):
         for m in common.steps(ROWS, "rows"):
             xs = [rng.standard_normal((m, w.shape[0]), dtype=np.float32) for w in ws]
-            runs = configurations(threads)
+            runs = configurations(threads, layer)
             if m == 1:
                 runs["blas-gemv"] = lambda xs, ws: [x @ w for x, w in zip(xs, ws)]
             best = {name: float("inf") for name in runs}
@@ -82,6 +83,8 @@ def measure(shape, threads, repeats):
 def options(ap):
     ap.add_argument("--shape", default=None, help="GPT-2 shape (default gpt2-large; --quick: gpt2)")
     ap.add_argument("--repeats", type=int, default=7, help="timed runs per configuration, best kept (default 7)")
+    ap.add_argument("--layer", choices=LAYERS, default="workqueue",
+                    help="numba's threading layer for the prange rows (one per process; default workqueue)")
 
 
 def main(argv=None):
@@ -90,7 +93,7 @@ def main(argv=None):
         print("bench.lanes: needs the fast extra (numba): pip install 'npspec[fast]'", file=sys.stderr)
         return 1
     shape = run.args.shape or ("gpt2" if run.args.quick else "gpt2-large")
-    rows = measure(shape, run.threads[0], run.args.repeats)
+    rows = measure(shape, run.threads[0], run.args.repeats, run.args.layer)
     return common.finish(run, [common.Table("lanes", rows, f"compiled-lanes: threads and column blocks ({shape})",
                                             __doc__.split("\n\n")[1].replace("\n", " "))])
 
