@@ -1,11 +1,12 @@
 """How many threads BLAS runs during a forward: set per forward through threadpoolctl's API.
 
-npspec's panel kernels ("gemm-blocks", "gemv-panels": npspec.kernels) share a product out to
-their own worker threads, each of which calls single-threaded BLAS. If BLAS ran threads of its
+npspec's kernels with their own threads (npspec.registry's `own_threads`: "compiled-lanes", "gemm-blocks",
+"gemv-panels") share a product out to their own worker threads, each of which calls single-threaded BLAS
+(or, for "compiled-lanes", none). If BLAS ran threads of its
 own as well, the two kinds would compete for the cores, and OpenBLAS' idle threads keep spinning
 for a while after each threaded call, on the very cores npspec's workers need
 (bench/results/threads.md measures it). So a Model runs BLAS with one thread during the forwards
-of a panel kernel and with `threads` during those of a BLAS kernel ("gemm", "gemv-rows", and
+of such a kernel (registry.Kernel.blas_threads) and with `threads` during those of a BLAS kernel ("gemm", "gemv-rows", and
 every prefill), and puts the previous count back afterwards.
 
 threadpoolctl is a runtime dependency for this one job: it is the portable way to set the thread
