@@ -22,6 +22,7 @@ from npspec.rules import block_accept, block_thresholds, block_weights
 from npspec.sampling import residual, sample
 from npspec.speculative import accept
 from npspec.testing import blocks
+from npspec.testing.vectors import verification_cases
 from npspec.testing.drafting import confident_drafter, ngram_drafter
 
 from test_one_step import SEQ_PROMPT, TRUNCATIONS, tables
@@ -275,3 +276,28 @@ def test_the_probes_catch_what_the_law_cannot_see():
     assert not blocks.check_block_rule(blocks.function_rule(per_token_weights), gammas=(2,)).ok
     assert [name for name, _ in blocks.block_probes(accept)] == ["dip-then-recover"]
     assert blocks.check_block_rule(blocks.function_rule(accept), cases=[(PAPER_P, PAPER_Q)]).ok
+
+
+# ---- the exported vectors (python -m npspec.testing vectors)
+
+@pytest.mark.parametrize("c", verification_cases()["block_verification"], ids=lambda c: c["name"])
+def test_the_block_vectors_are_block_accepts_laws(c):
+    """Each exported block case: its output law is the target's, and npspec's float64 block_accept, integrated over
+    its uniforms, reproduces the first round's law of (kept, token) to 1e-12; block >= token-wise <= the bound."""
+    p, q = ([float(F(v)) for v in c[key]] for key in ("p_warped", "q_warped"))
+    g, eos = c["first_round_gamma"], c["eos_token_id"]
+    assert sum(F(e["probability"]) for e in c["output_law"]) == 1
+    got = {}
+    for rnd, emitted, prob in blocks._block_round(kit.constant_table(p), kit.table_drafter(kit.constant_table(q)),
+                                                  tuple(c["prompt"]), g, eos, blocks.function_rule(block_accept)):
+        got[emitted] = got.get(emitted, 0) + prob
+    want = {}
+    for e in c["first_round_law"]:
+        emitted = tuple(e["drafted"][:e["accepted"]]) + (() if e["token"] is None else (e["token"],))
+        want[emitted] = want.get(emitted, 0) + float(F(e["probability"]))
+    assert {k for k, v in got.items() if v > 1e-15} == set(want)
+    assert max(abs(got.get(k, 0) - v) for k, v in want.items()) <= 1e-12
+    e = {k: F(v) for k, v in c["expected_accepted_first_round"].items()}
+    assert e["token"] <= e["block"] <= e["joint_bound"]
+    if c["name"] == "paper-example":
+        assert (e["token"], e["block"], e["joint_bound"]) == (F(10, 9), F(11, 9), F(12, 9))

@@ -15,6 +15,7 @@ import pytest
 from npspec import testing as kit
 from npspec.rules import accept_tree_rsd, draw_children, sibling_rows
 from npspec.testing import multidraft as md
+from npspec.testing.vectors import verification_cases
 from npspec.testing import trees as tt
 from npspec.trees import accept_tree, branching_tree
 
@@ -213,3 +214,18 @@ def test_without_replacement_lists_every_ordered_draw_once():
     assert all(len(set(x for x, _ in kids)) == 2 for _, kids in draws)
     assert md.without_replacement([0, 1, 0], 3) == [(1, [(1, [0, 1, 0])])]
     assert list(itertools.chain.from_iterable(kids for _, kids in md.without_replacement([F(1)], 1)))[0][0] == 0
+
+
+@pytest.mark.parametrize("c", verification_cases()["multi_draft"], ids=lambda c: c["name"])
+def test_the_multi_draft_vectors_are_lossless_and_match_the_rules(c):
+    """Each exported node: both round laws emit p as their first token, exactly; P(a child kept) is the stated
+    acceptance; the rule's value is below the bound of its drafts."""
+    p = [F(v) for v in c["p"]]
+    for children, law in (("iid", c["round_law_iid"]), ("rsd", c["round_law_without_replacement"])):
+        first = [F(0)] * len(p)
+        for e in law:
+            first[(e["kept"] or [e["token"]])[0]] += F(e["probability"])
+        assert first == p
+        assert sum(F(e["probability"]) for e in law if e["kept"]) == F(c["acceptance"][children])
+    assert F(c["acceptance"]["iid"]) <= F(c["acceptance"]["ot_bound_iid"])
+    assert F(c["acceptance"]["rsd"]) <= F(c["acceptance"]["ot_bound_without_replacement"])
