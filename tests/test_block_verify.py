@@ -41,9 +41,10 @@ def assert_block_keeps_target(rule, p, q, gammas=(1, 2, 3), tol=1e-12):
 # ---- (a) lossless: one round, the whole loop, the same grid as the token rule
 
 def test_block_verification_keeps_the_target_law_on_every_small_case():
-    """Every pair of the kit's small cases (353: zeros, one-hot rows, p == q, disjoint supports), gamma 1, 2, 3."""
+    """Every pair of the kit's small cases (353: zeros, one-hot rows, p == q, disjoint supports) and its 8
+    context-dependent pairs, gamma 1, 2, 3."""
     report = blocks.check_block_rule(blocks.block_verification_rule, gammas=(1, 2, 3))
-    assert report.ok and report.tol == 0 and report.cases == len(list(kit.small_cases())), str(report)
+    assert report.ok and report.tol == 0 and report.cases == len(list(kit.small_cases())) + 8, str(report)
 
 
 @pytest.mark.parametrize("n_vocab", [3, 4, 5, 6])
@@ -234,6 +235,30 @@ def past_a_rejected_prefix(p_rows, q_rows, d):
         r = p_rows[n] if n == len(d) else [max(0, x - y) for x, y in zip(p_rows[n], q_rows[n])]
         out.append((prob, n, [x / sum(r) for x in r] if sum(r) else list(p_rows[n])))
     return out
+
+
+def rows_of_the_tested_position(p_rows, q_rows, d):
+    """Block verification with Z_i taken from the rows d_i was tested against (p_i, q_i) instead of the rows after
+    d_1..d_i (p_{i+1}, q_{i+1}), as the PyTorch fallback of vLLM-Ascend's PR #7808 reads to me (its Triton kernel
+    takes the next rows). Invisible when the rows do not depend on the context."""
+    k, w, out = len(d), blocks.weights(p_rows, q_rows, d), []
+    h = [0] + [(F(z) / (z + 1 - w[i]) if z + 1 - w[i] > 0 else 0) for i in range(1, k)
+               for z in [sum(max(0, w[i] * a - b) for a, b in zip(p_rows[i - 1], q_rows[i - 1]))]] + [w[k]]
+    none_yet = 1
+    for n in range(k, -1, -1):
+        prob = none_yet * (h[n] if n else 1)
+        r = p_rows[k] if n == k else [max(0, w[n] * a - b) for a, b in zip(p_rows[n], q_rows[n])]
+        out.append((prob, n, [F(x) / sum(r) for x in r] if sum(r) else list(p_rows[n])))
+        none_yet *= 1 - h[n]
+    return out
+
+
+def test_a_row_index_mistake_needs_rows_that_depend_on_the_context():
+    """Taking Z_i from the tested position's rows passes every constant-row case and fails on context-dependent
+    tables: the kit's check_block_rule adds such tables to its default cases for that reason."""
+    assert blocks.check_block_rule(rows_of_the_tested_position, cases=kit.small_cases(), gammas=(2, 3)).ok
+    report = blocks.check_block_rule(rows_of_the_tested_position, gammas=(2,))
+    assert not report.ok and report.cases > len(list(kit.small_cases())) and callable(report.p), str(report)
 
 
 @pytest.mark.parametrize("mistake", [ascend_before_7808, token_residual, past_a_rejected_prefix],
