@@ -307,21 +307,31 @@ def test_the_probes_catch_what_the_law_cannot_see():
 
 @pytest.mark.parametrize("c", verification_cases()["block_verification"], ids=lambda c: c["name"])
 def test_the_block_vectors_are_block_accepts_laws(c):
-    """Each exported block case: its output law is the target's, and npspec's float64 block_accept, integrated over
-    its uniforms, reproduces the first round's law of (kept, token) to 1e-12; block >= token-wise <= the bound."""
-    p, q = ([float(F(v)) for v in c[key]] for key in ("p_warped", "q_warped"))
-    g, eos = c["first_round_gamma"], c["eos_token_id"]
+    """Each exported block case: its output law sums to 1, npspec's float64 block_accept, integrated over its
+    uniforms, reproduces the first round's law of (kept, token) to 1e-12, and token-wise <= block <= the bound; the
+    row-index mistake reproduces every constant-row case and not the context-dependent one."""
+    if "p_after_last_id" in c:  # rows that depend on the last id
+        p_after, q_after = ({int(x): [F(v) for v in row] for x, row in c[key].items()}
+                            for key in ("p_after_last_id", "q_after_last_id"))
+        p, q = (lambda seq: p_after[seq[-1]]), (lambda seq: q_after[seq[-1]])
+    else:
+        p, q = (kit.constant_table([F(v) for v in c[key]]) for key in ("p_warped", "q_warped"))
+    g, eos, prompt = c["first_round_gamma"], c["eos_token_id"], tuple(c["prompt"])
     assert sum(F(e["probability"]) for e in c["output_law"]) == 1
-    got = {}
-    for rnd, emitted, prob in blocks._block_round(kit.constant_table(p), kit.table_drafter(kit.constant_table(q)),
-                                                  tuple(c["prompt"]), g, eos, blocks.function_rule(block_accept)):
-        got[emitted] = got.get(emitted, 0) + prob
     want = {}
     for e in c["first_round_law"]:
         emitted = tuple(e["drafted"][:e["accepted"]]) + (() if e["token"] is None else (e["token"],))
-        want[emitted] = want.get(emitted, 0) + float(F(e["probability"]))
-    assert {k for k, v in got.items() if v > 1e-15} == set(want)
-    assert max(abs(got.get(k, 0) - v) for k, v in want.items()) <= 1e-12
+        want[emitted] = want.get(emitted, 0) + F(e["probability"])
+
+    def first_round(rule, table=lambda t: t):
+        got = {}
+        for _, emitted, prob in blocks._block_round(table(p), kit.table_drafter(table(q)), prompt, g, eos, rule):
+            got[emitted] = got.get(emitted, 0) + prob
+        return {k: v for k, v in got.items() if v > 1e-15}
+
+    floats = first_round(blocks.function_rule(block_accept), lambda t: (lambda seq: [float(x) for x in t(seq)]))
+    assert set(floats) == set(want) and max(abs(floats[k] - float(v)) for k, v in want.items()) <= 1e-12
+    assert (first_round(rows_of_the_tested_position) == want) == ("p_after_last_id" not in c or g < 2)
     e = {k: F(v) for k, v in c["expected_accepted_first_round"].items()}
     assert e["token"] <= e["block"] <= e["joint_bound"]
     if c["name"] == "paper-example":

@@ -140,6 +140,8 @@ VERIFICATION_CONVENTIONS = {
         "the denominator is 0); tau = the largest i with u_i < h_i (0 if none); keep d_1..d_tau, then a bonus from p "
         "if tau = g, else a sample of norm(max(0, w_tau p - q)); an accepted EOS cuts the round after it (the later "
         "drafts still took part in the decision); 'drafted' lists the whole block"),
+    "p_after_last_id": ("in a context-dependent case, the rows p and q after a sequence are those after its last id, "
+                        "replacing p_warped and q_warped (no warping)"),
     "expected_accepted_first_round": "E[drafts kept] in the first round: block, token-wise, and the bound "
                                      "sum_i sum_(x_1..x_i) min(p(x_1..x_i), q(x_1..x_i)) no lossless verifier exceeds",
     "multi_draft": (
@@ -150,6 +152,36 @@ VERIFICATION_CONVENTIONS = {
         "(empty if none), 'token' the bonus after it or the sample of r; acceptance is P(a child is kept), and ot_bound the "
         "largest value any lossless verifier of those drafts can reach"),
 }
+MARKOV = ({0: [F(1, 2), F(1, 2)], 1: [F(9, 10), F(1, 10)]}, {0: [F(1, 5), F(4, 5)], 1: [F(1, 2), F(1, 2)]})
+
+
+def _markov_block_case():
+    """A block case whose rows depend on the last id (p_after_last_id, q_after_last_id): a verifier that reads the
+    row of the wrong position passes every constant-row case and fails this one."""
+    (p_after, q_after), prompt, gamma, max_new_tokens = MARKOV, (0,), 2, 3
+    pt, qt = (lambda seq: p_after[seq[-1]]), (lambda seq: q_after[seq[-1]])
+    target = sequence_distribution(pt, prompt, max_new_tokens)
+    assert block_distribution(pt, qt, prompt, gamma, max_new_tokens) == {k: v for k, v in target.items() if v}
+    first = defaultdict(int)
+    for path in block_paths(pt, table_drafter(qt), prompt, gamma, max_new_tokens):
+        r = path.rounds[0]
+        first[(r.drafted, r.accepted, r.token)] += path.prob
+    return {
+        "name": "context-dependent", "description": "rows depend on the last id; a verifier that takes Z_i from "
+        "the tested position's rows instead of the next ones is caught here only", "verifier": "block",
+        "n_vocab": 2, "prompt": list(prompt),
+        "p_after_last_id": {str(x): [_s(v) for v in row] for x, row in p_after.items()},
+        "q_after_last_id": {str(x): [_s(v) for v in row] for x, row in q_after.items()},
+        "gamma": gamma, "first_round_gamma": gamma, "max_new_tokens": max_new_tokens, "eos_token_id": None,
+        "output_law": _law(target, lambda k: {"ids": list(k)}),
+        "first_round_law": _law(first, lambda k: {"drafted": list(k[0]), "accepted": k[1], "token": k[2]}),
+        "expected_accepted_first_round": {
+            "block": _s(expected_accepted(pt, qt, prompt, gamma)),
+            "token": _s(expected_accepted(pt, qt, prompt, gamma, rule=token_block_rule)),
+            "joint_bound": _s(joint_bound(pt, qt, prompt, gamma))},
+    }
+
+
 TREE_CASES = [  # name, description, p, q, children per node
     ("two-tokens-k2", "i.i.d. children keep one with 7/9, any verifier of i.i.d. children at most 8/9, RSD always",
      [F(1, 3), F(2, 3)], [F(2, 3), F(1, 3)], 2),
@@ -189,6 +221,7 @@ def verification_cases():
                 "token": _s(expected_accepted(pt, qt, (0,), g, rule=token_block_rule)),
                 "joint_bound": _s(joint_bound(pt, qt, (0,), g))},
         })
+    blocks.append(_markov_block_case())
     trees = []
     for name, description, p, q, k in TREE_CASES:
         pt, qt = constant_table(p), constant_table(q)
