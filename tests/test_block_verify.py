@@ -25,6 +25,7 @@ from npspec.testing import blocks
 from npspec.testing.vectors import verification_cases
 from npspec.testing.drafting import confident_drafter, ngram_drafter
 
+from conftest import tiny_model
 from test_one_step import SEQ_PROMPT, TRUNCATIONS, tables
 
 PROMPT = (0,)
@@ -336,3 +337,22 @@ def test_the_block_vectors_are_block_accepts_laws(c):
     assert e["token"] <= e["block"] <= e["joint_bound"]
     if c["name"] == "paper-example":
         assert (e["token"], e["block"], e["joint_bound"]) == (F(10, 9), F(11, 9), F(12, 9))
+
+
+# ---- real GPT-2 rows, warped as npspec warps them
+
+@pytest.mark.parametrize("warp_args", [dict(temperature=1.0), dict(temperature=1.7, top_k=3),
+                                       dict(temperature=1.3, top_p=0.8), dict(temperature=0.0)],
+                         ids=["T1", "T1.7_k3", "T1.3_p0.8", "greedy"])
+def test_block_accept_keeps_the_law_on_tiny_gpt2_rows(warp_args):
+    """Rows from real forwards of two tiny GPT-2 models (5 tokens, context-dependent), npspec's float64 block_accept
+    integrated over its uniforms, the whole loop for 4 ids with gamma 2, with and without EOS: the target's
+    law to 1e-12 (test_one_step's float64 check of the token rule, for the block rule)."""
+    target = tiny_model(seed=31, n_vocab=5, n_ctx=16, n_layer=2, eos_token_id=4)
+    draft = tiny_model(seed=32, role="draft", n_vocab=5, n_ctx=16, n_layer=1, eos_token_id=4)
+    p, q = kit.model_table(target, **warp_args), kit.model_table(draft, **warp_args)
+    for eos in (None, 4):
+        ref = kit.sequence_distribution(p, SEQ_PROMPT, 4, eos)
+        for gamma in (2,):
+            got = blocks.block_distribution(p, q, SEQ_PROMPT, gamma, 4, eos, rule=blocks.function_rule(block_accept))
+            assert max(abs(got.get(k, 0) - ref.get(k, 0)) for k in set(got) | set(ref)) <= 1e-12, (eos, gamma)

@@ -120,7 +120,7 @@ def function_rule(verify=accept):
         k = len(d)
         dd = np.asarray(d, dtype=np.int64)
         p = np.asarray(p_rows, dtype=np.float64).reshape(k + 1, -1)
-        q = np.asarray(q_rows, dtype=np.float64).reshape(k, -1)
+        q = np.asarray(q_rows, dtype=np.float64).reshape(k, p.shape[1])  # k = 0: a plain target step
         w = block_weights(dd, p, q)
         h = block_thresholds(w, p, q)
         with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
