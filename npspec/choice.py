@@ -9,7 +9,7 @@ rows the role multiplies: ROLE_ROWS) and the thread count, and keeps the fastest
 times). A single candidate is not timed.
 
 The result is cached in npspec's cache directory (`choices.json` there: one JSON object, written whole to a
-temporary file and renamed over the old one, under a filelock, so a crash or a concurrent run never leaves it half
+temporary file and renamed over the old one, under a filelock in the cache's `.locks/`, so a crash or a concurrent run never leaves it half
 written), keyed by everything the timing depends on (`machine_key`): the CPU model, the BLAS libraries numpy loaded
 (threadpoolctl: library, version, kernel set), the numpy version, the role, the candidates, the shapes and the
 thread count. `mode` (the CLI's --kernel-probe) says how the cache is used:
@@ -141,8 +141,9 @@ def store_choice(path, key, record):
     file and renamed over it. A cache that cannot be written is skipped (the choice is measured again next run)."""
     path = Path(path)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with FileLock(str(path) + ".lock", timeout=60):
+        lock = path.parent / ".locks" / f"{path.name}.lock"  # beside the cache's other lock files
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(lock), timeout=60):
             data = read_choices(path)
             data[key] = record
             fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")

@@ -90,7 +90,7 @@ def test_hub_repo_from_offline_cache_converts_once(tmp_path):
     assert "converting someorg/tiny-gpt2" in err
     assert sorted(os.listdir(entry)) == ["model.safetensors", "tokenizer.json"]
     assert sorted(os.listdir(entry.parent)) == [COMMIT]  # no staging leftovers
-    assert sorted(os.listdir(tmp_path / "npspec")) == [".locks", "hub"]
+    assert sorted(os.listdir(tmp_path / "npspec")) == [".locks", "choices.json", "hub"]  # choices: npspec.choice
     inode = (entry / "model.safetensors").stat().st_ino
 
     again, err = load_in_subprocess("someorg/tiny-gpt2", env)  # reuses the conversion

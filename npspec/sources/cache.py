@@ -9,7 +9,8 @@ and later runs load the conversion:
         local/<dir name>-<fingerprint>/      a local Hugging Face directory, keyed by its path and
                                              the sizes and mtimes of its files
         random/<shape>-seed<seed>-<config>/  a `random:` model (config: a hash of its shape)
-        .locks/                              one lock file per entry
+        choices.json                         the kernel each role decodes with, measured per machine (npspec.choice)
+        .locks/                              one lock file per entry (and one for choices.json)
 
 Each entry is built in a hidden staging directory beside it and renamed into place, complete,
 under a lock (filelock, a huggingface_hub requirement: an OS lock on Unix and Windows, which
