@@ -22,7 +22,7 @@ from typing import NamedTuple
 import numpy as np
 from threadpoolctl import threadpool_info, threadpool_limits
 
-from npspec.files import atomic_write
+from npspec.atomic import atomic_write
 from tqdm import tqdm
 
 from npspec.progress import bar, show_progress, terminal_bars

@@ -48,7 +48,7 @@ import sys
 import numpy as np
 
 from npspec.evaluate import acceptance, expected_tokens_per_round, fixed_prompts, predicted_speedup
-from npspec.files import tensor_shapes
+from npspec.tensors import tensor_shapes
 from npspec.quantize import parse_scheme, weight_bytes
 from npspec.quantized import awq_quantize_model, quantize_model
 from npspec.sampling import sample, warp

@@ -26,7 +26,8 @@ import numpy as np
 
 from . import progress
 from .drafters import DynamicTreeDrafter, ModelDrafter, NgramDrafter, TreeDrafter
-from .files import CheckpointError, load_model
+from .errors import CheckpointError
+from .files import load_model
 from .gpt2 import ContextOverflowError, GPT2Config, KVCache
 from .model import Model
 from .sources import load, random_model

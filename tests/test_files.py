@@ -24,7 +24,9 @@ from safetensors.numpy import save_file
 
 from npspec.huggingface import read_hf_tensors, write_hf_checkpoint
 from npspec import files
-from npspec.files import CheckpointError, atomic_write, load_model, save_converted
+from npspec.atomic import atomic_write
+from npspec.errors import CheckpointError
+from npspec.files import load_model, save_converted
 from npspec.gpt2 import GPT2Config
 from npspec.init import init_tensors, init_tensors_varied
 from npspec.model import Model, leaves

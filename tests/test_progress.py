@@ -13,7 +13,8 @@ import math
 import pytest
 
 from npspec import progress
-from npspec.files import load_model, tensor_shapes
+from npspec.files import load_model
+from npspec.tensors import tensor_shapes
 from npspec.huggingface import convert, read_hf_tensors
 from npspec.sources import SHAPES, load
 

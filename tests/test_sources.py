@@ -20,7 +20,8 @@ from tokenizers import Tokenizer
 
 from npspec import sources
 from npspec.huggingface import write_hf_checkpoint
-from npspec.files import CheckpointError, load_model
+from npspec.errors import CheckpointError
+from npspec.files import load_model
 from npspec.gpt2 import GPT2Config
 from npspec.init import init_tensors, iter_tensors
 from npspec.model import leaves

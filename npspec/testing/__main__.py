@@ -10,7 +10,8 @@ import json
 import sys
 from pathlib import Path
 
-from ..files import atomic_write, oneline
+from ..atomic import atomic_write
+from ..errors import oneline
 from .vectors import FORMAT, VERSION, vectors
 
 
