@@ -20,19 +20,25 @@ page of each round of a trace); generate and convert are the commands (`python -
 convert`); only cli imports them.
 """
 
-from dataclasses import dataclass
+import sys
 
-import numpy as np
+from .startup import exit_on_interrupt_while_starting
 
-from . import progress
-from .drafters import DynamicTreeDrafter, ModelDrafter, NgramDrafter, TreeDrafter
-from .errors import CheckpointError
-from .files import load_model
-from .gpt2 import ContextOverflowError, GPT2Config, KVCache
-from .model import Model
-from .sources import load, random_model
-from .speculative import Generation, GenerationInterrupted, Stats, speculative_generate
-from .text import encode_prompt
+exit_on_interrupt_while_starting(getattr(sys, "orig_argv", sys.argv))  # a command's imports: Ctrl-C, one line
+
+from dataclasses import dataclass  # noqa: E402 (after the handler: these imports are the slow part)
+
+import numpy as np  # noqa: E402
+
+from . import progress  # noqa: E402
+from .drafters import DynamicTreeDrafter, ModelDrafter, NgramDrafter, TreeDrafter  # noqa: E402
+from .errors import CheckpointError  # noqa: E402
+from .files import load_model  # noqa: E402
+from .gpt2 import ContextOverflowError, GPT2Config, KVCache  # noqa: E402
+from .model import Model  # noqa: E402
+from .sources import load, random_model  # noqa: E402
+from .speculative import Generation, GenerationInterrupted, Stats, speculative_generate  # noqa: E402
+from .text import encode_prompt  # noqa: E402
 
 __version__ = "0.1.0"
 

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from . import __version__, convert, generate
 from .console import Parser, error_stream, parse
+from .startup import started
 
 SOURCE_ROOT = Path(__file__).resolve().parent.parent  # the source tree, when npspec runs from one
 EXIT_CODES = {0: "done", 1: "an error, one line on stderr", 2: "a command line argparse rejects",
@@ -116,6 +117,7 @@ def main(argv=None, out=None, err=None):
 
     out, err: the command's streams (default sys.stdout and sys.stderr; a closed stderr drops messages).
     """
+    started()  # Python's Ctrl-C handler back (npspec.console: the imports had their own)
     argv = sys.argv[1:] if argv is None else list(argv)
     out = sys.stdout if out is None else out
     err = error_stream(sys.stderr if err is None else err)

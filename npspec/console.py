@@ -10,12 +10,20 @@ nothing replaces `sys.stdout` or `sys.stderr`.
     used to exit 0).
   * `parse(parser, argv, err, name)`: (args, None), or (None, the exit status) for --help and --version (0,
     or 1 with one line on `err` if stdout could not take them) and usage errors (2).
-Imports argparse and the standard library only.
+  * `terminate_as_interrupt()`: SIGTERM raised as a KeyboardInterrupt (Terminated) while a command works,
+    so a conversion killed by SIGTERM deletes its staging directory as Ctrl-C does.
+  * `started()` (npspec.startup): every main first puts back Python's Ctrl-C handler, which npspec's
+    package replaced while the command was importing (a Ctrl-C then prints one line and exits 130).
+Imports the standard library only.
 """
 
 import argparse
+import contextlib
 import os
+import signal
 import sys
+import threading
+
 
 
 def error_stream(err):
@@ -53,3 +61,25 @@ def parse(parser, argv, err, name):
     except OSError as e:
         print(f"{name}: error: cannot write to stdout ({e.strerror or e}); check where stdout goes", file=err)
         return None, 1
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the signal arrives as an interruption, so that the same cleanup runs as for Ctrl-C."""
+
+
+@contextlib.contextmanager
+def terminate_as_interrupt():
+    """While the block runs, SIGTERM raises Terminated (a KeyboardInterrupt) instead of killing the process:
+    a staging directory being written is then deleted as after Ctrl-C. A no-op outside the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def raise_terminated(signum, frame):
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

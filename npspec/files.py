@@ -156,6 +156,14 @@ def _clean_stale(parent, name, out):
         with locked(_lock_of(d), blocking=False) as free:
             if free:
                 shutil.rmtree(d, ignore_errors=True)
+        if free:
+            _lock_of(d).unlink(missing_ok=True)
+    for n in os.listdir(parent):  # a staging lock whose directory is gone (its run was killed between the two)
+        if n.startswith(f".{name}.") and n.endswith(".partial.lock") and not (parent / n[:-len(".lock")]).exists():
+            with locked(parent / n, blocking=False) as free:
+                pass
+            if free:
+                (parent / n).unlink(missing_ok=True)
 
 
 def _publish(staging, out_dir, force):
@@ -182,8 +190,9 @@ def write_dir(out_dir, write, force=False):
     out_dir meanwhile finds the old model or the new one, never no directory (two renames used to
     leave an instant without one); the old model is then deleted. A staging directory holds its own
     lock while in use: leftovers of killed runs (staging, a set-aside model) are cleaned up by the
-    next write beside them, under the directory's lock (dir_lock), which also serialises the final
-    renames of concurrent writes. Raises CheckpointError (out_dir_problem, re-checked at the
+    next write beside them, under the directory's lock (dir_lock: the file `.NAME.lock` beside
+    out_dir, which stays: deleting a lock file others may be waiting on is unsafe), which also
+    serialises the final renames of concurrent writes. Raises CheckpointError (out_dir_problem, re-checked at the
     rename: another write may have finished first) and OSError; out_dir is then as it was. An
     interrupted write (KeyboardInterrupt, or SIGTERM made one by the command) deletes its staging.
     """
@@ -192,22 +201,27 @@ def write_dir(out_dir, write, force=False):
         raise CheckpointError(problem)
     parent, name = out_dir.parent, out_dir.name
     parent.mkdir(parents=True, exist_ok=True)
-    with contextlib.ExitStack() as hold:
-        with locked(dir_lock(out_dir)):
-            _clean_stale(parent, name, out_dir)
-            if problem := out_dir_problem(out_dir, force):  # a model a killed replacement set aside may be back
-                raise CheckpointError(problem)
-            staging = Path(tempfile.mkdtemp(prefix=f".{name}.", suffix=".partial", dir=parent))
-            hold.enter_context(locked(_lock_of(staging)))  # before the directory's lock is let go: never stale
-        try:
-            public_mode(staging)
-            write(staging)
+    staging = None
+    try:
+        with contextlib.ExitStack() as hold:
             with locked(dir_lock(out_dir)):
-                _publish(staging, out_dir, force)
-            return out_dir
-        finally:
-            if staging.exists():
-                shutil.rmtree(staging, ignore_errors=True)
+                _clean_stale(parent, name, out_dir)
+                if problem := out_dir_problem(out_dir, force):  # a model a killed replacement set aside may be back
+                    raise CheckpointError(problem)
+                staging = Path(tempfile.mkdtemp(prefix=f".{name}.", suffix=".partial", dir=parent))
+                hold.enter_context(locked(_lock_of(staging)))  # before the directory's lock is let go: never stale
+            try:
+                public_mode(staging)
+                write(staging)
+                with locked(dir_lock(out_dir)):
+                    _publish(staging, out_dir, force)
+                return out_dir
+            finally:
+                if staging.exists():
+                    shutil.rmtree(staging, ignore_errors=True)
+    finally:
+        if staging is not None:  # released, its directory gone: a cleaner that took it meanwhile finds nothing
+            _lock_of(staging).unlink(missing_ok=True)
 
 
 def write_safetensors(path, shapes, array, metadata, done=None):

@@ -31,7 +31,7 @@ import numpy as np
 from .drafters import DynamicTreeDrafter, ModelDrafter, NgramDrafter, TreeDrafter, check_ngram_sizes, check_p_min
 from . import picture
 from .atomic import atomic_write, expand, replace_problem
-from .console import Parser, error_stream, parse
+from .console import Parser, error_stream, parse, terminate_as_interrupt
 from .errors import CheckpointError
 from .kernels import KERNELS, PLAIN_KERNELS, check_threads
 from .qkernels import QKERNELS
@@ -41,6 +41,7 @@ from .sources import HUB_NAMES, SHIPPED_PAIR, load, shipped_dir
 from .speculative import (SCHEDULES, Generation, GenerationInterrupted, Stats, check_options, check_pair, check_prompt,
                           context_size, speculative_generate)
 from .text import TextStreamer, encode_prompt
+from .startup import started
 
 DEFAULT_PROMPT = "ROMEO:"
 NGRAM = "ngram"  # the --draft word for prompt lookup (a directory of that name: ./ngram)
@@ -474,16 +475,22 @@ def main(argv=None, prog=PROG, out=None, err=None):
     command line argparse rejects, 130 interrupted, 141 stdout's reader left. prog: the name usage shows.
     out, err: the streams (default sys.stdout and sys.stderr, read when called; with stderr closed, messages
     are dropped, never printed to stdout: npspec.console)."""
+    started()  # Python's Ctrl-C handler back (npspec.console: the imports had their own)
     out = sys.stdout if out is None else out
     err = error_stream(sys.stderr if err is None else err)
-    args, status = parse(build_parser(prog, out, err), argv, err, "npspec.generate")
+    try:
+        args, status = parse(build_parser(prog, out, err), argv, err, "npspec.generate")
+    except KeyboardInterrupt:
+        print("npspec.generate: interrupted", file=err)
+        return 130
     if args is None:
         return status
     if out is None:
         print("npspec.generate: error: stdout is closed; redirect it to a file or a pipe", file=err)
         return 1
     try:
-        run(args, out=out, err=err)
+        with terminate_as_interrupt():  # SIGTERM stops as Ctrl-C does (a cache build deletes its staging)
+            run(args, out=out, err=err)
     except (CheckpointError, ValueError) as e:
         if args.debug:
             raise

@@ -44,10 +44,12 @@ class GPT2Config:
                 f"config: n_embd ({self.n_embd}) is not divisible by n_head ({self.n_head}); "
                 "fix the checkpoint's config.json")
         eps = self.layer_norm_epsilon
-        if isinstance(eps, bool) or not isinstance(eps, (int, float, np.floating)) or \
-                not 0 < eps <= float(np.finfo(np.float32).max) or not np.float32(eps) > 0:
-            raise ValueError(f"config: layer_norm_epsilon must be a finite number > 0, got {eps!r} (finite and "
-                             "non-zero in float32, the forward's type: at most 3.4e38)")
+        shown = repr(eps) if len(repr(eps)) <= 40 else f"an integer of {len(str(eps)):,} digits"
+        if isinstance(eps, bool) or not isinstance(eps, (int, float, np.floating)) or not 0 < eps < float("inf"):
+            raise ValueError(f"config: layer_norm_epsilon must be a finite number > 0, got {shown}")
+        if eps > float(np.finfo(np.float32).max) or not np.float32(eps) > 0:  # 1e300 is inf in float32, 1e-50 is 0
+            raise ValueError(f"config: layer_norm_epsilon must be a finite number > 0, got {shown}, which is "
+                             f"{'inf' if eps > 1 else '0'} in float32 (the forward's type)")
         if self.eos_token_id is not None and not 0 <= self.eos_token_id < self.n_vocab:
             raise ValueError(f"config: eos_token_id {self.eos_token_id} is outside [0, {self.n_vocab})")
 

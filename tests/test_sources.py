@@ -62,7 +62,8 @@ def make_hub_cache(hf_cache, repo_id, config, seed=0, tokenizer=True, commit=COM
     return repo
 
 
-LOAD = ("import json, numpy as np, npspec.sources as s; x = s.load({spec!r}); "
+LOAD = ("import json, sys, numpy as np, npspec.sources as s; "
+        "x = s.load({spec!r}, note=lambda m: print('npspec:', m, file=sys.stderr)); "
         "print(json.dumps({{'path': x.source, 'n_vocab': x.config.n_vocab, 'n_embd': x.config.n_embd, "
         "'source': x.metadata['source'], 'sha': x.metadata['source_sha256'], "
         "'wte_sum': float(np.float64(x.params['wte']).sum()), 'tok_size': x.tokenizer.get_vocab_size()}}))")
@@ -252,7 +253,7 @@ def test_unwritable_cache_is_one_clean_line(tmp_path):
 CONCURRENT = ("import json, os, sys, time, numpy as np, npspec.sources as s; "
               "open(sys.argv[1], 'a').close()\n"
               "while len(os.listdir(os.path.dirname(sys.argv[1]))) < 2: time.sleep(0.01)\n"
-              "x = s.load('random:tiny'); print(json.dumps([x.source, float(np.float64(x.params['wte']).sum())]))")
+              "x = s.load('random:tiny', note=lambda m: print('npspec:', m, file=sys.stderr)); print(json.dumps([x.source, float(np.float64(x.params['wte']).sum())]))")
 
 
 def test_two_processes_converting_at_once(tmp_path):

@@ -155,7 +155,8 @@ def cached(root, final, build, what, lock_timeout=LOCK_TIMEOUT, note=None):
         return final
     try:
         final.parent.mkdir(parents=True, exist_ok=True)
-        with _lock(lock_file(root, final), lock_timeout, what, note):
+        lock = lock_file(root, final)
+        with _lock(lock, lock_timeout, what, note):
             if final.is_dir():  # another process built it while we waited
                 return final
             staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".partial", dir=final.parent))
@@ -164,6 +165,9 @@ def cached(root, final, build, what, lock_timeout=LOCK_TIMEOUT, note=None):
                 _say(note, f"converting {what} into {final} (once; later runs reuse it)")
                 build(staging)
                 publish(staging, final)
+            except BaseException:
+                lock.unlink(missing_ok=True)  # a failed conversion leaves no lock file (a racing run at worst converts twice)
+                raise
             finally:
                 if staging.exists():
                     shutil.rmtree(staging, ignore_errors=True)
