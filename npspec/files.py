@@ -339,7 +339,11 @@ def config_from_metadata(metadata, where, versions=READABLE_VERSIONS):
             n_vocab=int(metadata["n_vocab"]), n_ctx=int(metadata["n_ctx"]), n_embd=int(metadata["n_embd"]),
             n_head=int(metadata["n_head"]), n_layer=int(metadata["n_layer"]),
             layer_norm_epsilon=float(metadata["layer_norm_epsilon"]), eos_token_id=eos)
-    except (KeyError, ValueError, TypeError) as e:
+    except KeyError as e:
+        raise CheckpointError(f"{where}: the model metadata has no {e.args[0]} (an npspec file holds "
+                              "format_version, n_vocab, n_ctx, n_embd, n_head, n_layer, layer_norm_epsilon and "
+                              "eos_token_id); reconvert it with python -m npspec.convert") from None
+    except (ValueError, TypeError, OverflowError) as e:
         raise CheckpointError(f"{where}: bad model metadata ({oneline(e)}); "
                               "reconvert it with python -m npspec.convert") from e
 

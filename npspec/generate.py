@@ -36,7 +36,7 @@ from .errors import CheckpointError
 from .kernels import KERNELS, PLAIN_KERNELS, check_threads
 from .qkernels import QKERNELS
 from .simulate import ControlledDraft
-from .progress import show_progress, terminal_bars
+from .progress import bar, show_progress, terminal_bars
 from .sources import HUB_NAMES, SHIPPED_PAIR, load, shipped_dir
 from .speculative import (SCHEDULES, Generation, GenerationInterrupted, Stats, check_options, check_pair, check_prompt,
                           context_size, speculative_generate)
@@ -119,7 +119,7 @@ def build_parser(prog=PROG, out=None, err=None):
                          "each proposal the target's greedy token with probability A (needs --temperature 0 and a "
                          "draft model; the output stays the target's greedy output)")
     ap.add_argument("--no-color", action="store_true", help="do not colour accepted draft tokens")
-    ap.add_argument("--quiet", action="store_true", help="no progress bars (nor with --json, NPSPEC_QUIET=1 or "
+    ap.add_argument("--quiet", action="store_true", help="no progress bars (nor with NPSPEC_QUIET=1 or "
                                                          "TQDM_DISABLE=1; they show only when stderr is a terminal)")
     ap.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     return ap
@@ -355,7 +355,7 @@ def run(args, out=sys.stdout, err=sys.stderr, stdin=None):
     if args.seed < 0:
         raise ValueError(f"--seed must be >= 0, got {args.seed}")
     threads = thread_count(args.threads, note=lambda message: print(f"npspec.generate: note: {message}", file=err))
-    progress = terminal_bars if show_progress(args.quiet or args.json, err, os.environ) else None
+    progress = terminal_bars if show_progress(args.quiet, err, os.environ) else None
 
     def note(message):  # the cache's and loader's notes (a conversion, a wait, a rewrite)
         print(f"npspec: {message}", file=err, flush=True)
@@ -372,12 +372,13 @@ def run(args, out=sys.stdout, err=sys.stderr, stdin=None):
     ids = encode_prompt(target.tokenizer, prompt, target.config.eos_token_id)
     check_prompt(ids, context_size(target, draft), target.config.n_vocab)
     if args.simulate_acceptance is not None:
-        draft = simulated(draft, target, ids, args, err)
+        draft = simulated(draft, target, ids, args, err, progress)
     color = out.isatty() and not args.no_color and not os.environ.get("NO_COLOR") and not args.json
     streamer = TextStreamer(target.tokenizer)
 
     def on_emit(new_ids, n_accepted):
-        if args.json:
+        if args.json:  # nothing streams: a bar on stderr shows the tokens instead
+            tokens.update(len(new_ids))
             return
         if color:
             drafted = streamer.push(new_ids[:n_accepted])
@@ -392,14 +393,18 @@ def run(args, out=sys.stdout, err=sys.stderr, stdin=None):
     try:
         if not args.json:  # the first byte written: everything that can be checked was
             out.write(prompt)
-        gen = speculative_generate(target, draft, ids, args.max_new_tokens, gamma=gamma,
-                                   temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-                                   rng=rng, on_emit=on_emit,
-                                   trace=args.trace or args.html is not None, gamma_schedule=args.gamma_schedule)
+        with bar(progress if args.json else None, "generating", args.max_new_tokens, "tok") as tokens:
+                gen = speculative_generate(target, draft, ids, args.max_new_tokens, gamma=gamma,
+                                       temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                                       rng=rng, on_emit=on_emit,
+                                       trace=args.trace or args.html is not None, gamma_schedule=args.gamma_schedule)
     except GenerationInterrupted as e:  # Ctrl-C: print what was generated, then exit 130
         gen, interrupted = e.generation, True
     except KeyboardInterrupt:  # between the prompt and the first forward: nothing generated
         gen, interrupted = Generation([], Stats(stop_reason="interrupted")), True
+    if not args.json:  # the line ends before any bar of --compare can draw under it
+        out.write(streamer.finish() + "\n")
+        out.flush()
     if args.html is not None:
         page = picture.render(gen.trace, target.tokenizer.decode, prompt, gen.stats.as_dict())
         try:
@@ -411,9 +416,11 @@ def run(args, out=sys.stdout, err=sys.stderr, stdin=None):
     if args.compare and not interrupted:  # the same prompt, options and seed, with the target alone
         try:
             for kernel in dict.fromkeys([target.kernel, *PLAIN_KERNELS]):
-                plain[kernel] = speculative_generate(target.with_kernel(kernel), None, ids, args.max_new_tokens,
-                                                     gamma=0, temperature=args.temperature, top_k=args.top_k,
-                                                     top_p=args.top_p, rng=np.random.default_rng(args.seed))
+                with bar(progress, f"--compare: plain decoding, {kernel}", args.max_new_tokens, "tok") as b:
+                    plain[kernel] = speculative_generate(target.with_kernel(kernel), None, ids, args.max_new_tokens,
+                                                         gamma=0, temperature=args.temperature, top_k=args.top_k,
+                                                         top_p=args.top_p, rng=np.random.default_rng(args.seed),
+                                                         on_emit=lambda new_ids, n: b.update(len(new_ids)))
         except GenerationInterrupted:
             interrupted, plain = True, {}
     if args.json:
@@ -423,9 +430,7 @@ def run(args, out=sys.stdout, err=sys.stderr, stdin=None):
         if plain:
             obj["compare"] = comparison(gen, plain, target.kernel, args.temperature == 0)
         out.write(json.dumps(json_safe(obj), allow_nan=False) + "\n")
-    else:
-        out.write(streamer.finish() + "\n")
-    out.flush()
+        out.flush()
     print(summary(gen.stats), file=err)
     if plain:
         c = comparison(gen, plain, target.kernel, args.temperature == 0)
@@ -440,13 +445,15 @@ def run(args, out=sys.stdout, err=sys.stderr, stdin=None):
     return gen
 
 
-def simulated(drafter, target, ids, args, err):
+def simulated(drafter, target, ids, args, err, progress=None):
     """The ModelDrafter whose model is `drafter`'s wrapped in npspec.simulate.ControlledDraft with a = --simulate-acceptance.
 
     First decodes the prompt greedily with the target alone (also a warm-up), for the tokens the proposals
-    copy; says on `err` that acceptance is simulated.
+    copy; says on `err` that acceptance is simulated. progress: a bar factory for that reference run (None: none).
     """
-    reference = speculative_generate(target, None, ids, args.max_new_tokens, gamma=0, temperature=0)
+    with bar(progress, "--simulate-acceptance: the target's greedy reference", args.max_new_tokens, "tok") as b:
+        reference = speculative_generate(target, None, ids, args.max_new_tokens, gamma=0, temperature=0,
+                                         on_emit=lambda new_ids, n: b.update(len(new_ids)))
     a = args.simulate_acceptance
     print(f"npspec.generate: note: SIMULATED acceptance: each draft token is the target's greedy token with "
           f"probability {a:g} (the draft's forwards still run, for their cost)", file=err)
