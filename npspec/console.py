@@ -31,6 +31,9 @@ def error_stream(err):
     return err if err is not None else open(os.devnull, "w", encoding="utf-8")
 
 
+TO_ERR = object()  # Parser's own name for "the command's stderr"
+
+
 class Parser(argparse.ArgumentParser):
     """An ArgumentParser whose help and version go to `out` and usage errors to `err` (default: sys.stdout and
     sys.stderr when written), each write flushed, a failed one raising OSError (a closed stdout: OSError too)."""
@@ -39,10 +42,19 @@ class Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
         self.out, self.err = out, err
 
+    def error(self, message):  # argparse's print_usage(None) would write the usage to STDOUT when stderr is closed
+        self._print_message(self.format_usage(), TO_ERR)
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+    def exit(self, status=0, message=None):
+        if message:
+            self._print_message(message, TO_ERR)
+        sys.exit(status)
+
     def _print_message(self, message, file=None):  # argparse's one writer (help, version, usage, errors)
         if not message:
             return
-        to_stdout = file is None or file is sys.stdout
+        to_stdout = file is not TO_ERR and file is sys.stdout  # help and version; None: a closed stream
         stream = (self.out if self.out is not None else sys.stdout) if to_stdout else \
             error_stream(self.err if self.err is not None else sys.stderr)
         if stream is None:
