@@ -8,7 +8,8 @@
 Modules, from the math up (each imports only modules listed before it): gpt2 (the forward's
 math and the KV cache), kernels (the products and the batch-invariance contract), model (Model:
 weights + the kernel its forwards use), progress (bars for long work, shown only when a caller
-passes a bar factory), files (the converted-model file format), init (GPT-2's random
+passes a bar factory), errors (CheckpointError), tensors (GPT-2's tensor names), atomic (atomic
+writes, locks, directory swaps), files (the converted-model file format), init (GPT-2's random
 initialisation), huggingface (Hugging Face checkpoints -> npspec files), quantize (weight
 quantization: schemes, round-to-nearest, AWQ), quantized (quantized Models and files), sources (load(spec,
 role): SPECs, the registry of names, the conversion cache, the shipped pair), sampling (warping,
@@ -17,7 +18,8 @@ n-gram lookup, token trees), trees (multi-candidate acceptance down a tree), spe
 and the loop), evaluate (perplexity, acceptance), testing (the conformance kit), picture (the HTML
 page of each round of a trace); generate and convert are the commands (`python -m npspec.generate`,
 `python -m npspec.convert`), and cli the `npspec` command over them (`npspec generate`, `npspec
-convert`); only cli imports them.
+convert`); only cli imports them. console (the commands' streams) and startup (Ctrl-C while a command
+imports) serve the commands.
 """
 
 import sys

@@ -87,7 +87,7 @@ def out_dir_state(path):
     path = Path(path)
     if not os.path.lexists(path):
         return "missing"
-    if not path.is_dir():
+    if not path.is_dir() or kind(path / WEIGHTS_FILE) not in ("missing", "file"):  # a FIFO would block the read
         return "other"
     try:
         names = {n for n in os.listdir(path) if not _leftover(n)}
@@ -489,7 +489,7 @@ def load_model(path, kernel=DEFAULT_KERNEL, threads=1, progress=None, note=None,
     """Load a converted model directory (see module docstring) into a `Model` decoding with `kernel` and `threads`.
 
     Format 2: reads each tensor once, straight into the array, in the layout the forward uses:
-    peak memory is the weight bytes (tests/test_files.py measures it). Format 1: the same reads,
+    peak memory is the weight bytes (tests/test_files_format.py measures it). Format 1: the same reads,
     then the block matrices are laid out column-major one at a time (peak: the weights plus one
     matrix), and the file is rewritten once as format 2 (rewrite_format_1, under `lock`, else a
     lock on the directory). note: None, or called with one line for the user when a format-1 file
