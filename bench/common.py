@@ -115,6 +115,12 @@ def steps(items, desc, unit="row"):
             b.update(1)
 
 
+def note(message):
+    """The `note` callback for npspec.sources.load and resolve: the cache's one-line notes (a conversion, a wait),
+    as the commands print them."""
+    log(f"npspec: {message}")
+
+
 def log(message):
     """Progress for the person running a benchmark: one line on stderr (stdout ends with what was written), printed
     above any progress bar (tqdm.write) rather than through it."""
