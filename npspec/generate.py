@@ -30,7 +30,7 @@ import numpy as np
 
 from .drafters import DynamicTreeDrafter, ModelDrafter, NgramDrafter, TreeDrafter, check_ngram_sizes, check_p_min
 from . import picture
-from .atomic import atomic_write, expand, replace_problem
+from .atomic import expand, replace_problem
 from .console import Parser, error_stream, parse, terminate_as_interrupt
 from .errors import CheckpointError
 from .kernels import KERNELS, PLAIN_KERNELS, check_threads
@@ -406,9 +406,8 @@ def run(args, out=sys.stdout, err=sys.stderr, stdin=None):
         out.write(streamer.finish() + "\n")
         out.flush()
     if args.html is not None:
-        page = picture.render(gen.trace, target.tokenizer.decode, prompt, gen.stats.as_dict())
         try:
-            atomic_write(expand(args.html, "--html"), lambda tmp: Path(tmp).write_text(page, encoding="utf-8"))
+            picture.write(expand(args.html, "--html"), gen.trace, target.tokenizer.decode, prompt, gen.stats.as_dict())
         except OSError as e:
             raise ValueError(f"cannot write --html {args.html} ({e.strerror or e}); pick a writable path") from e
         print(f"npspec.generate: wrote {args.html} (each round of the generation)", file=err)
