@@ -3,6 +3,7 @@ variable that is not ASCII digits, paths the OS refuses. Each is one line on std
 status 1 or 2, no traceback, and bounded memory.
 """
 
+import argparse
 import io
 import os
 import subprocess
@@ -11,6 +12,7 @@ import sys
 import pytest
 
 from npspec import cli, generate
+from npspec.drafters import ModelDrafter
 from npspec.kernels import THREADS_PER_CPU, check_threads
 from npspec.sources import load
 
@@ -109,3 +111,36 @@ def test_a_target_under_an_unknown_user_is_one_line():
 def test_html_under_an_unknown_user_is_one_line():
     status, err = generate_error("--html", "~nouser-npspec/round.html")
     assert status == 1 and "cannot expand ~nouser-npspec" in err
+
+
+# --- progress on stderr for the long, silent runs ------------------------------------------------------
+
+
+class Bars:
+    """A bar factory (npspec.progress's protocol) that records each bar's description, total and updates."""
+
+    def __init__(self):
+        self.bars = []
+
+    def __call__(self, desc, total, unit="B"):
+        record = [desc, total, unit, 0]
+        self.bars.append(record)
+
+        class Bar:
+            def __enter__(self):
+                return self
+
+            def __exit__(self, *exc):
+                return False
+
+            def update(self, n=1):
+                record[3] += n
+
+        return Bar()
+
+
+def test_simulate_acceptance_shows_its_reference_run(tiny):
+    args = argparse.Namespace(max_new_tokens=6, simulate_acceptance=0.5, seed=0, draft_p_min=0.0)
+    bars, err = Bars(), io.StringIO()
+    generate.simulated(ModelDrafter(tiny), tiny, [1, 2, 3], args, err, bars)
+    assert bars.bars == [["--simulate-acceptance: the target's greedy reference", 6, "tok", 6]]  # silent before
