@@ -78,7 +78,7 @@ def panels(w, width):  # [d_in, d_out] -> [P, d_in, width], P = d_out // width; 
     return w[:, : p * width].reshape(d_in, p, width).transpose(1, 0, 2)
 
 
-THREADS_PER_CPU = 8  # the most threads a forward may ask for, per CPU this process may use (check_threads)
+THREADS_PER_CPU = 64  # the most threads a forward may ask for, per CPU this process may use (check_threads)
 
 
 def check_threads(threads, cpus=None):
@@ -86,8 +86,9 @@ def check_threads(threads, cpus=None):
 
     cpus: the CPUs this process may use (default: os.sched_getaffinity, else os.cpu_count). The bound is
     the one rule for every thread count (--threads, NPSPEC_NUM_THREADS, load(threads=...)): past a few
-    threads per core a forward only adds handoffs, and each worker costs a thread and two locks
-    (threads=10**9 used to allocate 3.8 GB of locks, 10**12 never returned).
+    threads per core a forward only adds handoffs (64 per CPU leaves room to oversubscribe, as the
+    thread-invariance tests do), and each worker costs a thread and two locks (threads=10**9 used to
+    allocate 3.8 GB of locks, 10**12 never returned).
     """
     if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 1:
         raise ValueError(f"the thread count must be a positive integer, got {threads!r}")

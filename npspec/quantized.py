@@ -44,7 +44,8 @@ from .model import DEFAULT_KERNEL, Model
 from .qkernels import QKERNELS, QuantizedMatrix, holds_codes
 from .quantize import (LINEAR_SUFFIXES, Quantized, awq_round_trip, awq_search, dequantize_tensors, input_axis,
                        parse_scheme, quantize_tensors, quantized_names)
-from .tensors import flat_tensors, params_tree, tensor_shapes
+from . import tensors as gpt2_tensors
+from .tensors import params_tree, tensor_shapes
 
 QUANTIZATION_FORMAT = "1"
 FILE_FORMAT = "1"  # npspec.files' format 1: every tensor row-major as the forward's shapes (format 2's layout is not used here)
@@ -60,7 +61,7 @@ def flat_tensors(params, config):
     if holds_codes(params):
         raise ValueError("this model holds int8 codes (kernel dequant-panels): quantize or save the float32 model "
                          "it came from instead")
-    return flat_tensors(params, config)
+    return gpt2_tensors.flat_tensors(params, config)
 
 
 def quantized_model(config, tensors, quantized, scheme, tokenizer, source, kernel, threads, metadata):

@@ -70,9 +70,9 @@ def test_bench_lists_the_benchmarks_bench_holds():
 
 
 def test_thread_counts_are_bounded_by_the_cpus():
-    assert check_threads(THREADS_PER_CPU * 2, cpus=2) == 16
-    with pytest.raises(ValueError, match=r"at most 16 \(8 per CPU; this process may use 2\), got 17"):
-        check_threads(17, cpus=2)
+    assert check_threads(THREADS_PER_CPU * 2, cpus=2) == 128
+    with pytest.raises(ValueError, match=r"at most 128 \(64 per CPU; this process may use 2\), got 129"):
+        check_threads(129, cpus=2)
     with pytest.raises(ValueError, match="--threads: the thread count must be at most"):
         generate.thread_count(10 ** 9, environ={}, cpus=2)  # used to allocate 3.8 GB of locks
 
