@@ -133,7 +133,7 @@ def position_betas(target, draft, val_ids, starts, warp_args, seed=0):
     """Mean over `starts` of sum min(p_i, q_i) at draft positions i = 1..DEPTH along the draft's own proposals.
 
     Each start s: context val_ids[s - CONTEXT : s]; the draft proposes DEPTH tokens one forward
-    each (as npspec.drafters.ModelDrafter: greedy, or sampled with uniforms from one Generator
+    each (as npspec.decode.drafters.ModelDrafter: greedy, or sampled with uniforms from one Generator
     seeded with `seed`); the target scores context + proposals in one prefill. Returns a list of
     DEPTH floats.
     """

@@ -12,9 +12,10 @@ passes a bar factory), files (the converted-model file format), init (GPT-2's ra
 initialisation), huggingface (Hugging Face checkpoints -> npspec files), quantize (weight
 quantization: schemes, round-to-nearest, AWQ), quantized (quantized Models and files), sources (load(spec,
 role): SPECs, the registry of names, the conversion cache, the shipped pair), sampling (warping,
-inverse-CDF sampling, residual), text (prompts, streaming), drafters (who proposes: a draft model,
-n-gram lookup, token trees), trees (multi-candidate acceptance down a tree), speculative (the round
-and the loop), evaluate (perplexity, acceptance), testing (the conformance kit), picture (the HTML
+inverse-CDF sampling, residual), text (prompts, streaming), trees (multi-candidate acceptance down a
+tree), decode (the round, the loop and the drafters, reaching models only through its protocols),
+evaluate (perplexity, acceptance), harness (--compare and --simulate-acceptance), testing (the
+conformance kit), picture (the HTML
 page of each round of a trace); generate and convert are the commands (`python -m npspec.generate`,
 `python -m npspec.convert`), and cli the `npspec` command over them (`npspec generate`, `npspec
 convert`); only cli imports them.
@@ -25,12 +26,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import progress
-from .drafters import DynamicTreeDrafter, ModelDrafter, NgramDrafter, TreeDrafter
 from .files import CheckpointError, load_model
 from .gpt2 import ContextOverflowError, GPT2Config, KVCache
 from .model import Model
+from .decode import Generation, GenerationInterrupted, Stats, speculative_generate
+from .decode.drafters import DynamicTreeDrafter, ModelDrafter, NgramDrafter, TreeDrafter
 from .sources import load, random_model
-from .speculative import Generation, GenerationInterrupted, Stats, speculative_generate
 from .text import encode_prompt
 
 __version__ = "0.1.0"
@@ -47,8 +48,8 @@ def generate_text(target, prompt, draft=None, gamma=4, max_new_tokens=64, temper
                   gamma_schedule="constant"):
     """Generate text after `prompt` (a str) with `target`; with a `draft` and gamma > 0, speculatively.
 
-    draft: a Model, a drafter (npspec.drafters: NgramDrafter, ModelDrafter(model, p_min)), or None.
-    gamma_schedule: "constant" or "heuristic" (npspec.speculative.next_gamma).
+    draft: a Model, a drafter (npspec.decode.drafters: NgramDrafter, ModelDrafter(model, p_min), ...), or None.
+    gamma_schedule: "constant" or "heuristic" (npspec.decode.schedule.next_gamma).
     (Not named `generate`: that name is the CLI module, `python -m npspec.generate`.)
     Returns a TextGeneration: `ids` (new ids), `text` (their decoding), `stats`. The same
     seed, models, prompt and options give the same output. See speculative_generate for the

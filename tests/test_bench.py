@@ -14,7 +14,7 @@ from bench.controlled import ControlledDraft, ControlledLookup
 from bench.report import (END, README, START, drafter_targets, newest, provenance, rewrite, section, shown,
                           speedup_model_check, verify_curves)
 from npspec.evaluate import expected_acceptance, predicted_speedup, validation_loss
-from npspec.speculative import speculative_generate
+from npspec.decode import speculative_generate
 
 from conftest import run_python, tiny_model
 from test_progress import BAR_MARKS, ON_A_TERMINAL

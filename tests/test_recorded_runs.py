@@ -20,9 +20,9 @@ import pytest
 
 from npspec import generate, testing as kit
 from bench.controlled import ControlledLookup, ControlledTree
-from npspec.drafters import DynamicTreeDrafter, ModelDrafter, NgramDrafter, TreeDrafter
-from npspec.simulate import ControlledDraft
-from npspec.speculative import speculative_generate
+from npspec.decode.drafters import DynamicTreeDrafter, ModelDrafter, NgramDrafter, TreeDrafter
+from npspec.decode.drafters import ControlledDraft
+from npspec.decode import speculative_generate
 from npspec.sources import load, random_model
 
 RECORD = Path(__file__).resolve().parent / "data" / "recorded_runs.json"

@@ -3,7 +3,7 @@
 A sampler is correct when its output has exactly the target's distribution. `oracle` checks a
 rule stated as probabilities by exact enumeration (check_rule), `probes` checks a black-box
 sampler with injected uniforms and chi-square tests (check_sampler), `drafting` checks a drafter
-(npspec.drafters) by exact enumeration (check_drafter), `trees` enumerates a token-tree round
+(npspec.decode.drafters) by exact enumeration (check_drafter), `trees` enumerates a token-tree round
 (npspec.trees), `doubles` holds the
 stand-ins that drive npspec's loop on a table (TableModel, ScriptedRng), and `strategies` the
 hypothesis strategies. The submodules import numpy and npspec's core modules, never each other

@@ -13,13 +13,13 @@ exact fractions (strings "n/d"):
 Rows do not depend on the context (the same p and q at every position), so a sampler can be
 checked without a model. The cases cover disjoint supports, a one-hot q (an n-gram or other
 deterministic draft), q = 0 where p > 0, p == q, truncation, greedy, EOS and a budget below gamma.
-Imports oracle (the enumeration) and npspec.speculative (round_gamma), nothing else of npspec.
+Imports oracle (the enumeration) and npspec.decode (round_gamma), nothing else of npspec.
 """
 
 from collections import defaultdict
 from fractions import Fraction as F
 
-from ..speculative import round_gamma
+from ..decode import round_gamma
 from .oracle import constant_table, sequence_distribution, speculative_distribution, speculative_paths, truncate
 
 FORMAT = "npspec-speculative-vectors"

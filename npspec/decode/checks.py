@@ -1,0 +1,116 @@
+"""Every check of a generation's options, pair, prompt, random source and proposals, each called once: the options when
+npspec.decode.types.Options is built (the CLI builds it before any model loads), the pair, prompt and random source in
+npspec.decode.loop.prepare, a proposal as the round receives it. Errors are one line naming the problem and the fix.
+Imports numpy, npspec.gpt2 (ContextOverflowError), npspec.text (same_tokenizer) and npspec.decode.types.
+"""
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..gpt2 import ContextOverflowError
+from ..text import same_tokenizer
+from .types import HiddenForwarder, TreeForwarder, Uniforms
+
+
+def check_pair(target, drafter):
+    """Raise ValueError, before any decoding, unless `drafter` can speak for `target`.
+
+    Both must have the same `n_vocab`, and, when both carry a tokenizer, the same tokenizer
+    (text.same_tokenizer: the same ids mean the same text; runtime truncation/padding settings aside).
+    A tree drafter needs a target with tree attention (TreeForwarder); a drafter that reads the target's hidden
+    states one that returns them (HiddenForwarder).
+    """
+    if drafter.n_vocab != target.config.n_vocab:
+        raise ValueError(f"draft vocabulary ({drafter.n_vocab}) differs from the target's "
+                         f"({target.config.n_vocab}); pick a draft with the target's tokenizer")
+    a, b = target.tokenizer, drafter.tokenizer
+    if a is not None and b is not None and not same_tokenizer(a, b):
+        raise ValueError(f"the draft ({drafter.source}) and target ({target.source}) use different tokenizers; "
+                         "pick a draft trained with the target's tokenizer")
+    if drafter.tree and not isinstance(target, TreeForwarder):
+        raise ValueError(f"the drafter {drafter.source} proposes token trees, which the target {target.source} cannot "
+                         "verify (forward_tree); draft chains or pick a target that does")
+    if drafter.reads_hidden and not isinstance(target, HiddenForwarder):
+        raise ValueError(f"the drafter {drafter.source} reads the target's hidden states, which the target "
+                         f"{target.source} does not return (forward_hidden); pick a target that does")
+
+
+def context_size(target, drafter):
+    """The context a generation can use: the target's n_ctx, or the smaller of it and the drafter's (None, or a
+    drafter without a limit of its own: the target's)."""
+    if drafter is None or drafter.n_ctx is None:
+        return target.config.n_ctx
+    return min(target.config.n_ctx, drafter.n_ctx)
+
+
+def check_rng(rng):
+    """Raise TypeError unless rng is None, an int seed or a source of uniforms (an np.random.Generator)."""
+    if isinstance(rng, bool) or not (rng is None or isinstance(rng, (int, np.integer)) or isinstance(rng, Uniforms)):
+        raise TypeError(f"rng must be an np.random.Generator or an int seed, got {rng!r}")
+
+
+def check_prompt(prompt_ids, n_ctx, n_vocab):
+    """Check the prompt before any forward.
+
+    Raises TypeError unless `prompt_ids` is a 1-D sequence (a list, a tuple, a 1-D integer array) of integer ids
+    (Python or NumPy ints, not bools or floats); ValueError for an empty prompt or an id outside [0, n_vocab);
+    ContextOverflowError unless it leaves room for a new token: at most n_ctx - 1 ids.
+    """
+    what = "prompt_ids must be a 1-D sequence of integer token ids (a list or a 1-D integer array)"
+    if isinstance(prompt_ids, np.ndarray):
+        if prompt_ids.ndim != 1 or prompt_ids.dtype.kind not in "iu":
+            raise TypeError(f"{what}, got an array of shape {prompt_ids.shape} and dtype {prompt_ids.dtype}")
+    elif isinstance(prompt_ids, (str, bytes)):
+        raise TypeError(f"{what}, got a {type(prompt_ids).__name__}; encode text with the model's tokenizer first "
+                        "(or call npspec.generate_text)")
+    elif not isinstance(prompt_ids, Sequence):
+        raise TypeError(f"{what}, got {type(prompt_ids).__name__}")
+    n = len(prompt_ids)
+    if not n:
+        raise ValueError("the prompt is empty: give at least one id (GPT-2 starts from <|endoftext|>)")
+    if n >= n_ctx:
+        raise ContextOverflowError(f"the prompt has {n} tokens but the context holds {n_ctx}, which leaves no room for "
+                                   f"a new token past {n_ctx - 1}; shorten it")
+    if not isinstance(prompt_ids, np.ndarray):
+        for i, x in enumerate(prompt_ids):
+            if isinstance(x, bool) or not isinstance(x, (int, np.integer)):
+                raise TypeError(f"{what}; prompt_ids[{i}] is {x!r} (a {type(x).__name__})")
+    for i, x in enumerate(prompt_ids):
+        if not 0 <= x < n_vocab:
+            raise ValueError(f"prompt_ids[{i}] is {x}, not a token id of this vocabulary: ids are in [0, {n_vocab})")
+
+
+def check_proposal(proposal, n_asked, n_vocab, sampling, tree):
+    """Raise ValueError unless a drafter's Proposal is well formed.
+
+    A chain drafter's: at most n_asked ids, parents [-1, 0, 1, ...]; a tree drafter's: exactly n_asked nodes, each
+    parent -1 or an earlier node. Every id, extra ones included, in [0, n_vocab); extra parents -1 or an earlier
+    node of ids + extra_ids. When sampling (temperature > 0) and q is given: float `[k, n_vocab]` with
+    q[i, ids[i]] > 0 (a token it cannot have drawn is a drafter bug); q None is a deterministic proposal.
+    """
+    ids, parents = list(proposal.ids), list(proposal.parents)
+    if tree and (len(ids) != n_asked or len(parents) != n_asked or any(not -1 <= p < i for i, p in enumerate(parents))):
+        raise ValueError(f"the tree drafter proposed {len(ids)} ids with parents {parents}: {n_asked} nodes, "
+                         "each parent -1 or an earlier node, were asked for")
+    if len(ids) > n_asked or any(not 0 <= int(x) < n_vocab for x in ids + list(proposal.extra_ids)):
+        raise ValueError(f"the drafter proposed {ids}: at most {n_asked} ids in [0, {n_vocab}) were asked for")
+    if not tree and parents != list(range(-1, len(ids) - 1)):
+        raise ValueError(f"the chain drafter proposed parents {parents}: a chain's are [-1, 0, 1, ...] "
+                         "(a drafter of trees says tree = True)")
+    check_extra(proposal, len(ids))
+    q = proposal.q
+    if sampling.greedy or not ids or q is None:
+        return
+    if np.shape(q) != (len(ids), n_vocab) or not np.all(q[np.arange(len(ids)), ids] > 0):
+        raise ValueError(f"the drafter's q has shape {np.shape(q)} or gives a proposed id probability 0; it must be "
+                         f"the [{len(ids)}, {n_vocab}] rows the ids were drawn from (or None for a deterministic "
+                         "proposal)")
+
+
+def check_extra(proposal, k):
+    """Raise ValueError unless the non-candidate nodes have one parent each, -1 or an earlier node."""
+    extra, parents = list(proposal.extra_ids), list(proposal.extra_parents)
+    if len(extra) != len(parents) or any(not -1 <= p < k + j for j, p in enumerate(parents)):
+        raise ValueError(f"the drafter's extra nodes {extra} have parents {parents}: one each, -1 or an earlier "
+                         "node of ids + extra_ids")
