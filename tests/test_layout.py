@@ -59,8 +59,9 @@ def imported(path):
 
 
 def test_decode_imports_only_the_math():
-    outside = {f"{path.relative_to(NPSPEC.parent)} imports {module}" for path in sorted((NPSPEC / "decode").rglob("*.py"))
-               for module in imported(path) if not module.startswith("npspec.decode") and module not in DECODE_MAY_IMPORT}
+    outside = {f"{path.relative_to(NPSPEC.parent)} imports {module}"
+               for path in sorted((NPSPEC / "decode").rglob("*.py")) for module in imported(path)
+               if not module.startswith("npspec.decode") and module not in DECODE_MAY_IMPORT}
     assert not outside, f"npspec.decode reaches models through its protocols only: {sorted(outside)}"
 
 

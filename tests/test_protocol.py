@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from npspec import generate, testing as kit
-from npspec.decode import RULES, BaseDrafter, Drafter, Proposal, Stats, speculative_generate
+from npspec.decode import RULES, BaseDrafter, Drafter, Proposal, Rule, Stats, accept, speculative_generate
 from npspec.decode import drafters as drafters_module
-from npspec.decode.drafters import Command, NgramDrafter
+from npspec.decode.drafters import Command, NgramDrafter, TreeDrafter
 from npspec.evaluate import acceptance
 from npspec.gpt2 import tree_paths
 
@@ -219,3 +219,18 @@ def test_a_registered_drafter_runs_from_the_command_line_with_its_options(monkey
                           (["--draft", "echo", "--draft-p-min", "0.5"], "not to --draft echo")):
         with pytest.raises(ValueError, match=message):
             cli(*argv)
+
+
+def test_a_registered_rule_is_the_one_the_round_calls_and_a_chain_rule_refuses_trees(monkeypatch):
+    calls = []
+
+    def spy(d, p, q, u_tests, u_final):
+        calls.append(len(d))
+        return accept(d, p, q, u_tests, u_final)
+    monkeypatch.setitem(RULES, "spy", Rule("spy", spy))  # the registry the API and the CLI read
+    target = kit.TableModel(table, N_VOCAB, 40)
+    got = speculative_generate(target, target, [1, 2], 10, gamma=3, rng=4, verify="spy", trace=True)
+    assert got.ids == speculative_generate(target, target, [1, 2], 10, gamma=3, rng=4).ids
+    assert calls == [rec["proposed"] for rec in got.trace]  # every sampled round, through the registry
+    with pytest.raises(ValueError, match=r"the spy rule \(--verify spy\) verifies chains only"):
+        speculative_generate(target, TreeDrafter(target, (2,)), [1, 2], 10, gamma=3, verify="spy")

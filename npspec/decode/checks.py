@@ -36,6 +36,13 @@ def check_pair(target, drafter):
                          f"{target.source} does not return (forward_hidden); pick a target that does")
 
 
+def check_rule(rule, drafter):
+    """Raise ValueError if a tree drafter would meet an acceptance rule without a tree form (acceptance.Rule.tree)."""
+    if drafter is not None and drafter.tree and rule.tree is None:
+        raise ValueError(f"the {rule.name} rule (--verify {rule.name}) verifies chains only, and the drafter "
+                         f"{drafter.source} proposes trees; draft a chain or use --verify token")
+
+
 def context_size(target, drafter):
     """The context a generation can use: the target's n_ctx, or the smaller of it and the drafter's (None, or a
     drafter without a limit of its own: the target's)."""

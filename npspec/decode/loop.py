@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from . import round as rounds
-from .checks import check_pair, check_prompt, check_rng, context_size
+from .checks import check_pair, check_prompt, check_rng, check_rule, context_size
 from .drafters.model import ModelDrafter
 from .schedule import next_gamma, round_gamma, tree_depth
 from .stats import Generation, GenerationInterrupted, Stats, trace_record
@@ -55,6 +55,7 @@ def prepare(target, draft, prompt_ids, options, rng=None):  # -> Job
     drafter = as_drafter(draft) if options.gamma else None
     if drafter is not None:
         check_pair(target, drafter)
+        check_rule(options.rule, drafter)
     n_ctx = context_size(target, drafter)
     check_prompt(prompt_ids, n_ctx, target.config.n_vocab)
     check_rng(rng)

@@ -72,8 +72,11 @@ def verify(target, cache, seq, proposal, tree, hidden):  # -> (logits [1 + k + m
     hidden state of every row (HiddenForwarder)."""
     nodes = np.asarray([seq[-1]] + list(proposal.ids) + list(proposal.extra_ids))
     if tree:
-        rows = [-1] + [parent + 1 if parent >= 0 else 0 for parent in list(proposal.parents) + list(proposal.extra_parents)]
-        return target.forward_tree_hidden(nodes, rows, cache) if hidden else (target.forward_tree(nodes, rows, cache), None)
+        parents = list(proposal.parents) + list(proposal.extra_parents)
+        rows = [-1] + [parent + 1 if parent >= 0 else 0 for parent in parents]  # row 0 is seq's last id
+        if hidden:
+            return target.forward_tree_hidden(nodes, rows, cache)
+        return target.forward_tree(nodes, rows, cache), None
     return target.forward_hidden(nodes, cache) if hidden else (target.forward(nodes, cache), None)
 
 

@@ -39,6 +39,6 @@ COMMANDS = {command.word: command for command in (
     ngram.COMMAND,  # --draft ngram
 )}
 
-__all__ = ["COMMANDS", "Command", "ControlledDraft", "ControlledLookup", "ControlledTree", "DraftModelCache", "DynamicTreeDrafter",
-           "ModelDrafter", "NgramDrafter", "TreeDrafter", "check_ngram_sizes", "check_p_min", "cut_after", "ngram",
+__all__ = ["COMMANDS", "Command", "ControlledDraft", "ControlledLookup", "ControlledTree", "DraftModelCache",
+           "DynamicTreeDrafter", "ModelDrafter", "NgramDrafter", "TreeDrafter", "check_ngram_sizes", "check_p_min", "cut_after", "ngram",
            "ngram_scan"]
