@@ -11,6 +11,9 @@ hypothesis strategies. The submodules import numpy and npspec's core modules, ne
 them. `vectors` (built on `oracle`) exports the exact laws as data: `python -m npspec.testing vectors OUT.json`.
 """
 
+from .blocks import (BLOCK_PROBES, block_distribution, block_drafter_distribution, block_probes,  # whole blocks
+                     block_round_distribution, block_verification_rule, check_block_rule, expected_accepted,
+                     function_rule, joint_bound, token_block_rule)
 from .doubles import ScriptedRng, TableCache, TableConfig, TableModel
 from .drafting import (DrafterError, DrafterReport, check_drafter, confident_drafter, ngram_drafter, object_drafter,
                        one_hot)
@@ -39,4 +42,8 @@ __all__ = [
     "ScriptedRng", "TableCache", "TableConfig", "TableModel",
     # strategies
     "logits_rows", "probability_pairs", "probability_vectors",
+    # blocks: verifiers that decide a whole block of drafts (block verification, npspec.rules), exactly
+    "BLOCK_PROBES", "block_distribution", "block_drafter_distribution", "block_probes", "block_round_distribution",
+    "block_verification_rule", "check_block_rule", "expected_accepted", "function_rule", "joint_bound",
+    "token_block_rule",
 ]
