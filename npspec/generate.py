@@ -109,7 +109,9 @@ def add_drafting_options(ap):
                          "every draft, else -1, at least 1 (default constant)")
     ap.add_argument("--verify", choices=tuple(RULES), default="token",
                     help="the acceptance rule (npspec.decode.acceptance.RULES): token = token-by-token rejection "
-                         "sampling (Leviathan et al. 2023; its multi-candidate form down a tree) (default token)")
+                         "sampling (Leviathan et al. 2023; its multi-candidate form down a tree), block = block "
+                         "verification of a chain (Sun et al. 2025), which keeps at least as many drafts in law "
+                         "(default token)")
     ap.add_argument("--draft-p-min", type=float, default=0.0, metavar="P",
                     help="confidence stopping for a draft model: stop drafting after a token whose largest draft "
                          "probability is below P, as llama.cpp's --draft-p-min (default 0: off)")

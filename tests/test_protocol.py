@@ -234,3 +234,21 @@ def test_a_registered_rule_is_the_one_the_round_calls_and_a_chain_rule_refuses_t
     assert calls == [rec["proposed"] for rec in got.trace]  # every sampled round, through the registry
     with pytest.raises(ValueError, match=r"the spy rule \(--verify spy\) verifies chains only"):
         speculative_generate(target, TreeDrafter(target, (2,)), [1, 2], 10, gamma=3, verify="spy")
+
+
+def test_block_verification_is_registered_and_greedy_with_it_is_plain_greedy():
+    """--verify block --temperature 0 emits plain greedy decoding's ids (the rows are one-hot); sampled, it runs
+    through npspec.rules.block_accept (its law: tests/test_block_verify.py); it refuses trees."""
+    assert RULES["block"].chain.__module__ == "npspec.rules" and RULES["block"].tree is None
+
+    def cli(*argv):
+        out = io.StringIO()
+        generate.run(generate.build_parser().parse_args([*argv, "--json", "--quiet", "--max-new-tokens", "24"]),
+                     out=out, err=io.StringIO())
+        return json.loads(out.getvalue())
+    block = cli("--verify", "block", "--temperature", "0")
+    assert block["ids"] == cli("--gamma", "0", "--temperature", "0")["ids"] and block["stats"]["accepted"] > 0
+    sampled = cli("--verify", "block", "--seed", "2")
+    assert len(sampled["ids"]) == 24 and sampled["stats"]["accepted"] > 0
+    with pytest.raises(ValueError, match="verifies chains only"):
+        cli("--verify", "block", "--tree", "2,1")

@@ -10,7 +10,11 @@ rule(ids `[N]`, parents `[N]`, q `[N, n_vocab]`, p `[N + 1, n_vocab]`, u_tests `
 every row is one-hot, the target's law is a point mass, and every lossless rule keeps exactly the
 drafts that equal the target's argmax (npspec.decode.round.accept, the one place greedy is handled).
 "token": token-by-token modified rejection sampling (`accept` here) and its multi-candidate form down
-a tree (npspec.trees.accept_tree). Imports numpy, npspec.sampling and npspec.trees.
+a tree (npspec.trees.accept_tree). "block": block verification of a chain (Sun et al. 2025, Algorithm 2:
+npspec.rules.block_accept, the same signature and uniforms); it has no tree form here (npspec.rules'
+accept_tree_rsd has the tree signature but is lossless only for children drawn WITHOUT replacement, which
+no drafter of npspec.decode.drafters does yet), so a tree drafter with it is refused (checks.check_rule).
+Imports numpy, npspec.rules, npspec.sampling and npspec.trees.
 """
 
 from collections.abc import Callable
@@ -18,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..rules import block_accept
 from ..sampling import residual, sample
 from ..trees import accept_tree
 
@@ -46,7 +51,7 @@ class Rule:
     tree: Callable | None = None
 
 
-RULES = {rule.name: rule for rule in (Rule("token", accept, accept_tree),)}
+RULES = {rule.name: rule for rule in (Rule("token", accept, accept_tree), Rule("block", block_accept))}
 
 
 def get_rule(name):

@@ -27,7 +27,7 @@ from fractions import Fraction
 import numpy as np
 
 from ..rules import block_thresholds, block_weights
-from ..speculative import accept, next_gamma, round_gamma
+from ..decode import accept, next_gamma, round_gamma
 from .oracle import (Round, RuleReport, SpeculativePath, _differ, _is_exact, _nonzero, _start, _stopped,
                      constant_table, sequence_distribution, small_cases, table_drafter)
 
