@@ -29,7 +29,9 @@ from . import progress
 from .files import CheckpointError, load_model
 from .gpt2 import ContextOverflowError, GPT2Config, KVCache
 from .model import Model
+from .sampling import check_integer
 from .decode import Generation, GenerationInterrupted, Stats, speculative_generate
+from .decode.checks import check_target
 from .decode.drafters import DynamicTreeDrafter, ModelDrafter, NgramDrafter, TreeDrafter
 from .sources import load, random_model
 from .text import encode_prompt
@@ -53,8 +55,11 @@ def generate_text(target, prompt, draft=None, gamma=4, max_new_tokens=64, temper
     (Not named `generate`: that name is the CLI module, `python -m npspec.generate`.)
     Returns a TextGeneration: `ids` (new ids), `text` (their decoding), `stats`. The same
     seed, models, prompt and options give the same output. See speculative_generate for the
-    errors raised.
+    errors raised (a seed that is not an integer >= 0: TypeError or ValueError naming it; a target that is not a
+    model: TypeError, checked before the prompt is encoded).
     """
+    check_target(target)
+    check_integer(seed, "seed", 0, " (np.random.default_rng's)")
     ids = encode_prompt(target.tokenizer, prompt, target.config.eos_token_id)
     gen = speculative_generate(target, draft, ids, max_new_tokens, gamma=gamma if draft is not None else 0,
                                temperature=temperature, top_k=top_k, top_p=top_p, rng=np.random.default_rng(seed),

@@ -35,7 +35,7 @@ from .files import CheckpointError
 from .harness import compare_plain, comparison, simulated
 from .kernels import KERNELS
 from .progress import show_progress, terminal_bars
-from .qkernels import QKERNELS
+from .qkernels import QKERNELS, holds_codes
 from .sources import HUB_NAMES, SHIPPED_PAIR, load, shipped_dir
 from .text import TextStreamer, encode_prompt
 
@@ -249,7 +249,9 @@ def drafting(args):
 def drafting_options(args):
     """The options given that need a drafter, as the user spelled them."""
     given = [("--draft-p-min", bool(args.draft_p_min)), ("--tree", bool(args.tree)),
-             ("--tree-kind", args.tree_kind != "sampled"), ("--tree-budget", args.tree_budget is not None), ("--gamma-schedule heuristic", args.gamma_schedule != "constant"),
+             ("--tree-kind", args.tree_kind != "sampled"), ("--tree-budget", args.tree_budget is not None),
+             ("--draft-kernel", args.draft_kernel is not None),
+             ("--gamma-schedule heuristic", args.gamma_schedule != "constant"),
              ("--compare", args.compare), ("--simulate-acceptance", args.simulate_acceptance is not None)]
     return [name for name, on in given if on]
 
@@ -287,11 +289,14 @@ def check_drafting_args(args):
                          f"the target {args.target} decodes plainly: add --draft SPEC (a draft with its tokenizer) or "
                          f"{words}")
     for other in COMMANDS.values():
-        if other is not command and (flags := other.given(args)):
-            raise ValueError(f"{' and '.join(flags)} apply to --draft {other.word} only; add --draft {other.word} or "
-                             "drop them")
+        if other is not command and other.given(args):
+            flags = " and ".join(flag for flag, _ in other.options)
+            raise ValueError(f"{flags} apply to --draft {other.word} only; add --draft {other.word} or drop them")
     if command is not None and args.draft_p_min:
         raise ValueError(f"--draft-p-min applies to a draft model, not to --draft {command.word} ({command.certain})")
+    if command is not None and args.draft_kernel is not None:
+        raise ValueError(f"--draft-kernel picks a draft model's product, and --draft {command.word} has no model; "
+                         "drop it")
     check_tree_args(args, command, words)
     check_p_min(args.draft_p_min)
     if command is not None:
@@ -328,6 +333,10 @@ def make_drafter(args, target, threads, progress=None):
         return COMMANDS[args.draft].build(args, target)
     draft = load(args.draft, "draft", kernel=args.draft_kernel, threads=threads, progress=progress,
                  target=args.target)
+    if args.draft_kernel in QKERNELS and not holds_codes(draft.params):
+        raise ValueError(f"--draft-kernel {args.draft_kernel} reads a quantized draft's int8 codes, and the draft "
+                         f"{draft.source} holds float32 weights: give an int scheme such as --draft int8-g64:SPEC, or "
+                         "drop --draft-kernel")
     if args.tree:
         return TreeDrafter(draft, args.tree, args.tree_kind)
     if args.tree_budget is not None:

@@ -4,13 +4,33 @@ npspec.decode.loop.prepare, a proposal as the round receives it. Errors are one 
 Imports numpy, npspec.gpt2 (ContextOverflowError), npspec.text (same_tokenizer) and npspec.decode.types.
 """
 
+import types
 from collections.abc import Sequence
 
 import numpy as np
 
 from ..gpt2 import ContextOverflowError
+from ..sampling import check_integer
 from ..text import same_tokenizer
-from .types import HiddenForwarder, TreeForwarder, Uniforms
+from .types import Forwarder, HiddenForwarder, TreeForwarder, Uniforms
+
+
+def check_target(target):
+    """Raise TypeError unless `target` is a model (a Forwarder: npspec.model.Model, npspec.testing.TableModel)."""
+    if not isinstance(target, Forwarder):
+        raise TypeError(f"target must be an npspec Model (npspec.load(spec) or npspec.random_model(shape)), got "
+                        f"{type(target).__name__} {target!r:.60}")
+
+
+def check_draft(draft):
+    """Raise TypeError for a draft that is neither a model (a Forwarder), a Drafter nor None (npspec.decode.loop's
+    as_drafter then takes it); the CLI's word `ngram` passed as a str points to NgramDrafter."""
+    if isinstance(draft, str):
+        raise TypeError(f"draft must be a Model, a drafter (npspec.decode.drafters) or None, got the str "
+                        f"{draft!r:.60}; load a model with npspec.load(spec, role='draft'), or for prompt lookup pass "
+                        "npspec.NgramDrafter(target.config.n_vocab, target.config.eos_token_id)")
+    raise TypeError(f"draft must be a Model, a drafter (npspec.decode.drafters) or None, got {type(draft).__name__} "
+                    f"{draft!r:.60}")
 
 
 def check_pair(target, drafter):
@@ -18,8 +38,9 @@ def check_pair(target, drafter):
 
     Both must have the same `n_vocab`, and, when both carry a tokenizer, the same tokenizer
     (text.same_tokenizer: the same ids mean the same text; runtime truncation/padding settings aside).
-    A tree drafter needs a target with tree attention (TreeForwarder); a drafter that reads the target's hidden
-    states one that returns them (HiddenForwarder).
+    A tree drafter needs a target with tree attention (TreeForwarder), and its whole tree must fit in the context
+    after one id (a round verifies the last id and every node); a drafter that reads the target's hidden states
+    needs a target that returns them (HiddenForwarder).
     """
     if drafter.n_vocab != target.config.n_vocab:
         raise ValueError(f"draft vocabulary ({drafter.n_vocab}) differs from the target's "
@@ -34,6 +55,11 @@ def check_pair(target, drafter):
     if drafter.reads_hidden and not isinstance(target, HiddenForwarder):
         raise ValueError(f"the drafter {drafter.source} reads the target's hidden states, which the target "
                          f"{target.source} does not return (forward_hidden); pick a target that does")
+    if drafter.tree:
+        n_ctx, nodes = context_size(target, drafter), drafter.tree_size(drafter.depth)
+        if nodes > n_ctx - 1:
+            raise ValueError(f"the draft tree has {nodes} nodes but the context holds {n_ctx} ids, and a round "
+                             f"verifies the last id and every node at once: give a tree of at most {n_ctx - 1} nodes")
 
 
 def check_rule(rule, drafter):
@@ -52,9 +78,14 @@ def context_size(target, drafter):
 
 
 def check_rng(rng):
-    """Raise TypeError unless rng is None, an int seed or a source of uniforms (an np.random.Generator)."""
-    if isinstance(rng, bool) or not (rng is None or isinstance(rng, (int, np.integer)) or isinstance(rng, Uniforms)):
-        raise TypeError(f"rng must be an np.random.Generator or an int seed, got {rng!r}")
+    """Raise TypeError unless rng is None, an int seed or a source of uniforms (an np.random.Generator, or a double
+    such as npspec.testing.ScriptedRng); a module such as `random` and the legacy np.random.RandomState are refused.
+    ValueError for a negative seed."""
+    if isinstance(rng, (int, np.integer)) and not isinstance(rng, bool):
+        check_integer(rng, "rng (an int seed)", 0, " or an np.random.Generator")
+    elif isinstance(rng, (types.ModuleType, np.random.RandomState)) or not (rng is None or isinstance(rng, Uniforms)):
+        raise TypeError(f"rng must be an np.random.Generator or an int seed, got {rng!r:.60} (a {type(rng).__name__}); "
+                        "pass np.random.default_rng(seed) or a seed >= 0")
 
 
 def check_prompt(prompt_ids, n_ctx, n_vocab):

@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from . import round as rounds
-from .checks import check_pair, check_prompt, check_rng, check_rule, context_size
+from .checks import check_draft, check_pair, check_prompt, check_rng, check_rule, check_target, context_size
 from .drafters.model import ModelDrafter
 from .schedule import next_gamma, round_gamma, tree_depth
 from .stats import Generation, GenerationInterrupted, Stats, trace_record
@@ -19,13 +19,12 @@ from .types import Drafter, Forwarder, Options, SamplingParams
 
 def as_drafter(draft):
     """The Drafter for `draft`: a model (a Forwarder) becomes ModelDrafter(draft); a Drafter or None is returned.
-    Raises TypeError for anything else."""
+    Raises TypeError for anything else (checks.check_draft)."""
     if draft is None or isinstance(draft, Drafter):
         return draft
     if isinstance(draft, Forwarder):
         return ModelDrafter(draft)
-    raise TypeError(f"draft must be a model (config, tokenizer, source, new_cache, forward, prefill) or a Drafter "
-                    f"(npspec.decode.types.Drafter; subclass BaseDrafter for its defaults), got {type(draft).__name__}")
+    check_draft(draft)
 
 
 @dataclass(frozen=True)
@@ -47,14 +46,18 @@ class Job:
 
 def prepare(target, draft, prompt_ids, options, rng=None):  # -> Job
     """Check a generation once, before any forward, and clamp gamma (see speculative_generate for the errors).
+    The draft is checked against the target even when gamma is 0 (it then drafts nothing).
 
     draft: a model, a Drafter or None; options: Options (validated when built); rng: an np.random.Generator,
     an int seed or None (seed 0). gamma larger than `max_new_tokens - 1` or `n_ctx - 1` is clamped to that
     (the heuristic schedule starts there); when no round can draft, the drafter is not used at all.
     """
-    drafter = as_drafter(draft) if options.gamma else None
+    check_target(target)
+    drafter = as_drafter(draft)  # checked even when gamma is 0
     if drafter is not None:
         check_pair(target, drafter)
+    drafter = drafter if options.gamma else None
+    if drafter is not None:
         check_rule(options.rule, drafter)
     n_ctx = context_size(target, drafter)
     check_prompt(prompt_ids, n_ctx, target.config.n_vocab)
@@ -177,7 +180,9 @@ def speculative_generate(target, draft, prompt_ids, max_new_tokens, gamma=4, tem
     mismatch (checks.check_pair), an empty prompt, or a drafter that proposes more than asked or malformed
     rows, and ContextOverflowError if the prompt leaves no room in the context (checks.check_prompt); all but
     the drafter's before any forward. TypeError for an option or prompt of the wrong type or an rng that is
-    neither a Generator nor an int seed.
+    neither a Generator nor an int seed (a module such as `random`, or the legacy np.random.RandomState, is
+    refused; ValueError for a negative seed); TypeError for a target that is not a model or a draft that is
+    neither a model, a drafter nor None.
     Ctrl-C raises GenerationInterrupted, which holds the Generation of the rounds completed before it.
     """
     options = Options(max_new_tokens, gamma, SamplingParams(temperature, top_k, top_p), gamma_schedule, verify)

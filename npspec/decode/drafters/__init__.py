@@ -32,7 +32,7 @@ from . import ngram
 from .command import Command
 from .controlled import ControlledDraft, ControlledLookup, ControlledTree
 from .model import DraftModelCache, ModelDrafter, check_p_min
-from .ngram import NgramDrafter, check_ngram_sizes, cut_after, ngram_scan
+from .ngram import MAX_NGRAM, NgramDrafter, check_ngram_sizes, cut_after, ngram_scan
 from .tree import DynamicTreeDrafter, TreeDrafter
 
 COMMANDS = {command.word: command for command in (
@@ -40,5 +40,5 @@ COMMANDS = {command.word: command for command in (
 )}
 
 __all__ = ["COMMANDS", "Command", "ControlledDraft", "ControlledLookup", "ControlledTree", "DraftModelCache",
-           "DynamicTreeDrafter", "ModelDrafter", "NgramDrafter", "TreeDrafter", "check_ngram_sizes", "check_p_min", "cut_after", "ngram",
+           "DynamicTreeDrafter", "MAX_NGRAM", "ModelDrafter", "NgramDrafter", "TreeDrafter", "check_ngram_sizes", "check_p_min", "cut_after", "ngram",
            "ngram_scan"]

@@ -6,16 +6,21 @@ tree drafters too). Imports numpy, npspec.sampling and npspec.decode.types.
 import numpy as np
 
 from ...sampling import greedy, sample, warp
-from ..types import BaseDrafter, Proposal
+from ..types import BaseDrafter, Forwarder, Proposal
 
 
 class DraftModelCache(BaseDrafter):
     """What every drafter built on a draft model shares: the model's attributes, its KV cache, start, rollback.
 
     model: a Forwarder (npspec.model.Model, or anything with config, tokenizer, source, new_cache, forward, prefill).
+    Raises TypeError for anything else.
     """
 
     def __init__(self, model):
+        if not isinstance(model, Forwarder):
+            raise TypeError(f"a draft model must be an npspec Model (npspec.load(spec, role='draft')), got "
+                            f"{type(model).__name__} {model!r:.60}; for prompt lookup use "
+                            "NgramDrafter(n_vocab, eos_token_id)")
         self.model = model
         self.n_vocab, self.n_ctx = model.config.n_vocab, model.config.n_ctx
         self.tokenizer, self.source = model.tokenizer, model.source

@@ -6,10 +6,12 @@ Imports numpy and npspec.decode.types.
 
 import numpy as np
 
+from ...sampling import check_integer
 from ..types import BaseDrafter, Proposal
 from .command import Command
 
 WORD = "ngram"  # the --draft word (a directory of that name: ./ngram)
+MAX_NGRAM = 64  # policy: the longest n-gram NgramDrafter matches (--ngram-max); README's option table says it
 
 
 class NgramDrafter(BaseDrafter):
@@ -25,14 +27,21 @@ class NgramDrafter(BaseDrafter):
     Cost: an index per n from n-gram to its latest end, updated as ids are appended, so a round
     costs O((ngram_max - ngram_min + 1) * ngram_max) per new id plus the same per lookup, with
     no scan of the sequence (bench.drafters' ngram_cost table measures it at n_ctx). Raises ValueError
-    for sizes < 1 or ngram_min > ngram_max.
+    for sizes < 1 or > MAX_NGRAM, ngram_min > ngram_max, an n_vocab < 1 or an eos_token_id outside
+    [0, n_vocab) (TypeError for a non-integer).
     """
 
     source = WORD
 
     def __init__(self, n_vocab, eos_token_id=None, ngram_min=1, ngram_max=4):
         check_ngram_sizes(ngram_min, ngram_max)
-        self.n_vocab, self.eos = n_vocab, eos_token_id
+        check_integer(n_vocab, "NgramDrafter's n_vocab", 1, " (the target's vocabulary: target.config.n_vocab)")
+        if eos_token_id is not None:
+            check_integer(eos_token_id, "NgramDrafter's eos_token_id", 0, " or None (target.config.eos_token_id)")
+            if eos_token_id >= n_vocab:
+                raise ValueError(f"NgramDrafter's eos_token_id ({eos_token_id}) is not an id of its vocabulary of "
+                                 f"{n_vocab}; pass target.config.eos_token_id")
+        self.n_vocab, self.eos = int(n_vocab), eos_token_id
         self.sizes = range(ngram_max, ngram_min - 1, -1)
         self.ids, self.index = [], {n: {} for n in self.sizes}
 
@@ -92,10 +101,13 @@ def ngram_scan(seq, gamma, ngram_min=1, ngram_max=4, eos=None):  # list[int] -> 
 
 
 def check_ngram_sizes(ngram_min, ngram_max):
-    """Raise ValueError unless both are integers >= 1 and ngram_min <= ngram_max."""
+    """Raise ValueError unless both are integers in [1, MAX_NGRAM] and ngram_min <= ngram_max."""
     for name, v in (("ngram_min", ngram_min), ("ngram_max", ngram_max)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
             raise ValueError(f"{name} (--{name.replace('_', '-')}) must be an integer >= 1, got {v!r}")
+        if v > MAX_NGRAM:
+            raise ValueError(f"{name} (--{name.replace('_', '-')}) is at most {MAX_NGRAM}, the longest n-gram npspec "
+                             f"matches (each is indexed at every position), got {v}; give a smaller size such as 4")
     if ngram_min > ngram_max:
         raise ValueError(f"ngram_min ({ngram_min}) is larger than ngram_max ({ngram_max}); "
                          "give --ngram-min <= --ngram-max")
@@ -111,6 +123,7 @@ COMMAND = Command(
     (("--ngram-min", dict(type=int, default=None, metavar="N",
                           help="with --draft ngram: the shortest n-gram to match (default 1)")),
      ("--ngram-max", dict(type=int, default=None, metavar="N",
-                          help="with --draft ngram: the longest n-gram to match, tried first (default 4)"))),
+                          help=f"with --draft ngram: the longest n-gram to match, tried first (default 4, at most "
+                               f"{MAX_NGRAM})"))),
     lambda args: check_ngram_sizes(*sizes(args)),
     lambda args, target: NgramDrafter(target.config.n_vocab, target.config.eos_token_id, *sizes(args)))
