@@ -38,6 +38,7 @@ from .progress import show_progress, terminal_bars
 from .qkernels import QKERNELS, holds_codes
 from .sources import HUB_NAMES, SHIPPED_PAIR, load, shipped_dir
 from .text import TextStreamer, encode_prompt
+from .trees import MAX_TREE_NODES, branching_tree
 
 DEFAULT_PROMPT = "ROMEO:"
 GREEN, RESET = "\033[32m", "\033[0m"
@@ -117,12 +118,14 @@ def add_drafting_options(ap):
                          "probability is below P, as llama.cpp's --draft-p-min (default 0: off)")
     ap.add_argument("--tree", type=branching, default=None, metavar="K1,K2,...",
                     help="draft a token tree: K1 children of the last id, K2 of each of those, ... (e.g. 3,2,1); "
-                         "verified in one forward (npspec.trees); its depth is at most --gamma")
+                         "verified in one forward (npspec.trees); its depth is at most --gamma, its nodes at most "
+                         f"{MAX_TREE_NODES}")
     ap.add_argument("--tree-kind", choices=("sampled", "top-k"), default="sampled",
                     help="with --tree: children drawn i.i.d. from the draft (sampled) or its most likely ids (top-k)")
     ap.add_argument("--tree-budget", type=int, default=None, metavar="N",
                     help="draft a dynamic tree of N nodes grown best first by cumulative draft probability "
-                         "(EAGLE-2's idea; each node offers its 4 most likely ids); its depth is at most --gamma")
+                         "(EAGLE-2's idea; each node offers its 4 most likely ids); its depth is at most --gamma, "
+                         f"N at most {MAX_TREE_NODES}")
     for command in COMMANDS.values():  # the options of each drafter without a model (npspec.decode.drafters)
         for flag, options in command.options:
             ap.add_argument(flag, **options)
@@ -274,7 +277,8 @@ def check_output_args(args):
 
 
 def check_drafting_args(args):
-    """Raise ValueError for drafting options that cannot apply together or do nothing (before anything loads)."""
+    """Raise ValueError for drafting options that cannot apply together, do nothing, or pass their bounds (the tree's
+    node count, npspec.trees.MAX_TREE_NODES; a model-free drafter's own, its Command.check), before anything loads."""
     command = COMMANDS.get(args.draft)  # a drafter without a model (--draft WORD), or None
     words = " or ".join(f"--draft {word}" for word in COMMANDS)
     if command is not None and args.gamma == 0:
@@ -309,8 +313,11 @@ def check_tree_args(args, command, words):
         raise ValueError("--tree and --tree-budget are two kinds of tree; give one of them")
     if (args.tree or args.tree_budget is not None) and (command is not None or args.draft_p_min):
         raise ValueError(f"--tree drafts with a draft model; it cannot be combined with {words} or --draft-p-min")
-    if args.tree_budget is not None and args.tree_budget < 1:
-        raise ValueError(f"--tree-budget must be >= 1 (the tree's nodes), got {args.tree_budget}")
+    if args.tree_budget is not None and not 1 <= args.tree_budget <= MAX_TREE_NODES:
+        raise ValueError(f"--tree-budget must be >= 1 and at most {MAX_TREE_NODES} (the tree's nodes; the largest "
+                         f"tree npspec drafts), got {args.tree_budget}")
+    if args.tree:
+        branching_tree(args.tree)  # the node count's bound, checked before any model loads
     if args.tree_kind != "sampled" and not args.tree:
         raise ValueError("--tree-kind applies to --tree only; add --tree K1,K2,... or drop it")
     if (a := args.simulate_acceptance) is not None:

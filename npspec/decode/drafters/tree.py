@@ -7,7 +7,7 @@ and npspec.decode.drafters.model.
 import numpy as np
 
 from ...sampling import sample, warp
-from ...trees import branching_tree, children, depths, grow_tree
+from ...trees import MAX_TREE_NODES, branching_tree, children, depths, grow_tree
 from ..types import Proposal
 from .model import DraftModelCache
 
@@ -84,7 +84,8 @@ class DynamicTreeDrafter(DraftModelCache):
 
     Children are deterministic, so each is tested with a one-hot q. Ranking uses the draft's warped
     row (its softmax at temperature 1 when temperature is 0). One draft forward per node that may
-    get children, feeding its path after the prefix. Raises ValueError for budget or max_children < 1.
+    get children, feeding its path after the prefix. Raises ValueError for budget or max_children < 1,
+    or a budget over MAX_TREE_NODES (npspec.trees).
     """
 
     tree = True
@@ -93,6 +94,9 @@ class DynamicTreeDrafter(DraftModelCache):
         for name, v in (("budget", budget), ("max_children", max_children)):
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
                 raise ValueError(f"a dynamic tree's {name} must be an integer >= 1, got {v!r}")
+        if budget > MAX_TREE_NODES:
+            raise ValueError(f"a dynamic tree's budget (--tree-budget) is at most {MAX_TREE_NODES} nodes, the largest "
+                             f"tree npspec drafts, got {budget}; give a smaller budget such as 16")
         super().__init__(model)
         self.budget, self.max_children = int(budget), int(max_children)
         self.depth = self.budget  # at most a chain of budget nodes
