@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from npspec.decode import speculative_generate
-from npspec.gpt2 import ContextOverflowError
 from npspec.decode.drafters import MAX_NGRAM, DynamicTreeDrafter, NgramDrafter, TreeDrafter, ngram_scan
+from npspec.gpt2 import ContextOverflowError
 
 from conftest import tiny_model
 
