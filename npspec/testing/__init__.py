@@ -9,6 +9,8 @@ stand-ins that drive npspec's loop on a table (TableModel, ScriptedRng), and `st
 hypothesis strategies. The submodules import numpy and npspec's core modules, never each other
 (drafting builds on oracle; nor hypothesis, until a strategy is built); this file only re-exports
 them. `vectors` (built on `oracle`) exports the exact laws as data: `python -m npspec.testing vectors OUT.json`.
+`usage` holds the argument checks and bounds every check shares (KitUsageError, MAX_OUTCOMES); every
+submodule may import it.
 """
 
 from .doubles import ScriptedRng, TableCache, TableConfig, TableModel
@@ -22,6 +24,7 @@ from .probes import (ACCEPT_PROBES, MISS_BOUND, ONE_BELOW, STATISTICAL_CASES, Fi
                      check_sampler, chi2_sf, chi_square, npspec_sampler, probe_acceptance, probe_proposal,
                      statistical_check)
 from .strategies import logits_rows, probability_pairs, probability_vectors
+from .usage import MAX_OUTCOMES, MAX_UNIFORMS_PER_CALL, KitUsageError, UniformsExhausted
 
 __all__ = [
     # oracle
@@ -39,4 +42,6 @@ __all__ = [
     "ScriptedRng", "TableCache", "TableConfig", "TableModel",
     # strategies
     "logits_rows", "probability_pairs", "probability_vectors",
+    # usage
+    "KitUsageError", "MAX_OUTCOMES", "MAX_UNIFORMS_PER_CALL", "UniformsExhausted",
 ]
