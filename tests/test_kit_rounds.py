@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from npspec import testing as kit
+from npspec.drafters import ModelDrafter
 from npspec.sampling import warp
 
 
@@ -143,3 +144,18 @@ def test_the_round_statistics_pass_a_correct_round_and_catch_the_bonus_and_misal
     findings, tests = kit.round_statistics(make_round(bug), n_samples=20000, alpha=1e-6)
     assert len(tests) == sum(2 * g + 2 for _, g, *_ in kit.STATISTICAL_ROUNDS)
     assert (not findings) == (bug is None), findings
+
+
+# ---- npspec's own drafter objects through the kit, under the warps a run uses
+
+@pytest.mark.parametrize("warp_args", [dict(temperature=1.0, top_k=2), dict(temperature=1.0, top_p=0.6),
+                                       dict(temperature=0.7)], ids=["top_k2", "top_p0.6", "t0.7"])
+@pytest.mark.parametrize("p_min", [0.0, 0.5])
+def test_model_drafter_objects_are_lossless_under_every_warp(warp_args, p_min):
+    """ModelDrafter on a table draft, its q warped as the run warps it, with and without confidence stopping:
+    the kit's exact check passes (it fails a drafter that reports the unwarped q, or one whose length rule
+    withholds the draft it has just drawn: bench/mutants.py plants both)."""
+    draft = kit.TableModel.from_table(kit.random_table(3, seed=7), 3)
+    report = kit.check_drafter(lambda p: kit.object_drafter(lambda: ModelDrafter(draft, p_min=p_min), warp_args),
+                               gammas=(1, 2), eos_values=(None,), schedules=("constant",))
+    assert report.ok, str(report)
