@@ -15,6 +15,9 @@ them. `vectors` (built on `oracle`) exports the exact laws as data: `python -m n
 submodule may import it.
 """
 
+from .blocks import (BLOCK_PROBES, block_distribution, block_drafter_distribution, block_probes,  # whole blocks
+                     block_round_distribution, block_verification_rule, check_block_rule, expected_accepted,
+                     function_rule, joint_bound, token_block_rule)
 from .doubles import ScriptedRng, TableCache, TableConfig, TableModel
 from .drafting import (DrafterError, DrafterReport, check_drafter, confident_drafter, ngram_drafter, object_drafter,
                        one_hot)
@@ -51,4 +54,8 @@ __all__ = [
     "logits_rows", "probability_pairs", "probability_vectors",
     # usage
     "KitUsageError", "MAX_OUTCOMES", "MAX_UNIFORMS_PER_CALL", "UniformsExhausted",
+    # blocks: verifiers that decide a whole block of drafts (block verification, npspec.rules), exactly
+    "BLOCK_PROBES", "block_distribution", "block_drafter_distribution", "block_probes", "block_round_distribution",
+    "block_verification_rule", "check_block_rule", "expected_accepted", "function_rule", "joint_bound",
+    "token_block_rule",
 ]
