@@ -52,7 +52,7 @@ def test_the_command_writes_atomically_and_never_overwrites_without_force(tmp_pa
 
 
 def test_the_cases_cover_what_other_engines_get_wrong():
-    cases = {c["name"]: c for c in vectors()["cases"]}
+    cases = {c["name"]: c for c in DATA["cases"]}
     assert {"disjoint-supports", "one-hot-q", "one-hot-q-where-p-is-0", "q-zero-where-p-positive", "top-k", "top-p",
             "greedy", "eos", "budget-below-gamma"} <= set(cases)
     assert cases["one-hot-q"]["q_warped"] == ["0", "1", "0"]
@@ -70,7 +70,7 @@ def test_the_cases_cover_what_other_engines_get_wrong():
     assert {"drafted": [2], "accepted": 1, "token": None, "probability": "1/3"} in eos
 
 
-@pytest.mark.parametrize("c", vectors()["cases"], ids=[c[0] for c in CASES])
+@pytest.mark.parametrize("c", DATA["cases"], ids=[c[0] for c in CASES])
 def test_npspecs_float_rule_reproduces_every_law(c):
     p = [float(F(v)) for v in c["p_warped"]]
     q = [float(F(v)) for v in c["q_warped"]]
@@ -88,7 +88,7 @@ def test_npspecs_float_rule_reproduces_every_law(c):
     assert all(abs(v) <= 1e-12 for v in lengths.values())
 
 
-@pytest.mark.parametrize("c", [c for c in vectors()["cases"] if c["warping"] != {"temperature": 1, "top_k": 0,
+@pytest.mark.parametrize("c", [c for c in DATA["cases"] if c["warping"] != {"temperature": 1, "top_k": 0,
                                                                                    "top_p": "1"}],
                          ids=lambda c: c["name"])
 def test_the_exact_warping_is_npspecs(c):
@@ -102,7 +102,7 @@ def test_the_exact_warping_is_npspecs(c):
 
 def test_the_stored_copy_is_current():
     stored = json.loads(STORED.read_text(encoding="utf-8"))
-    assert stored == json.loads(json.dumps(vectors())), (
+    assert stored == json.loads(json.dumps(DATA)), (
         f"{STORED} is stale (format version {stored.get('version')}, now {VERSION}); if the change is intended, "
         f"regenerate it with: python -m npspec.testing vectors {STORED.relative_to(ROOT)} --force")
 
