@@ -8,7 +8,8 @@
 Modules, from the math up (each imports only modules listed before it): gpt2 (the forward's
 math and the KV cache), kernels (the products and the batch-invariance contract), model (Model:
 weights + the kernel its forwards use), progress (bars for long work, shown only when a caller
-passes a bar factory), files (the converted-model file format), init (GPT-2's random
+passes a bar factory), errors (CheckpointError), tensors (GPT-2's tensor names), atomic (atomic
+writes, locks, directory swaps), files (the converted-model file format), init (GPT-2's random
 initialisation), huggingface (Hugging Face checkpoints -> npspec files), quantize (weight
 quantization: schemes, round-to-nearest, AWQ), quantized (quantized Models and files), sources (load(spec,
 role): SPECs, the registry of names, the conversion cache, the shipped pair), sampling (warping,
@@ -17,21 +18,30 @@ n-gram lookup, token trees), trees (multi-candidate acceptance down a tree), spe
 and the loop), evaluate (perplexity, acceptance), testing (the conformance kit), picture (the HTML
 page of each round of a trace); generate and convert are the commands (`python -m npspec.generate`,
 `python -m npspec.convert`), and cli the `npspec` command over them (`npspec generate`, `npspec
-convert`); only cli imports them.
+convert`); only cli imports them. console (the commands' streams) and startup (Ctrl-C while a command
+imports) serve the commands.
 """
 
-from dataclasses import dataclass
+import sys
 
-import numpy as np
+from .startup import exit_on_interrupt_while_starting
 
-from . import progress
-from .drafters import DynamicTreeDrafter, ModelDrafter, NgramDrafter, TreeDrafter
-from .files import CheckpointError, load_model
-from .gpt2 import ContextOverflowError, GPT2Config, KVCache
-from .model import Model
-from .sources import load, random_model
-from .speculative import Generation, GenerationInterrupted, Stats, speculative_generate
-from .text import encode_prompt
+exit_on_interrupt_while_starting(getattr(sys, "orig_argv", sys.argv))  # a command's imports: Ctrl-C, one line
+
+from dataclasses import dataclass  # noqa: E402 (after the handler: these imports are the slow part)
+
+import numpy as np  # noqa: E402
+
+from . import progress  # noqa: E402
+from .drafters import DynamicTreeDrafter, ModelDrafter, NgramDrafter, TreeDrafter  # noqa: E402
+from .errors import CheckpointError  # noqa: E402
+from .files import load_model  # noqa: E402
+from .gpt2 import ContextOverflowError, GPT2Config, KVCache  # noqa: E402
+from .model import Model  # noqa: E402
+from .sources import load, random_model  # noqa: E402
+from .sampling import check_integer  # noqa: E402
+from .speculative import Generation, GenerationInterrupted, Stats, check_pair, speculative_generate  # noqa: E402
+from .text import encode_prompt  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -52,8 +62,10 @@ def generate_text(target, prompt, draft=None, gamma=4, max_new_tokens=64, temper
     (Not named `generate`: that name is the CLI module, `python -m npspec.generate`.)
     Returns a TextGeneration: `ids` (new ids), `text` (their decoding), `stats`. The same
     seed, models, prompt and options give the same output. See speculative_generate for the
-    errors raised.
+    errors raised (a seed that is not an integer >= 0: TypeError or ValueError naming it).
     """
+    check_pair(target, draft)
+    check_integer(seed, "seed", 0, " (np.random.default_rng's)")
     ids = encode_prompt(target.tokenizer, prompt, target.config.eos_token_id)
     gen = speculative_generate(target, draft, ids, max_new_tokens, gamma=gamma if draft is not None else 0,
                                temperature=temperature, top_k=top_k, top_p=top_p, rng=np.random.default_rng(seed),

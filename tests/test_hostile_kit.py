@@ -15,8 +15,6 @@ import pytest
 from npspec import testing as kit
 from npspec.testing.usage import MAX_OUTCOMES, MAX_UNIFORMS_PER_CALL, KitUsageError
 
-from conftest import ROOT as ROOT_DIR, run_python
-
 PROPOSE, ACCEPT = kit.npspec_sampler()
 
 
@@ -157,25 +155,3 @@ def test_valid_arguments_still_pass_and_a_wrong_rule_still_fails():
     assert kit.check_drafter(lambda p: kit.table_drafter(kit.random_table(3, seed=9)), gammas=(1,),
                              max_new_tokens=2, eos_values=(None,), schedules=("constant",)).ok
 
-
-# ---- the vectors command's output argument
-
-def test_the_vectors_command_refuses_what_is_not_a_regular_file_and_writes_dash_to_stdout(tmp_path):
-    target = tmp_path / "real.json"
-    target.write_text("mine")
-    link = tmp_path / "link.json"
-    link.symlink_to(target)
-    for out in (link, tmp_path, "/dev/null"):
-        r = run_python("-m", "npspec.testing", "vectors", out, "--force")
-        assert r.returncode == 1 and r.stdout == "" and "not a regular file" in r.stderr, (out, r.stderr)
-        assert "\n" not in r.stderr.rstrip("\n") and "Traceback" not in r.stderr
-    assert target.read_text() == "mine" and link.is_symlink()
-    r = run_python("-m", "npspec.testing", "vectors", "-")
-    assert r.returncode == 0 and r.stdout.startswith("{") and '"version": 2' in r.stdout
-    assert not (ROOT_DIR / "-").exists()
-    r = run_python("-m", "npspec.testing", "vectors", tmp_path / ("a" * 300))
-    assert r.returncode == 1 and r.stdout == "" and "choose a shorter or accessible path" in r.stderr
-    assert "Traceback" not in r.stderr and len(r.stderr.splitlines()) == 1
-    r = run_python("-c", "import os, sys; os.close(2); sys.stderr = None; from npspec.testing.__main__ import main; "
-                   f"sys.exit(main(['vectors', {str(tmp_path / 'nodir' / 'v.json')!r}]))")
-    assert r.returncode == 1 and r.stdout == ""  # with stderr closed, the error does not go to stdout
