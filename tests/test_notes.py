@@ -180,6 +180,8 @@ CLAIM_WORDS = {
     7: ("warp", "strict", "softmax"),
     8: ("drafter", "n-gram", "confidence", "schedule", "length"),
     9: ("tree",),
+    10: ("block",),
+    11: ("rsd", "replacement", "children", "coupling"),
 }
 # the tests each claim must keep citing (more may be cited)
 CLAIM_TESTS = {
@@ -198,6 +200,10 @@ CLAIM_TESTS = {
         "tests/test_drafters_exact.py::test_ngram_lookup_keeps_the_target_law_exactly"},
     9: {"tests/test_trees_exact.py::test_a_tree_round_keeps_the_target_law_exactly",
         "tests/test_trees_exact.py::test_the_classic_tree_mistakes_change_the_law"},
+    10: {"tests/test_block_verify.py::test_block_verification_keeps_the_target_law_on_every_small_case",
+         "tests/test_block_verify.py::test_the_kit_catches_wrong_block_verifiers"},
+    11: {"tests/test_tree_rules.py::test_an_rsd_tree_round_keeps_the_target_law_exactly",
+         "tests/test_tree_rules.py::test_mixing_the_two_drafters_changes_the_law"},
 }
 
 
