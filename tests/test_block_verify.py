@@ -22,8 +22,10 @@ from npspec.rules import block_accept, block_thresholds, block_weights
 from npspec.sampling import residual, sample
 from npspec.decode import accept
 from npspec.testing import blocks
+from npspec.testing.vectors import verification_cases
 from npspec.testing.drafting import confident_drafter, ngram_drafter
 
+from conftest import tiny_model
 from test_one_step import SEQ_PROMPT, TRUNCATIONS, tables
 
 PROMPT = (0,)
@@ -40,9 +42,10 @@ def assert_block_keeps_target(rule, p, q, gammas=(1, 2, 3), tol=1e-12):
 # ---- (a) lossless: one round, the whole loop, the same grid as the token rule
 
 def test_block_verification_keeps_the_target_law_on_every_small_case():
-    """Every pair of the kit's small cases (353: zeros, one-hot rows, p == q, disjoint supports), gamma 1, 2, 3."""
+    """Every pair of the kit's small cases (353: zeros, one-hot rows, p == q, disjoint supports) and its 8
+    context-dependent pairs, gamma 1, 2, 3."""
     report = blocks.check_block_rule(blocks.block_verification_rule, gammas=(1, 2, 3))
-    assert report.ok and report.tol == 0 and report.cases == len(list(kit.small_cases())), str(report)
+    assert report.ok and report.tol == 0 and report.cases == len(list(kit.small_cases())) + 8, str(report)
 
 
 @pytest.mark.parametrize("n_vocab", [3, 4, 5, 6])
@@ -235,6 +238,30 @@ def past_a_rejected_prefix(p_rows, q_rows, d):
     return out
 
 
+def rows_of_the_tested_position(p_rows, q_rows, d):
+    """Block verification with Z_i taken from the rows d_i was tested against (p_i, q_i) instead of the rows after
+    d_1..d_i (p_{i+1}, q_{i+1}), as the PyTorch fallback of vLLM-Ascend's PR #7808 reads to me (its Triton kernel
+    takes the next rows). Invisible when the rows do not depend on the context."""
+    k, w, out = len(d), blocks.weights(p_rows, q_rows, d), []
+    h = [0] + [(F(z) / (z + 1 - w[i]) if z + 1 - w[i] > 0 else 0) for i in range(1, k)
+               for z in [sum(max(0, w[i] * a - b) for a, b in zip(p_rows[i - 1], q_rows[i - 1]))]] + [w[k]]
+    none_yet = 1
+    for n in range(k, -1, -1):
+        prob = none_yet * (h[n] if n else 1)
+        r = p_rows[k] if n == k else [max(0, w[n] * a - b) for a, b in zip(p_rows[n], q_rows[n])]
+        out.append((prob, n, [F(x) / sum(r) for x in r] if sum(r) else list(p_rows[n])))
+        none_yet *= 1 - h[n]
+    return out
+
+
+def test_a_row_index_mistake_needs_rows_that_depend_on_the_context():
+    """Taking Z_i from the tested position's rows passes every constant-row case and fails on context-dependent
+    tables: the kit's check_block_rule adds such tables to its default cases for that reason."""
+    assert blocks.check_block_rule(rows_of_the_tested_position, cases=kit.small_cases(), gammas=(2,)).ok
+    report = blocks.check_block_rule(rows_of_the_tested_position, gammas=(2,))
+    assert not report.ok and report.cases > len(list(kit.small_cases())) and callable(report.p), str(report)
+
+
 @pytest.mark.parametrize("mistake", [ascend_before_7808, token_residual, past_a_rejected_prefix],
                          ids=lambda f: f.__name__)
 def test_the_kit_catches_wrong_block_verifiers(mistake):
@@ -275,3 +302,57 @@ def test_the_probes_catch_what_the_law_cannot_see():
     assert not blocks.check_block_rule(blocks.function_rule(per_token_weights), gammas=(2,)).ok
     assert [name for name, _ in blocks.block_probes(accept)] == ["dip-then-recover"]
     assert blocks.check_block_rule(blocks.function_rule(accept), cases=[(PAPER_P, PAPER_Q)]).ok
+
+
+# ---- the exported vectors (python -m npspec.testing vectors)
+
+@pytest.mark.parametrize("c", verification_cases()["block_verification"], ids=lambda c: c["name"])
+def test_the_block_vectors_are_block_accepts_laws(c):
+    """Each exported block case: its output law sums to 1, npspec's float64 block_accept, integrated over its
+    uniforms, reproduces the first round's law of (kept, token) to 1e-12, and token-wise <= block <= the bound; the
+    row-index mistake reproduces every constant-row case and not the context-dependent one."""
+    if "p_after_last_id" in c:  # rows that depend on the last id
+        p_after, q_after = ({int(x): [F(v) for v in row] for x, row in c[key].items()}
+                            for key in ("p_after_last_id", "q_after_last_id"))
+        p, q = (lambda seq: p_after[seq[-1]]), (lambda seq: q_after[seq[-1]])
+    else:
+        p, q = (kit.constant_table([F(v) for v in c[key]]) for key in ("p_warped", "q_warped"))
+    g, eos, prompt = c["first_round_gamma"], c["eos_token_id"], tuple(c["prompt"])
+    assert sum(F(e["probability"]) for e in c["output_law"]) == 1
+    want = {}
+    for e in c["first_round_law"]:
+        emitted = tuple(e["drafted"][:e["accepted"]]) + (() if e["token"] is None else (e["token"],))
+        want[emitted] = want.get(emitted, 0) + F(e["probability"])
+
+    def first_round(rule, table=lambda t: t):
+        got = {}
+        for _, emitted, prob in blocks._block_round(table(p), kit.table_drafter(table(q)), prompt, g, eos, rule):
+            got[emitted] = got.get(emitted, 0) + prob
+        return {k: v for k, v in got.items() if v > 1e-15}
+
+    floats = first_round(blocks.function_rule(block_accept), lambda t: (lambda seq: [float(x) for x in t(seq)]))
+    assert set(floats) == set(want) and max(abs(floats[k] - float(v)) for k, v in want.items()) <= 1e-12
+    assert (first_round(rows_of_the_tested_position) == want) == ("p_after_last_id" not in c or g < 2)
+    e = {k: F(v) for k, v in c["expected_accepted_first_round"].items()}
+    assert e["token"] <= e["block"] <= e["joint_bound"]
+    if c["name"] == "paper-example":
+        assert (e["token"], e["block"], e["joint_bound"]) == (F(10, 9), F(11, 9), F(12, 9))
+
+
+# ---- real GPT-2 rows, warped as npspec warps them
+
+@pytest.mark.parametrize("warp_args", [dict(temperature=1.0), dict(temperature=1.7, top_k=3),
+                                       dict(temperature=1.3, top_p=0.8), dict(temperature=0.0)],
+                         ids=["T1", "T1.7_k3", "T1.3_p0.8", "greedy"])
+def test_block_accept_keeps_the_law_on_tiny_gpt2_rows(warp_args):
+    """Rows from real forwards of two tiny GPT-2 models (5 tokens, context-dependent), npspec's float64 block_accept
+    integrated over its uniforms, the whole loop for 4 ids with gamma 2, with and without EOS: the target's
+    law to 1e-12 (test_one_step's float64 check of the token rule, for the block rule)."""
+    target = tiny_model(seed=31, n_vocab=5, n_ctx=16, n_layer=2, eos_token_id=4)
+    draft = tiny_model(seed=32, role="draft", n_vocab=5, n_ctx=16, n_layer=1, eos_token_id=4)
+    p, q = kit.model_table(target, **warp_args), kit.model_table(draft, **warp_args)
+    for eos in (None, 4):
+        ref = kit.sequence_distribution(p, SEQ_PROMPT, 4, eos)
+        for gamma in (2,):
+            got = blocks.block_distribution(p, q, SEQ_PROMPT, gamma, 4, eos, rule=blocks.function_rule(block_accept))
+            assert max(abs(got.get(k, 0) - ref.get(k, 0)) for k in set(got) | set(ref)) <= 1e-12, (eos, gamma)

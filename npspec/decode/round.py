@@ -47,14 +47,14 @@ def play(target, cache, drafter, seq, depth, rng, sampling, rule):
     t1 = time.perf_counter()
     proposal = propose(drafter, seq, depth, u[:n], sampling, target.config.n_vocab)
     t2 = time.perf_counter()
-    tree = drafter is not None and drafter.tree
+    k, tree = len(proposal.ids), drafter is not None and drafter.tree
     hidden = drafter is not None and drafter.reads_hidden
     logits, states = verify(target, cache, seq, proposal, tree or bool(proposal.extra_ids), hidden)
-    path, token, p_drafts, q_drafts, u_tests = accept(proposal, logits, sampling, rule, tree, u[n:n + len(
-        proposal.ids)], u[2 * n], target.config.n_vocab)
+    path, token, p_drafts, q_drafts, u_tests = accept(proposal, logits, sampling, rule, tree, u[n:n + k], u[2 * n],
+                                                      target.config.n_vocab)
     t3 = time.perf_counter()
-    return Outcome(proposal, depth, path, token, [proposal.ids[i] for i in path] + [token], 0, len(proposal.ids),
-                   logits, states, p_drafts, q_drafts, u_tests, t2 - t1, t3 - t2)
+    return Outcome(proposal, depth, path, token, [proposal.ids[i] for i in path] + [token], 0, k, logits, states,
+                   p_drafts, q_drafts, u_tests, t2 - t1, t3 - t2)
 
 
 def propose(drafter, seq, depth, u, sampling, n_vocab):  # -> Proposal

@@ -29,7 +29,7 @@ import numpy as np
 from ..rules import block_thresholds, block_weights
 from ..decode import accept, next_gamma, round_gamma
 from .oracle import (Round, RuleReport, SpeculativePath, _differ, _is_exact, _nonzero, _start, _stopped,
-                     constant_table, sequence_distribution, small_cases, table_drafter)
+                     constant_table, random_table, sequence_distribution, small_cases, table_drafter)
 
 ONE_BELOW = float(np.nextafter(1.0, 0.0))  # the largest double below 1, as npspec.testing.probes.ONE_BELOW
 
@@ -120,7 +120,7 @@ def function_rule(verify=accept):
         k = len(d)
         dd = np.asarray(d, dtype=np.int64)
         p = np.asarray(p_rows, dtype=np.float64).reshape(k + 1, -1)
-        q = np.asarray(q_rows, dtype=np.float64).reshape(k, -1)
+        q = np.asarray(q_rows, dtype=np.float64).reshape(k, p.shape[1])  # k = 0: a plain target step
         w = block_weights(dd, p, q)
         h = block_thresholds(w, p, q)
         with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
@@ -255,12 +255,19 @@ def joint_bound(p, q, prompt, gamma):
     return total
 
 
+def context_cases(n=8, n_vocab=3):
+    """n pairs of random tables whose rows depend on the context (oracle.random_table): a block rule that reads the
+    row of the wrong position is right on every constant-row case and wrong on these."""
+    return [(random_table(n_vocab, seed=s), random_table(n_vocab, seed=1000 + s)) for s in range(n)]
+
+
 def check_block_rule(rule, cases=None, gammas=(1, 2, 3), prompt=(0,), eos=None, tol=1e-12):
     """Does a block rule give exactly the target's law? oracle.check_rule for block rules: for each (p, q) (rows
-    or tables; default oracle.small_cases()) and gamma, block_round_distribution against sequence_distribution,
-    exactly when the law is in Fractions, else within tol per outcome. Returns an oracle.RuleReport."""
+    or tables; default oracle.small_cases() then context_cases()) and gamma, block_round_distribution against
+    sequence_distribution, exactly when the law is in Fractions, else within tol per outcome. Returns an
+    oracle.RuleReport."""
     n, used = 0, 0
-    for p, q in (small_cases() if cases is None else cases):
+    for p, q in ([*small_cases(), *context_cases()] if cases is None else cases):
         n += 1
         pt = p if callable(p) else constant_table(p)
         qt = q if callable(q) else constant_table(q)
