@@ -1,6 +1,6 @@
 """bench/verification.py: the ratio estimator's interval and its paired difference (exact, on hand-made runs), and the
-command end to end on the shipped pair (rows, greedy identity of block and token, the paired table agreeing with
-the per-rule one). No timing is asserted."""
+command end to end on the shipped pair (rows, greedy identity of block and token and of both tree rules, the paired
+tables agreeing with the per-rule ones). No timing is asserted."""
 
 import math
 
@@ -68,12 +68,37 @@ def check_tables(out, gammas):
     assert "5-8%" in (out / "verification_chain_paired.md").read_text()
 
 
+def check_tree_tables(out, trees):
+    rows, _ = common.read_table(out / "verification_tree.csv")
+    assert [(float(r["temperature"]), r["tree"], r["verify"], r["children"]) for r in rows] == \
+        [(t, ",".join(map(str, b)), v, c) for t in (0.0, *verification.TEMPERATURES) for b in trees
+         for v, c in (("token", "i.i.d."), ("rsd", "without replacement"))]
+    greedy = [r for r in rows if float(r["temperature"]) == 0]
+    assert all(r["identical"] == "True" for r in greedy)  # both tree rules are plain greedy decoding at 0
+    for iid, rsd in zip(greedy[::2], greedy[1::2]):
+        assert (iid["rounds"], iid["mean_acceptance_length"]) == (rsd["rounds"], rsd["mean_acceptance_length"])
+    pairs, _ = common.read_table(out / "verification_tree_paired.csv")
+    by_key = {(r["temperature"], r["tree"], r["verify"]): r for r in rows}
+    assert len(pairs) == len(verification.TEMPERATURES) * len(trees)
+    for p in pairs:
+        iid, rsd = (by_key[(p["temperature"], p["tree"], v)] for v in ("token", "rsd"))
+        assert math.isclose(float(p["mean_acceptance_length_diff"]),
+                            float(rsd["mean_acceptance_length"]) - float(iid["mean_acceptance_length"]),
+                            rel_tol=1e-9, abs_tol=1e-12)
+
+
 def test_the_command_measures_both_rules_on_the_shipped_pair(tmp_path, capsys):
     out = tmp_path / "v"
-    assert verification.main(["--quick", "--out", str(out), "--gammas", "2,3", "--new-tokens", "12"]) == 0
-    assert capsys.readouterr().out.strip() == f"wrote {out / 'verification_chain.md'}, " \
-                                              f"{out / 'verification_chain_paired.md'}"
+    assert verification.main(["--quick", "--out", str(out), "--gammas", "2,3", "--new-tokens", "12", "--trees",
+                              "2;1,1"]) == 0
+    names = ("verification_chain", "verification_chain_paired", "verification_tree", "verification_tree_paired")
+    assert capsys.readouterr().out.strip() == "wrote " + ", ".join(str(out / f"{name}.md") for name in names)
     check_tables(out, (2, 3))
+    check_tree_tables(out, ((2,), (1, 1)))
+    only = tmp_path / "only"
+    assert verification.main(["--quick", "--out", str(only), "--tables", "tree", "--trees", "2", "--new-tokens",
+                              "6"]) == 0
+    assert sorted(p.name for p in only.glob("*.csv")) == ["verification_tree.csv", "verification_tree_paired.csv"]
 
 
 @pytest.mark.slow
@@ -82,12 +107,15 @@ def test_quick_mode_runs_end_to_end(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.strip().splitlines()[-1].startswith(f"wrote {tmp_path}")
     check_tables(tmp_path, (2, 4))
+    check_tree_tables(tmp_path, ((2, 1),))
 
 
 def test_bad_sizes_are_usage_errors(tmp_path, capsys):
-    for bad in (["--prompts", "0"], ["--gammas", "2,x"], ["--new-tokens", "-3"]):
+    for bad, message in ((["--prompts", "0"], "integer >= 1"), (["--gammas", "2,x"], "integer >= 1"),
+                         (["--new-tokens", "-3"], "integer >= 1"), (["--trees", "2;0"], "integer >= 1"),
+                         (["--tables", "block"], "invalid choice")):
         with pytest.raises(SystemExit) as e:
             verification.main(["--quick", "--out", str(tmp_path), *bad])
-        assert e.value.code == 2 and "integer >= 1" in capsys.readouterr().err
+        assert e.value.code == 2 and message in capsys.readouterr().err
     r = run_python("-m", "bench.verification", "--quick", "--out", RESULTS / "quick")
     assert r.returncode != 0 and "never writes" in r.stderr and not (RESULTS / "quick").exists()
