@@ -23,22 +23,26 @@ The only environment variables read are here: NO_COLOR, NPSPEC_QUIET and TQDM_DI
 import argparse
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
 import numpy as np
 
 from . import picture
+from .atomic import expand, replace_problem
+from .console import Parser, error_stream, parse, terminate_as_interrupt
 from .decode import (RULES, SCHEDULES, SIBLINGS, Generation, GenerationInterrupted, Options, SamplingParams, Stats,
                      decode, prepare)
 from .decode.drafters import COMMANDS, TREE_DRAFTERS, DynamicTreeDrafter, ModelDrafter, TreeDrafter, check_p_min
-from .files import CheckpointError
+from .errors import CheckpointError
 from .harness import compare_plain, comparison, simulated
-from .kernels import KERNELS
-from .progress import show_progress, terminal_bars
+from .kernels import KERNELS, check_threads
+from .progress import bar, show_progress, terminal_bars
 from .qkernels import QKERNELS, holds_codes
 from .sources import HUB_NAMES, SHIPPED_PAIR, load, shipped_dir
 from .text import TextStreamer, encode_prompt
+from .startup import started
 from .trees import MAX_TREE_NODES, branching_tree
 
 DEFAULT_PROMPT = "ROMEO:"
@@ -52,9 +56,10 @@ class Interrupted(Exception):
     """Ctrl-C ended a run whose output and summary are already printed (main exits 130)."""
 
 
-def build_parser(prog=PROG):
-    """The argument parser; prog names the command in usage and help (`npspec generate` under the npspec command)."""
-    ap = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
+def build_parser(prog=PROG, out=None, err=None):
+    """The argument parser; prog names the command in usage and help (`npspec generate` under the npspec command);
+    help to `out`, usage errors to `err` (npspec.console.Parser)."""
+    ap = Parser(prog=prog, description=__doc__.split("\n")[0], out=out, err=err)
     ap.add_argument("prompt", nargs="?", default=None,
                     help=f"prompt text, or - to read it from stdin (default: {DEFAULT_PROMPT!r})")
     spec = ("SPEC: a model directory (converted or Hugging Face), random:<shape>, or a hub name "
@@ -86,7 +91,9 @@ def build_parser(prog=PROG):
     ap.add_argument("--trace", action="store_true",
                     help="with --json: add a record per round (drafted ids, accepted count, corrected or bonus id)")
     ap.add_argument("--html", metavar="FILE", default=None,
-                    help="also write a page showing each round (drafts, accepted or not, p, q, u, times)")
+                    help="also write a page showing each round (drafts, accepted or not, p, q, u, times); a new "
+                         "file, or an existing regular file with --force")
+    ap.add_argument("--force", action="store_true", help="with --html: replace FILE if it exists (a regular file only)")
     ap.add_argument("--compare", action="store_true",
                     help="then run plain decoding with the same options (with the target's kernel, gemv-rows and "
                          "gemm) and print the speeds and the speedup over the fastest")
@@ -95,7 +102,7 @@ def build_parser(prog=PROG):
                          "each proposal the target's greedy token with probability A (needs --temperature 0 and a "
                          "draft model; the output stays the target's greedy output)")
     ap.add_argument("--no-color", action="store_true", help="do not colour accepted draft tokens")
-    ap.add_argument("--quiet", action="store_true", help="no progress bars (nor with --json, NPSPEC_QUIET=1 or "
+    ap.add_argument("--quiet", action="store_true", help="no progress bars (nor with NPSPEC_QUIET=1 or "
                                                          "TQDM_DISABLE=1; they show only when stderr is a terminal)")
     ap.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     return ap
@@ -174,7 +181,15 @@ def read_prompt(arg, limit, stdin=None):
     if arg is None:
         return DEFAULT_PROMPT
     if arg == "-":
-        data = (stdin or sys.stdin.buffer).read(limit + 1)
+        stream = stdin if stdin is not None else getattr(sys.stdin, "buffer", None)
+        if stream is None:
+            raise ValueError("the prompt is - (read stdin), but stdin is closed; pipe the prompt in, or give it "
+                             "as an argument")
+        try:
+            data = stream.read(limit + 1)
+        except OSError as e:
+            raise ValueError(f"cannot read the prompt from stdin ({e.strerror or e}); pipe the prompt in, or give "
+                             "it as an argument") from None
         source = "the prompt on stdin"
     else:
         data, source = arg.encode("utf-8", "surrogateescape"), "the prompt"
@@ -201,18 +216,21 @@ def cpu_count():
 def thread_count(arg, environ=os.environ, cpus=None, note=None):
     """--threads, else NPSPEC_NUM_THREADS capped at `cpus` (default cpu_count()), else cpus.
 
-    An explicit --threads is used as given. A variable above the CPU count is capped, and note(message) (if given)
+    An explicit --threads is used as given, up to kernels.check_threads' bound (an error past it). A variable above the CPU count is capped, and note(message) (if given)
     says so. Raises ValueError naming the bad setting.
     """
+    cpus = cpu_count() if cpus is None else cpus
     if arg is not None:
         if arg < 1:
             raise ValueError(f"--threads must be >= 1, got {arg}")
-        return arg
-    cpus = cpu_count() if cpus is None else cpus
+        try:
+            return check_threads(arg, cpus)  # the one bound, per CPU
+        except ValueError as e:
+            raise ValueError(f"--threads: {e}") from None
     env = environ.get("NPSPEC_NUM_THREADS", "")
     if not env:
         return cpus
-    if not env.strip().isdigit() or int(env) < 1:
+    if not re.fullmatch(r"\s*[0-9]+\s*", env) or int(env) < 1:  # ASCII digits: "²".isdigit() is True
         raise ValueError(f"NPSPEC_NUM_THREADS={env!r} is not a positive integer; set it to a thread count such "
                          "as 2, or unset it")
     if int(env) > cpus:
@@ -238,8 +256,8 @@ def is_shipped_target(spec):
     if spec is None:
         return True
     try:
-        return Path(spec).expanduser().resolve() == shipped_dir(f"{SHIPPED_PAIR}/target").resolve()
-    except (CheckpointError, OSError):
+        return expand(spec, "--target").resolve() == shipped_dir(f"{SHIPPED_PAIR}/target").resolve()
+    except (ValueError, OSError):  # CheckpointError included; a ~user that does not exist: load says so
         return False
 
 
@@ -267,13 +285,23 @@ def check_output_args(args):
     if args.trace and not args.json:
         raise ValueError("--trace adds a record per round to --json's output: add --json (or draw the rounds "
                          "with --html FILE)")
+    if args.force and args.html is None:
+        raise ValueError("--force replaces an existing --html FILE: add --html FILE or drop --force")
     if args.html is not None:
-        path = Path(args.html).expanduser()
+        path = expand(args.html, "--html")
         parent = path.parent
-        if path.is_dir():
-            raise ValueError(f"cannot write --html {args.html}: it is a directory; pick a file path")
-        if not parent.is_dir():
-            raise ValueError(f"cannot write --html {args.html}: {parent} is not a directory; pick a writable path")
+        try:
+            if path.is_dir():
+                raise ValueError(f"cannot write --html {args.html}: it is a directory; pick a file path")
+            if problem := replace_problem(path):
+                raise ValueError(f"cannot write --html {args.html}: {problem}")
+            if path.exists() and not args.force:
+                raise ValueError(f"--html {args.html} exists; pass --force to replace it, or pick a new file "
+                                 "(nothing was written)")
+            if not parent.is_dir():
+                raise ValueError(f"cannot write --html {args.html}: {parent} is not a directory; pick a writable path")
+        except OSError as e:
+            raise ValueError(f"cannot write --html {args.html} ({e.strerror or e}); pick a writable path") from None
         if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
             raise ValueError(f"cannot write --html {args.html}: permission denied; pick a writable path")
 
@@ -336,7 +364,7 @@ def check_tree_args(args, command, words):
                              f"without --tree, --tree-budget or {' or '.join(COMMANDS)}")
 
 
-def make_drafter(args, target, threads, progress=None):
+def make_drafter(args, target, threads, progress=None, note=None):
     """The drafter --draft names (None when not drafting(args)): a registered word's (npspec.decode.drafters.COMMANDS,
     e.g. `ngram`), else ModelDrafter(load(SPEC)), TreeDrafter with --tree, DynamicTreeDrafter with --tree-budget;
     the shipped draft for the shipped target without --draft."""
@@ -345,7 +373,7 @@ def make_drafter(args, target, threads, progress=None):
     if args.draft in COMMANDS:
         return COMMANDS[args.draft].build(args, target)
     draft = load(args.draft, "draft", kernel=args.draft_kernel, threads=threads, progress=progress,
-                 target=args.target)
+                 target=args.target, note=note)
     if args.draft_kernel in QKERNELS and not holds_codes(draft.params):
         raise ValueError(f"--draft-kernel {args.draft_kernel} reads a quantized draft's int8 codes, and the draft "
                          f"{draft.source} holds float32 weights: give an int scheme such as --draft int8-g64:SPEC, or "
@@ -363,30 +391,35 @@ def run(args, out=sys.stdout, err=sys.stderr, stdin=None):
     """Generate as `args` (build_parser's) say: the text to `out`, the summary and notes to `err`. Returns the
     Generation. Raises ValueError or CheckpointError, before anything is written to `out`, for anything that can
     be checked up front; Interrupted after printing what was generated when Ctrl-C stops the generation."""
-    job, prompt = prepared(args, err, stdin)
+    job, prompt, progress = prepared(args, err, stdin)
     target = job.target
     color = out.isatty() and not args.no_color and not os.environ.get("NO_COLOR") and not args.json
     streamer = TextStreamer(target.tokenizer)
-    gen, interrupted = generated(job, args, out, prompt, streamer, color)
+    gen, interrupted = generated(job, args, out, prompt, streamer, color, progress)
+    if not args.json:  # the line ends before any bar of --compare can draw under it
+        out.write(streamer.finish() + "\n")
+        out.flush()
     if args.html is not None:
         try:
-            picture.write(args.html, gen.trace, target.tokenizer.decode, prompt, gen.stats.as_dict())
+            picture.write(expand(args.html, "--html"), gen.trace, target.tokenizer.decode, prompt, gen.stats.as_dict())
         except OSError as e:
             raise ValueError(f"cannot write --html {args.html} ({e.strerror or e}); pick a writable path") from e
+        print(f"npspec.generate: wrote {args.html} (each round of the generation)", file=err)
     plain = {}
     if args.compare and not interrupted:  # the same prompt, options and seed, with the target alone
         try:
-            plain = compare_plain(job, args.seed)
+            plain = compare_plain(job, args.seed, progress)
         except GenerationInterrupted:
             interrupted, plain = True, {}
-    report(args, out, err, gen, plain, target, streamer)
+    report(args, out, err, gen, plain, target)
     if interrupted:
         raise Interrupted()
     return gen
 
 
 def prepared(args, err, stdin):
-    """Every check, then the models, the drafter, the prompt: returns (the checked npspec.decode Job, the prompt text).
+    """Every check, then the models, the drafter, the prompt: returns (the checked npspec.decode Job, the prompt text,
+    the bar factory or None).
 
     The options are checked (npspec.decode.types.Options, the drafting and output options) before any model loads,
     the pair and the prompt by npspec.decode.prepare once they are known, each once.
@@ -398,28 +431,34 @@ def prepared(args, err, stdin):
     if args.seed < 0:
         raise ValueError(f"--seed must be >= 0, got {args.seed}")
     threads = thread_count(args.threads, note=lambda message: print(f"npspec.generate: note: {message}", file=err))
-    progress = terminal_bars if show_progress(args.quiet or args.json, err, os.environ) else None
-    target = load(args.target, "target", kernel=args.target_kernel, threads=threads, progress=progress)
+    progress = terminal_bars if show_progress(args.quiet, err, os.environ) else None
+
+    def note(message):  # the cache's and loader's notes (a conversion, a wait, a rewrite)
+        print(f"npspec: {message}", file=err, flush=True)
+
+    target = load(args.target, "target", kernel=args.target_kernel, threads=threads, progress=progress, note=note)
     if args.gamma > 0 and not drafting(args):
         print(f"npspec.generate: note: no --draft for the target {args.target}, so it decodes plainly (the shipped "
               "draft is the shipped target's); add --draft SPEC or " + " or ".join(f"--draft {word}" for word in COMMANDS)
               + " to decode speculatively", file=err)
-    draft = make_drafter(args, target, threads, progress)
+    draft = make_drafter(args, target, threads, progress, note)
     prompt = read_prompt(args.prompt, prompt_byte_limit(target.tokenizer, target.config.n_ctx), stdin)
     ids = encode_prompt(target.tokenizer, prompt, target.config.eos_token_id)
     rng = np.random.default_rng(args.seed)  # (its first use imports numpy.random: not between prompt and decoding)
     job = prepare(target, draft, ids, options, rng)
     if args.simulate_acceptance is not None:
         job = simulated(job, args.simulate_acceptance, args.seed,
-                        lambda message: print(f"npspec.generate: note: {message}", file=err))
-    return job, prompt
+                        lambda message: print(f"npspec.generate: note: {message}", file=err), progress)
+    return job, prompt, progress
 
 
-def generated(job, args, out, prompt, streamer, color):
+def generated(job, args, out, prompt, streamer, color, progress):
     """Echo the prompt (the first byte written: everything that can be checked was), decode the job streaming its
-    text to `out` (accepted drafts coloured when `color`); returns (the Generation, whether Ctrl-C stopped it)."""
+    text to `out` (accepted drafts coloured when `color`; with --json, a bar of the tokens on stderr instead);
+    returns (the Generation, whether Ctrl-C stopped it)."""
     def on_emit(new_ids, n_accepted):
-        if args.json:
+        if args.json:  # nothing streams: a bar on stderr shows the tokens instead
+            tokens.update(len(new_ids))
             return
         if color:
             drafted = streamer.push(new_ids[:n_accepted])
@@ -432,15 +471,17 @@ def generated(job, args, out, prompt, streamer, color):
     try:
         if not args.json:
             out.write(prompt)
-        return decode(job, on_emit, trace=args.trace or args.html is not None), False
+        with bar(progress if args.json else None, "generating", args.max_new_tokens, "tok") as tokens:
+            return decode(job, on_emit, trace=args.trace or args.html is not None), False
     except GenerationInterrupted as e:  # Ctrl-C: print what was generated, then exit 130
         return e.generation, True
     except KeyboardInterrupt:  # between the prompt and the first forward: nothing generated
         return Generation([], Stats(stop_reason="interrupted")), True
 
 
-def report(args, out, err, gen, plain, target, streamer):
-    """The output (the text's end, or the --json object) to `out`, the summary and the --compare line to `err`."""
+def report(args, out, err, gen, plain, target):
+    """The --json object to `out`, the summary and the --compare line to `err` (the streamed text's end is written
+    before --html and --compare run)."""
     greedy = args.temperature == 0
     if args.json:
         obj = {"text": target.tokenizer.decode(gen.ids), "ids": gen.ids, "stats": gen.stats.as_dict()}
@@ -449,9 +490,7 @@ def report(args, out, err, gen, plain, target, streamer):
         if plain:
             obj["compare"] = comparison(gen, plain, target.kernel, greedy)
         out.write(json.dumps(json_safe(obj), allow_nan=False) + "\n")
-    else:
-        out.write(streamer.finish() + "\n")
-    out.flush()
+        out.flush()
     print(summary(gen.stats), file=err)
     if plain:
         c = comparison(gen, plain, target.kernel, greedy)
@@ -463,18 +502,27 @@ def report(args, out, err, gen, plain, target, streamer):
         print("compare: interrupted before plain decoding finished", file=err)
 
 
-def main(argv=None, prog=PROG):
+def main(argv=None, prog=PROG, out=None, err=None):
     """Run the command (argv: the arguments; default sys.argv[1:]). Returns the exit status: 0, 1 an error, 2 a
-    command line argparse rejects, 130 interrupted, 141 stdout's reader left. prog: the name usage shows."""
-    if sys.stderr is None:  # stderr closed (2>&-): print(file=None) would write messages to STDOUT; drop them
-        sys.stderr = open(os.devnull, "w")
-    args = build_parser(prog).parse_args(argv)
-    err = sys.stderr
-    if sys.stdout is None:
+    command line argparse rejects, 130 interrupted, 141 stdout's reader left. prog: the name usage shows.
+    out, err: the streams (default sys.stdout and sys.stderr, read when called; with stderr closed, messages
+    are dropped, never printed to stdout: npspec.console)."""
+    started()  # Python's Ctrl-C handler back (npspec.console: the imports had their own)
+    out = sys.stdout if out is None else out
+    err = error_stream(sys.stderr if err is None else err)
+    try:
+        args, status = parse(build_parser(prog, out, err), argv, err, "npspec.generate")
+    except KeyboardInterrupt:
+        print("npspec.generate: interrupted", file=err)
+        return 130
+    if args is None:
+        return status
+    if out is None:
         print("npspec.generate: error: stdout is closed; redirect it to a file or a pipe", file=err)
         return 1
     try:
-        run(args, err=err)
+        with terminate_as_interrupt():  # SIGTERM stops as Ctrl-C does (a cache build deletes its staging)
+            run(args, out=out, err=err)
     except (CheckpointError, ValueError) as e:
         if args.debug:
             raise
@@ -486,12 +534,16 @@ def main(argv=None, prog=PROG):
         print("npspec.generate: interrupted", file=err)
         return 130
     except BrokenPipeError:  # e.g. `| head`: the reader left; stop quietly, as Unix tools do
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), out.fileno())
+        except (OSError, AttributeError, ValueError):  # a stream with no descriptor
+            pass
         return 141
-    except OSError as e:  # stdout closed or full
+    except OSError as e:  # a file the OS refused (it names it), else stdout closed or full
         if args.debug:
             raise
-        print(f"npspec.generate: error: cannot write the output ({e.strerror or e}); check where stdout goes",
+        print(f"npspec.generate: error: cannot use {e.filename} ({e.strerror or e}); check the path" if e.filename
+              else f"npspec.generate: error: cannot write the output ({e.strerror or e}); check where stdout goes",
               file=err)
         return 1
     return 0

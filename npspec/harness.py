@@ -11,6 +11,7 @@ import numpy as np
 from .decode import Options, SamplingParams, decode
 from .decode.drafters import ControlledDraft, ModelDrafter
 from .kernels import PLAIN_KERNELS
+from .progress import bar
 
 
 def plain_job(job, target, rng):
@@ -19,12 +20,16 @@ def plain_job(job, target, rng):
                    rng=rng)
 
 
-def compare_plain(job, seed, kernels=PLAIN_KERNELS):  # -> {kernel: Generation}
+def compare_plain(job, seed, progress=None, kernels=PLAIN_KERNELS):  # -> {kernel: Generation}
     """Plain decoding of the job's prompt with its options and a fresh generator seeded with `seed`, with the
-    target's own kernel and each of `kernels` (Model.with_kernel). Raises GenerationInterrupted on Ctrl-C."""
-    target = job.target
-    return {kernel: decode(plain_job(job, target.with_kernel(kernel), np.random.default_rng(seed)))
-            for kernel in dict.fromkeys([target.kernel, *kernels])}
+    target's own kernel and each of `kernels` (Model.with_kernel); progress: a bar factory (npspec.progress) for
+    each run, or None. Raises GenerationInterrupted on Ctrl-C."""
+    target, plain = job.target, {}
+    for kernel in dict.fromkeys([target.kernel, *kernels]):
+        with bar(progress, f"--compare: plain decoding, {kernel}", job.options.max_new_tokens, "tok") as b:
+            plain[kernel] = decode(plain_job(job, target.with_kernel(kernel), np.random.default_rng(seed)),
+                                   on_emit=lambda new_ids, n: b.update(len(new_ids)))
+    return plain
 
 
 def comparison(spec, plain, kernel, greedy):
@@ -43,14 +48,16 @@ def comparison(spec, plain, kernel, greedy):
             "same_ids": spec.ids == plain[kernel].ids if greedy else None}
 
 
-def simulated(job, a, seed, note):  # -> Job
+def simulated(job, a, seed, note, progress=None):  # -> Job
     """The job with its ModelDrafter's model wrapped in ControlledDraft with acceptance `a` (same p_min).
 
     First decodes the prompt greedily with the target alone (also a warm-up), for the tokens the proposals
-    copy; note(message) says that acceptance is simulated.
+    copy, with a bar from `progress` (a factory, or None); note(message) says that acceptance is simulated.
     """
     greedy = Options(job.options.max_new_tokens, 0, SamplingParams(temperature=0.0))
-    reference = decode(replace(plain_job(job, job.target, np.random.default_rng(0)), options=greedy))
+    with bar(progress, "--simulate-acceptance: the target's greedy reference", greedy.max_new_tokens, "tok") as b:
+        reference = decode(replace(plain_job(job, job.target, np.random.default_rng(0)), options=greedy),
+                           on_emit=lambda new_ids, n: b.update(len(new_ids)))
     note(f"SIMULATED acceptance: each draft token is the target's greedy token with probability {a:g} (the draft's "
          "forwards still run, for their cost)")
     steered = ControlledDraft(job.drafter.model, list(job.prompt) + reference.ids, a, np.random.default_rng(seed))
