@@ -32,8 +32,9 @@ import numpy as np
 from . import picture
 from .atomic import expand, replace_problem
 from .console import Parser, error_stream, parse, terminate_as_interrupt
-from .decode import RULES, SCHEDULES, Generation, GenerationInterrupted, Options, SamplingParams, Stats, decode, prepare
-from .decode.drafters import COMMANDS, DynamicTreeDrafter, ModelDrafter, TreeDrafter, check_p_min
+from .decode import (RULES, SCHEDULES, SIBLINGS, Generation, GenerationInterrupted, Options, SamplingParams, Stats,
+                     decode, prepare)
+from .decode.drafters import COMMANDS, TREE_DRAFTERS, DynamicTreeDrafter, ModelDrafter, TreeDrafter, check_p_min
 from .errors import CheckpointError
 from .harness import compare_plain, comparison, simulated
 from .kernels import KERNELS, check_threads
@@ -117,9 +118,10 @@ def add_drafting_options(ap):
                          "every draft, else -1, at least 1 (default constant)")
     ap.add_argument("--verify", choices=tuple(RULES), default="token",
                     help="the acceptance rule (npspec.decode.acceptance.RULES): token = token-by-token rejection "
-                         "sampling (Leviathan et al. 2023; its multi-candidate form down a tree), block = block "
-                         "verification of a chain (Sun et al. 2025), which keeps at least as many drafts in law "
-                         "(default token)")
+                         "sampling (Leviathan et al. 2023; its multi-candidate form down a tree of i.i.d. children), "
+                         "block = block verification of a chain (Sun et al. 2025), which keeps at least as many drafts "
+                         "in law, rsd = a --tree whose siblings are drawn without replacement, verified by recursive "
+                         "rejection sampling (Jeon et al. 2024), which keeps at least as many per node (default token)")
     ap.add_argument("--draft-p-min", type=float, default=0.0, metavar="P",
                     help="confidence stopping for a draft model: stop drafting after a token whose largest draft "
                          "probability is below P, as llama.cpp's --draft-p-min (default 0: off)")
@@ -348,6 +350,10 @@ def check_tree_args(args, command, words):
         branching_tree(args.tree)  # the node count's bound, checked before any model loads
     if args.tree_kind != "sampled" and not args.tree:
         raise ValueError("--tree-kind applies to --tree only; add --tree K1,K2,... or drop it")
+    siblings = RULES[args.verify].siblings
+    if siblings != "iid" and not (args.tree and args.tree_kind == "sampled"):
+        raise ValueError(f"--verify {args.verify} verifies a --tree of {SIBLINGS[siblings]} and is the token rule "
+                         "anywhere else: add --tree K1,K2,... (without --tree-kind top-k) or use --verify token")
     if (a := args.simulate_acceptance) is not None:
         if not 0 <= a <= 1:  # also NaN
             raise ValueError(f"--simulate-acceptance is a probability: give a number in [0, 1], got {a}")
@@ -372,8 +378,10 @@ def make_drafter(args, target, threads, progress=None, note=None):
         raise ValueError(f"--draft-kernel {args.draft_kernel} reads a quantized draft's int8 codes, and the draft "
                          f"{draft.source} holds float32 weights: give an int scheme such as --draft int8-g64:SPEC, or "
                          "drop --draft-kernel")
-    if args.tree:
-        return TreeDrafter(draft, args.tree, args.tree_kind)
+    if args.tree and args.tree_kind == "top-k":
+        return TreeDrafter(draft, args.tree, "top-k")
+    if args.tree:  # sampled children, drawn as the rule needs (npspec.decode.drafters.TREE_DRAFTERS)
+        return TREE_DRAFTERS[RULES[args.verify].siblings](draft, args.tree)
     if args.tree_budget is not None:
         return DynamicTreeDrafter(draft, args.tree_budget)
     return ModelDrafter(draft, p_min=args.draft_p_min)

@@ -14,7 +14,7 @@ reaches models only through its protocols: it imports npspec.sampling, npspec.te
 error (npspec.gpt2.ContextOverflowError), never npspec.model, npspec.files or npspec.sources.
 """
 
-from .acceptance import RULES, Rule, accept, get_rule
+from .acceptance import RULES, SIBLINGS, Rule, accept, get_rule
 from .loop import Job, as_drafter, decode, prepare, speculative_generate
 from .schedule import SCHEDULES, next_gamma, round_gamma, tree_depth
 from .stats import Generation, GenerationInterrupted, Stats
@@ -22,6 +22,6 @@ from .types import (BaseDrafter, Drafter, Forwarder, HiddenForwarder, Options, O
                     TreeForwarder)
 
 __all__ = ["BaseDrafter", "Drafter", "Forwarder", "Generation", "GenerationInterrupted", "HiddenForwarder", "Job",
-           "Options", "Outcome", "Proposal", "RULES", "Rule", "SCHEDULES", "SamplingParams", "Stats", "TreeForwarder",
-           "accept", "as_drafter", "decode", "get_rule", "next_gamma", "prepare", "round_gamma",
+           "Options", "Outcome", "Proposal", "RULES", "Rule", "SCHEDULES", "SIBLINGS", "SamplingParams", "Stats",
+           "TreeForwarder", "accept", "as_drafter", "decode", "get_rule", "next_gamma", "prepare", "round_gamma",
            "speculative_generate", "tree_depth"]

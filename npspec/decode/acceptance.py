@@ -10,10 +10,14 @@ rule(ids `[N]`, parents `[N]`, q `[N, n_vocab]`, p `[N + 1, n_vocab]`, u_tests `
 every row is one-hot, the target's law is a point mass, and every lossless rule keeps exactly the
 drafts that equal the target's argmax (npspec.decode.round.accept, the one place greedy is handled).
 "token": token-by-token modified rejection sampling (`accept` here) and its multi-candidate form down
-a tree (npspec.trees.accept_tree). "block": block verification of a chain (Sun et al. 2025, Algorithm 2:
-npspec.rules.block_accept, the same signature and uniforms); it has no tree form here (npspec.rules'
-accept_tree_rsd has the tree signature but is lossless only for children drawn WITHOUT replacement, which
-no drafter of npspec.decode.drafters does yet), so a tree drafter with it is refused (checks.check_rule).
+a tree (npspec.trees.accept_tree), lossless for children drawn i.i.d. from the node's row. "block": block
+verification of a chain (Sun et al. 2025, Algorithm 2: npspec.rules.block_accept, the same signature and
+uniforms); it has no tree form, so a tree drafter with it is refused (checks.check_rule). "rsd": recursive
+rejection sampling over siblings drawn WITHOUT replacement (Jeon et al. 2024: npspec.rules.accept_tree_rsd), lossless
+only for such children (notes/derivation.md, claim 11); on a chain (one child per node) it is the token rule.
+A Rule's `siblings` says how a tree's sampled children must be drawn for its tree form to be lossless ("iid" or
+"distinct"); checks.check_rule refuses a tree drafter that draws them otherwise (a drafter's own `siblings`,
+npspec.decode.types.Drafter; deterministic children, one-hot q, suit every tree form).
 Imports numpy, npspec.rules, npspec.sampling and npspec.trees.
 """
 
@@ -22,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..rules import block_accept
+from ..rules import accept_tree_rsd, block_accept
 from ..sampling import residual, sample
 from ..trees import accept_tree
 
@@ -44,14 +48,21 @@ def accept(d, p, q, u_accept, u_final):
 
 @dataclass(frozen=True)
 class Rule:
-    """An acceptance rule: `chain` for a chain of drafts, `tree` for a token tree (None: chains only)."""
+    """An acceptance rule: `chain` for a chain of drafts, `tree` for a token tree (None: chains only), and `siblings`,
+    how the tree form needs a node's sampled children drawn: "iid" (independent draws of the node's row) or
+    "distinct" (without replacement, npspec.rules.draw_children)."""
 
     name: str
     chain: Callable
     tree: Callable | None = None
+    siblings: str = "iid"
 
 
-RULES = {rule.name: rule for rule in (Rule("token", accept, accept_tree), Rule("block", block_accept))}
+SIBLINGS = {"iid": "i.i.d. children", "distinct": "children drawn without replacement",
+            "deterministic": "deterministic children"}  # Rule.siblings and Drafter.siblings, in words
+
+RULES = {rule.name: rule for rule in (Rule("token", accept, accept_tree), Rule("block", block_accept),
+                                      Rule("rsd", accept, accept_tree_rsd, "distinct"))}
 
 
 def get_rule(name):

@@ -12,6 +12,7 @@ import numpy as np
 from ..gpt2 import ContextOverflowError
 from ..sampling import check_integer
 from ..text import same_tokenizer
+from .acceptance import RULES, SIBLINGS
 from .types import Forwarder, HiddenForwarder, TreeForwarder, Uniforms
 
 
@@ -63,10 +64,20 @@ def check_pair(target, drafter):
 
 
 def check_rule(rule, drafter):
-    """Raise ValueError if a tree drafter would meet an acceptance rule without a tree form (acceptance.Rule.tree)."""
-    if drafter is not None and drafter.tree and rule.tree is None:
+    """Raise ValueError if a tree drafter would meet an acceptance rule without a tree form (acceptance.Rule.tree),
+    or one whose tree form is lossless only for children drawn otherwise than the drafter draws them (Rule.siblings
+    against Drafter.siblings; deterministic children suit every tree form)."""
+    if drafter is None or not drafter.tree:
+        return
+    if rule.tree is None:
         raise ValueError(f"the {rule.name} rule (--verify {rule.name}) verifies chains only, and the drafter "
                          f"{drafter.source} proposes trees; draft a chain or use --verify token")
+    if drafter.siblings not in (rule.siblings, "deterministic"):
+        fits = [name for name, other in RULES.items() if other.tree is not None and other.siblings == drafter.siblings]
+        raise ValueError(f"the {rule.name} rule (verify={rule.name!r}) is lossless only for {SIBLINGS[rule.siblings]}, "
+                         f"and {type(drafter).__name__} proposes {SIBLINGS.get(drafter.siblings, drafter.siblings)}: "
+                         f"use verify={' or '.join(map(repr, fits)) or 'a rule for them'} (the CLI's --verify picks "
+                         "the tree drafter to match)")
 
 
 def context_size(target, drafter):

@@ -205,11 +205,14 @@ class Drafter(Protocol):
     messages), forwards (draft forwards run so far). tree: its proposals are verified with tree
     attention and the tree rule (npspec.trees); a chain drafter's with the one-row forward and the
     chain rule. depth: the deepest round it drafts (None: the scheduled gamma's). reads_hidden: its
-    update() reads Outcome.hidden. tree_size(depth) -> how many candidates a round of that depth asks
-    for (a chain: depth); the round draws that many drafting uniforms. start(prompt_ids) gets ready
-    for a generation; propose(seq, depth, u `[tree_size(depth)]`, sampling) -> Proposal (a chain drafter
-    may propose fewer, none included; a tree drafter exactly tree_size(depth)); update(outcome) learns
-    from the round; rollback(length) forgets every position from `length` on (a no-op past its end).
+    update() reads Outcome.hidden. siblings: how a tree drafter draws a node's sampled children, "iid"
+    (independent draws of the node's row), "distinct" (without replacement, npspec.rules.draw_children) or
+    "deterministic" (one-hot q); the tree rule must suit it (acceptance.Rule.siblings; a chain's is moot).
+    tree_size(depth) -> how many candidates a round of that depth asks for (a chain: depth); the round draws
+    that many drafting uniforms. start(prompt_ids) gets ready for a generation; propose(seq, depth, u
+    `[tree_size(depth)]`, sampling) -> Proposal (a chain drafter may propose fewer, none included; a tree
+    drafter exactly tree_size(depth)); update(outcome) learns from the round; rollback(length) forgets every
+    position from `length` on (a no-op past its end).
     What a drafter must guarantee for the output to stay target-distributed: npspec.decode.drafters.
     """
 
@@ -221,6 +224,7 @@ class Drafter(Protocol):
     tree: bool
     depth: int | None
     reads_hidden: bool
+    siblings: str
 
     def tree_size(self, depth: int) -> int: ...
 
@@ -244,6 +248,7 @@ class BaseDrafter:
     tree = False
     depth = None
     reads_hidden = False
+    siblings = "iid"
 
     def tree_size(self, depth):  # -> int
         """A chain's candidates: depth."""

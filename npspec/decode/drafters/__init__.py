@@ -23,7 +23,8 @@ A chain drafter may propose fewer than asked, none included (no proposal is one 
 step); a tree drafter proposes exactly tree_size(depth) nodes (npspec.trees: the same guarantees, per node).
 
 The files: model (ModelDrafter: a smaller model, optionally with confidence stopping, llama.cpp's
-`--draft-p-min`), ngram (NgramDrafter: prompt lookup), tree (TreeDrafter, DynamicTreeDrafter),
+`--draft-p-min`), ngram (NgramDrafter: prompt lookup), tree (TreeDrafter, DynamicTreeDrafter), distinct
+(DistinctTreeDrafter: siblings without replacement, for the "rsd" rule; TREE_DRAFTERS picks it or TreeDrafter),
 controlled (the SIMULATED acceptance of --simulate-acceptance and the bench). COMMANDS is the one
 place a drafter that needs no model registers its `--draft WORD` for the command line.
 """
@@ -31,14 +32,20 @@ place a drafter that needs no model registers its `--draft WORD` for the command
 from . import ngram
 from .command import Command
 from .controlled import ControlledDraft, ControlledLookup, ControlledTree
+from .distinct import DistinctTreeDrafter
 from .model import DraftModelCache, ModelDrafter, check_p_min
 from .ngram import MAX_NGRAM, NgramDrafter, check_ngram_sizes, cut_after, ngram_scan
 from .tree import DynamicTreeDrafter, TreeDrafter
+
+TREE_DRAFTERS = {  # the static tree drafter for each way of drawing siblings (acceptance.Rule.siblings): --tree's
+    "iid": TreeDrafter,  # i.i.d. children, the "token" rule's tree form (npspec.trees.accept_tree)
+    "distinct": DistinctTreeDrafter,  # children without replacement, the "rsd" rule's (npspec.rules.accept_tree_rsd)
+}
 
 COMMANDS = {command.word: command for command in (
     ngram.COMMAND,  # --draft ngram
 )}
 
-__all__ = ["COMMANDS", "Command", "ControlledDraft", "ControlledLookup", "ControlledTree", "DraftModelCache",
-           "DynamicTreeDrafter", "MAX_NGRAM", "ModelDrafter", "NgramDrafter", "TreeDrafter", "check_ngram_sizes", "check_p_min", "cut_after", "ngram",
-           "ngram_scan"]
+__all__ = ["COMMANDS", "Command", "ControlledDraft", "ControlledLookup", "ControlledTree", "DistinctTreeDrafter",
+           "DraftModelCache", "DynamicTreeDrafter", "MAX_NGRAM", "ModelDrafter", "NgramDrafter", "TREE_DRAFTERS",
+           "TreeDrafter", "check_ngram_sizes", "check_p_min", "cut_after", "ngram", "ngram_scan"]

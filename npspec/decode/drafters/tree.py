@@ -34,7 +34,17 @@ class TreeDrafter(DraftModelCache):
         self.depth_of = depths(self.parents)
 
     def __repr__(self):
-        return f"TreeDrafter({self.source!r}, branching={list(self.branching)}, kind={self.kind!r})"
+        return f"{type(self).__name__}({self.source!r}, branching={list(self.branching)}, kind={self.kind!r})"
+
+    @property
+    def siblings(self):
+        """How a node's sampled children are drawn: "iid" (the sampled kind, `draw`) or "deterministic" (top-k)."""
+        return "deterministic" if self.kind == "top-k" else "iid"
+
+    def draw(self, row, u):  # [n_vocab] float64, [k] uniforms -> [k] ids
+        """A node's k sampled children: independent draws of its warped row, child j with u[j] (npspec.sampling.sample).
+        The one step a drafter drawing them otherwise overrides (npspec.decode.drafters.distinct)."""
+        return [sample(row, v) for v in u]
 
     @property
     def depth(self):
@@ -62,11 +72,12 @@ class TreeDrafter(DraftModelCache):
                 return
             row = None if greedy_round else sampling.warp(logits)
             ranked = np.argsort(-(logits if greedy_round else row), kind="stable")
-            for j, c in enumerate(kids[node]):
-                if greedy_round or self.kind == "top-k":
+            if greedy_round or self.kind == "top-k":
+                for j, c in enumerate(kids[node]):
                     ids[c] = int(ranked[j])
-                else:
-                    ids[c], q[c] = sample(row, u[c]), row
+            else:
+                for c, x in zip(kids[node], self.draw(row, u[kids[node]])):
+                    ids[c], q[c] = x, row
             for c in kids[node]:
                 if kids[c]:
                     length = self.cache.length
@@ -89,6 +100,7 @@ class DynamicTreeDrafter(DraftModelCache):
     """
 
     tree = True
+    siblings = "deterministic"
 
     def __init__(self, model, budget, max_children=4):
         for name, v in (("budget", budget), ("max_children", max_children)):
