@@ -378,24 +378,6 @@ def test_drafter_targets_are_judged_from_the_rows():
     assert not drafter_targets(controlled, cost)[1][1]
 
 
-def test_the_quantized_study_measures_what_npspec_evaluate_does(shipped, val_ids):
-    """bench.quantized's one-pass beta and loss equal npspec.evaluate's expected_acceptance and validation_loss on the
-    same window; along a draft identical to the target, beta is 1 at every position."""
-    target, draft = shipped
-    wins = quantized.windows(val_ids, target.config.n_ctx, 1)
-    betas, loss = quantized.beta_and_loss(draft, wins, quantized.reference(target, wins))
-    for name, temperature in (("greedy", 0.0), ("t1.0", 1.0)):
-        assert betas[name] == expected_acceptance(target, draft, val_ids, temperature=temperature, max_windows=1)
-    assert math.isclose(loss, validation_loss(draft, val_ids, max_windows=1)[0], rel_tol=1e-12)
-    assert 0 < betas["greedy"] < 1 and betas["t0.8_p0.95"] != betas["t1.0"]
-    for name in ("greedy", "t1.0"):
-        per = quantized.position_betas(target, target.with_kernel("gemv-rows"), val_ids, [100, 2000], quantized.WARPS[name])
-        assert len(per) == quantized.DEPTH and min(per) > 1 - 1e-5  # only the kernels' rounding differs
-    train = models.validation_ids(target.tokenizer, part=0)
-    cal = quantized.calibration_windows(train, 256, 4)
-    assert len(cal) == 4 and all(len(c) == 256 for c in cal) and list(cal[0]) == train[:256]
-
-
 def test_readme_introduction_says_when_it_pays_with_committed_figures():
     """README tells a newcomer first when speculative decoding pays on a CPU, quoting only figures bench/ committed
     (bench/results/: the newest run, speedups over the fastest plain decoding), and the command
