@@ -213,6 +213,18 @@ def test_speedup_model_check_applies_the_library_model_to_each_row(tmp_path):
     one, two = speedup_model_check(tmp_path)
     assert (one["model"], one["cost_only"], one["measured"]) == (1.0, 1.0, 0.9)
     assert (two["model"], two["cost_only"], two["gamma"], two["a"]) == (2.0, 1.6, 4, "0.7")
+    assert one["measured_vs_fastest"] is None and one["model_vs_fastest"] is None  # the file names no fastest
+
+
+def test_speedup_model_check_compares_the_model_with_the_speedup_over_the_targets_own_plain_decoding(tmp_path):
+    """The model's c and v are over the target's own one-token forward: it is compared with speedup_vs_target_ar,
+    and scaled by ar / fastest before it is set beside the speedup over the fastest plain decoding."""
+    rows = [{"target": "t", "draft": "d", "acceptance": "real", "a": "", "gamma": 1, "alpha": 0.5,
+             "tokens_per_round": 1.5, "c": 0.5, "v": 1.0, "ar_tok_s": 8.0, "fastest_ar_tok_s": 10.0,
+             "spec_tok_s": 9.0, "speedup": 0.9, "speedup_vs_target_ar": 1.125}]  # model 1.5 / 1.5 = 1
+    common.write_table(tmp_path, "speedup", rows, {"date": "d"}, "t")
+    (one,) = speedup_model_check(tmp_path)
+    assert (one["model"], one["measured"], one["measured_vs_fastest"], one["model_vs_fastest"]) == (1.0, 1.125, 0.9, 0.8)
 
 
 def test_committed_speedups_against_the_model():
