@@ -30,7 +30,8 @@ from .files import CheckpointError, load_model
 from .gpt2 import ContextOverflowError, GPT2Config, KVCache
 from .model import Model
 from .sources import load, random_model
-from .speculative import Generation, GenerationInterrupted, Stats, speculative_generate
+from .sampling import check_integer
+from .speculative import Generation, GenerationInterrupted, Stats, check_pair, speculative_generate
 from .text import encode_prompt
 
 __version__ = "0.1.0"
@@ -52,8 +53,10 @@ def generate_text(target, prompt, draft=None, gamma=4, max_new_tokens=64, temper
     (Not named `generate`: that name is the CLI module, `python -m npspec.generate`.)
     Returns a TextGeneration: `ids` (new ids), `text` (their decoding), `stats`. The same
     seed, models, prompt and options give the same output. See speculative_generate for the
-    errors raised.
+    errors raised (a seed that is not an integer >= 0: TypeError or ValueError naming it).
     """
+    check_pair(target, draft)
+    check_integer(seed, "seed", 0, " (np.random.default_rng's)")
     ids = encode_prompt(target.tokenizer, prompt, target.config.eos_token_id)
     gen = speculative_generate(target, draft, ids, max_new_tokens, gamma=gamma if draft is not None else 0,
                                temperature=temperature, top_k=top_k, top_p=top_p, rng=np.random.default_rng(seed),

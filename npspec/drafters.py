@@ -40,14 +40,20 @@ and npspec.trees.
 import numpy as np
 
 from .gpt2 import softmax
-from .sampling import greedy, sample, warp
-from .trees import branching_tree, children, depths, grow_tree
+from .sampling import check_integer, greedy, sample, warp
+from .trees import MAX_TREE_NODES, branching_tree, children, depths, grow_tree
+
+MAX_NGRAM = 64  # policy: the longest n-gram NgramDrafter matches (--ngram-max); README's option table says it
 
 
 class DraftModelCache:
     """What every drafter built on a draft model shares: the model's attributes, its KV cache, start, rollback."""
 
     def __init__(self, model):
+        if not all(hasattr(model, a) for a in ("config", "new_cache", "forward", "prefill")):
+            raise TypeError(f"a draft model must be an npspec Model (npspec.load(spec, role='draft')), got "
+                            f"{type(model).__name__} {model!r:.60}; for prompt lookup use "
+                            "NgramDrafter(n_vocab, eos_token_id)")
         self.model = model
         self.n_vocab, self.n_ctx = model.config.n_vocab, model.config.n_ctx
         self.tokenizer, self.source = model.tokenizer, model.source
@@ -129,7 +135,8 @@ class NgramDrafter:
     Cost: an index per n from n-gram to its latest end, updated as ids are appended, so a round
     costs O((ngram_max - ngram_min + 1) * ngram_max) per new id plus the same per lookup, with
     no scan of the sequence (bench/ngram.py measures it at n_ctx). Raises ValueError for sizes
-    < 1 or ngram_min > ngram_max.
+    < 1 or > MAX_NGRAM, ngram_min > ngram_max, an n_vocab < 1 or an eos_token_id outside [0, n_vocab)
+    (TypeError for a non-integer).
     """
 
     forwards = 0
@@ -139,7 +146,13 @@ class NgramDrafter:
 
     def __init__(self, n_vocab, eos_token_id=None, ngram_min=1, ngram_max=4):
         check_ngram_sizes(ngram_min, ngram_max)
-        self.n_vocab, self.eos = n_vocab, eos_token_id
+        check_integer(n_vocab, "NgramDrafter's n_vocab", 1, " (the target's vocabulary: target.config.n_vocab)")
+        if eos_token_id is not None:
+            check_integer(eos_token_id, "NgramDrafter's eos_token_id", 0, " or None (target.config.eos_token_id)")
+            if eos_token_id >= n_vocab:
+                raise ValueError(f"NgramDrafter's eos_token_id ({eos_token_id}) is not an id of its vocabulary of "
+                                 f"{n_vocab}; pass target.config.eos_token_id")
+        self.n_vocab, self.eos = int(n_vocab), eos_token_id
         self.sizes = range(ngram_max, ngram_min - 1, -1)
         self.ids, self.index = [], {n: {} for n in self.sizes}
 
@@ -261,13 +274,17 @@ class DynamicTreeDrafter(DraftModelCache):
 
     Children are deterministic, so each is tested with a one-hot q. Ranking uses the draft's warped
     row (its softmax at temperature 1 when temperature is 0). One draft forward per node that may
-    get children, feeding its path after the prefix. Raises ValueError for budget or max_children < 1.
+    get children, feeding its path after the prefix. Raises ValueError for budget or max_children < 1,
+    or a budget over MAX_TREE_NODES (npspec.trees).
     """
 
     def __init__(self, model, budget, max_children=4):
         for name, v in (("budget", budget), ("max_children", max_children)):
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
                 raise ValueError(f"a dynamic tree's {name} must be an integer >= 1, got {v!r}")
+        if budget > MAX_TREE_NODES:
+            raise ValueError(f"a dynamic tree's budget (--tree-budget) is at most {MAX_TREE_NODES} nodes, the largest "
+                             f"tree npspec drafts, got {budget}; give a smaller budget such as 16")
         super().__init__(model)
         self.budget, self.max_children = int(budget), int(max_children)
         self.depth = self.budget  # at most a chain of budget nodes
@@ -297,7 +314,10 @@ class DynamicTreeDrafter(DraftModelCache):
 
         ids, parents = grow_tree(row_at, self.tree_size(depth), self.max_children, depth)
         self.rollback(base)
-        q = None if greedy_round else np.eye(self.n_vocab, dtype=np.float64)[ids].reshape(len(ids), self.n_vocab)
+        if greedy_round:
+            return ids, parents, None
+        q = np.zeros((len(ids), self.n_vocab))  # one-hot rows, built row by row (np.eye(n_vocab) is n_vocab**2)
+        q[np.arange(len(ids)), ids] = 1.0
         return ids, parents, q
 
 
@@ -324,10 +344,13 @@ def check_p_min(p_min):
 
 
 def check_ngram_sizes(ngram_min, ngram_max):
-    """Raise ValueError unless both are integers >= 1 and ngram_min <= ngram_max."""
+    """Raise ValueError unless both are integers in [1, MAX_NGRAM] and ngram_min <= ngram_max."""
     for name, v in (("ngram_min", ngram_min), ("ngram_max", ngram_max)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
             raise ValueError(f"{name} (--{name.replace('_', '-')}) must be an integer >= 1, got {v!r}")
+        if v > MAX_NGRAM:
+            raise ValueError(f"{name} (--{name.replace('_', '-')}) is at most {MAX_NGRAM}, the longest n-gram npspec "
+                             f"matches (each is indexed at every position), got {v}; give a smaller size such as 4")
     if ngram_min > ngram_max:
         raise ValueError(f"ngram_min ({ngram_min}) is larger than ngram_max ({ngram_max}); "
                          "give --ngram-min <= --ngram-max")

@@ -27,17 +27,19 @@ from pathlib import Path
 
 import numpy as np
 
-from .drafters import DynamicTreeDrafter, ModelDrafter, NgramDrafter, TreeDrafter, check_ngram_sizes, check_p_min
+from .drafters import (MAX_NGRAM, DynamicTreeDrafter, ModelDrafter, NgramDrafter, TreeDrafter, check_ngram_sizes,
+                       check_p_min)
 from .files import CheckpointError
 from . import picture
 from .kernels import KERNELS, PLAIN_KERNELS
-from .qkernels import QKERNELS
+from .qkernels import QKERNELS, holds_codes
 from .simulate import ControlledDraft
 from .progress import show_progress, terminal_bars
 from .sources import HUB_NAMES, SHIPPED_PAIR, load, shipped_dir
 from .speculative import (SCHEDULES, Generation, GenerationInterrupted, Stats, check_options, check_pair, check_prompt,
                           context_size, speculative_generate)
 from .text import TextStreamer, encode_prompt
+from .trees import MAX_TREE_NODES, branching_tree
 
 DEFAULT_PROMPT = "ROMEO:"
 NGRAM = "ngram"  # the --draft word for prompt lookup (a directory of that name: ./ngram)
@@ -73,16 +75,19 @@ def build_parser(prog=PROG):
                          "probability is below P, as llama.cpp's --draft-p-min (default 0: off)")
     ap.add_argument("--tree", type=branching, default=None, metavar="K1,K2,...",
                     help="draft a token tree: K1 children of the last id, K2 of each of those, ... (e.g. 3,2,1); "
-                         "verified in one forward (npspec.trees); its depth is at most --gamma")
+                         "verified in one forward (npspec.trees); its depth is at most --gamma, its nodes at most "
+                         f"{MAX_TREE_NODES}")
     ap.add_argument("--tree-kind", choices=("sampled", "top-k"), default="sampled",
                     help="with --tree: children drawn i.i.d. from the draft (sampled) or its most likely ids (top-k)")
     ap.add_argument("--tree-budget", type=int, default=None, metavar="N",
                     help="draft a dynamic tree of N nodes grown best first by cumulative draft probability "
-                         "(EAGLE-2's idea; each node offers its 4 most likely ids); its depth is at most --gamma")
+                         "(EAGLE-2's idea; each node offers its 4 most likely ids); its depth is at most --gamma, "
+                         f"N at most {MAX_TREE_NODES}")
     ap.add_argument("--ngram-min", type=int, default=None, metavar="N",
                     help="with --draft ngram: the shortest n-gram to match (default 1)")
     ap.add_argument("--ngram-max", type=int, default=None, metavar="N",
-                    help="with --draft ngram: the longest n-gram to match, tried first (default 4)")
+                    help=f"with --draft ngram: the longest n-gram to match, tried first (default 4, at most "
+                         f"{MAX_NGRAM})")
     ap.add_argument("--max-new-tokens", type=int, default=128, help="tokens to generate (default 128)")
     ap.add_argument("--temperature", type=float, default=0.8, help="0 = greedy (default 0.8)")
     ap.add_argument("--top-k", type=int, default=0, help="keep the k most likely tokens; 0 = off (default)")
@@ -239,7 +244,9 @@ def drafting(args):
 def drafting_options(args):
     """The options given that need a drafter, as the user spelled them."""
     given = [("--draft-p-min", bool(args.draft_p_min)), ("--tree", bool(args.tree)),
-             ("--tree-kind", args.tree_kind != "sampled"), ("--tree-budget", args.tree_budget is not None), ("--gamma-schedule heuristic", args.gamma_schedule != "constant"),
+             ("--tree-kind", args.tree_kind != "sampled"), ("--tree-budget", args.tree_budget is not None),
+             ("--draft-kernel", args.draft_kernel is not None),
+             ("--gamma-schedule heuristic", args.gamma_schedule != "constant"),
              ("--compare", args.compare), ("--simulate-acceptance", args.simulate_acceptance is not None)]
     return [name for name, on in given if on]
 
@@ -262,7 +269,8 @@ def check_output_args(args):
 
 
 def check_drafting_args(args):
-    """Raise ValueError for drafting options that cannot apply together or do nothing (before anything loads)."""
+    """Raise ValueError for drafting options that cannot apply together, do nothing, or pass their bounds (the tree's
+    node count, npspec.trees.MAX_TREE_NODES; the n-gram sizes, npspec.drafters.MAX_NGRAM), before anything loads."""
     ngram = args.draft == NGRAM
     if ngram and args.gamma == 0:
         raise ValueError("--draft ngram needs --gamma >= 1 (0 is plain decoding, with no drafter)")
@@ -279,12 +287,17 @@ def check_drafting_args(args):
         raise ValueError("--ngram-min and --ngram-max apply to --draft ngram only; add --draft ngram or drop them")
     if ngram and args.draft_p_min:
         raise ValueError("--draft-p-min applies to a draft model, not to --draft ngram (its proposals are certain)")
+    if ngram and args.draft_kernel is not None:
+        raise ValueError("--draft-kernel picks a draft model's product, and --draft ngram has no model; drop it")
     if args.tree and args.tree_budget is not None:
         raise ValueError("--tree and --tree-budget are two kinds of tree; give one of them")
     if (args.tree or args.tree_budget is not None) and (ngram or args.draft_p_min):
         raise ValueError("--tree drafts with a draft model; it cannot be combined with --draft ngram or --draft-p-min")
-    if args.tree_budget is not None and args.tree_budget < 1:
-        raise ValueError(f"--tree-budget must be >= 1 (the tree's nodes), got {args.tree_budget}")
+    if args.tree_budget is not None and not 1 <= args.tree_budget <= MAX_TREE_NODES:
+        raise ValueError(f"--tree-budget must be >= 1 and at most {MAX_TREE_NODES} (the tree's nodes; the largest "
+                         f"tree npspec drafts), got {args.tree_budget}")
+    if args.tree:
+        branching_tree(args.tree)  # the node count's bound, checked before any model loads
     if args.tree_kind != "sampled" and not args.tree:
         raise ValueError("--tree-kind applies to --tree only; add --tree K1,K2,... or drop it")
     if (a := args.simulate_acceptance) is not None:
@@ -310,6 +323,10 @@ def make_drafter(args, target, threads, progress=None):
                             1 if args.ngram_min is None else args.ngram_min, 4 if args.ngram_max is None else args.ngram_max)
     draft = load(args.draft, "draft", kernel=args.draft_kernel, threads=threads, progress=progress,
                  target=args.target)
+    if args.draft_kernel in QKERNELS and not holds_codes(draft.params):
+        raise ValueError(f"--draft-kernel {args.draft_kernel} reads a quantized draft's int8 codes, and the draft "
+                         f"{draft.source} holds float32 weights: give an int scheme such as --draft int8-g64:SPEC, or "
+                         "drop --draft-kernel")
     if args.tree:
         return TreeDrafter(draft, args.tree, args.tree_kind)
     if args.tree_budget is not None:

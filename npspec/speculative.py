@@ -38,6 +38,7 @@ npspec.gpt2, npspec.sampling and npspec.text; models and drafters are duck-typed
 """
 
 import time
+import types
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
@@ -194,11 +195,25 @@ def as_drafter(draft):
 
 
 def check_pair(target, draft):
-    """Raise ValueError, before any decoding, unless `draft` (a model or a drafter) can speak for `target`.
+    """Raise ValueError, before any decoding, unless `draft` (a model, a drafter or None) can speak for `target`.
 
     Both must have the same `n_vocab`, and, when both carry a tokenizer, the same tokenizer
-    (text.same_tokenizer: the same ids mean the same text; runtime truncation/padding settings aside).
+    (text.same_tokenizer: the same ids mean the same text; runtime truncation/padding settings aside); a tree
+    drafter's whole tree must fit in the context after one id (a round verifies the last id and every node).
+    Raises TypeError for a target that is not a model or a draft that is neither a model, a drafter nor None.
     """
+    if not all(hasattr(target, a) for a in ("config", "tokenizer", "new_cache", "forward", "prefill")):
+        raise TypeError(f"target must be an npspec Model (npspec.load(spec) or npspec.random_model(shape)), got "
+                        f"{type(target).__name__} {target!r:.60}")
+    if isinstance(draft, str):
+        raise TypeError(f"draft must be a Model, a drafter (npspec.drafters) or None, got the str {draft!r:.60}; load "
+                        "a model with npspec.load(spec, role='draft'), or for prompt lookup pass "
+                        "npspec.NgramDrafter(target.config.n_vocab, target.config.eos_token_id)")
+    if draft is None:
+        return
+    if not hasattr(draft, "start") and not hasattr(draft, "config"):
+        raise TypeError(f"draft must be a Model, a drafter (npspec.drafters) or None, got {type(draft).__name__} "
+                        f"{draft!r:.60}")
     drafter = as_drafter(draft)
     if drafter.n_vocab != target.config.n_vocab:
         raise ValueError(f"draft vocabulary ({drafter.n_vocab}) differs from the target's "
@@ -207,6 +222,11 @@ def check_pair(target, draft):
     if a is not None and b is not None and not same_tokenizer(a, b):
         raise ValueError(f"the draft ({drafter.source}) and target ({target.source}) use different tokenizers; "
                          "pick a draft trained with the target's tokenizer")
+    if hasattr(drafter, "propose_tree"):
+        n_ctx, nodes = context_size(target, drafter), drafter.tree_size(drafter.depth)
+        if nodes > n_ctx - 1:
+            raise ValueError(f"the draft tree has {nodes} nodes but the context holds {n_ctx} ids, and a round "
+                             f"verifies the last id and every node at once: give a tree of at most {n_ctx - 1} nodes")
 
 
 def context_size(target, draft):
@@ -344,19 +364,24 @@ def speculative_generate(target, draft, prompt_ids, max_new_tokens, gamma=4, tem
     (check_pair), an empty prompt, or a drafter that proposes more than asked or malformed rows,
     and ContextOverflowError if the prompt leaves no room in the context (check_prompt); all but
     the drafter's before any forward. TypeError for an option or prompt of the wrong type (check_options,
-    check_prompt) or an rng that is neither a Generator nor an int seed.
+    check_prompt), a target that is not a model or a draft that is neither a model, a drafter nor None (check_pair), or
+    an rng that is neither a Generator nor an int seed (a module such as `random`, or the legacy np.random.RandomState,
+    is refused; ValueError for a negative seed).
     Ctrl-C raises GenerationInterrupted, which holds the Generation of the rounds completed before it.
     """
     check_options(max_new_tokens, gamma, temperature, top_k, top_p, gamma_schedule)
+    check_pair(target, draft)
     drafter = as_drafter(draft) if gamma else None
     if drafter is None:
         gamma = 0
-    else:
-        check_pair(target, drafter)
     n_ctx = context_size(target, drafter)
     check_prompt(prompt_ids, n_ctx, target.config.n_vocab)
-    if isinstance(rng, bool) or not (rng is None or isinstance(rng, (int, np.integer)) or hasattr(rng, "random")):
-        raise TypeError(f"rng must be an np.random.Generator or an int seed, got {rng!r}")
+    if isinstance(rng, (int, np.integer)) and not isinstance(rng, bool):
+        check_integer(rng, "rng (an int seed)", 0, " or an np.random.Generator")
+    elif isinstance(rng, (types.ModuleType, np.random.RandomState)) or \
+            not (rng is None or callable(getattr(rng, "random", None))):  # a Generator or a double (ScriptedRng)
+        raise TypeError(f"rng must be an np.random.Generator or an int seed, got {rng!r:.60} (a {type(rng).__name__}); "
+                        "pass np.random.default_rng(seed) or a seed >= 0")
     seq = [int(i) for i in prompt_ids]
     gamma = min(gamma, max_new_tokens - 1, n_ctx - 1)  # no round can use more (and a huge gamma costs nothing)
     drafter = drafter if gamma else None  # no round can draft: the drafter is not even started

@@ -28,6 +28,8 @@ import numpy as np
 
 from .sampling import residual, sample
 
+MAX_TREE_NODES = 64  # policy: the largest draft tree (--tree, --tree-budget); README's option table says it
+
 
 def children(parents):  # [N] ints -> dict: node (-1 = the last id) -> [its children, in node order]
     """Each node's children in node order; -1 stands for the last id (the tree's root)."""
@@ -52,10 +54,18 @@ def branching_tree(branching):  # e.g. (3, 2, 1) -> parents [N]
     """The parents of a static tree: the root has branching[0] children, each of them branching[1], and so on.
 
     Nodes are listed depth by depth (breadth first), siblings together. Raises ValueError for an
-    empty list or a count < 1.
+    empty list, a count < 1, or more than MAX_TREE_NODES nodes (counted before any is built).
     """
     if not branching or any(isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1 for k in branching):
         raise ValueError(f"a tree's branching must be counts >= 1 per depth, such as 3,2,1, got {list(branching)!r}")
+    level, nodes = 1, 0
+    for k in branching:  # count before building: 1000000,1000000 would be 10**12 nodes
+        level *= int(k)
+        nodes += level
+        if nodes > MAX_TREE_NODES:
+            shown = ",".join(map(str, branching)) if len(branching) <= 8 else f"{len(branching)} levels"
+            raise ValueError(f"the tree {shown} has more than {MAX_TREE_NODES} nodes, the largest tree npspec drafts "
+                             f"(each node costs a draft forward and a verify row); give a smaller --tree such as 3,2,1")
     parents, level = [], [-1]
     for k in branching:
         nxt = []
@@ -123,7 +133,9 @@ def grow_tree(row_at, budget, max_children, max_depth):  # -> (ids [N], parents 
 
     def offer(parent, path, score):
         row = row_at(path)
-        for tok in sorted(range(len(row)), key=lambda x: (-row[x], x))[:max_children]:
+        ranked = np.argsort(-row, kind="stable") if isinstance(row, np.ndarray) else \
+            sorted(range(len(row)), key=lambda x: (-row[x], x))  # ties: the lower id (an array: no Python loop)
+        for tok in ranked[:max_children]:
             heapq.heappush(heap, (-score * row[tok], next(order), parent, int(tok)))
 
     offer(-1, (), 1)

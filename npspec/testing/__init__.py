@@ -11,9 +11,13 @@ hypothesis strategies. The submodules import numpy and npspec's core modules, ne
 them. `vectors` (built on `oracle`) exports the exact laws as data: `python -m npspec.testing vectors OUT.json`.
 """
 
+from .blocks import (BLOCK_PROBES, block_distribution, block_drafter_distribution, block_probes,  # whole blocks
+                     block_round_distribution, block_verification_rule, check_block_rule, expected_accepted,
+                     function_rule, joint_bound, token_block_rule)
 from .doubles import ScriptedRng, TableCache, TableConfig, TableModel
 from .drafting import (DrafterError, DrafterReport, check_drafter, confident_drafter, ngram_drafter, object_drafter,
                        one_hot)
+from .multidraft import node_acceptance, ot_bound, tree_expected_accepted, without_replacement_expander
 from .oracle import (Round, RuleError, RuleReport, SpeculativePath, check_rule, constant_table, drafter_distribution,
                      drafter_paths, leviathan_rule, model_table, npspec_rule, random_table, round_distribution,
                      sequence_distribution, small_cases, speculative_distribution, speculative_paths, table_drafter,
@@ -39,4 +43,10 @@ __all__ = [
     "ScriptedRng", "TableCache", "TableConfig", "TableModel",
     # strategies
     "logits_rows", "probability_pairs", "probability_vectors",
+    # blocks: verifiers that decide a whole block of drafts (block verification, npspec.rules), exactly
+    "BLOCK_PROBES", "block_distribution", "block_drafter_distribution", "block_probes", "block_round_distribution",
+    "block_verification_rule", "check_block_rule", "expected_accepted", "function_rule", "joint_bound",
+    "token_block_rule",
+    # multidraft: children drawn without replacement (RSD), the optimal-transport bound
+    "node_acceptance", "ot_bound", "tree_expected_accepted", "without_replacement_expander",
 ]

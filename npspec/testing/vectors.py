@@ -13,14 +13,21 @@ exact fractions (strings "n/d"):
 Rows do not depend on the context (the same p and q at every position), so a sampler can be
 checked without a model. The cases cover disjoint supports, a one-hot q (an n-gram or other
 deterministic draft), q = 0 where p > 0, p == q, truncation, greedy, EOS and a budget below gamma.
-Imports oracle (the enumeration) and npspec.speculative (round_gamma), nothing else of npspec.
+Besides `cases`, `verification_cases` adds `block_verification` (chain cases decided by block verification, Sun
+et al. 2025) and `multi_draft` (one node with k children, i.i.d. or drawn without replacement: RSD) with their
+exact laws and acceptance, under `verification_conventions`. Imports oracle, blocks, multidraft and trees (the
+enumerations) and npspec.speculative (round_gamma), nothing else of npspec.
 """
 
 from collections import defaultdict
 from fractions import Fraction as F
 
 from ..speculative import round_gamma
-from .oracle import constant_table, sequence_distribution, speculative_distribution, speculative_paths, truncate
+from .blocks import block_distribution, block_paths, expected_accepted, joint_bound, token_block_rule
+from .multidraft import node_acceptance, ot_bound, without_replacement_expander
+from .oracle import (constant_table, sequence_distribution, speculative_distribution, speculative_paths, table_drafter,
+                     truncate)
+from .trees import multi_candidate, sampled_expander, tree_round_outcomes
 
 FORMAT = "npspec-speculative-vectors"
 VERSION = 1
@@ -118,4 +125,119 @@ def case(name, description, p, q, gamma, max_new_tokens, eos=None, warping=None,
 def vectors():
     """Every case of CASES, with the format's name, version and conventions: a JSON-ready dict."""
     return {"format": FORMAT, "version": VERSION, "conventions": CONVENTIONS,
-            "cases": [case(*c) for c in CASES]}
+            "cases": [case(*c) for c in CASES], **verification_cases()}
+
+
+# ---- block verification (Sun et al. 2025) and multi-draft verification (RSD), the same exact format
+
+BLOCK_CASES = ["basic", "one-hot-q", "q-zero-where-p-positive", "eos", "budget-below-gamma", "top-k", "greedy"]
+PAPER = ("paper-example", "Sun et al.'s example: token-wise keeps 10/9 drafts per round, block verification 11/9, "
+         "the joint bound is 12/9", [F(1, 3), F(2, 3)], [F(2, 3), F(1, 3)], 2, 3, None, {})
+VERIFICATION_CONVENTIONS = {
+    "block_verification": (
+        "Sun et al. 2025, Algorithm 2: drafts d_1..d_g ~ q, then w_0 = 1, w_i = min(1, w_(i-1) p(d_i) / q(d_i)); "
+        "h_g = w_g and h_i = Z_i / (Z_i + 1 - w_i) for i < g, Z_i = sum_x max(0, w_i p(x) - q(x)) (h_i = 1 where "
+        "the denominator is 0); tau = the largest i with u_i < h_i (0 if none); keep d_1..d_tau, then a bonus from p "
+        "if tau = g, else a sample of norm(max(0, w_tau p - q)); an accepted EOS cuts the round after it (the later "
+        "drafts still took part in the decision); 'drafted' lists the whole block"),
+    "p_after_last_id": ("in a context-dependent case, the rows p and q after a sequence are those after its last id, "
+                        "replacing p_warped and q_warped (no warping)"),
+    "expected_accepted_first_round": "E[drafts kept] in the first round: block, token-wise, and the bound "
+                                     "sum_i sum_(x_1..x_i) min(p(x_1..x_i), q(x_1..x_i)) no lossless verifier exceeds",
+    "multi_draft": (
+        "one node with k children: 'iid' draws them independently from q and tests child j with u_j < r(c_j) / "
+        "q(c_j) against the running residual r (first p; after a rejection r <- norm(max(0, r - q))); "
+        "'without_replacement' (RSD) draws child j from q without the earlier children, renormalised, and tests it "
+        "against that conditional row q_j instead; no child kept: a sample of r. 'kept' is the kept child's id "
+        "(empty if none), 'token' the bonus after it or the sample of r; acceptance is P(a child is kept), and ot_bound the "
+        "largest value any lossless verifier of those drafts can reach"),
+}
+MARKOV = ({0: [F(1, 2), F(1, 2)], 1: [F(9, 10), F(1, 10)]}, {0: [F(1, 5), F(4, 5)], 1: [F(1, 2), F(1, 2)]})
+
+
+def _markov_block_case():
+    """A block case whose rows depend on the last id (p_after_last_id, q_after_last_id): a verifier that reads the
+    row of the wrong position passes every constant-row case and fails this one."""
+    (p_after, q_after), prompt, gamma, max_new_tokens = MARKOV, (0,), 2, 3
+    pt, qt = (lambda seq: p_after[seq[-1]]), (lambda seq: q_after[seq[-1]])
+    target = sequence_distribution(pt, prompt, max_new_tokens)
+    assert block_distribution(pt, qt, prompt, gamma, max_new_tokens) == {k: v for k, v in target.items() if v}
+    first = defaultdict(int)
+    for path in block_paths(pt, table_drafter(qt), prompt, gamma, max_new_tokens):
+        r = path.rounds[0]
+        first[(r.drafted, r.accepted, r.token)] += path.prob
+    return {
+        "name": "context-dependent", "description": "rows depend on the last id; a verifier that takes Z_i from "
+        "the tested position's rows instead of the next ones is caught here only", "verifier": "block",
+        "n_vocab": 2, "prompt": list(prompt),
+        "p_after_last_id": {str(x): [_s(v) for v in row] for x, row in p_after.items()},
+        "q_after_last_id": {str(x): [_s(v) for v in row] for x, row in q_after.items()},
+        "gamma": gamma, "first_round_gamma": gamma, "max_new_tokens": max_new_tokens, "eos_token_id": None,
+        "output_law": _law(target, lambda k: {"ids": list(k)}),
+        "first_round_law": _law(first, lambda k: {"drafted": list(k[0]), "accepted": k[1], "token": k[2]}),
+        "expected_accepted_first_round": {
+            "block": _s(expected_accepted(pt, qt, prompt, gamma)),
+            "token": _s(expected_accepted(pt, qt, prompt, gamma, rule=token_block_rule)),
+            "joint_bound": _s(joint_bound(pt, qt, prompt, gamma))},
+    }
+
+
+TREE_CASES = [  # name, description, p, q, children per node
+    ("two-tokens-k2", "i.i.d. children keep one with 7/9, any verifier of i.i.d. children at most 8/9, RSD always",
+     [F(1, 3), F(2, 3)], [F(2, 3), F(1, 3)], 2),
+    ("three-tokens-k2", "RSD keeps 5/6, below its own bound 1", [F(2, 3), F(1, 3), 0], [F(1, 3)] * 3, 2),
+    ("q-support-below-k", "q has 2 tokens: RSD draws both (fewer children than asked), i.i.d. children repeat",
+     [F(1, 2), F(1, 4), F(1, 4)], [F(1, 2), F(1, 2), 0], 3),
+]
+
+
+def verification_cases():
+    """Block-verification cases (the chain cases of BLOCK_CASES and the paper's example, decided by Sun et al.'s
+    Algorithm 2; npspec.rules.block_accept) and multi-draft cases (one node with k children: i.i.d. tested by the
+    recursive residual, npspec.trees.accept_tree, or drawn without replacement, RSD, npspec.rules.accept_tree_rsd):
+    `{"block_verification": [...], "multi_draft": [...]}` in the format of `case`, every law exact."""
+    chain = {c[0]: c for c in CASES}
+    blocks = []
+    for name, description, p, q, gamma, max_new_tokens, eos, warping in [PAPER, *(chain[n] for n in BLOCK_CASES)]:
+        pw, qw = warp_exact(p, **warping), warp_exact(q, **warping)
+        pt, qt = constant_table(pw), constant_table(qw)
+        target = sequence_distribution(pt, (0,), max_new_tokens, eos)
+        assert block_distribution(pt, qt, (0,), gamma, max_new_tokens, eos) == {k: v for k, v in target.items() if v}
+        first = defaultdict(int)
+        for path in block_paths(pt, table_drafter(qt), (0,), gamma, max_new_tokens, eos):
+            r = path.rounds[0]
+            first[(r.drafted, r.accepted, r.token)] += path.prob
+        g = round_gamma(gamma, max_new_tokens, None, 1)
+        blocks.append({
+            "name": name, "description": description, "verifier": "block", "n_vocab": len(p), "prompt": [0],
+            "p_warped": [_s(v) for v in pw], "q_warped": [_s(v) for v in qw], "warping": {
+                "temperature": warping.get("temperature", 1), "top_k": warping.get("top_k", 0),
+                "top_p": _s(warping.get("top_p", 1))},
+            "gamma": gamma, "first_round_gamma": g, "max_new_tokens": max_new_tokens, "eos_token_id": eos,
+            "output_law": _law(target, lambda k: {"ids": list(k)}),
+            "first_round_law": _law(first, lambda k: {"drafted": list(k[0]), "accepted": k[1], "token": k[2]}),
+            "expected_accepted_first_round": {
+                "block": _s(expected_accepted(pt, qt, (0,), g)),
+                "token": _s(expected_accepted(pt, qt, (0,), g, rule=token_block_rule)),
+                "joint_bound": _s(joint_bound(pt, qt, (0,), g))},
+        })
+    blocks.append(_markov_block_case())
+    trees = []
+    for name, description, p, q, k in TREE_CASES:
+        pt, qt = constant_table(p), constant_table(q)
+        laws = {}
+        for children, expand in (("iid", sampled_expander(qt, (k,))), ("without-replacement",
+                                                                       without_replacement_expander(qt, (k,)))):
+            law = defaultdict(int)
+            for emitted, prob in tree_round_outcomes(pt, expand, (0,), 1, None, multi_candidate):
+                law[emitted] += prob
+            laws[children] = _law(law, lambda e: {"kept": list(e[:-1]), "token": e[-1]})
+        trees.append({
+            "name": name, "description": description, "n_vocab": len(p), "p": [_s(v) for v in p],
+            "q": [_s(v) for v in q], "children": k,
+            "round_law_iid": laws["iid"], "round_law_without_replacement": laws["without-replacement"],
+            "acceptance": {"iid": _s(node_acceptance(p, q, k)), "rsd": _s(node_acceptance(p, q, k, False)),
+                           "ot_bound_iid": _s(ot_bound(p, q, k)), "ot_bound_without_replacement": _s(
+                               ot_bound(p, q, k, False))},
+        })
+    return {"block_verification": blocks, "multi_draft": trees, "verification_conventions": VERIFICATION_CONVENTIONS}

@@ -1,0 +1,75 @@
+"""npspec.testing.multidraft: several drafts at one position, exactly: children drawn without replacement (RSD),
+expected kept drafts, and the optimal-transport bound.
+
+`without_replacement_expander(q, branching)` is the tree expander (npspec.testing.trees) of a drafter that draws a
+node's children without replacement (npspec.rules.draw_children): child j from q(ctx) with the earlier children
+removed and renormalised, each child with that conditional row. With npspec.testing.trees.multi_candidate as the
+verifier this is RSD's recursive rejection sampling (Jeon et al. 2024; npspec.rules.accept_tree_rsd).
+`node_acceptance` is the exact probability that one of a node's k children is kept; `ot_bound` the largest
+probability ANY lossless verifier can reach with those k drafts (the optimal transport with membership cost of
+SpecTr, Sun et al. 2023): by max-flow/min-cut on the bipartite graph "draft tuple -> the tokens it contains",
+
+    max P(Y in {X_1..X_k}) = min over token sets B of  (1 - p(B)) + P(some X_j in B),
+
+a minimum over the 2^n_vocab sets B, exact in Fractions (P(some X_j in B) = 1 - (1 - q(B))^k for i.i.d. drafts).
+`tree_expected_accepted` is the exact E[kept nodes] of one tree round. Imports npspec.testing.trees.
+"""
+
+import itertools
+from fractions import Fraction
+
+from .trees import multi_candidate, sampled_expander, tree_round_outcomes
+
+
+def without_replacement(row, k):
+    """[(probability, [(id, conditional row), ...])]: every ordered draw of min(k, support) distinct ids from row,
+    the j-th from row with the first j - 1 removed and renormalised, with that row (Fractions)."""
+    row = [Fraction(v) for v in row]
+    support = [x for x, v in enumerate(row) if v]
+    out = []
+    for xs in itertools.permutations(support, min(k, len(support))):
+        prob, kids, left = Fraction(1), [], list(row)
+        for x in xs:
+            mass = sum(left)
+            cond = [v / mass for v in left]
+            prob *= cond[x]
+            kids.append((x, cond))
+            left[x] = Fraction(0)
+        out.append((prob, kids))
+    return out
+
+
+def without_replacement_expander(q, branching):
+    """branching[depth] children drawn without replacement from q(ctx), each with its conditional row (RSD)."""
+    def expand(ctx, depth):
+        if depth >= len(branching):
+            return [(1, [])]
+        return without_replacement(q(ctx), branching[depth])
+    return expand
+
+
+def node_acceptance(p_row, q_row, k, replacement=True):
+    """P(one of the node's k children is kept) under multi_candidate: k i.i.d. children (replacement=True, npspec's
+    sampled trees) or k drawn without replacement (RSD). Exact for Fraction rows."""
+    draws = (sampled_expander(lambda ctx: q_row, (k,))((), 0) if replacement else without_replacement(q_row, k))
+    return sum(cp * vp for cp, kids in draws for vp, (kind, _) in multi_candidate(list(p_row), kids) if kind == "keep")
+
+
+def ot_bound(p_row, q_row, k, replacement=True):
+    """The largest P(Y in {X_1..X_k}) over all couplings of k drafts (i.i.d. from q_row, or drawn without
+    replacement) with Y ~ p_row: min over token sets B of (1 - p(B)) + P(some draft in B), exact (2^n_vocab sets)."""
+    n = len(p_row)
+    draws = None if replacement else without_replacement(q_row, k)
+    best = Fraction(1)
+    for size in range(1, n + 1):
+        for b in itertools.combinations(range(n), size):
+            qb = sum(Fraction(q_row[x]) for x in b)
+            hit = (1 - (1 - qb) ** k) if replacement else sum(cp for cp, kids in draws if any(x in b for x, _ in kids))
+            best = min(best, 1 - sum(Fraction(p_row[x]) for x in b) + hit)
+    return best
+
+
+def tree_expected_accepted(p, expand, prompt, depth, verify=multi_candidate):
+    """E[nodes kept] in one tree round after prompt (no EOS): every emitted sequence is the kept path plus one token."""
+    return sum(prob * (len(emitted) - 1) for emitted, prob in tree_round_outcomes(p, expand, tuple(prompt), depth,
+                                                                                    None, verify))

@@ -1,0 +1,130 @@
+"""Hostile arguments to the Python API of decoding: each gets a TypeError or ValueError naming the argument and what
+it accepts, before any forward, instead of an AttributeError from deep inside or a silent acceptance."""
+
+import random
+
+import numpy as np
+import pytest
+
+import npspec
+from npspec.drafters import MAX_NGRAM, DynamicTreeDrafter, ModelDrafter, NgramDrafter, TreeDrafter
+from npspec.speculative import speculative_generate
+from npspec.testing import ScriptedRng
+from npspec.trees import MAX_TREE_NODES, grow_tree
+
+from conftest import tiny_model
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return tiny_model(seed=0), tiny_model(seed=1, role="draft", n_layer=1)
+
+
+@pytest.fixture(scope="module")
+def shipped_target():
+    return npspec.load(role="target")
+
+
+def one_line(e):
+    text = str(e.value)
+    assert "\n" not in text, text
+    return text
+
+
+def test_a_target_that_is_not_a_model_is_named(pair):
+    for target in (None, "gpt2", 3):
+        with pytest.raises(TypeError, match=r"^target must be an npspec Model \(npspec.load") as e:
+            speculative_generate(target, pair[1], [1, 2], 4)
+        one_line(e)
+
+
+@pytest.mark.parametrize("draft", [123, 2.5, True, object()])
+def test_a_draft_that_is_neither_a_model_a_drafter_nor_none_is_named(pair, draft):
+    with pytest.raises(TypeError, match=r"^draft must be a Model, a drafter \(npspec.drafters\) or None, got ") as e:
+        speculative_generate(pair[0], draft, [1, 2], 4)
+    one_line(e)
+
+
+def test_the_cli_word_ngram_as_a_draft_points_to_ngramdrafter(shipped_target):
+    with pytest.raises(TypeError, match=r"draft must be .* got the str 'ngram'.*NgramDrafter\(target.config.n_vocab"):
+        npspec.generate_text(shipped_target, "ROMEO:", draft="ngram")
+    with pytest.raises(TypeError, match="^target must be an npspec Model"):
+        npspec.generate_text(None, "ROMEO:")
+
+
+def test_a_draft_model_that_is_not_a_model_is_named_by_the_drafters():
+    for make in (ModelDrafter, lambda m: TreeDrafter(m, (2,)), lambda m: DynamicTreeDrafter(m, 4)):
+        with pytest.raises(TypeError, match=r"^a draft model must be an npspec Model .*NgramDrafter"):
+            make(123)
+
+
+@pytest.mark.parametrize("rng, error, phrase", [
+    (random, TypeError, r"^rng must be an np.random.Generator or an int seed, got <module 'random'.*\(a module\); "
+                        r"pass np.random.default_rng\(seed\)"),
+    (np.random.RandomState(0), TypeError, r"^rng must be an np.random.Generator .*\(a RandomState\)"),
+    ("0", TypeError, r"^rng must be an np.random.Generator"),
+    (-1, ValueError, r"^rng \(an int seed\) must be an integer >= 0 or an np.random.Generator, got -1"),
+], ids=["module", "RandomState", "str", "negative-seed"])
+def test_an_rng_that_is_not_a_generator_or_a_seed_is_named(pair, rng, error, phrase):
+    with pytest.raises(error, match=phrase) as e:
+        speculative_generate(pair[0], pair[1], [1, 2], 4, rng=rng)
+    one_line(e)
+
+
+def test_a_generator_a_seed_and_a_scripted_rng_are_still_taken(pair):
+    a = speculative_generate(pair[0], pair[1], [1, 2], 4, gamma=2, rng=np.random.default_rng(7))
+    b = speculative_generate(pair[0], pair[1], [1, 2], 4, gamma=2, rng=7)
+    assert a.ids == b.ids and len(a.ids) == 4
+    scripted = ScriptedRng([0.5] * 100)
+    speculative_generate(pair[0], None, [1, 2], 2, rng=scripted)
+    assert scripted.sizes == [1, 1]
+
+
+@pytest.mark.parametrize("seed, error", [(-1, ValueError), (1.5, TypeError), (True, TypeError)])
+def test_generate_texts_seed_is_named(shipped_target, seed, error):
+    with pytest.raises(error, match=r"^seed must be an integer >= 0"):
+        npspec.generate_text(shipped_target, "ROMEO:", seed=seed, max_new_tokens=2)
+
+
+@pytest.mark.parametrize("args, error, phrase", [
+    ((0, 0), ValueError, r"^NgramDrafter's n_vocab must be an integer >= 1 \(the target's vocabulary"),
+    ((50257, 50257), ValueError, r"^NgramDrafter's eos_token_id \(50257\) is not an id of its vocabulary"),
+    ((50257, -1), ValueError, r"^NgramDrafter's eos_token_id must be an integer >= 0 or None"),
+    ((50257.0,), TypeError, r"^NgramDrafter's n_vocab must be an integer"),
+    ((50257, None, 1, MAX_NGRAM + 1), ValueError, rf"^ngram_max \(--ngram-max\) is at most {MAX_NGRAM}"),
+    ((50257, None, 1, 10 ** 12), ValueError, rf"^ngram_max \(--ngram-max\) is at most {MAX_NGRAM}"),
+], ids=["zero", "eos-out-of-range", "eos-negative", "float-vocab", "ngram-bound", "ngram-huge"])
+def test_ngram_drafter_arguments_are_checked(args, error, phrase):
+    with pytest.raises(error, match=phrase):
+        NgramDrafter(*args)
+
+
+def test_ngram_drafter_at_its_largest_size_still_proposes():
+    d = NgramDrafter(10, None, MAX_NGRAM, MAX_NGRAM)
+    seq = list(range(10)) * 14  # every n-gram of 64 ids recurs 10 ids earlier
+    assert d.lookup(seq, 3) == [0, 1, 2]
+
+
+def test_a_tree_past_the_node_bound_is_refused_before_anything_is_built(pair):
+    with pytest.raises(ValueError, match=rf"^the tree 1000000,1000000 has more than {MAX_TREE_NODES} nodes"):
+        TreeDrafter(pair[1], (10 ** 6, 10 ** 6))  # 10**12 nodes: counted, never listed
+    with pytest.raises(ValueError, match=rf"^a dynamic tree's budget \(--tree-budget\) is at most {MAX_TREE_NODES}"):
+        DynamicTreeDrafter(pair[1], MAX_TREE_NODES + 1)
+    assert len(TreeDrafter(pair[1], (MAX_TREE_NODES,)).parents) == MAX_TREE_NODES  # the bound itself is a tree
+
+
+def test_the_dynamic_trees_one_hot_rows_are_those_of_its_ids(pair):
+    draft = pair[1]
+    drafter = DynamicTreeDrafter(draft, 6, max_children=2)
+    drafter.start([1, 2, 3])
+    ids, parents, q = drafter.propose_tree([1, 2, 3], 3, None, dict(temperature=0.9, top_k=0, top_p=1.0))
+    assert q.shape == (6, draft.config.n_vocab) and q.dtype == np.float64
+    np.testing.assert_array_equal(q, np.eye(draft.config.n_vocab)[ids])
+
+
+def test_grow_tree_ranks_an_array_row_as_it_ranks_a_list_ties_to_the_lower_id():
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        row = rng.integers(0, 4, size=12) / 10.0  # many ties, zeros included
+        as_array = grow_tree(lambda path: row, 9, 3, 3)
+        assert as_array == grow_tree(lambda path: list(row), 9, 3, 3)
