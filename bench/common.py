@@ -22,7 +22,7 @@ from typing import NamedTuple
 import numpy as np
 from threadpoolctl import threadpool_info, threadpool_limits
 
-from npspec.files import atomic_write
+from npspec.atomic import atomic_write
 from tqdm import tqdm
 
 from npspec.progress import bar, show_progress, terminal_bars
@@ -113,6 +113,12 @@ def steps(items, desc, unit="row"):
         for item in items:
             yield item
             b.update(1)
+
+
+def note(message):
+    """The `note` callback for npspec.sources.load and resolve: the cache's one-line notes (a conversion, a wait),
+    as the commands print them."""
+    log(f"npspec: {message}")
 
 
 def log(message):

@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from npspec.files import atomic_write
+from npspec.atomic import atomic_write
 
 from . import common
 

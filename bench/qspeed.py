@@ -38,7 +38,7 @@ import sys
 import numpy as np
 
 from npspec.evaluate import predicted_speedup
-from npspec.files import tensor_shapes
+from npspec.tensors import tensor_shapes
 from npspec.gpt2 import attention, gpt2
 from npspec.kernels import block_linears, make_kernel
 from npspec.qkernels import QPANEL_BYTES, QuantizedMatrix, dequant_panels, panel_gemv

@@ -48,7 +48,7 @@ import sys
 import numpy as np
 
 from npspec.evaluate import acceptance, expected_tokens_per_round, fixed_prompts, predicted_speedup
-from npspec.files import tensor_shapes
+from npspec.tensors import tensor_shapes
 from npspec.quantize import parse_scheme, weight_bytes
 from npspec.quantized import awq_quantize_model, quantize_model
 from npspec.sampling import sample, warp
@@ -279,8 +279,8 @@ def main(argv=None):
     configs = quick_configs() if quick else all_configs()
     n_prompts, new_tokens = (2, 16) if quick else (PROMPTS, 64)
     with common.blas_threads(run.threads[0]):
-        target = load(run.args.target, "target", threads=run.threads[0])
-        draft = load(run.args.draft, "draft", threads=run.threads[0])
+        target = load(run.args.target, "target", threads=run.threads[0], note=common.note)
+        draft = load(run.args.draft, "draft", threads=run.threads[0], note=common.note)
         labels = ("shipped target" if run.args.target is None else f"target {run.args.target}",
                   "shipped draft" if run.args.draft is None else f"draft {run.args.draft}")
         val_ids = models.validation_ids(target.tokenizer)

@@ -8,7 +8,8 @@
 Modules, from the math up (each imports only modules listed before it): gpt2 (the forward's
 math and the KV cache), kernels (the products and the batch-invariance contract), model (Model:
 weights + the kernel its forwards use), progress (bars for long work, shown only when a caller
-passes a bar factory), files (the converted-model file format), init (GPT-2's random
+passes a bar factory), errors (CheckpointError), tensors (GPT-2's tensor names), atomic (atomic
+writes, locks, directory swaps), files (the converted-model file format), init (GPT-2's random
 initialisation), huggingface (Hugging Face checkpoints -> npspec files), quantize (weight
 quantization: schemes, round-to-nearest, AWQ), quantized (quantized Models and files), sources (load(spec,
 role): SPECs, the registry of names, the conversion cache, the shipped pair), sampling (warping,
@@ -17,22 +18,30 @@ n-gram lookup, token trees), trees (multi-candidate acceptance down a tree), spe
 and the loop), evaluate (perplexity, acceptance), testing (the conformance kit), picture (the HTML
 page of each round of a trace); generate and convert are the commands (`python -m npspec.generate`,
 `python -m npspec.convert`), and cli the `npspec` command over them (`npspec generate`, `npspec
-convert`); only cli imports them.
+convert`); only cli imports them. console (the commands' streams) and startup (Ctrl-C while a command
+imports) serve the commands.
 """
 
-from dataclasses import dataclass
+import sys
 
-import numpy as np
+from .startup import exit_on_interrupt_while_starting
 
-from . import progress
-from .drafters import DynamicTreeDrafter, ModelDrafter, NgramDrafter, TreeDrafter
-from .files import CheckpointError, load_model
-from .gpt2 import ContextOverflowError, GPT2Config, KVCache
-from .model import Model
-from .sources import load, random_model
-from .sampling import check_integer
-from .speculative import Generation, GenerationInterrupted, Stats, check_pair, speculative_generate
-from .text import encode_prompt
+exit_on_interrupt_while_starting(getattr(sys, "orig_argv", sys.argv))  # a command's imports: Ctrl-C, one line
+
+from dataclasses import dataclass  # noqa: E402 (after the handler: these imports are the slow part)
+
+import numpy as np  # noqa: E402
+
+from . import progress  # noqa: E402
+from .drafters import DynamicTreeDrafter, ModelDrafter, NgramDrafter, TreeDrafter  # noqa: E402
+from .errors import CheckpointError  # noqa: E402
+from .files import load_model  # noqa: E402
+from .gpt2 import ContextOverflowError, GPT2Config, KVCache  # noqa: E402
+from .model import Model  # noqa: E402
+from .sources import load, random_model  # noqa: E402
+from .sampling import check_integer  # noqa: E402
+from .speculative import Generation, GenerationInterrupted, Stats, check_pair, speculative_generate  # noqa: E402
+from .text import encode_prompt  # noqa: E402
 
 __version__ = "0.1.0"
 

@@ -13,10 +13,13 @@ argparse rejects, 130 interrupted (Ctrl-C), 141 the reader of stdout left (e.g. 
 The benchmarks are not part of the installed package: `npspec bench` runs `python -m bench.NAME`
 in a child process from the source tree npspec was imported from (an editable install or
 PYTHONPATH), and says what to install when that tree or the bench extra (matplotlib) is
-missing. Imports npspec.generate and npspec.convert; nothing in npspec imports this module.
+missing. The benchmarks offered are the modules of that tree's bench/ that run as a command
+(bench_commands: no second list). Streams are passed down explicitly (npspec.console): with
+stderr closed, messages are dropped, never printed to stdout; help or version that stdout cannot
+take (a full disk) is an error. Imports npspec.console, npspec.generate and npspec.convert;
+nothing in npspec imports this module.
 """
 
-import argparse
 import importlib.util
 import os
 import subprocess
@@ -24,18 +27,26 @@ import sys
 from pathlib import Path
 
 from . import __version__, convert, generate
+from .console import Parser, error_stream, parse
+from .startup import started
 
 SOURCE_ROOT = Path(__file__).resolve().parent.parent  # the source tree, when npspec runs from one
-BENCH_COMMANDS = ("compare", "verify_cost", "speedup", "drafters", "trees", "sweep", "memory", "load", "profile", "threads",
-                  "quantized", "qspeed", "report")
 EXIT_CODES = {0: "done", 1: "an error, one line on stderr", 2: "a command line argparse rejects",
               130: "interrupted", 141: "stdout's reader left (e.g. | head)"}
 
 
-def build_parser():
-    """The top-level parser: --help, --version and the subcommand's name (the rest is the subcommand's)."""
-    ap = argparse.ArgumentParser(
-        prog="npspec", description="Speculative decoding on a hand-written NumPy GPT-2.",
+def bench_commands(root=SOURCE_ROOT):
+    """The benchmark names `npspec bench` offers: the modules of `root`/bench that run as a command (hold
+    `if __name__ == "__main__"`), sorted; empty when `root` has no bench/ (an installed npspec)."""
+    return tuple(sorted(p.stem for p in (Path(root) / "bench").glob("*.py")
+                        if not p.stem.startswith("_") and '__name__ == "__main__"' in p.read_text(encoding="utf-8")))
+
+
+def build_parser(out=None, err=None):
+    """The top-level parser: --help, --version and the subcommand's name (the rest is the subcommand's); help and
+    version to `out`, usage errors to `err` (npspec.console.Parser)."""
+    ap = Parser(
+        out=out, err=err, prog="npspec", description="Speculative decoding on a hand-written NumPy GPT-2.",
         epilog="`npspec COMMAND --help` shows a command's options. Exit status: "
                + "; ".join(f"{k} {v}" for k, v in EXIT_CODES.items()) + ".")
     ap.add_argument("--version", action="version", version=f"npspec {__version__}")
@@ -45,61 +56,78 @@ def build_parser():
     return ap
 
 
-def bench(argv, root=SOURCE_ROOT, extra_installed=None):
+def bench(argv, root=SOURCE_ROOT, extra_installed=None, out=None, err=None):
     """`npspec bench NAME [options]`: run `python -m bench.NAME [options]` from the source tree `root`.
 
     argv: NAME and its options. extra_installed: whether the bench extra is importable (default:
-    look for matplotlib). Returns the exit status (the benchmark's own, or 1 with a one-line
-    message if `root` has no bench/ or the extra is missing, or 2 for an unknown NAME).
+    look for matplotlib). out, err: the streams for the usage (default sys.stdout, sys.stderr). Returns the
+    exit status (the benchmark's own, or 1 with a one-line message if `root` has no bench/, the extra is
+    missing or stdout cannot take --help, or 2 for an unknown NAME).
     """
-    usage = "usage: npspec bench {" + ",".join(BENCH_COMMANDS) + "} [options]  (npspec bench NAME --help)"
-    if not argv or argv[0] in ("-h", "--help"):
-        print(usage, file=sys.stdout if argv else sys.stderr)
-        return 0 if argv else 2
-    name = argv[0].replace("-", "_")
-    if name not in BENCH_COMMANDS:
-        print(f"{usage}\nnpspec bench: error: unknown benchmark {argv[0]!r}", file=sys.stderr)
-        return 2
-    if not (Path(root) / "bench" / f"{name}.py").is_file():
+    out = sys.stdout if out is None else out
+    err = error_stream(sys.stderr if err is None else err)
+    if not (Path(root) / "bench").is_dir():
         print(f"npspec bench: error: the benchmarks live in npspec's source tree, and npspec was imported from "
-              f"{Path(root) / 'npspec'}; clone the repository and run pip install -e '.[bench]' there", file=sys.stderr)
+              f"{Path(root) / 'npspec'}; clone the repository and run pip install -e '.[bench]' there", file=err)
         return 1
+    names = bench_commands(root)
+    usage = "usage: npspec bench {" + ",".join(names) + "} [options]  (npspec bench NAME --help)"
+    if not argv or argv[0] in ("-h", "--help"):
+        if not argv:
+            print(usage, file=err)
+            return 2
+        try:
+            if out is None:
+                raise OSError("stdout is closed")
+            print(usage, file=out, flush=True)
+        except OSError as e:
+            print(f"npspec bench: error: cannot write to stdout ({e.strerror or e}); check where stdout goes",
+                  file=err)
+            return 1
+        return 0
+    name = argv[0].replace("-", "_")
+    if name not in names:
+        print(f"{usage}\nnpspec bench: error: unknown benchmark {argv[0]!r}", file=err)
+        return 2
     if extra_installed is None:
         extra_installed = importlib.util.find_spec("matplotlib") is not None
     if not extra_installed:
         print("npspec bench: error: the bench extra is not installed; run pip install -e '.[bench]' in "
-              f"{root}", file=sys.stderr)
+              f"{root}", file=err)
         return 1
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root)] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
     return subprocess.run([sys.executable, "-m", f"bench.{name}", *argv[1:]], env=env).returncode
 
 
-def run_generate(argv):
+def run_generate(argv, out=None, err=None):
     """`npspec generate ...`: npspec.generate.main, its usage naming `npspec generate`."""
-    return generate.main(argv, prog="npspec generate")
+    return generate.main(argv, prog="npspec generate", out=out, err=err)
 
 
-def run_convert(argv):
+def run_convert(argv, out=None, err=None):
     """`npspec convert ...`: npspec.convert.main, its usage naming `npspec convert`."""
-    return convert.main(argv, prog="npspec convert")
+    return convert.main(argv, prog="npspec convert", out=out, err=err)
 
 
 COMMANDS = {"generate": run_generate, "convert": run_convert, "bench": bench}
 
 
-def main(argv=None):
-    """Run `npspec COMMAND ...` (argv: the arguments after `npspec`; default sys.argv[1:]). Returns the exit status."""
+def main(argv=None, out=None, err=None):
+    """Run `npspec COMMAND ...` (argv: the arguments after `npspec`; default sys.argv[1:]). Returns the exit status.
+
+    out, err: the command's streams (default sys.stdout and sys.stderr; a closed stderr drops messages).
+    """
+    started()  # Python's Ctrl-C handler back (npspec.console: the imports had their own)
     argv = sys.argv[1:] if argv is None else list(argv)
-    if sys.stderr is None:  # stderr closed (2>&-): print(file=None) would write messages to STDOUT; drop them
-        sys.stderr = open(os.devnull, "w")
+    out = sys.stdout if out is None else out
+    err = error_stream(sys.stderr if err is None else err)
     try:
-        if not argv or argv[0] not in COMMANDS:
-            build_parser().parse_args(argv[:1])  # --help, --version, or a usage error: argparse exits
-            return 2  # not reached: a first argument that is not a command is --help, --version or an error
-        return COMMANDS[argv[0]](argv[1:])
-    except SystemExit as e:  # argparse's --help (0) and usage errors (2), as a status
-        return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        if not argv or argv[0] not in COMMANDS:  # --help, --version, or a usage error
+            _, status = parse(build_parser(out, err), argv[:1], err, "npspec")
+            return 2 if status is None else status
+        return COMMANDS[argv[0]](argv[1:], out=out, err=err)
     except KeyboardInterrupt:
+        print("npspec: interrupted", file=err)
         return 130
 
 

@@ -3,50 +3,67 @@
 SRC holds `config.json` + `model.safetensors` [+ `tokenizer.json`] (as transformers' save_pretrained
 writes it); without tokenizer.json, GPT-2's is used if it fits, as `--target DIR` does (one rule:
 npspec.sources.cache.fallback_tokenizer_json). OUT_DIR must be new or empty, or hold an npspec model
-to replace with --force. The conversion and its checks are npspec.huggingface.convert. This module is
+to replace with --force (swapped in atomically: a reader of OUT_DIR meanwhile sees the old model or the new).
+SIGTERM, like Ctrl-C, stops the conversion and deletes what it had written (exit 143; Ctrl-C 130). The conversion and its checks are npspec.huggingface.convert. This module is
 the command line only (argparse -> convert -> one line on stderr; progress bars on a terminal unless
 --quiet, NPSPEC_QUIET or TQDM_DISABLE); only npspec.cli imports it.
 """
 
-import argparse
 import os
 import sys
 
-from .files import CheckpointError, oneline
+from .console import Parser, Terminated, error_stream, parse, terminate_as_interrupt
+from .errors import CheckpointError, oneline
 from .huggingface import convert
 from .progress import show_progress, terminal_bars
 from .sources.cache import fallback_tokenizer_json
+from .startup import started
 
 
-def main(argv=None, prog="python -m npspec.convert"):
-    """Run the command (argv: its arguments; default sys.argv[1:]); prog: the name usage shows. Returns the exit status."""
-    if sys.stderr is None:  # stderr closed (2>&-): print(file=None) would write messages to STDOUT; drop them
-        sys.stderr = open(os.devnull, "w")
-    ap = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0].split(": ", 1)[1])
+def build_parser(prog, out=None, err=None):
+    """The argument parser (npspec.console.Parser: help to `out`, usage errors to `err`); prog: the name usage shows."""
+    ap = Parser(prog=prog, description=__doc__.split("\n")[0].split(": ", 1)[1], out=out, err=err)
     ap.add_argument("src", help="Hugging Face GPT-2 checkpoint directory (config.json + model.safetensors)")
     ap.add_argument("out_dir", help="where to write the npspec model: a new or empty directory")
     ap.add_argument("--force", action="store_true", help="replace the npspec model OUT_DIR already holds")
     ap.add_argument("--quiet", action="store_true", help="no progress bars (nor with NPSPEC_QUIET=1 or TQDM_DISABLE=1; "
                                                          "they show only when stderr is a terminal)")
     ap.add_argument("--debug", action="store_true", help="show a traceback on error")
-    args = ap.parse_args(argv)
-    progress = terminal_bars if show_progress(args.quiet, sys.stderr, os.environ) else None
+    return ap
+
+
+def main(argv=None, prog="python -m npspec.convert", out=None, err=None):
+    """Run the command (argv: its arguments; default sys.argv[1:]); prog: the name usage shows; out, err: its streams
+    (default sys.stdout and sys.stderr; a closed stderr drops messages). Returns the exit status."""
+    started()  # Python's Ctrl-C handler back (npspec.console: the imports had their own)
+    out = sys.stdout if out is None else out
+    err = error_stream(sys.stderr if err is None else err)
     try:
-        out = convert(args.src, args.out_dir, tokenizer_json=fallback_tokenizer_json(args.src), force=args.force,
-                      progress=progress)
+        args, status = parse(build_parser(prog, out, err), argv, err, "npspec.convert")
     except KeyboardInterrupt:
+        print("npspec.convert: interrupted", file=err)
+        return 130
+    if args is None:
+        return status
+    progress = terminal_bars if show_progress(args.quiet, err, os.environ) else None
+    try:
+        with terminate_as_interrupt():  # SIGTERM cleans up as Ctrl-C does: the staging directory is deleted
+            written = convert(args.src, args.out_dir, tokenizer_json=fallback_tokenizer_json(args.src),
+                              force=args.force, progress=progress)
+    except KeyboardInterrupt as e:
         if args.debug:
             raise
-        print(f"npspec.convert: interrupted; {args.out_dir} was left as it was", file=sys.stderr)
-        return 130
+        how = "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted"
+        print(f"npspec.convert: {how}; {args.out_dir} was left as it was", file=err)
+        return 143 if isinstance(e, Terminated) else 130
     except (CheckpointError, OSError) as e:
         if args.debug:
             raise
         message = str(e) if isinstance(e, CheckpointError) else \
             f"cannot write {args.out_dir} ({oneline(e)}); choose a writable OUT_DIR"
-        print(f"npspec.convert: error: {message}", file=sys.stderr)
+        print(f"npspec.convert: error: {message}", file=err)
         return 1
-    print(f"wrote {out}", file=sys.stderr)
+    print(f"wrote {written}", file=err)
     return 0
 
 

@@ -1,8 +1,9 @@
 """npspec's converted-model file format: read it, write it atomically, and report what is wrong with it.
 
-Imports npspec.gpt2 (GPT2Config), npspec.kernels (the column-major layout), npspec.model (Model)
-and npspec.progress (bars), safetensors and tokenizers (and fcntl where the OS has it, for
-`locked`); safetensors only, never pickle. A converted directory is written whole or not at all
+Imports npspec.atomic (atomic writes, locks, directory swaps), npspec.errors, npspec.gpt2
+(GPT2Config), npspec.kernels (the column-major layout), npspec.model (Model), npspec.progress
+(bars) and npspec.tensors (GPT-2's tensor names), safetensors and tokenizers; safetensors only,
+never pickle. A converted directory is written whole or not at all
 (`write_dir`: staged beside it, renamed into place; a killed run's leftovers are removed by the
 next write), each file atomically (`atomic_write`).
 
@@ -41,74 +42,19 @@ import numpy as np
 from safetensors import SafetensorError, safe_open
 from tokenizers import Tokenizer
 
+from .atomic import atomic_write, exchange, kind, locked, public_mode
+from .errors import CheckpointError, capped, oneline
 from .gpt2 import GPT2Config
 from .kernels import block_linears, column_major, fortran_copy
 from .model import DEFAULT_KERNEL, Model
 from .progress import bar
-
-try:
-    import fcntl
-except ImportError:  # Windows: no flock; see locked
-    fcntl = None
+from .tensors import check_tensors, flat_tensors, is_block_matrix, layer_count_problem, params_tree, tensor_shapes
 
 FORMAT_VERSION = "2"  # what save_converted writes
 LAYOUT = "column-major-blocks"  # format 2's `layout`: block matrices stored transposed (module docstring)
 READABLE_VERSIONS = ("1", "2")  # format 1 loads with a relayout and is rewritten as format 2
-BLOCK_MATRICES = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
 WEIGHTS_FILE = "model.safetensors"
 TOKENIZER_FILE = "tokenizer.json"
-
-
-class CheckpointError(ValueError):
-    """A model file or directory is missing, malformed or inconsistent."""
-
-
-def oneline(e):
-    """An exception's message on one line (library messages often span several), with its type if empty."""
-    return " ".join(str(e).split()) or type(e).__name__
-
-
-def capped(problems, limit=10):
-    """Problems joined with "; ", at most `limit` of them, then "... and N more" (an error stays one readable line)."""
-    shown = "; ".join(problems[:limit])
-    return shown + (f"; ... and {len(problems) - limit:,} more" if len(problems) > limit else "")
-
-
-def layer_count_problem(config, names, where):
-    """A one-line problem if `config` asks for far more tensors than the file's header `names` holds, else None.
-
-    Checked before `tensor_shapes(config)` is built: the header's tensor count bounds every list
-    (a config.json saying n_layer 1e9 must not build a list of 1.2e10 names). A few layers missing
-    (up to 4) are left to the tensor-by-tensor check, which names each one.
-    """
-    n_expected = 4 + 12 * config.n_layer
-    if n_expected <= len(names) + 48:
-        return None
-    present = sum(1 for n in names if n.endswith(".ln_1.weight"))
-    return (f"{where} says n_layer {config.n_layer:,} ({n_expected:,} tensors) but the file holds "
-            f"{len(names):,} tensors ({present} layers)")
-
-
-def tensor_shapes(config):
-    """name -> shape of every tensor the forward uses (GPT-2 names, Conv1D `[in, out]`)."""
-    d = config.n_embd
-    shapes = {"wte.weight": (config.n_vocab, d), "wpe.weight": (config.n_ctx, d),
-              "ln_f.weight": (d,), "ln_f.bias": (d,)}
-    for i in range(config.n_layer):
-        shapes.update({
-            f"h.{i}.ln_1.weight": (d,), f"h.{i}.ln_1.bias": (d,),
-            f"h.{i}.attn.c_attn.weight": (d, 3 * d), f"h.{i}.attn.c_attn.bias": (3 * d,),
-            f"h.{i}.attn.c_proj.weight": (d, d), f"h.{i}.attn.c_proj.bias": (d,),
-            f"h.{i}.ln_2.weight": (d,), f"h.{i}.ln_2.bias": (d,),
-            f"h.{i}.mlp.c_fc.weight": (d, 4 * d), f"h.{i}.mlp.c_fc.bias": (4 * d,),
-            f"h.{i}.mlp.c_proj.weight": (4 * d, d), f"h.{i}.mlp.c_proj.bias": (d,),
-        })
-    return shapes
-
-
-def is_block_matrix(name):
-    """True for the four matrices of every layer that format 2 stores transposed (BLOCK_MATRICES)."""
-    return name.startswith("h.") and name.endswith(BLOCK_MATRICES)
 
 
 def stored_shapes(config, version=FORMAT_VERSION):
@@ -123,86 +69,6 @@ def stored(name, a):  # [d_in, d_out] -> [d_out, d_in] for a block matrix, else 
     matrix (no copy when `w` is already column-major), else `a` itself (C-contiguous)."""
     a = np.asarray(a, dtype=np.float32)
     return fortran_copy(a).T if is_block_matrix(name) else np.ascontiguousarray(a)
-
-
-def params_tree(tensors, config):
-    """Flat `{name: array}` -> the checkpoint's tree, as the forward reads it."""
-    def lin(prefix):
-        return {"w": tensors[prefix + ".weight"], "b": tensors[prefix + ".bias"]}
-
-    def ln(prefix):
-        return {"g": tensors[prefix + ".weight"], "b": tensors[prefix + ".bias"]}
-
-    return {
-        "wte": tensors["wte.weight"], "wpe": tensors["wpe.weight"], "ln_f": ln("ln_f"),
-        "h": [{"ln_1": ln(f"h.{i}.ln_1"), "ln_2": ln(f"h.{i}.ln_2"),
-               "attn": {"c_attn": lin(f"h.{i}.attn.c_attn"), "c_proj": lin(f"h.{i}.attn.c_proj")},
-               "mlp": {"c_fc": lin(f"h.{i}.mlp.c_fc"), "c_proj": lin(f"h.{i}.mlp.c_proj")}}
-              for i in range(config.n_layer)],
-    }
-
-
-def flat_tensors(params, config):
-    """The parameter tree as `{name: array}` with tensor_shapes' names and order (the inverse of params_tree; no copies)."""
-    t = {"wte.weight": params["wte"], "wpe.weight": params["wpe"],
-         "ln_f.weight": params["ln_f"]["g"], "ln_f.bias": params["ln_f"]["b"]}
-    for i, h in enumerate(params["h"]):
-        for ln in ("ln_1", "ln_2"):
-            t[f"h.{i}.{ln}.weight"], t[f"h.{i}.{ln}.bias"] = h[ln]["g"], h[ln]["b"]
-        for part, lin in (("attn", "c_attn"), ("attn", "c_proj"), ("mlp", "c_fc"), ("mlp", "c_proj")):
-            t[f"h.{i}.{part}.{lin}.weight"], t[f"h.{i}.{part}.{lin}.bias"] = h[part][lin]["w"], h[part][lin]["b"]
-    return {name: t[name] for name in tensor_shapes(config)}
-
-
-def check_tensors(tensors, config):
-    """Every problem with `tensors` against `config`, as a list of strings (empty: all good)."""
-    problems = []
-    for name, shape in tensor_shapes(config).items():
-        if name not in tensors:
-            problems.append(f"missing tensor {name} {list(shape)}")
-        elif tuple(tensors[name].shape) != shape:
-            problems.append(f"tensor {name} has shape {list(tensors[name].shape)}, expected {list(shape)}")
-    return problems
-
-
-def atomic_write(path, write):
-    """Call `write(tmp_path)`, then rename the temporary file onto `path` (same directory)."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    umask = os.umask(0)
-    os.umask(umask)
-    try:
-        write(tmp)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; the result is an ordinary file
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-@contextlib.contextmanager
-def locked(path, blocking=True):
-    """Hold an exclusive `flock` on the existing file or directory `path` while the block runs.
-
-    Yields True when held; False when `blocking` is False and another process holds it, or where
-    flock is missing (Windows). The kernel drops the lock when its holder dies, even by SIGKILL,
-    and no lock file is created (a directory locks itself).
-    """
-    if fcntl is None:
-        yield False
-        return
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
-        except BlockingIOError:
-            yield False
-            return
-        yield True
-    finally:
-        os.close(fd)  # closing the descriptor releases the lock
 
 
 SAVED_FILES = {WEIGHTS_FILE, TOKENIZER_FILE}
@@ -221,7 +87,7 @@ def out_dir_state(path):
     path = Path(path)
     if not os.path.lexists(path):
         return "missing"
-    if not path.is_dir():
+    if not path.is_dir() or kind(path / WEIGHTS_FILE) not in ("missing", "file"):  # a FIFO would block the read
         return "other"
     try:
         names = {n for n in os.listdir(path) if not _leftover(n)}
@@ -263,65 +129,99 @@ def out_dir_problem(path, force):
     return None
 
 
+def dir_lock(path):
+    """The lock file of the model directory `path`: `.NAME.lock` beside it (npspec.atomic.locked). write_dir holds
+    it while it cleans up and renames, rewrite_format_1 while it rewrites the directory's file."""
+    path = Path(path)
+    return path.parent / f".{path.name}.lock"
+
+
+def _lock_of(staging):  # a staging directory's own lock file, held while its run is alive
+    return Path(f"{staging}.lock")
+
+
 def _stale(parent, name):
     """The staging (`.NAME.*.partial`) and set-aside (`.NAME.*.old`) directories of `name` in `parent`."""
     return [parent / n for n in os.listdir(parent) if n.startswith(f".{name}.") and n.endswith((".partial", ".old"))]
 
 
 def _clean_stale(parent, name, out):
-    """Under the parent's lock: delete what killed runs left beside `out` (a live run holds its staging's lock),
-    and put back a model a killed replacement had set aside (between its two renames)."""
+    """Under the directory's lock: delete what killed runs left beside `out` (a live run holds its staging's lock),
+    and put back a model a killed replacement had set aside (between the two renames of atomic.exchange's
+    fallback)."""
     for d in sorted(_stale(parent, name)):
         if d.suffix == ".old" and not os.path.lexists(out) and out_dir_state(d) == "npspec":
             os.rename(d, out)  # the replaced model, set aside when the run was killed: restore it
             continue
-        with locked(d, blocking=False) as free:
+        with locked(_lock_of(d), blocking=False) as free:
             if free:
                 shutil.rmtree(d, ignore_errors=True)
+        if free:
+            _lock_of(d).unlink(missing_ok=True)
+    for n in os.listdir(parent):  # a staging lock whose directory is gone (its run was killed between the two)
+        if n.startswith(f".{name}.") and n.endswith(".partial.lock") and not (parent / n[:-len(".lock")]).exists():
+            with locked(parent / n, blocking=False) as free:
+                pass
+            if free:
+                (parent / n).unlink(missing_ok=True)
+
+
+def _publish(staging, out_dir, force):
+    """Under the directory's lock: make the complete `staging` out_dir (a rename, or an atomic exchange with the
+    model or empty directory it replaces, which is then in `staging`, to be deleted)."""
+    state = out_dir_state(out_dir)
+    if state not in ("missing", "empty") and not (force and state == "npspec"):
+        raise CheckpointError(
+            f"another conversion into {out_dir} finished first; it was left as that run wrote it"
+            + (" (pass --force to replace it)" if state == "npspec" else ""))
+    if state == "missing":
+        os.rename(staging, out_dir)
+    else:
+        exchange(staging, out_dir)
 
 
 def write_dir(out_dir, write, force=False):
     """Make `out_dir` a directory whose whole content `write(staging_dir)` writes, appearing whole or not at all.
 
-    write: called with a new empty directory beside out_dir (`.NAME.<random>.partial`), renamed to
-    out_dir once complete. out_dir may be missing or empty; one holding an npspec model is replaced
-    (set aside, the new one renamed in, the old deleted) only with `force`. A staging directory is
-    locked while in use: leftovers of killed runs (staging, a set-aside model) are cleaned up by
-    the next write beside them, under a lock on the parent directory, which also serialises the
-    final renames of concurrent writes. Raises CheckpointError (out_dir_problem, re-checked at the
-    rename: another write may have finished first) and OSError; out_dir is then as it was.
+    write: called with a new empty directory beside out_dir (`.NAME.<random>.partial`, given the
+    umask's mode, not mkdtemp's 0700), renamed to out_dir once complete. out_dir may be missing or
+    empty; one holding an npspec model is replaced only with `force`, by swapping the two directories
+    in one step (npspec.atomic.exchange: renameat2 RENAME_EXCHANGE on Linux), so a process reading
+    out_dir meanwhile finds the old model or the new one, never no directory (two renames used to
+    leave an instant without one); the old model is then deleted. A staging directory holds its own
+    lock while in use: leftovers of killed runs (staging, a set-aside model) are cleaned up by the
+    next write beside them, under the directory's lock (dir_lock: the file `.NAME.lock` beside
+    out_dir, which stays: deleting a lock file others may be waiting on is unsafe), which also
+    serialises the final renames of concurrent writes. Raises CheckpointError (out_dir_problem, re-checked at the
+    rename: another write may have finished first) and OSError; out_dir is then as it was. An
+    interrupted write (KeyboardInterrupt, or SIGTERM made one by the command) deletes its staging.
     """
     out_dir = Path(out_dir)
     if problem := out_dir_problem(out_dir, force):
         raise CheckpointError(problem)
     parent, name = out_dir.parent, out_dir.name
     parent.mkdir(parents=True, exist_ok=True)
-    with contextlib.ExitStack() as hold:
-        with locked(parent):
-            _clean_stale(parent, name, out_dir)
-            if problem := out_dir_problem(out_dir, force):  # a model a killed replacement set aside may be back
-                raise CheckpointError(problem)
-            staging = Path(tempfile.mkdtemp(prefix=f".{name}.", suffix=".partial", dir=parent))
-            hold.enter_context(locked(staging))  # taken before the parent's lock is let go: never cleaned as stale
-        try:
-            write(staging)
-            with locked(parent):
-                state = out_dir_state(out_dir)
-                if state not in ("missing", "empty") and not (force and state == "npspec"):
-                    raise CheckpointError(
-                        f"another conversion into {out_dir} finished first; it was left as that run wrote it"
-                        + (" (pass --force to replace it)" if state == "npspec" else ""))
-                if state == "missing":
-                    os.rename(staging, out_dir)
-                    return out_dir
-                aside = Path(tempfile.mkdtemp(prefix=f".{name}.", suffix=".old", dir=parent))
-                os.rename(out_dir, aside)  # onto the empty directory mkdtemp made
-                os.rename(staging, out_dir)
-                shutil.rmtree(aside, ignore_errors=True)
+    staging = None
+    try:
+        with contextlib.ExitStack() as hold:
+            with locked(dir_lock(out_dir)):
+                _clean_stale(parent, name, out_dir)
+                if problem := out_dir_problem(out_dir, force):  # a model a killed replacement set aside may be back
+                    raise CheckpointError(problem)
+                staging = Path(tempfile.mkdtemp(prefix=f".{name}.", suffix=".partial", dir=parent))
+                hold.enter_context(locked(_lock_of(staging)))  # before the directory's lock is let go: never stale
+            try:
+                public_mode(staging)
+                write(staging)
+                with locked(dir_lock(out_dir)):
+                    _publish(staging, out_dir, force)
                 return out_dir
-        finally:
-            if staging.exists():
-                shutil.rmtree(staging, ignore_errors=True)
+            finally:
+                if staging.exists():
+                    shutil.rmtree(staging, ignore_errors=True)
+    finally:
+        if staging is not None:  # released, its directory gone: a cleaner that took it meanwhile finds nothing
+            _lock_of(staging).unlink(missing_ok=True)
 
 
 def write_safetensors(path, shapes, array, metadata, done=None):
@@ -439,7 +339,11 @@ def config_from_metadata(metadata, where, versions=READABLE_VERSIONS):
             n_vocab=int(metadata["n_vocab"]), n_ctx=int(metadata["n_ctx"]), n_embd=int(metadata["n_embd"]),
             n_head=int(metadata["n_head"]), n_layer=int(metadata["n_layer"]),
             layer_norm_epsilon=float(metadata["layer_norm_epsilon"]), eos_token_id=eos)
-    except (KeyError, ValueError, TypeError) as e:
+    except KeyError as e:
+        raise CheckpointError(f"{where}: the model metadata has no {e.args[0]} (an npspec file holds "
+                              "format_version, n_vocab, n_ctx, n_embd, n_head, n_layer, layer_norm_epsilon and "
+                              "eos_token_id); reconvert it with python -m npspec.convert") from None
+    except (ValueError, TypeError, OverflowError) as e:
         raise CheckpointError(f"{where}: bad model metadata ({oneline(e)}); "
                               "reconvert it with python -m npspec.convert") from e
 
@@ -505,7 +409,8 @@ def read_weights(weights, progress=None):
     copy); format 1's are row-major (load_model lays them out). Reading through safetensors'
     memory map instead would count the whole file in the process's resident memory a second
     time while loading. problems: one line each (a format-2 `layout` npspec does not know, missing,
-    misshaped or non-float32 tensors); the tensors are then empty.
+    misshaped or non-float32 tensors, a tensor holding NaN or inf: refused here, before anything is
+    generated); the tensors are then empty.
     progress: a bar factory (npspec.progress; None shows nothing), advanced by each tensor's bytes.
     """
     with safe_open(str(weights), framework="numpy") as f:
@@ -540,16 +445,26 @@ def read_weights(weights, progress=None):
         data_start, header = read_header(fh)
         for name in shapes:
             a = read_tensor(fh, data_start, header[name], "<f4", f"{weights} (tensor {name})")
+            if not finite(a):
+                return metadata, config, {}, [f"tensor {name} holds NaN or inf (the model cannot produce "
+                                              "probabilities)"]
             tensors[name] = a.T if version != "1" and is_block_matrix(name) else a
             b.update(a.nbytes)
     return metadata, config, tensors, []
+
+
+def finite(a, chunk=1 << 20):
+    """Whether every value of the array `a` is finite, checked `chunk` values at a time (a bool temporary of
+    `chunk` bytes, never one of `a`'s size)."""
+    flat = a.reshape(-1)
+    return all(np.isfinite(flat[i:i + chunk]).all() for i in range(0, flat.size, chunk))
 
 
 def rewrite_format_1(path, params, config, metadata, lock=None):
     """Rewrite the format-1 `path/model.safetensors` as format 2 from the loaded, column-major `params`, atomically.
 
     Held while writing: `lock` (a context manager: npspec's cache passes its entry's lock), else
-    `locked(path)`; under it the file is re-read, and left alone if another process rewrote it
+    the directory's lock (dir_lock); under it the file is re-read, and left alone if another process rewrote it
     first. Returns (the metadata now in the file, a one-line note for the user). Never raises for
     a directory that cannot be written (read-only, full): the file is then left as it was, and the
     note says the model was loaded with a relayout and how to stop that.
@@ -557,7 +472,7 @@ def rewrite_format_1(path, params, config, metadata, lock=None):
     weights = Path(path) / WEIGHTS_FILE
     new = {**metadata, "format_version": FORMAT_VERSION, "layout": LAYOUT}
     try:
-        with lock if lock is not None else locked(path):
+        with lock if lock is not None else locked(dir_lock(path)):
             with safe_open(str(weights), framework="numpy") as f:
                 if (f.metadata() or {}).get("format_version") != "1":
                     return new, None  # another process rewrote it while this one loaded it
@@ -574,7 +489,7 @@ def load_model(path, kernel=DEFAULT_KERNEL, threads=1, progress=None, note=None,
     """Load a converted model directory (see module docstring) into a `Model` decoding with `kernel` and `threads`.
 
     Format 2: reads each tensor once, straight into the array, in the layout the forward uses:
-    peak memory is the weight bytes (tests/test_files.py measures it). Format 1: the same reads,
+    peak memory is the weight bytes (tests/test_files_format.py measures it). Format 1: the same reads,
     then the block matrices are laid out column-major one at a time (peak: the weights plus one
     matrix), and the file is rewritten once as format 2 (rewrite_format_1, under `lock`, else a
     lock on the directory). note: None, or called with one line for the user when a format-1 file
@@ -593,6 +508,8 @@ def load_model(path, kernel=DEFAULT_KERNEL, threads=1, progress=None, note=None,
     if not path.is_dir():
         raise CheckpointError(f"{path} is a file; give the directory that holds {WEIGHTS_FILE} and {TOKENIZER_FILE}")
     for f in (weights, tok):
+        if (what := kind(f)) not in ("missing", "file") and not f.is_file():
+            raise CheckpointError(f"{f} is a {what}, not a regular file; put the model's {f.name} there")
         if not f.is_file():
             raise CheckpointError(f"{path} has no {f.name}; is it an npspec-converted model? "
                                   "Convert a Hugging Face checkpoint with: python -m npspec.convert SRC OUT_DIR")

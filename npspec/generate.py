@@ -22,6 +22,7 @@ The only environment variables read are here: NO_COLOR, NPSPEC_QUIET and TQDM_DI
 import argparse
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -29,16 +30,19 @@ import numpy as np
 
 from .drafters import (MAX_NGRAM, DynamicTreeDrafter, ModelDrafter, NgramDrafter, TreeDrafter, check_ngram_sizes,
                        check_p_min)
-from .files import CheckpointError
 from . import picture
-from .kernels import KERNELS, PLAIN_KERNELS
+from .atomic import expand, replace_problem
+from .console import Parser, error_stream, parse, terminate_as_interrupt
+from .errors import CheckpointError
+from .kernels import KERNELS, PLAIN_KERNELS, check_threads
 from .qkernels import QKERNELS, holds_codes
 from .simulate import ControlledDraft
-from .progress import show_progress, terminal_bars
+from .progress import bar, show_progress, terminal_bars
 from .sources import HUB_NAMES, SHIPPED_PAIR, load, shipped_dir
 from .speculative import (SCHEDULES, Generation, GenerationInterrupted, Stats, check_options, check_pair, check_prompt,
                           context_size, speculative_generate)
 from .text import TextStreamer, encode_prompt
+from .startup import started
 from .trees import MAX_TREE_NODES, branching_tree
 
 DEFAULT_PROMPT = "ROMEO:"
@@ -53,9 +57,10 @@ class Interrupted(Exception):
     """Ctrl-C ended a run whose output and summary are already printed (main exits 130)."""
 
 
-def build_parser(prog=PROG):
-    """The argument parser; prog names the command in usage and help (`npspec generate` under the npspec command)."""
-    ap = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
+def build_parser(prog=PROG, out=None, err=None):
+    """The argument parser; prog names the command in usage and help (`npspec generate` under the npspec command);
+    help to `out`, usage errors to `err` (npspec.console.Parser)."""
+    ap = Parser(prog=prog, description=__doc__.split("\n")[0], out=out, err=err)
     ap.add_argument("prompt", nargs="?", default=None,
                     help=f"prompt text, or - to read it from stdin (default: {DEFAULT_PROMPT!r})")
     spec = ("SPEC: a model directory (converted or Hugging Face), random:<shape>, or a hub name "
@@ -108,7 +113,9 @@ def build_parser(prog=PROG):
     ap.add_argument("--trace", action="store_true",
                     help="with --json: add a record per round (drafted ids, accepted count, corrected or bonus id)")
     ap.add_argument("--html", metavar="FILE", default=None,
-                    help="also write a page showing each round (drafts, accepted or not, p, q, u, times)")
+                    help="also write a page showing each round (drafts, accepted or not, p, q, u, times); a new "
+                         "file, or an existing regular file with --force")
+    ap.add_argument("--force", action="store_true", help="with --html: replace FILE if it exists (a regular file only)")
     ap.add_argument("--compare", action="store_true",
                     help="then run plain decoding with the same options (with the target's kernel, gemv-rows and "
                          "gemm) and print the speeds and the speedup over the fastest")
@@ -117,7 +124,7 @@ def build_parser(prog=PROG):
                          "each proposal the target's greedy token with probability A (needs --temperature 0 and a "
                          "draft model; the output stays the target's greedy output)")
     ap.add_argument("--no-color", action="store_true", help="do not colour accepted draft tokens")
-    ap.add_argument("--quiet", action="store_true", help="no progress bars (nor with --json, NPSPEC_QUIET=1 or "
+    ap.add_argument("--quiet", action="store_true", help="no progress bars (nor with NPSPEC_QUIET=1 or "
                                                          "TQDM_DISABLE=1; they show only when stderr is a terminal)")
     ap.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     return ap
@@ -164,7 +171,15 @@ def read_prompt(arg, limit, stdin=None):
     if arg is None:
         return DEFAULT_PROMPT
     if arg == "-":
-        data = (stdin or sys.stdin.buffer).read(limit + 1)
+        stream = stdin if stdin is not None else getattr(sys.stdin, "buffer", None)
+        if stream is None:
+            raise ValueError("the prompt is - (read stdin), but stdin is closed; pipe the prompt in, or give it "
+                             "as an argument")
+        try:
+            data = stream.read(limit + 1)
+        except OSError as e:
+            raise ValueError(f"cannot read the prompt from stdin ({e.strerror or e}); pipe the prompt in, or give "
+                             "it as an argument") from None
         source = "the prompt on stdin"
     else:
         data, source = arg.encode("utf-8", "surrogateescape"), "the prompt"
@@ -191,18 +206,21 @@ def cpu_count():
 def thread_count(arg, environ=os.environ, cpus=None, note=None):
     """--threads, else NPSPEC_NUM_THREADS capped at `cpus` (default cpu_count()), else cpus.
 
-    An explicit --threads is used as given. A variable above the CPU count is capped, and note(message) (if given)
+    An explicit --threads is used as given, up to kernels.check_threads' bound (an error past it). A variable above the CPU count is capped, and note(message) (if given)
     says so. Raises ValueError naming the bad setting.
     """
+    cpus = cpu_count() if cpus is None else cpus
     if arg is not None:
         if arg < 1:
             raise ValueError(f"--threads must be >= 1, got {arg}")
-        return arg
-    cpus = cpu_count() if cpus is None else cpus
+        try:
+            return check_threads(arg, cpus)  # the one bound, per CPU
+        except ValueError as e:
+            raise ValueError(f"--threads: {e}") from None
     env = environ.get("NPSPEC_NUM_THREADS", "")
     if not env:
         return cpus
-    if not env.strip().isdigit() or int(env) < 1:
+    if not re.fullmatch(r"\s*[0-9]+\s*", env) or int(env) < 1:  # ASCII digits: "²".isdigit() is True
         raise ValueError(f"NPSPEC_NUM_THREADS={env!r} is not a positive integer; set it to a thread count such "
                          "as 2, or unset it")
     if int(env) > cpus:
@@ -228,8 +246,8 @@ def is_shipped_target(spec):
     if spec is None:
         return True
     try:
-        return Path(spec).expanduser().resolve() == shipped_dir(f"{SHIPPED_PAIR}/target").resolve()
-    except (CheckpointError, OSError):
+        return expand(spec, "--target").resolve() == shipped_dir(f"{SHIPPED_PAIR}/target").resolve()
+    except (ValueError, OSError):  # CheckpointError included; a ~user that does not exist: load says so
         return False
 
 
@@ -257,13 +275,23 @@ def check_output_args(args):
     if args.trace and not args.json:
         raise ValueError("--trace adds a record per round to --json's output: add --json (or draw the rounds "
                          "with --html FILE)")
+    if args.force and args.html is None:
+        raise ValueError("--force replaces an existing --html FILE: add --html FILE or drop --force")
     if args.html is not None:
-        path = Path(args.html).expanduser()
+        path = expand(args.html, "--html")
         parent = path.parent
-        if path.is_dir():
-            raise ValueError(f"cannot write --html {args.html}: it is a directory; pick a file path")
-        if not parent.is_dir():
-            raise ValueError(f"cannot write --html {args.html}: {parent} is not a directory; pick a writable path")
+        try:
+            if path.is_dir():
+                raise ValueError(f"cannot write --html {args.html}: it is a directory; pick a file path")
+            if problem := replace_problem(path):
+                raise ValueError(f"cannot write --html {args.html}: {problem}")
+            if path.exists() and not args.force:
+                raise ValueError(f"--html {args.html} exists; pass --force to replace it, or pick a new file "
+                                 "(nothing was written)")
+            if not parent.is_dir():
+                raise ValueError(f"cannot write --html {args.html}: {parent} is not a directory; pick a writable path")
+        except OSError as e:
+            raise ValueError(f"cannot write --html {args.html} ({e.strerror or e}); pick a writable path") from None
         if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
             raise ValueError(f"cannot write --html {args.html}: permission denied; pick a writable path")
 
@@ -313,7 +341,7 @@ def check_drafting_args(args):
         check_ngram_sizes(1 if args.ngram_min is None else args.ngram_min, 4 if args.ngram_max is None else args.ngram_max)
 
 
-def make_drafter(args, target, threads, progress=None):
+def make_drafter(args, target, threads, progress=None, note=None):
     """The drafter --draft names (None when not drafting(args)): NgramDrafter for `ngram`, else
     ModelDrafter(load(SPEC)), TreeDrafter with --tree; the shipped draft for the shipped target without --draft."""
     if not drafting(args):
@@ -322,7 +350,7 @@ def make_drafter(args, target, threads, progress=None):
         return NgramDrafter(target.config.n_vocab, target.config.eos_token_id,
                             1 if args.ngram_min is None else args.ngram_min, 4 if args.ngram_max is None else args.ngram_max)
     draft = load(args.draft, "draft", kernel=args.draft_kernel, threads=threads, progress=progress,
-                 target=args.target)
+                 target=args.target, note=note)
     if args.draft_kernel in QKERNELS and not holds_codes(draft.params):
         raise ValueError(f"--draft-kernel {args.draft_kernel} reads a quantized draft's int8 codes, and the draft "
                          f"{draft.source} holds float32 weights: give an int scheme such as --draft int8-g64:SPEC, or "
@@ -344,12 +372,16 @@ def run(args, out=sys.stdout, err=sys.stderr, stdin=None):
     if args.seed < 0:
         raise ValueError(f"--seed must be >= 0, got {args.seed}")
     threads = thread_count(args.threads, note=lambda message: print(f"npspec.generate: note: {message}", file=err))
-    progress = terminal_bars if show_progress(args.quiet or args.json, err, os.environ) else None
-    target = load(args.target, "target", kernel=args.target_kernel, threads=threads, progress=progress)
+    progress = terminal_bars if show_progress(args.quiet, err, os.environ) else None
+
+    def note(message):  # the cache's and loader's notes (a conversion, a wait, a rewrite)
+        print(f"npspec: {message}", file=err, flush=True)
+
+    target = load(args.target, "target", kernel=args.target_kernel, threads=threads, progress=progress, note=note)
     if args.gamma > 0 and not drafting(args):
         print(f"npspec.generate: note: no --draft for the target {args.target}, so it decodes plainly (the shipped "
               "draft is the shipped target's); add --draft SPEC or --draft ngram to decode speculatively", file=err)
-    draft = make_drafter(args, target, threads, progress)
+    draft = make_drafter(args, target, threads, progress, note)
     gamma = args.gamma if draft is not None else 0
     if draft is not None:
         check_pair(target, draft)
@@ -357,12 +389,13 @@ def run(args, out=sys.stdout, err=sys.stderr, stdin=None):
     ids = encode_prompt(target.tokenizer, prompt, target.config.eos_token_id)
     check_prompt(ids, context_size(target, draft), target.config.n_vocab)
     if args.simulate_acceptance is not None:
-        draft = simulated(draft, target, ids, args, err)
+        draft = simulated(draft, target, ids, args, err, progress)
     color = out.isatty() and not args.no_color and not os.environ.get("NO_COLOR") and not args.json
     streamer = TextStreamer(target.tokenizer)
 
     def on_emit(new_ids, n_accepted):
-        if args.json:
+        if args.json:  # nothing streams: a bar on stderr shows the tokens instead
+            tokens.update(len(new_ids))
             return
         if color:
             drafted = streamer.push(new_ids[:n_accepted])
@@ -377,26 +410,33 @@ def run(args, out=sys.stdout, err=sys.stderr, stdin=None):
     try:
         if not args.json:  # the first byte written: everything that can be checked was
             out.write(prompt)
-        gen = speculative_generate(target, draft, ids, args.max_new_tokens, gamma=gamma,
-                                   temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-                                   rng=rng, on_emit=on_emit,
-                                   trace=args.trace or args.html is not None, gamma_schedule=args.gamma_schedule)
+        with bar(progress if args.json else None, "generating", args.max_new_tokens, "tok") as tokens:
+                gen = speculative_generate(target, draft, ids, args.max_new_tokens, gamma=gamma,
+                                       temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                                       rng=rng, on_emit=on_emit,
+                                       trace=args.trace or args.html is not None, gamma_schedule=args.gamma_schedule)
     except GenerationInterrupted as e:  # Ctrl-C: print what was generated, then exit 130
         gen, interrupted = e.generation, True
     except KeyboardInterrupt:  # between the prompt and the first forward: nothing generated
         gen, interrupted = Generation([], Stats(stop_reason="interrupted")), True
+    if not args.json:  # the line ends before any bar of --compare can draw under it
+        out.write(streamer.finish() + "\n")
+        out.flush()
     if args.html is not None:
         try:
-            picture.write(args.html, gen.trace, target.tokenizer.decode, prompt, gen.stats.as_dict())
+            picture.write(expand(args.html, "--html"), gen.trace, target.tokenizer.decode, prompt, gen.stats.as_dict())
         except OSError as e:
             raise ValueError(f"cannot write --html {args.html} ({e.strerror or e}); pick a writable path") from e
+        print(f"npspec.generate: wrote {args.html} (each round of the generation)", file=err)
     plain = {}
     if args.compare and not interrupted:  # the same prompt, options and seed, with the target alone
         try:
             for kernel in dict.fromkeys([target.kernel, *PLAIN_KERNELS]):
-                plain[kernel] = speculative_generate(target.with_kernel(kernel), None, ids, args.max_new_tokens,
-                                                     gamma=0, temperature=args.temperature, top_k=args.top_k,
-                                                     top_p=args.top_p, rng=np.random.default_rng(args.seed))
+                with bar(progress, f"--compare: plain decoding, {kernel}", args.max_new_tokens, "tok") as b:
+                    plain[kernel] = speculative_generate(target.with_kernel(kernel), None, ids, args.max_new_tokens,
+                                                         gamma=0, temperature=args.temperature, top_k=args.top_k,
+                                                         top_p=args.top_p, rng=np.random.default_rng(args.seed),
+                                                         on_emit=lambda new_ids, n: b.update(len(new_ids)))
         except GenerationInterrupted:
             interrupted, plain = True, {}
     if args.json:
@@ -406,9 +446,7 @@ def run(args, out=sys.stdout, err=sys.stderr, stdin=None):
         if plain:
             obj["compare"] = comparison(gen, plain, target.kernel, args.temperature == 0)
         out.write(json.dumps(json_safe(obj), allow_nan=False) + "\n")
-    else:
-        out.write(streamer.finish() + "\n")
-    out.flush()
+        out.flush()
     print(summary(gen.stats), file=err)
     if plain:
         c = comparison(gen, plain, target.kernel, args.temperature == 0)
@@ -423,13 +461,15 @@ def run(args, out=sys.stdout, err=sys.stderr, stdin=None):
     return gen
 
 
-def simulated(drafter, target, ids, args, err):
+def simulated(drafter, target, ids, args, err, progress=None):
     """The ModelDrafter whose model is `drafter`'s wrapped in npspec.simulate.ControlledDraft with a = --simulate-acceptance.
 
     First decodes the prompt greedily with the target alone (also a warm-up), for the tokens the proposals
-    copy; says on `err` that acceptance is simulated.
+    copy; says on `err` that acceptance is simulated. progress: a bar factory for that reference run (None: none).
     """
-    reference = speculative_generate(target, None, ids, args.max_new_tokens, gamma=0, temperature=0)
+    with bar(progress, "--simulate-acceptance: the target's greedy reference", args.max_new_tokens, "tok") as b:
+        reference = speculative_generate(target, None, ids, args.max_new_tokens, gamma=0, temperature=0,
+                                         on_emit=lambda new_ids, n: b.update(len(new_ids)))
     a = args.simulate_acceptance
     print(f"npspec.generate: note: SIMULATED acceptance: each draft token is the target's greedy token with "
           f"probability {a:g} (the draft's forwards still run, for their cost)", file=err)
@@ -453,18 +493,27 @@ def comparison(spec, plain, kernel, greedy):
             "same_ids": spec.ids == plain[kernel].ids if greedy else None}
 
 
-def main(argv=None, prog=PROG):
+def main(argv=None, prog=PROG, out=None, err=None):
     """Run the command (argv: the arguments; default sys.argv[1:]). Returns the exit status: 0, 1 an error, 2 a
-    command line argparse rejects, 130 interrupted, 141 stdout's reader left. prog: the name usage shows."""
-    if sys.stderr is None:  # stderr closed (2>&-): print(file=None) would write messages to STDOUT; drop them
-        sys.stderr = open(os.devnull, "w")
-    args = build_parser(prog).parse_args(argv)
-    err = sys.stderr
-    if sys.stdout is None:
+    command line argparse rejects, 130 interrupted, 141 stdout's reader left. prog: the name usage shows.
+    out, err: the streams (default sys.stdout and sys.stderr, read when called; with stderr closed, messages
+    are dropped, never printed to stdout: npspec.console)."""
+    started()  # Python's Ctrl-C handler back (npspec.console: the imports had their own)
+    out = sys.stdout if out is None else out
+    err = error_stream(sys.stderr if err is None else err)
+    try:
+        args, status = parse(build_parser(prog, out, err), argv, err, "npspec.generate")
+    except KeyboardInterrupt:
+        print("npspec.generate: interrupted", file=err)
+        return 130
+    if args is None:
+        return status
+    if out is None:
         print("npspec.generate: error: stdout is closed; redirect it to a file or a pipe", file=err)
         return 1
     try:
-        run(args, err=err)
+        with terminate_as_interrupt():  # SIGTERM stops as Ctrl-C does (a cache build deletes its staging)
+            run(args, out=out, err=err)
     except (CheckpointError, ValueError) as e:
         if args.debug:
             raise
@@ -476,12 +525,16 @@ def main(argv=None, prog=PROG):
         print("npspec.generate: interrupted", file=err)
         return 130
     except BrokenPipeError:  # e.g. `| head`: the reader left; stop quietly, as Unix tools do
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), out.fileno())
+        except (OSError, AttributeError, ValueError):  # a stream with no descriptor
+            pass
         return 141
-    except OSError as e:  # stdout closed or full
+    except OSError as e:  # a file the OS refused (it names it), else stdout closed or full
         if args.debug:
             raise
-        print(f"npspec.generate: error: cannot write the output ({e.strerror or e}); check where stdout goes",
+        print(f"npspec.generate: error: cannot use {e.filename} ({e.strerror or e}); check the path" if e.filename
+              else f"npspec.generate: error: cannot write the output ({e.strerror or e}); check where stdout goes",
               file=err)
         return 1
     return 0

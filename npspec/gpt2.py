@@ -22,7 +22,8 @@ class GPT2Config:
     """Hyperparameters of a GPT-2 checkpoint (names as in GPT-2's hparams.json).
 
     Raises ValueError for a non-positive size, n_embd not divisible by n_head, a
-    layer_norm_epsilon that is not a finite positive number, or an eos_token_id outside the vocabulary.
+    layer_norm_epsilon that is not a positive number finite in float32 (1e300 is inf there: the forward
+    runs in float32), or an eos_token_id outside the vocabulary.
     """
 
     n_vocab: int
@@ -43,8 +44,12 @@ class GPT2Config:
                 f"config: n_embd ({self.n_embd}) is not divisible by n_head ({self.n_head}); "
                 "fix the checkpoint's config.json")
         eps = self.layer_norm_epsilon
+        shown = repr(eps) if len(repr(eps)) <= 40 else f"an integer of {len(str(eps)):,} digits"
         if isinstance(eps, bool) or not isinstance(eps, (int, float, np.floating)) or not 0 < eps < float("inf"):
-            raise ValueError(f"config: layer_norm_epsilon must be a finite number > 0, got {eps!r}")
+            raise ValueError(f"config: layer_norm_epsilon must be a finite number > 0, got {shown}")
+        if eps > float(np.finfo(np.float32).max) or not np.float32(eps) > 0:  # 1e300 is inf in float32, 1e-50 is 0
+            raise ValueError(f"config: layer_norm_epsilon must be a finite number > 0, got {shown}, which is "
+                             f"{'inf' if eps > 1 else '0'} in float32 (the forward's type)")
         if self.eos_token_id is not None and not 0 <= self.eos_token_id < self.n_vocab:
             raise ValueError(f"config: eos_token_id {self.eos_token_id} is outside [0, {self.n_vocab})")
 
@@ -210,9 +215,18 @@ def gpt2(ids, params, config, cache, linear, attend=attention, positions=None): 
     With a batch-invariant `linear` (npspec.kernels) and `attention`, row i's logits are
     bit-identical to feeding the ids one at a time.
     Raises ContextOverflowError, before any work, if `cache.length + n_new > n_ctx`, and
-    ValueError for ids that are not integers in range.
+    ValueError for ids that are not a 1-D array of integers in range, or a cache of another shape
+    (another model's).
     """
     ids = np.asarray(ids)
+    if ids.ndim != 1:
+        raise ValueError(f"ids must be a 1-D array of token ids [n_new], got shape {list(ids.shape)}; "
+                         "feed one sequence at a time")
+    if np.shape(getattr(cache, "k", None)) != (config.n_layer, config.n_head, config.n_ctx, config.d_head):
+        got = list(np.shape(cache.k)) if hasattr(cache, "k") else f"a {type(cache).__name__}"
+        raise ValueError(f"cache must be this model's KVCache [n_layer, n_head, n_ctx, d_head] = "
+                         f"{[config.n_layer, config.n_head, config.n_ctx, config.d_head]}, got {got}; "
+                         "make one with model.new_cache()")
     n_new, n_past = len(ids), cache.length
     if n_past + n_new > config.n_ctx:
         raise ContextOverflowError(

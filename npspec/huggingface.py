@@ -8,7 +8,8 @@ The command line is `python -m npspec.convert SRC OUT_DIR` (npspec/convert.py). 
 head is tied). Every problem is reported at once. Pickle files (`pytorch_model.bin`) are
 never loaded. Writes are atomic (see files.save_converted). Every check of a Hugging Face
 checkpoint lives here (`read_source` for the config and tokenizer, `convert_tensors` for the
-tensors). Imports npspec.gpt2, npspec.files and npspec.progress, safetensors and tokenizers.
+tensors). Imports npspec.errors, npspec.files, npspec.gpt2, npspec.progress and npspec.tensors,
+safetensors and tokenizers.
 """
 
 import hashlib
@@ -23,10 +24,11 @@ from safetensors import safe_open
 from safetensors.numpy import save_file
 from tokenizers import Tokenizer
 
-from .files import (CheckpointError, capped, layer_count_problem, oneline, out_dir_problem, read_header, read_tensor,
-                    reading, save_converted, tensor_shapes, write_dir)
+from .errors import CheckpointError, capped, oneline
+from .files import out_dir_problem, read_header, read_tensor, reading, save_converted, write_dir
 from .gpt2 import GPT2Config
 from .progress import bar
+from .tensors import layer_count_problem, tensor_shapes
 
 IGNORED = re.compile(r"^h\.\d+\.attn\.(bias|masked_bias)$")
 
@@ -77,6 +79,9 @@ def config_from_hf(cfg, where="config.json"):
         eps = cfg.get("layer_norm_epsilon", 1e-5)
         if isinstance(eps, bool) or not isinstance(eps, (int, float)):
             raise TypeError(f"layer_norm_epsilon must be a finite number > 0, got {eps!r}")
+        if isinstance(eps, int) and abs(eps) > 10 ** 39:  # float() would overflow; float32 holds < 3.5e38
+            raise ValueError(f"layer_norm_epsilon must be a finite number > 0 that float32 holds, got an integer of "
+                             f"{len(str(abs(eps))):,} digits")
         return GPT2Config(
             n_vocab=cfg["vocab_size"], n_ctx=cfg.get("n_positions", cfg.get("n_ctx")),
             n_embd=cfg["n_embd"], n_head=cfg["n_head"], n_layer=cfg["n_layer"],
@@ -228,7 +233,13 @@ def read_source(src, tokenizer_json=None):
     tok_path = src / "tokenizer.json"
     fix = f"put the model's own tokenizer.json in {src}"
     if tok_path.is_file():
-        tokenizer_json, where = tok_path.read_text(encoding="utf-8"), tok_path
+        try:
+            tokenizer_json, where = tok_path.read_text(encoding="utf-8"), tok_path
+        except UnicodeDecodeError as e:
+            raise CheckpointError(f"{tok_path} is not UTF-8 text ({e.reason} at byte {e.start:,}), so not a "
+                                  f"tokenizers file; {fix}") from None
+        except OSError as e:
+            raise CheckpointError(f"cannot read {tok_path} ({oneline(e)})") from e
     elif tokenizer_json is None:
         raise CheckpointError(f"{src} has no tokenizer.json; add the model's tokenizer.json to it")
     else:

@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from .files import tensor_shapes
+from .tensors import tensor_shapes
 from .progress import bar
 
 

@@ -34,6 +34,7 @@ order must therefore be fixed by the matrix shape alone, never by how many rows 
 bench/verify_cost measures each for n = 1..16; bench/results/README.md says what they cost.
 """
 
+import os
 import threading
 
 import numpy as np
@@ -77,10 +78,28 @@ def panels(w, width):  # [d_in, d_out] -> [P, d_in, width], P = d_out // width; 
     return w[:, : p * width].reshape(d_in, p, width).transpose(1, 0, 2)
 
 
-def check_threads(threads):
-    """`threads` as an int; raises ValueError unless it is a positive integer."""
+THREADS_PER_CPU = 64  # the most threads a forward may ask for, per CPU this process may use (check_threads)
+
+
+def check_threads(threads, cpus=None):
+    """`threads` as an int; raises ValueError unless it is a positive integer of at most THREADS_PER_CPU per CPU.
+
+    cpus: the CPUs this process may use (default: os.sched_getaffinity, else os.cpu_count). The bound is
+    the one rule for every thread count (--threads, NPSPEC_NUM_THREADS, load(threads=...)): past a few
+    threads per core a forward only adds handoffs (64 per CPU leaves room to oversubscribe, as the
+    thread-invariance tests do), and each worker costs a thread and two locks (threads=10**9 used to
+    allocate 3.8 GB of locks, 10**12 never returned).
+    """
     if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 1:
         raise ValueError(f"the thread count must be a positive integer, got {threads!r}")
+    if cpus is None:
+        try:
+            cpus = len(os.sched_getaffinity(0))
+        except AttributeError:  # not on Linux
+            cpus = os.cpu_count() or 1
+    if threads > THREADS_PER_CPU * cpus:
+        raise ValueError(f"the thread count must be at most {THREADS_PER_CPU * cpus} ({THREADS_PER_CPU} per CPU; this "
+                         f"process may use {cpus}), got {threads:,}; a thread per CPU is fastest")
     return int(threads)
 
 

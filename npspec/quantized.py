@@ -35,14 +35,17 @@ from safetensors.numpy import save_file
 from tokenizers import Tokenizer
 
 from . import files
-from .files import (TOKENIZER_FILE, WEIGHTS_FILE, CheckpointError, atomic_write, config_from_metadata,
-                    oneline, params_tree, read_header, reading, tensor_shapes)
+from .atomic import atomic_write
+from .errors import CheckpointError, oneline
+from .files import TOKENIZER_FILE, WEIGHTS_FILE, config_from_metadata, read_header, reading
 from .gpt2 import attention_masked, gpt2
 from .kernels import gemm
 from .model import DEFAULT_KERNEL, Model
 from .qkernels import QKERNELS, QuantizedMatrix, holds_codes
 from .quantize import (LINEAR_SUFFIXES, Quantized, awq_round_trip, awq_search, dequantize_tensors, input_axis,
                        parse_scheme, quantize_tensors, quantized_names)
+from . import tensors as gpt2_tensors
+from .tensors import params_tree, tensor_shapes
 
 QUANTIZATION_FORMAT = "1"
 FILE_FORMAT = "1"  # npspec.files' format 1: every tensor row-major as the forward's shapes (format 2's layout is not used here)
@@ -51,14 +54,14 @@ FIX = "requantize it with npspec.quantized.save_quantized"
 
 
 def flat_tensors(params, config):
-    """files.flat_tensors (the tree as `{name: array}`, no copies), refusing a tree of int8 codes.
+    """flat_tensors (the tree as `{name: array}`, no copies), refusing a tree of int8 codes.
 
     Raises ValueError for a tree holding qkernels.QuantizedMatrix codes: quantize or save its float32 source.
     """
     if holds_codes(params):
         raise ValueError("this model holds int8 codes (kernel dequant-panels): quantize or save the float32 model "
                          "it came from instead")
-    return files.flat_tensors(params, config)
+    return gpt2_tensors.flat_tensors(params, config)
 
 
 def quantized_model(config, tensors, quantized, scheme, tokenizer, source, kernel, threads, metadata):
@@ -175,6 +178,8 @@ def is_quantized(path):
     False for anything else, unreadable files included (npspec.files.load_model then reports them).
     """
     weights = Path(path) / WEIGHTS_FILE
+    if not weights.is_file():  # a FIFO would block open() forever; a directory, a device: not a model
+        return False
     try:
         with open(weights, "rb") as fh:
             n = int.from_bytes(fh.read(8), "little")

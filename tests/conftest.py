@@ -16,7 +16,7 @@ import pytest
 from hypothesis import settings
 
 from npspec.evaluate import split_corpus
-from npspec.files import params_tree
+from npspec.tensors import params_tree
 from npspec.gpt2 import GPT2Config
 from npspec.init import init_tensors
 from npspec.model import Model

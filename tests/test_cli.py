@@ -3,7 +3,7 @@
 Output streams to stdout, a summary to stderr; every refusal is one line `<prog>: error: ...`,
 exit status 1, no traceback, nothing on stdout and nothing written to npspec's cache. Runs that
 could touch a cache get their own temporary caches and no network (`offline_env`).
-`offline_env`, `assert_one_clean_line` and `cache_entries` are shared with test_files.py,
+`offline_env`, `assert_one_clean_line` and `cache_entries` are shared with test_files_*.py,
 test_convert.py and test_sources.py, which import them from here.
 """
 

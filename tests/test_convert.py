@@ -16,7 +16,9 @@ from safetensors import safe_open
 from safetensors.numpy import save_file
 
 from npspec.huggingface import convert, read_hf_tensors
-from npspec.files import CheckpointError, load_model, tensor_shapes
+from npspec.errors import CheckpointError
+from npspec.files import load_model
+from npspec.tensors import tensor_shapes
 from npspec.gpt2 import GPT2Config
 from npspec.init import init_tensors
 

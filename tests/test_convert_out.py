@@ -48,8 +48,9 @@ def start_paused(tmp_path, src, out, *options):
 
 
 def listing(d):
-    """Every path under d (files and directories, hidden ones too), relative to d."""
-    return sorted(str(p.relative_to(d)) for p in d.rglob("*"))
+    """Every path under d (files and directories, hidden ones too), relative to d, but OUT_DIR's lock file
+    (`.NAME.lock` beside it, files.dir_lock: it stays, as a lock file others may wait on must)."""
+    return sorted(str(p.relative_to(d)) for p in d.rglob("*") if not p.name.endswith(".lock"))
 
 
 def snapshot(d):

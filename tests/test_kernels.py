@@ -12,7 +12,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from npspec.files import params_tree
+from npspec.tensors import params_tree
 from npspec.init import init_tensors
 from npspec.kernels import (BLOCK_ROWS, INVARIANT_KERNELS, KERNELS, PANEL_BYTES, SPLIT_BYTES, WHOLE_BYTES, GemmBlocks,
                             GemvPanels, Workers,

@@ -17,7 +17,10 @@
   fails. Figures derived from the files are printed by a block instead, where the output check
   holds them.
 * Every `tests/<file>.py::<test>` reference in notes/*.md names a test function defined in that
-  file, and every numbered claim of derivation.md names at least one.
+  file, and every numbered claim of derivation.md names at least one; each test a claim cites is
+  checked against the claim's own words (CLAIM_WORDS: words of the claim's text, at least one of which
+  the test's source, decorators included, must use), and each claim still cites the tests
+  CLAIM_TESTS maps to it (a test moved or renamed must be cited again).
 * Every `npspec/<module>.py::<name>` reference names an attribute that exists (`Stats.alpha` too).
 * Every `tests/<file>.py` that notes/*.md or README.md names exists.
 """
@@ -228,6 +231,86 @@ def test_every_numbered_claim_names_a_test():
     assert len(claims) == 12  # 0 (notation) + claims 1..11
     for claim in claims[1:]:
         assert TEST_REF.search(claim), claim.splitlines()[0]
+
+
+# each claim's own words (each occurs in the claim's text): every test the claim cites must use one of them
+CLAIM_WORDS = {
+    1: ("accept", "residual", "leviathan"),
+    2: ("beta", "coupling", "acceptance probability"),
+    3: ("sequence", "round", "replay", "draft length"),
+    4: ("expected tokens", "alpha"),
+    5: ("speedup", "verify cost", "gamma"),
+    6: ("greedy", "temperature"),
+    7: ("warp", "strict", "softmax"),
+    8: ("drafter", "n-gram", "confidence", "schedule", "length"),
+    9: ("tree",),
+    10: ("block",),
+    11: ("rsd", "replacement", "children", "coupling"),
+}
+# the tests each claim must keep citing (more may be cited)
+CLAIM_TESTS = {
+    1: {"tests/test_derivation.py::test_one_step_law_exact", "tests/test_one_step.py::test_one_step_law"},
+    2: {"tests/test_derivation.py::test_beta_is_one_minus_tv",
+        "tests/test_derivation.py::test_no_lossless_verifier_keeps_a_draft_more_often_than_beta"},
+    3: {"tests/test_derivation.py::test_sequence_law_exact", "tests/test_loop_replay.py::test_every_path_replays_through_the_real_loop"},
+    4: {"tests/test_derivation_speedup.py::test_expected_tokens_per_round_exact",
+        "tests/test_derivation_speedup.py::test_stats_alpha_counts_rounds_as_the_ratio_of_expectations"},
+    5: {"tests/test_derivation_speedup.py::test_speedup_is_leviathan_at_v1", "tests/test_bench.py::test_committed_speedups_against_the_model"},
+    6: {"tests/test_derivation_warping.py::test_greedy_step_is_target_argmax",
+        "tests/test_greedy_identity.py::test_greedy_identity_on_the_shipped_pair"},
+    7: {"tests/test_derivation_warping.py::test_unwarped_p_gives_the_unwarped_law",
+        "tests/test_derivation_warping.py::test_strict_test_never_accepts_p_zero"},
+    8: {"tests/test_drafters_exact.py::test_the_kit_catches_wrong_drafters",
+        "tests/test_drafters_exact.py::test_ngram_lookup_keeps_the_target_law_exactly"},
+    9: {"tests/test_trees_exact.py::test_a_tree_round_keeps_the_target_law_exactly",
+        "tests/test_trees_exact.py::test_the_classic_tree_mistakes_change_the_law"},
+    10: {"tests/test_block_verify.py::test_block_verification_keeps_the_target_law_on_every_small_case",
+         "tests/test_block_verify.py::test_the_kit_catches_wrong_block_verifiers"},
+    11: {"tests/test_tree_rules.py::test_an_rsd_tree_round_keeps_the_target_law_exactly",
+         "tests/test_tree_rules.py::test_mixing_the_two_drafters_changes_the_law"},
+}
+
+
+def claims_by_number():
+    text = (NOTES / "derivation.md").read_text(encoding="utf-8")
+    return {int(c.split(".")[0]): c for c in re.split(r"^## (?=\d+\. )", text, flags=re.M)[1:]}
+
+
+def source_of_test(file, name):
+    """A test function's source, decorators included, lower case, with _ and - read as spaces."""
+    text = (ROOT / file).read_text(encoding="utf-8")
+    for node in ast.parse(text).body:
+        if isinstance(node, ast.FunctionDef) and node.name == name:
+            first = min([d.lineno for d in node.decorator_list] + [node.lineno])
+            return "\n".join(text.splitlines()[first - 1:node.end_lineno]).lower().replace("_", " ").replace("-", " ")
+    raise KeyError(f"{file}::{name}")
+
+
+def off_topic_citations(number, claim):
+    """The tests a claim cites whose source uses none of the claim's words (CLAIM_WORDS)."""
+    words = [w.replace("-", " ") for w in CLAIM_WORDS[number]]
+    return [f"{file}::{name}" for file, name in sorted(set(TEST_REF.findall(claim)))
+            if not any(w in source_of_test(file, name) for w in words)]
+
+
+def test_each_claims_tests_check_that_claim():
+    claims = claims_by_number()
+    assert set(claims) == {0, *CLAIM_WORDS} and set(CLAIM_TESTS) == set(CLAIM_WORDS)
+    for number, claim in claims.items():
+        if not number:
+            continue
+        low = claim.lower()
+        assert all(w in low for w in CLAIM_WORDS[number]), (number, [w for w in CLAIM_WORDS[number] if w not in low])
+        assert off_topic_citations(number, claim) == [], f"claim {number} cites tests that use none of its words"
+        cited = {f"{file}::{name}" for file, name in TEST_REF.findall(claim)}
+        assert CLAIM_TESTS[number] <= cited, f"claim {number} no longer cites {sorted(CLAIM_TESTS[number] - cited)}"
+
+
+def test_a_test_cited_under_the_wrong_claim_is_found():
+    wrong = "## 9. Trees\nsee `tests/test_derivation_warping.py::test_temperature_limit`\n"
+    assert off_topic_citations(9, wrong) == ["tests/test_derivation_warping.py::test_temperature_limit"]
+    right = "## 6. Greedy\nsee `tests/test_derivation_warping.py::test_temperature_limit`\n"
+    assert off_topic_citations(6, right) == []
 
 
 def test_no_note_quotes_an_earlier_run():

@@ -20,7 +20,7 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import example, given, strategies as st
 from hypothesis.extra.numpy import arrays
 
 from npspec import testing as kit
@@ -275,13 +275,17 @@ def test_float64_law_on_tiny_gpt2(gpt2_pair, warp_args):
 # ---- npspec's accept on any rows
 
 @given(kit.probability_pairs(), st.sampled_from([0.0, 0.5, kit.ONE_BELOW]), st.sampled_from([0.0, 0.5, kit.ONE_BELOW]))
+@example(pq=(np.array([0.0, 0.5, 0.5]), np.array([0.5, 0.25, 0.25])), u_accept=0.0, u_final=0.5)  # u == p/q == 0
+@example(pq=(np.array([0.25, 0.75]), np.array([0.5, 0.5])), u_accept=0.5, u_final=0.0)  # u == p/q == 1/2
 def test_no_nan_reaches_a_sampler_in_accept(pq, u_accept, u_final):
-    """accept() on any rows returns a token the target can emit, never NaN or an out-of-range id."""
+    """accept() on any rows returns a token the target can emit, never NaN or an out-of-range id, and its test is
+    strict: it keeps x exactly when u < p(x)/q(x) (the examples put u on p/q, where `u <= p/q` would keep x)."""
     p, q = pq
     for x in np.flatnonzero(q):
         n, token = accept(np.array([x]), np.stack([p, p]), q[None], np.array([u_accept]), u_final)
         assert n in (0, 1) and 0 <= token < len(p) and p[token] > 0
-        assert n == 1 or u_accept >= p[x] / q[x]  # strict: rejected only when u >= p/q
+        with np.errstate(over="ignore"):  # a denormal q(x) makes p/q inf: kept, as min(1, p/q) = 1 says
+            assert (n == 1) == (u_accept < p[x] / q[x])  # strict: kept iff u < p/q
 
 
 def test_strict_acceptance_u_zero_never_accepts_p_zero():

@@ -22,7 +22,8 @@ import numpy as np
 import pytest
 
 from npspec.huggingface import convert
-from npspec.files import load_model, tensor_shapes
+from npspec.files import load_model
+from npspec.tensors import tensor_shapes
 from npspec.gpt2 import GPT2Config
 from npspec.init import init_tensors, init_tensors_varied
 from npspec.model import leaves

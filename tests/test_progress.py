@@ -13,7 +13,8 @@ import math
 import pytest
 
 from npspec import progress
-from npspec.files import load_model, tensor_shapes
+from npspec.files import load_model
+from npspec.tensors import tensor_shapes
 from npspec.huggingface import convert, read_hf_tensors
 from npspec.sources import SHAPES, load
 
@@ -131,6 +132,11 @@ def on_a_terminal(tmp_path, *argv, **env):
     return r.stdout.decode("utf-8", "replace")
 
 
+def test_json_shows_bars_on_a_terminal_too(tmp_path):
+    terminal = on_a_terminal(tmp_path, *TINY, "--json")  # stdout holds the JSON; the bars are stderr's (they were off)
+    assert "%|" in terminal and "loading tiny-seed0" in terminal, terminal
+
+
 def test_bars_on_a_terminal_none_when_piped(tmp_path):
     terminal = on_a_terminal(tmp_path, *TINY)
     assert "%|" in terminal and "B/s" in terminal, terminal  # (tiny work ends before a block is drawn)
@@ -141,9 +147,9 @@ def test_bars_on_a_terminal_none_when_piped(tmp_path):
     assert not any(mark in piped.stderr + piped.stdout for mark in BAR_MARKS), piped.stderr  # ...without a bar
 
 
-@pytest.mark.parametrize("extra, env", [(["--quiet"], {}), (["--json"], {}), ([], {"NPSPEC_QUIET": "1"}),
+@pytest.mark.parametrize("extra, env", [(["--quiet"], {}), (["--json", "--quiet"], {}), ([], {"NPSPEC_QUIET": "1"}),
                                         ([], {"TQDM_DISABLE": "1"})],
-                         ids=["--quiet", "--json", "NPSPEC_QUIET", "TQDM_DISABLE"])
+                         ids=["--quiet", "--json --quiet", "NPSPEC_QUIET", "TQDM_DISABLE"])
 def test_no_bars_on_a_terminal_when_asked(tmp_path, extra, env):
     terminal = on_a_terminal(tmp_path, *TINY, *extra, **env)
     assert "npspec: converting" in terminal and not any(mark in terminal for mark in BAR_MARKS), terminal

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from npspec.files import CheckpointError
+from npspec.errors import CheckpointError
 from npspec.model import Model
 from npspec.qkernels import QuantizedMatrix, dequant_gemm, dequant_panels, holds_codes, make_qkernel, qpanel_width
 from npspec.quantize import dequantize_tensor, parse_scheme, quantize_tensor

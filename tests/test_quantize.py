@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from npspec.files import tensor_shapes
+from npspec.tensors import tensor_shapes
 from npspec.gpt2 import GPT2Config
 from npspec.quantize import (Scheme, awq_objective, awq_round_trip, awq_search, check_scheme, dequantize_tensor, from_bfloat16_bits, parse_scheme,
                              quantize_tensor, quantize_tensors, quantized_names, round_trip, to_bfloat16_bits,

@@ -11,7 +11,8 @@ from safetensors.numpy import load_file, save_file
 
 from npspec import testing as kit
 from npspec.drafters import ModelDrafter
-from npspec.files import CheckpointError, params_tree
+from npspec.errors import CheckpointError
+from npspec.tensors import params_tree
 from npspec.model import Model, leaves
 from npspec.gpt2 import layer_norm
 from npspec.quantize import awq_objective, parse_scheme, round_trip

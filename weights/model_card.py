@@ -17,7 +17,7 @@ import numpy as np
 
 from npspec.huggingface import convert, sha256_file
 from npspec.evaluate import acceptance, fixed_prompts, split_corpus, validation_loss
-from npspec.files import atomic_write
+from npspec.atomic import atomic_write
 from npspec.sources import load
 from npspec.speculative import speculative_generate
 from npspec.text import encode_prompt

@@ -26,7 +26,10 @@ npspec.quantize, npspec.quantized and those.
 import re
 from pathlib import Path
 
-from ..files import CheckpointError, load_model, params_tree
+from ..atomic import expand
+from ..errors import CheckpointError
+from ..files import load_model
+from ..tensors import params_tree
 from ..init import init_tensors
 from ..model import Model
 from ..quantize import parse_scheme
@@ -49,25 +52,34 @@ def _is_repo_id(name):
         ".." not in name and not name.endswith((".", "-"))
 
 
-def resolve(spec, cache_dir=None, progress=None):
+def resolve(spec, cache_dir=None, progress=None, note=None):
     """The converted model directory a SPEC (see the module docstring) names, converted into the cache first if needed.
 
     cache_dir: npspec's cache (default cache.cache_dir(): $NPSPEC_CACHE or ~/.cache/npspec).
     progress: a bar factory (npspec.progress) for a build or conversion; None shows nothing.
-    Returns a Path. Raises CheckpointError naming the problem and the fix.
+    note: None, or called with one line for the user (a conversion starting, a wait for another process).
+    Returns a Path. Raises CheckpointError naming the problem and the fix (a path the OS refuses to look
+    at, e.g. a name too long, and a `~user` that does not exist included).
     """
     root = cache_root(cache_dir)
     spec = str(spec)
-    path = Path(spec).expanduser()
-    if path.exists():
+    try:
+        path = expand(spec, "model")
+        exists = path.exists()
+    except OSError as e:
+        raise CheckpointError(f"model {spec[:80]!r}{'...' if len(spec) > 80 else ''}: {e.strerror or e}; "
+                              "give the path of a model directory") from None
+    except ValueError as e:
+        raise CheckpointError(str(e)) from None
+    if exists:
         if path.is_dir() and (path / "config.json").is_file():
-            return cache.from_local(path, root, progress)
+            return cache.from_local(path, root, progress, note)
         return path  # a converted directory; load_model reports anything wrong with it
     if spec.startswith("random:"):
-        return cache.from_random(spec[len("random:"):], root, progress=progress)
+        return cache.from_random(spec[len("random:"):], root, progress=progress, note=note)
     repo_id = HUB_NAMES.get(spec, spec)
     if _is_repo_id(repo_id) and not spec.startswith((".", "~", "/")):
-        return cache.from_hub(repo_id, root, spec, progress)
+        return cache.from_hub(repo_id, root, spec, progress, note)
     if spec.startswith((".", "~", "/")) or spec.count("/") > 1 or "\\" in spec:
         raise CheckpointError(f"model {spec!r} is not an existing directory; give the path of a converted model or "
                               "of a Hugging Face checkpoint (config.json + model.safetensors)")
@@ -76,7 +88,7 @@ def resolve(spec, cache_dir=None, progress=None):
         + ", ".join(SHAPES) + "), not a hub name (" + ", ".join(HUB_NAMES) + ") nor org/name")
 
 
-def load(spec=None, role="target", cache_dir=None, kernel=None, threads=1, progress=None, target=None):
+def load(spec=None, role="target", cache_dir=None, kernel=None, threads=1, progress=None, target=None, note=None):
     """Load a model from a SPEC (see the module docstring); None loads the shipped `role`.
 
     role: "target" or "draft": the shipped model used when spec is None, and the default kernel
@@ -92,12 +104,15 @@ def load(spec=None, role="target", cache_dir=None, kernel=None, threads=1, progr
     for building, converting and loading.
     target: the target's SPEC, what `self` stands for in a quantized draft SPEC `SCHEME:self`
     (None: the shipped target).
+    note: None (the default: nothing said), or called with one line for the user about slow one-time
+    work (a conversion into the cache, a wait for another process, a format-1 file rewritten); the
+    commands print it on stderr.
     Returns a Model. Raises CheckpointError with the fix (a bad quantization scheme included),
     ValueError for another role, kernel or thread count.
     """
     if role not in ROLE_KERNELS:
         raise ValueError(f"role must be 'target' or 'draft', got {role!r}")
-    return _load(spec, role, cache_dir, kernel or ROLE_KERNELS[role], threads, progress, target)
+    return _load(spec, role, cache_dir, kernel or ROLE_KERNELS[role], threads, progress, target, note)
 
 
 def split_quantized(spec):
@@ -108,8 +123,13 @@ def split_quantized(spec):
     """
     text = str(spec)
     head, colon, inner = text.partition(":")
-    if not colon or not re.match(r"(int|fp|bf)\d", head) or Path(text).expanduser().exists():
+    if not colon or not re.match(r"(int|fp|bf)\d", head):
         return None
+    try:
+        if expand(text, "model").exists():
+            return None
+    except (OSError, ValueError):
+        pass
     try:
         scheme = parse_scheme(head)
     except ValueError as e:
@@ -120,30 +140,30 @@ def split_quantized(spec):
     return scheme, inner
 
 
-def _load(spec, role, cache_dir, kernel, threads, progress, target):
+def _load(spec, role, cache_dir, kernel, threads, progress, target, note):
     quantized = None if spec is None else split_quantized(spec)
     if quantized is not None:
         scheme, inner = quantized
         if inner == "self" and role == "target":
             raise CheckpointError(f"model {spec!r}: `self` stands for the target, so it belongs in the draft's SPEC "
                                   f"(--draft {scheme.name}:self)")
-        base = _load(target, "target", cache_dir, kernel, threads, progress, None) if inner == "self" else \
-            _load(inner, role, cache_dir, kernel, threads, progress, target)
+        base = _load(target, "target", cache_dir, kernel, threads, progress, None, note) if inner == "self" else \
+            _load(inner, role, cache_dir, kernel, threads, progress, target, note)
         try:
             return quantize_model(base, scheme)
         except ValueError as e:
             raise CheckpointError(f"model {spec!r}: {e}") from None
     if spec is None:
-        return load_model(shipped_dir(f"{SHIPPED_PAIR}/{role}"), kernel, threads, progress, cache.note)
-    path = resolve(spec, cache_dir, progress)
+        return load_model(shipped_dir(f"{SHIPPED_PAIR}/{role}"), kernel, threads, progress, note)
+    path = resolve(spec, cache_dir, progress, note)
     root = cache_root(cache_dir)
     in_cache = root.resolve() in path.resolve().parents
     try:
         if is_quantized(path):
             return load_quantized(path, kernel, threads)
         # a format-1 file is rewritten once as format 2: in the cache, under the entry's own lock
-        return load_model(path, kernel, threads, progress, cache.note,
-                          cache.entry_lock(root.resolve(), path.resolve()) if in_cache else None)
+        return load_model(path, kernel, threads, progress, note,
+                          cache.entry_lock(root.resolve(), path.resolve(), note=note) if in_cache else None)
     except CheckpointError as e:
         if in_cache:
             raise CheckpointError(f"{e} (the cached conversion {path} is damaged: delete it and run again)") from e

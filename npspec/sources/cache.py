@@ -21,24 +21,28 @@ cache whole without the lock (a process that loses the race discards its copy).
 Downloads use huggingface_hub (its cache, HF_HUB_CACHE / HF_HOME, its progress bars and
 HF_HUB_OFFLINE), fetching only `config.json`, `model.safetensors` and `tokenizer.json`.
 Imports npspec.files, npspec.huggingface, npspec.init and the registry and shipped files of
-npspec.sources; huggingface_hub, filelock.
+npspec.sources; huggingface_hub, filelock. The locks are npspec.atomic's (filelock), as for every
+file npspec writes. Nothing here prints: notes for the user (a conversion starting, a wait for
+another process) go to the `note` callback the caller passes (the commands print them on stderr).
 """
 
+import contextlib
 import hashlib
 import json
 import os
 import re
 import shutil
-import sys
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
-from filelock import FileLock, Timeout
+from filelock import Timeout
 from huggingface_hub import constants
 
+from ..atomic import locked, public_mode
+from ..errors import CheckpointError, oneline
+from ..files import save_converted
 from ..huggingface import convert_into, read_source
-from ..files import CheckpointError, oneline, save_converted
 from ..init import iter_tensors
 from .names import SHAPES
 from .shipped import gpt2_tokenizer_json
@@ -57,34 +61,54 @@ def cache_dir():
     return Path(base) / "npspec"
 
 
-def note(message):
-    """One line to stderr about slow one-time work (a conversion), as huggingface_hub shows its downloads."""
-    print(f"npspec: {message}", file=sys.stderr, flush=True)
+def _say(note, message):
+    """Pass one line about slow one-time work (a conversion, a wait) to `note` (None: nothing is said)."""
+    if note is not None:
+        note(message)
 
 
 @contextmanager
-def _lock(path, timeout, what):
-    """Hold the cache entry's lock file `path` (filelock: fcntl/msvcrt locks the OS releases if the holder dies).
+def _lock(path, timeout, what, note=None):
+    """Hold the cache entry's lock file `path` (npspec.atomic.locked: filelock, which the OS releases if the holder
+    dies).
 
-    If another process holds it, say so on stderr and wait up to `timeout` seconds. Raises
+    If another process holds it, say so through `note` and wait up to `timeout` seconds. Raises
     CheckpointError naming the lock file if it is still held then.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
-    lock = FileLock(path)
-    try:
-        lock.acquire(timeout=0)
-    except Timeout:
-        note(f"another process is building {what}: waiting for it (lock file {path}, up to {timeout:g} s)")
-        try:
-            lock.acquire(timeout=timeout)
-        except Timeout:
-            raise CheckpointError(f"another process still holds the lock file {path} after {timeout:g} s; "
-                                  "let it finish converting or stop it (if none is running, delete the lock "
-                                  "file), and run again") from None
-    try:
+    with contextlib.ExitStack() as hold:
+        if not hold.enter_context(locked(path, blocking=False)):
+            _say(note, f"another process is building {what}: waiting for it (lock file {path}, up to {timeout:g} s)")
+            try:
+                hold.enter_context(locked(path, timeout=timeout))
+            except Timeout:
+                raise CheckpointError(f"another process still holds the lock file {path} after {timeout:g} s; "
+                                      "let it finish converting or stop it (if none is running, delete the lock "
+                                      "file), and run again") from None
         yield
-    finally:
-        lock.release()
+
+
+def _entry_of(partial):
+    """The cache entry a staging directory `.NAME.<random>.partial` was building (a Path beside it)."""
+    return partial.parent / partial.name[1:-len(".partial")].rsplit(".", 1)[0]
+
+
+def clean_stale(root):
+    """Delete the staging directories (`.NAME.*.partial`) that killed builds left anywhere in the cache `root`.
+
+    Each is deleted under its entry's lock, taken without waiting: a staging directory whose entry is
+    locked belongs to a live build and is left alone. Called at every cache use (cached), so a
+    SIGKILLed build's leftovers go at the next run, not only when the same entry is rebuilt. Raises
+    nothing (a cache that cannot be written is reported by the build that needs it).
+    """
+    root = Path(root)
+    for partial in [*root.glob("*/.*.partial"), *root.glob("hub/*/.*.partial")]:
+        try:
+            with locked(lock_file(root, _entry_of(partial)), blocking=False) as free:
+                if free:
+                    shutil.rmtree(partial, ignore_errors=True)
+        except OSError:
+            return
 
 
 def publish(staging, final):
@@ -105,38 +129,40 @@ def lock_file(root, final):
     return Path(root) / ".locks" / f"{'--'.join(Path(final).relative_to(root).parts)}.lock"
 
 
-def entry_lock(root, final, lock_timeout=LOCK_TIMEOUT):
+def entry_lock(root, final, lock_timeout=LOCK_TIMEOUT, note=None):
     """A context manager holding the cache entry's lock (the one `cached` builds it under), taken when entered:
     what files.load_model holds while it rewrites the entry's format-1 file as format 2. Entering raises OSError
     for a cache that cannot be written and CheckpointError for a lock still held after lock_timeout."""
-    return _lock(lock_file(root, final), lock_timeout, f"{final} (rewriting it as format 2)")
+    return _lock(lock_file(root, final), lock_timeout, f"{final} (rewriting it as format 2)", note)
 
 
-def cached(root, final, build, what, lock_timeout=LOCK_TIMEOUT):
+def cached(root, final, build, what, lock_timeout=LOCK_TIMEOUT, note=None):
     """Return the cache entry `final` (inside the cache `root`), building it first with `build(staging_dir)`
     if it is not there.
 
     build writes a converted model into the (empty, existing) staging directory it is given.
-    what: a description for the one-line note printed when building. lock_timeout: seconds to
-    wait while another process builds the same entry. Raises CheckpointError (from build, for a
-    cache that cannot be written, or a lock still held after lock_timeout); the cache is then
-    left as it was.
+    what: a description for the one-line note said when building. lock_timeout: seconds to
+    wait while another process builds the same entry. note: None (say nothing), or called with
+    one line for the user (building, waiting for another process); the commands print it on
+    stderr. Staging directories that killed builds left anywhere in the cache are deleted first
+    (clean_stale); the entry is given the umask's mode (not mkdtemp's 0700). Raises
+    CheckpointError (from build, for a cache that cannot be written, or a lock still held after
+    lock_timeout); the cache is then left as it was.
     """
     root, final = Path(root), Path(final)
+    clean_stale(root)
     if final.is_dir():
         return final
     try:
         final.parent.mkdir(parents=True, exist_ok=True)
         lock = lock_file(root, final)
-        with _lock(lock, lock_timeout, what):
+        with _lock(lock, lock_timeout, what, note):
             if final.is_dir():  # another process built it while we waited
                 return final
-            # nobody else is building this entry: staging leftovers are from killed runs
-            for stale in final.parent.glob(f".{final.name}.*.partial"):
-                shutil.rmtree(stale, ignore_errors=True)
             staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".partial", dir=final.parent))
             try:
-                note(f"converting {what} into {final} (once; later runs reuse it)")
+                public_mode(staging)
+                _say(note, f"converting {what} into {final} (once; later runs reuse it)")
                 build(staging)
                 publish(staging, final)
             except BaseException:
@@ -170,7 +196,7 @@ def convert_hf(src, out_dir, source, source_sha256=None, progress=None):
                         source_sha256=source_sha256, progress=progress)
 
 
-def from_local(src, root, progress=None):
+def from_local(src, root, progress=None, note=None):
     """A local Hugging Face checkpoint directory, converted into the cache on first use (with `progress` bars,
     npspec.progress; None shows nothing). Returns the entry's path."""
     src = Path(src).resolve()
@@ -180,7 +206,8 @@ def from_local(src, root, progress=None):
     final = root / "local" / f"{src.name}-{key}"
     if not final.is_dir():
         check_hf(src)  # config-level problems before the "converting" note
-    return cached(root, final, lambda out: convert_hf(src, out, source=str(src), progress=progress), str(src))
+    return cached(root, final, lambda out: convert_hf(src, out, source=str(src), progress=progress), str(src),
+                  note=note)
 
 
 def random_key(shape, seed):
@@ -189,7 +216,7 @@ def random_key(shape, seed):
     return f"{shape}-seed{seed}-{digest}"
 
 
-def from_random(shape, root, seed=RANDOM_SEED, progress=None):
+def from_random(shape, root, seed=RANDOM_SEED, progress=None, note=None):
     """`random:<shape>`: GPT-2's initialisation with `seed` (npspec.init), saved into the cache in npspec's
     layout with GPT-2's tokenizer (source_sha256 null: there is no source file).
 
@@ -208,7 +235,7 @@ def from_random(shape, root, seed=RANDOM_SEED, progress=None):
         save_converted(out, iter_tensors(config, seed, progress), config, source=f"random:{shape} (npspec.init, "
                        f"seed {seed})", source_sha256=None, tokenizer_json=gpt2_tokenizer_json())
 
-    return cached(root, final, build, f"random:{shape} (seed {seed})")
+    return cached(root, final, build, f"random:{shape} (seed {seed})", note=note)
 
 
 def _offline():
@@ -229,7 +256,7 @@ def _newest_conversion(entry_dir):
     return max(done, key=lambda d: d.stat().st_mtime) if done else None
 
 
-def from_hub(repo_id, root, spec=None, progress=None):
+def from_hub(repo_id, root, spec=None, progress=None, note=None):
     """A hub checkpoint: download (or find in the Hugging Face cache) and convert once. Returns the entry's path.
 
     progress: a bar factory (npspec.progress) for the conversion; None shows nothing (huggingface_hub
@@ -274,4 +301,4 @@ def from_hub(repo_id, root, spec=None, progress=None):
         check_hf(snapshot)
     return cached(root, final, lambda out: convert_hf(snapshot, out, source=f"hf://{repo_id}@{snapshot.name}",
                                                 source_sha256=sha, progress=progress),
-                  f"{repo_id} (revision {snapshot.name[:12]})")
+                  f"{repo_id} (revision {snapshot.name[:12]})", note=note)

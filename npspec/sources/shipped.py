@@ -8,7 +8,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
-from ..files import CheckpointError
+from ..errors import CheckpointError
 
 SHIPPED_PAIR = "shakespeare"
 

@@ -1,44 +1,73 @@
 """python -m npspec.testing vectors OUT.json [--force]: write the kit's exact laws as a versioned JSON file.
 
 The file (npspec.testing.vectors) lets a sampler written in any language be checked against exact
-laws without Python. It is written atomically (a temporary file renamed into place) and never
-replaces an existing file without --force. Imports npspec.files (atomic_write, oneline) and the kit.
+laws without Python. OUT `-` writes the JSON to stdout. A file is written atomically (a temporary
+file renamed into place, npspec.atomic.atomic_write) and never replaces an existing file without
+--force; --force replaces only a regular file (never a directory, a symlink, a FIFO or a device
+such as /dev/null). Errors and usage go to stderr only, one line (dropped when stderr is closed,
+never printed on stdout: npspec.console). Imports npspec.atomic, npspec.console, npspec.errors and
+the kit.
 """
 
-import argparse
 import json
 import sys
 from pathlib import Path
 
-from ..files import atomic_write, oneline
+from ..atomic import atomic_write, replace_problem
+from ..console import Parser, error_stream, parse
+from ..errors import oneline
 from .vectors import FORMAT, VERSION, vectors
+from ..startup import started
+
+PROG = "python -m npspec.testing"
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m npspec.testing", description=__doc__.split("\n")[0].split(": ", 1)[1])
+def build_parser(out=None, err=None):
+    """The argument parser (npspec.console.Parser: help to `out`, usage errors to `err`)."""
+    ap = Parser(prog=PROG, description=__doc__.split("\n")[0].split(": ", 1)[1], out=out, err=err)
     sub = ap.add_subparsers(dest="command", required=True)
-    v = sub.add_parser("vectors", help=f"write the exact laws ({FORMAT}, version {VERSION}) as JSON")
-    v.add_argument("out", help="the JSON file to write")
-    v.add_argument("--force", action="store_true", help="replace OUT if it exists")
-    args = ap.parse_args(argv)
-    out = Path(args.out)
-    if out.exists() and not args.force:
-        return _error(f"{out} exists; pass --force to replace it (nothing was written)")
-    if out.is_dir():
-        return _error(f"{out} is a directory; give a file name")
-    if not out.parent.is_dir():
-        return _error(f"cannot write {out}: the directory {out.parent} does not exist")
+    v = sub.add_parser("vectors", help=f"write the exact laws ({FORMAT}, version {VERSION}) as JSON", out=out, err=err)
+    v.add_argument("out", help="the JSON file to write, or - for stdout")
+    v.add_argument("--force", action="store_true", help="replace OUT if it exists (a regular file only)")
+    return ap
+
+
+def main(argv=None, out=None, err=None):
+    """Run the command (argv: its arguments; default sys.argv[1:]; out, err: its streams, default sys.stdout and
+    sys.stderr). Returns the exit status: 0, 1 an error (one line on err), 2 a command line argparse rejects."""
+    started()  # Python's Ctrl-C handler back (npspec.console: the imports had their own)
+    out = sys.stdout if out is None else out
+    err = error_stream(sys.stderr if err is None else err)
+    args, status = parse(build_parser(out, err), argv, err, "npspec.testing")
+    if args is None:
+        return status
     text = json.dumps(vectors(), indent=1) + "\n"
+    if args.out == "-":
+        try:
+            if out is None:
+                raise OSError("stdout is closed")
+            out.write(text)
+            out.flush()
+        except OSError as e:
+            return _error(f"cannot write to stdout ({e.strerror or e}); check where stdout goes", err)
+        return 0
+    target = Path(args.out)
     try:
-        atomic_write(out, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+        if problem := replace_problem(target):
+            return _error(f"cannot write {target}: {problem}", err)
+        if target.exists() and not args.force:
+            return _error(f"{target} exists; pass --force to replace it (nothing was written)", err)
+        if not target.parent.is_dir():
+            return _error(f"cannot write {target}: the directory {target.parent} does not exist", err)
+        atomic_write(target, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
     except OSError as e:
-        return _error(f"cannot write {out} ({oneline(e)}); choose a writable path")
-    print(f"wrote {out} ({FORMAT}, version {VERSION})", file=sys.stderr)
+        return _error(f"cannot write {target} ({oneline(e)}); choose a writable path", err)
+    print(f"wrote {target} ({FORMAT}, version {VERSION})", file=err)
     return 0
 
 
-def _error(message):
-    print(f"npspec.testing: error: {message}", file=sys.stderr)
+def _error(message, err):
+    print(f"npspec.testing: error: {message}", file=err)
     return 1
 
 

@@ -9,7 +9,7 @@ npspec.testing.oracle) built from the target's table, so a drafter that peeks at
 can be written down and caught. `ngram_drafter` and `confident_drafter` describe npspec's own
 strategies; `object_drafter` describes a real drafter object (npspec.drafters' interface) by
 steering its uniforms, so yours can be checked as it is. Imports numpy, npspec.drafters,
-npspec.sampling, npspec.speculative and npspec.testing.oracle.
+npspec.sampling, npspec.speculative, npspec.testing.oracle and npspec.testing.usage.
 """
 
 from dataclasses import dataclass
@@ -20,7 +20,9 @@ import numpy as np
 from ..drafters import ngram_scan
 from ..sampling import sample
 from ..speculative import SCHEDULES
-from .oracle import _nonzero, drafter_distribution, random_table, sequence_distribution, table_drafter
+from .oracle import _nonzero, _prompt, drafter_distribution, random_table, sequence_distribution, table_drafter
+from .usage import (MAX_OUTCOMES, MAX_VOCAB, KitUsageError, largest, need_bounded, need_callable, need_int, need_ints,
+                    need_row)
 
 
 def one_hot(x, n_vocab):
@@ -98,9 +100,34 @@ def check_drafter(make_drafter, n_vocab=3, targets=None, gammas=(1, 2, 3), max_n
     target, gamma, eos, n_ctx and schedule is a case. Compares drafter_distribution with
     sequence_distribution (max_new_tokens ids): equal for Fraction rows, within 1e-9 for floats.
     Returns a DrafterReport for the first failing case; a drafter that raises fails on that case.
+    Raises KitUsageError (npspec.testing.usage), one line naming the argument, before any case runs: a
+    make_drafter that is not callable, empty gammas, eos_values, n_ctx_values, schedules or targets, a gamma
+    below 1 or max_new_tokens below 2 (no round would draft: a vacuous pass), an n_ctx that leaves no room
+    for a draft after the prompt, a target whose row is not a probability row over n_vocab ids, or a budget
+    whose n_vocab**max_new_tokens outputs exceed usage.MAX_OUTCOMES.
     """
+    where = "check_drafter"
+    need_callable(make_drafter, "make_drafter", "make_drafter(p) -> drafter(seq, drafted)", where)
+    n_vocab = need_int(n_vocab, "n_vocab", where, 2, MAX_VOCAB)
+    gammas = need_ints(gammas, "gammas", where, 1, why=" (gamma 0 drafts nothing: a vacuous pass)")
+    max_new_tokens = need_int(max_new_tokens, "max_new_tokens", where, 2,
+                              why=" (with 0 or 1 the loop never drafts: a vacuous pass)")
+    prompt = _prompt(prompt, where)
+    need_bounded(n_vocab ** max_new_tokens, f"max_new_tokens {max_new_tokens} over {n_vocab} ids "
+                 f"({n_vocab}**{max_new_tokens} outputs)", where,
+                 f"use max_new_tokens <= {largest(lambda m: n_vocab ** m <= MAX_OUTCOMES, 2)} here")
+    eos_values = _values(eos_values, "eos_values", lambda i, e: e if e is None else need_int(
+        e, f"eos_values[{i}]", where, 0, n_vocab - 1))
+    n_ctx_values = _values(n_ctx_values, "n_ctx_values", lambda i, c: c if c is None else need_int(
+        c, f"n_ctx_values[{i}]", where, len(prompt) + 2, why=" (room for the prompt, a draft and its bonus)"))
+    schedules = _values(schedules, "schedules", lambda i, s: s if s in SCHEDULES else _bad_schedule(i, s))
+    targets = default_targets(n_vocab) if targets is None else _values(targets, "targets", lambda i, t: t)
+    for t, p in enumerate(targets):
+        if not callable(p):
+            raise KitUsageError(f"{where}: targets[{t}] must be a table seq -> row, got {p!r}")
+        need_row(p(prompt), f"targets[{t}]'s row after the prompt", where, n_vocab)
     n = 0
-    for t, p in enumerate(default_targets(n_vocab) if targets is None else targets):
+    for t, p in enumerate(targets):
         for gamma in gammas:
             for eos in eos_values:
                 for n_ctx in n_ctx_values:
@@ -116,6 +143,19 @@ def check_drafter(make_drafter, n_vocab=3, targets=None, gammas=(1, 2, 3), max_n
                         if not _same_law(expected, got):
                             return DrafterReport(False, n, case, expected, got)
     return DrafterReport(True, n)
+
+
+def _values(values, name, check):
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+        raise KitUsageError(f"check_drafter: {name} must be a non-empty sequence, got {values!r}")
+    values = [check(i, v) for i, v in enumerate(values)]
+    if not values:
+        raise KitUsageError(f"check_drafter: {name} is empty: nothing would be checked; give at least one value")
+    return values
+
+
+def _bad_schedule(i, s):
+    raise KitUsageError(f"check_drafter: schedules[{i}] must be one of {list(SCHEDULES)}, got {s!r}")
 
 
 class DrafterError(AssertionError):

@@ -1,0 +1,97 @@
+"""The commands' streams: where their bytes go, and what happens when a stream is closed or full.
+
+Every command (`npspec`, `python -m npspec.generate`, `python -m npspec.convert`, `python -m
+npspec.testing`) takes its streams from its `main(argv, out=None, err=None)` and passes them down;
+nothing replaces `sys.stdout` or `sys.stderr`.
+  * `error_stream(err)`: stderr, or os.devnull when it is closed (`2>&-`), so that an error, a note or
+    argparse's usage is dropped rather than printed to stdout (print(file=None) writes to stdout).
+  * `Parser`: argparse's parser writing help and version to the command's `out` and usage errors to its
+    `err`, and letting a failed write raise (argparse itself drops the OSError, so `--help > /dev/full`
+    used to exit 0).
+  * `parse(parser, argv, err, name)`: (args, None), or (None, the exit status) for --help and --version (0,
+    or 1 with one line on `err` if stdout could not take them) and usage errors (2).
+  * `terminate_as_interrupt()`: SIGTERM raised as a KeyboardInterrupt (Terminated) while a command works,
+    so a conversion killed by SIGTERM deletes its staging directory as Ctrl-C does.
+  * `started()` (npspec.startup): every main first puts back Python's Ctrl-C handler, which npspec's
+    package replaced while the command was importing (a Ctrl-C then prints one line and exits 130).
+Imports the standard library only.
+"""
+
+import argparse
+import contextlib
+import os
+import signal
+import sys
+import threading
+
+
+
+def error_stream(err):
+    """`err`, or a stream to os.devnull if it is None (stderr closed): messages are dropped, never sent to stdout."""
+    return err if err is not None else open(os.devnull, "w", encoding="utf-8")
+
+
+TO_ERR = object()  # Parser's own name for "the command's stderr"
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose help and version go to `out` and usage errors to `err` (default: sys.stdout and
+    sys.stderr when written), each write flushed, a failed one raising OSError (a closed stdout: OSError too)."""
+
+    def __init__(self, *args, out=None, err=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.out, self.err = out, err
+
+    def error(self, message):  # argparse's print_usage(None) would write the usage to STDOUT when stderr is closed
+        self._print_message(self.format_usage(), TO_ERR)
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+    def exit(self, status=0, message=None):
+        if message:
+            self._print_message(message, TO_ERR)
+        sys.exit(status)
+
+    def _print_message(self, message, file=None):  # argparse's one writer (help, version, usage, errors)
+        if not message:
+            return
+        to_stdout = file is not TO_ERR and file is sys.stdout  # help and version; None: a closed stream
+        stream = (self.out if self.out is not None else sys.stdout) if to_stdout else \
+            error_stream(self.err if self.err is not None else sys.stderr)
+        if stream is None:
+            raise OSError("stdout is closed")
+        stream.write(message)
+        stream.flush()
+
+
+def parse(parser, argv, err, name):
+    """(args, None) from `parser.parse_args(argv)`, or (None, status): 0 after --help or --version, 2 after a usage
+    error (argparse's message on `err`), 1 when the help could not be written (one line on `err`, naming `name`)."""
+    try:
+        return parser.parse_args(argv), None
+    except SystemExit as e:
+        return None, e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except OSError as e:
+        print(f"{name}: error: cannot write to stdout ({e.strerror or e}); check where stdout goes", file=err)
+        return None, 1
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the signal arrives as an interruption, so that the same cleanup runs as for Ctrl-C."""
+
+
+@contextlib.contextmanager
+def terminate_as_interrupt():
+    """While the block runs, SIGTERM raises Terminated (a KeyboardInterrupt) instead of killing the process:
+    a staging directory being written is then deleted as after Ctrl-C. A no-op outside the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def raise_terminated(signum, frame):
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

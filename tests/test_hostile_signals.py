@@ -1,0 +1,116 @@
+"""Signals: SIGTERM during a conversion cleans up as Ctrl-C does, a Ctrl-C while a command is still importing is
+one line and exit 130, and what a SIGKILLed cache build left is cleaned at the next cache use.
+
+No test here depends on timing: a child signals itself, or says it is ready through a file before the
+parent signals it.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from npspec import startup
+from npspec.sources import cache
+
+from conftest import ROOT, run_python
+from test_convert import hf_dir
+
+SLOW_CONVERT = """
+import sys, time
+from pathlib import Path
+from npspec import convert, files
+real = files.write_safetensors
+def slow(path, shapes, array, metadata, done=None):  # half a file written, then wait for the signal
+    real(path, dict(list(shapes.items())[:3]), array, metadata, done)
+    Path(sys.argv[3]).write_text("ready")
+    time.sleep(60)
+files.write_safetensors = slow
+sys.exit(convert.main([sys.argv[1], sys.argv[2]]))
+"""
+
+
+@pytest.mark.parametrize("sig, status, says", [(signal.SIGTERM, 143, "terminated (SIGTERM)"),
+                                               (signal.SIGINT, 130, "interrupted")])
+def test_a_signalled_conversion_leaves_nothing(tmp_path, sig, status, says):
+    src = hf_dir(tmp_path / "hf")
+    out, ready = tmp_path / "work" / "out", tmp_path / "ready"
+    (tmp_path / "work").mkdir()
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    child = subprocess.Popen([sys.executable, "-c", SLOW_CONVERT, src, out, ready], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    try:
+        for _ in range(1200):
+            if ready.exists() or child.poll() is not None:
+                break
+            time.sleep(0.05)
+        assert ready.exists(), child.stderr.read() if child.poll() is not None else "not ready"
+        child.send_signal(sig)
+        stdout, stderr = child.communicate(timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert (child.returncode, stdout) == (status, ""), stderr
+    assert stderr.strip() == f"npspec.convert: {says}; {out} was left as it was", stderr
+    assert [n for n in os.listdir(tmp_path / "work") if not n.endswith(".lock")] == []  # no 313 MB .partial left
+
+
+CTRL_C_WHILE_STARTING = """
+import os, signal, sys, time
+from npspec import startup
+startup.exit_on_interrupt_while_starting(["python", "-m", "npspec.generate"])
+os.kill(os.getpid(), signal.SIGINT)  # as if Ctrl-C came during the imports
+time.sleep(30)
+print("not reached")
+"""
+
+
+def test_ctrl_c_while_a_command_imports_is_one_line_and_130():
+    r = run_python("-c", CTRL_C_WHILE_STARTING)
+    assert (r.returncode, r.stdout, r.stderr) == (130, "", "npspec: interrupted while starting\n")
+
+
+def test_a_command_puts_pythons_own_ctrl_c_handler_back_before_it_works():
+    previous = signal.getsignal(signal.SIGINT)
+    try:
+        startup.exit_on_interrupt_while_starting(["python", "-m", "npspec.convert"])
+        assert signal.getsignal(signal.SIGINT) is startup._exit_while_starting
+        startup.started()
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+@pytest.mark.parametrize("orig_argv, command", [
+    (["python", "-m", "npspec.generate", "ROMEO:"], True), (["python", "-m", "npspec"], True),
+    (["python", "/venv/bin/npspec", "generate"], True), (["python", "-m", "npspec.testing", "vectors", "-"], True),
+    (["python", "-m", "pytest", "tests"], False), (["python", "-c", "import npspec"], False),
+    (["python", "-m", "bench.speedup"], False), (["ipython"], False), ([], False)])
+def test_only_npspecs_own_commands_exit_on_a_ctrl_c_while_starting(orig_argv, command):
+    assert startup.is_command(orig_argv) is command  # a library user's Ctrl-C stays a KeyboardInterrupt
+
+
+# --- a SIGKILLed cache build ---------------------------------------------------------------------------
+
+
+def test_a_killed_builds_staging_is_cleaned_at_the_next_cache_use(tmp_path):
+    root = tmp_path / "cache"
+    stale = root / "random" / ".tiny-seed0-abc.k3j2h1g0.partial"  # what a SIGKILLed build of another entry left
+    stale.mkdir(parents=True)
+    (stale / "model.safetensors").write_bytes(b"\0" * 1000)
+    cache.cached(root, root / "random" / "other", lambda staging: None, "other")
+    assert not stale.exists()  # it used to stay until tiny-seed0-abc itself was rebuilt
+
+
+def test_a_live_builds_staging_is_left_alone(tmp_path):
+    root = tmp_path / "cache"
+    live = root / "random" / ".busy.a1b2c3d4.partial"
+    live.mkdir(parents=True)
+    with cache._lock(cache.lock_file(root, root / "random" / "busy"), 0, "busy"):  # its build holds the lock
+        cache.cached(root, root / "random" / "other", lambda staging: None, "other")
+        assert live.is_dir()
+    cache.clean_stale(root)
+    assert not live.exists()
