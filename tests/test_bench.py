@@ -20,7 +20,6 @@ from conftest import run_python, tiny_model
 from test_progress import BAR_MARKS, ON_A_TERMINAL
 
 
-
 def pair(n_ctx=40):
     return tiny_model(seed=3, n_layer=2, n_ctx=n_ctx), tiny_model(seed=4, role="draft", n_layer=1, n_ctx=n_ctx)
 
