@@ -58,7 +58,8 @@ def notes():
 
 
 def prose_paragraphs(text):
-    """[(first line number, paragraph)] of a note's prose: code blocks (``` fences) left out, blank lines split."""
+    """[(first line number, paragraph)] of a note's prose: code blocks (``` fences) left out, blank lines and list
+    items split (each item of a list is its own paragraph)."""
     out, start, lines, fenced = [], None, [], False
     for number, line in enumerate(text.splitlines() + [""], 1):
         if line.lstrip().startswith("```"):
@@ -66,6 +67,9 @@ def prose_paragraphs(text):
             continue
         if fenced:
             continue
+        if lines and re.match(r"\s*(?:[-*]|\d+\.) ", line):
+            out.append((start, "\n".join(lines)))
+            start, lines = None, []
         if line.strip():
             start = start or number
             lines.append(line)
@@ -335,6 +339,7 @@ def test_the_figure_check_can_fail(tmp_path):
     assert check("`speedup.csv`: 1.27x, 0.984x, 0.983x, 1.2x, 2.4 and 0.9837") == ["1.27", "0.983", "1.2", "2.4"]
     assert check("no file cited: 1.27x") == [] and check("`README.md` (not in the folder): 1.27x") == []
     assert prose_paragraphs("a 1.5\n\n```python\nx = 2.5\n```\nb\nc 3.5\n") == [(1, "a 1.5"), (6, "b\nc 3.5")]
+    assert prose_paragraphs("- a 1.5\n  b\n- c\n1. d\n") == [(1, "- a 1.5\n  b"), (3, "- c"), (4, "1. d")]
 
 
 def test_the_reference_checks_can_fail():
