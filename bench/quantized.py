@@ -159,7 +159,7 @@ def position_betas(target, draft, val_ids, starts, warp_args, seed=0):
     the proposal repeats a recent id.
 
     Each start s: context val_ids[s - CONTEXT : s]; the draft proposes DEPTH tokens one forward
-    each (as npspec.drafters.ModelDrafter: greedy, or sampled with uniforms from one Generator
+    each (as npspec.decode.drafters.ModelDrafter: greedy, or sampled with uniforms from one Generator
     seeded with `seed`); the target scores context + proposals in one prefill. Returns three lists
     of DEPTH floats: the mean over starts of sum min(p_i, q_i), its standard error over starts, and
     `repeat`, the fraction of starts whose i-th proposal equals one of the REPEAT ids before it (a

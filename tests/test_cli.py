@@ -16,7 +16,7 @@ import pytest
 from npspec.generate import cpu_count, prompt_byte_limit, read_prompt, summary, thread_count
 from npspec.kernels import INVARIANT_KERNELS, KERNELS
 from npspec.sources import load
-from npspec.speculative import Stats
+from npspec.decode import Stats
 
 from conftest import ROOT, run_python
 

@@ -4,7 +4,7 @@
 Letters are Leviathan's: `p` the target, `q` the draft. The law of a round comes from ONE oracle,
 npspec.testing's exact enumeration, through test_one_step.assert_round_keeps_target, given either
 kit.leviathan_rule on `Fraction` rows (exact: an equality is an equality) or test_one_step's
-`accept_rule`, npspec.speculative.accept measured by quadrature over its uniforms (float64,
+`accept_rule`, npspec.decode.acceptance.accept measured by quadrature over its uniforms (float64,
 tolerance 1e-12).
 """
 
@@ -19,7 +19,7 @@ from hypothesis.extra.numpy import arrays
 
 from npspec import testing as kit
 from npspec.sampling import residual, sample, warp
-from npspec.speculative import accept
+from npspec.decode import accept
 
 from test_one_step import (ACCEPT_RULE, accept_law, accept_rule, acceptance_probability,
                            assert_blocks_are_one_draft_at_a_time, assert_round_keeps_target, first_token, round_law)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from npspec.evaluate import expected_tokens_per_round, predicted_speedup
-from npspec.speculative import Stats
+from npspec.decode import Stats
 
 from test_one_step import accept_law
 

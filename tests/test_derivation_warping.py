@@ -9,7 +9,7 @@ import pytest
 
 from npspec import testing as kit
 from npspec.sampling import warp
-from npspec.speculative import accept
+from npspec.decode import accept
 
 from test_one_step import ACCEPT_RULE, accept_law, assert_round_keeps_target, first_token, round_law
 

@@ -16,7 +16,7 @@ import pytest
 from npspec.evaluate import fixed_prompts
 from npspec.kernels import KERNELS
 from npspec.sources import random_model
-from npspec.speculative import speculative_generate
+from npspec.decode import speculative_generate
 
 from conftest import run_python, tiny_model
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from npspec import testing as kit
-from npspec.drafters import ModelDrafter
+from npspec.decode.drafters import ModelDrafter
 from npspec.sampling import warp
 
 

@@ -4,7 +4,7 @@
 
 ONE oracle, npspec.testing's exact enumeration: `assert_round_keeps_target` is THE check of a rule
 `rule(p, q, x) -> (a, r)`: kit.leviathan_rule in Fractions, kit.npspec_rule in float64, or
-`accept_rule`, the rule npspec.speculative.accept itself implements, measured without sampling.
+`accept_rule`, the rule npspec.decode.acceptance.accept itself implements, measured without sampling.
 accept is a function of its uniforms, constant on boxes (u_i < cut_i or not, u_final inside one
 CDF interval of what it samples from): `accept_law` calls it once at the midpoint of every box
 and weighs the answer by the box's volume, the exact law up to float64 rounding. The CDF cuts
@@ -25,7 +25,7 @@ from hypothesis.extra.numpy import arrays
 
 from npspec import testing as kit
 from npspec.sampling import greedy, warp
-from npspec.speculative import accept, accept_greedy
+from npspec.decode import Proposal, SamplingParams, accept, get_rule, round as rounds
 
 from conftest import tiny_model
 
@@ -298,8 +298,17 @@ def test_strict_acceptance_u_zero_never_accepts_p_zero():
 US = (0.0, 0.3, 0.5, kit.ONE_BELOW)  # uniforms, both ends included
 
 
-def test_accept_greedy_equals_accept_on_one_hot_rows():
-    """Every draft and every target table over 3 ids (ties included), gamma 1 and 2, all uniforms in US."""
+def greedy_round(d, p_logits):  # -> (n accepted, token)
+    """The round's accept step at temperature 0 (the one place greedy is handled) on a chain of drafts d."""
+    path, token, *_ = rounds.accept(Proposal.chain(d), p_logits, SamplingParams(temperature=0.0), get_rule("token"),
+                                    False, None, None, p_logits.shape[-1])
+    assert path == list(range(len(path)))
+    return len(path), token
+
+
+def test_greedy_round_equals_accept_on_one_hot_rows():
+    """The round's greedy accept (argmax of the logits, no rows built) equals the token rule on the one-hot rows:
+    every draft and every target table over 3 ids (ties included), gamma 1 and 2, all uniforms in US."""
     rows = [np.array(r, dtype=np.float32) for r in itertools.product((0.0, 1.0), repeat=3) if any(r)]
     rows.append(np.array([0.0, 0.0, 0.0], dtype=np.float32))  # all tied
     cases = 0
@@ -309,7 +318,7 @@ def test_accept_greedy_equals_accept_on_one_hot_rows():
                 p_logits = np.stack(p_logits)
                 p = warp(p_logits, temperature=0)
                 q = warp(np.eye(3, dtype=np.float32)[list(d)], temperature=0)  # the draft's one-hot on d_i
-                fast = accept_greedy(list(d), greedy(p_logits))
+                fast = greedy_round(list(d), p_logits)
                 for u in US:
                     assert accept(np.array(d), p, q, np.full(gamma, u), u) == fast
                 cases += 1

@@ -9,7 +9,7 @@ from hypothesis.extra.numpy import arrays
 
 from npspec import testing as kit
 from npspec.sampling import check_warp_args, greedy, residual, sample, top_p_tail, warp
-from npspec.speculative import accept
+from npspec.decode import accept
 
 ATOL = 1e-12  # float64: every quantity is a handful of operations on numbers in [0, 1]
 US = (0.0, 0.3, 0.5, kit.ONE_BELOW)  # uniforms, both ends included

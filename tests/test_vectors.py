@@ -16,7 +16,7 @@ import pytest
 
 from npspec import testing as kit
 from npspec.sampling import sample, warp
-from npspec.speculative import accept
+from npspec.decode import accept
 from npspec.testing.probes import ACCEPT_PROBES
 from npspec.testing.trees import sampled_expander, tree_round_distribution
 from npspec.testing.vectors import CASES, FORMAT, VERSION, positional_table, vectors

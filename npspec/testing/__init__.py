@@ -5,7 +5,7 @@ rule stated as probabilities by exact enumeration (check_rule), `probes` checks 
 sampler with injected uniforms and chi-square tests (check_sampler), `rounds` a whole black-box round
 (gamma drafts, their tests, the correction or bonus) on rows that differ by position, up to GPT-2's
 vocabulary (check_round), `drafting` checks a drafter
-(npspec.drafters) by exact enumeration (check_drafter), `trees` enumerates a token-tree round
+(npspec.decode.drafters) by exact enumeration (check_drafter), `trees` enumerates a token-tree round
 (npspec.trees), `doubles` holds the
 stand-ins that drive npspec's loop on a table (TableModel, ScriptedRng), and `strategies` the
 hypothesis strategies. The submodules import numpy and npspec's core modules, never each other

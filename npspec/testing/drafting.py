@@ -1,15 +1,15 @@
 """npspec.testing.drafting: check a drafter exactly, by enumeration on table models.
 
 A drafter is lossless when the loop's output, drafting with it, has exactly the target's law
-(npspec.drafters states what it must guarantee). `check_drafter` enumerates that law with
+(npspec.decode.drafters states what it must guarantee). `check_drafter` enumerates that law with
 npspec.testing.oracle.drafter_paths, for several targets, gammas, budgets, EOS settings and both
 gamma schedules, and compares it with the target's own law (sequence_distribution): exactly
 for rows of Fractions, to 1e-9 for float rows. It takes a *drafter description* (see
 npspec.testing.oracle) built from the target's table, so a drafter that peeks at the target
 can be written down and caught. `ngram_drafter` and `confident_drafter` describe npspec's own
-strategies; `object_drafter` describes a real drafter object (npspec.drafters' interface) by
-steering its uniforms, so yours can be checked as it is. Imports numpy, npspec.drafters,
-npspec.sampling, npspec.speculative, npspec.testing.oracle and npspec.testing.usage.
+strategies; `object_drafter` describes a real drafter object (npspec.decode.types.Drafter) by
+steering its uniforms, so yours can be checked as it is. Imports numpy, npspec.decode.drafters,
+npspec.sampling, npspec.decode, npspec.testing.oracle and npspec.testing.usage.
 """
 
 from dataclasses import dataclass
@@ -17,9 +17,9 @@ from fractions import Fraction
 
 import numpy as np
 
-from ..drafters import ngram_scan
+from ..decode import SCHEDULES, SamplingParams
+from ..decode.drafters import ngram_scan
 from ..sampling import sample
-from ..speculative import SCHEDULES
 from .oracle import _nonzero, _prompt, drafter_distribution, random_table, sequence_distribution, table_drafter
 from .usage import (MAX_OUTCOMES, MAX_VOCAB, KitUsageError, largest, need_bounded, need_callable, need_int, need_ints,
                     need_row)
@@ -31,7 +31,7 @@ def one_hot(x, n_vocab):
 
 
 def ngram_drafter(n_vocab, ngram_min=1, ngram_max=4, eos=None):
-    """The description of npspec.drafters.NgramDrafter: one-hot rows along ngram_scan's continuation, then stop."""
+    """The description of npspec.decode.drafters.NgramDrafter: one-hot rows along ngram_scan's continuation, then stop."""
     def drafter(seq, drafted):
         cont = ngram_scan(list(seq), len(drafted) + 1, ngram_min, ngram_max, eos)
         if len(cont) <= len(drafted):
@@ -171,7 +171,7 @@ def _cell_middle(row, x):  # a uniform in the middle of x's inverse-CDF cell of 
 def object_drafter(make, warp_args=None):
     """A drafter description of a real drafter object, by steering the uniforms it is given.
 
-    make(): a fresh drafter (npspec.drafters' interface: start, propose). For the context seq and
+    make(): a fresh drafter (npspec.decode.types.Drafter: start, propose -> Proposal). For the context seq and
     the drafts so far, the description starts a fresh drafter on seq and calls propose with
     gamma = len(drafted) + 1 and uniforms in the middle of each earlier draft's cell of its
     reported row, so it proposes `drafted` again; then, for each id x of the next reported row
@@ -183,10 +183,13 @@ def object_drafter(make, warp_args=None):
     """
     warp_args = dict(temperature=1.0) if warp_args is None else warp_args
 
+    sampling = SamplingParams(**warp_args)
+
     def call(seq, us, gamma):
         drafter = make()
         drafter.start(list(seq))
-        return drafter.propose(list(seq), gamma, np.array(us + [0.5] * (gamma - len(us))), warp_args)
+        proposal = drafter.propose(list(seq), gamma, np.array(us + [0.5] * (gamma - len(us))), sampling)
+        return proposal.ids, proposal.q_rows(drafter.n_vocab)
 
     def drafter(seq, drafted):
         us = []

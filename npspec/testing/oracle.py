@@ -8,14 +8,14 @@ the tuple of ids seq (prompt included), a row of fractions.Fraction (exact) or o
 of a whole generation, `sequence_distribution` is the target's own law, and `check_rule` compares
 them on small p, q (Leviathan et al. 2023, Appendix A.1; Chen et al. 2023, Theorem 1).
 
-A *drafter description* generalises the draft table to any way of drafting (npspec.drafters):
+A *drafter description* generalises the draft table to any way of drafting (npspec.decode.drafters):
 `drafter(seq, drafted) -> (proposal, q)` or None, with seq the ids before the round and drafted
 the drafts so far in it. proposal[x] is the probability of proposing x next (a row of mass at
 most 1: the missing mass is the probability of proposing nothing more; None proposes nothing
 more), q the row the acceptance test is given. A correct drafter has proposal == q (or stops);
 `table_drafter(q)` is the draft model. `drafter_paths` enumerates the loop with a drafter and
 a gamma schedule. Every enumeration stops with KitUsageError past usage.MAX_OUTCOMES paths (check_rule
-refuses up front a gamma whose outcomes cannot fit). Imports numpy, npspec.sampling, npspec.speculative and
+refuses up front a gamma whose outcomes cannot fit). Imports numpy, npspec.sampling, npspec.decode and
 npspec.testing.usage, nothing else of npspec.
 """
 
@@ -27,7 +27,7 @@ from fractions import Fraction
 import numpy as np
 
 from ..sampling import residual, warp
-from ..speculative import next_gamma, round_gamma
+from ..decode import next_gamma, round_gamma
 from .usage import (MAX_OUTCOMES, MAX_TOL, KitUsageError, largest, need_bounded, need_callable, need_int, need_ints,
                     need_real, need_row)
 
@@ -46,7 +46,7 @@ def leviathan_rule(p, q, x):
 
 
 def npspec_rule(p, q, x):
-    """npspec's own rule in float64: the ratio npspec.speculative.accept tests, npspec.sampling.residual.
+    """npspec's own rule in float64: the ratio npspec.decode.acceptance.accept tests, npspec.sampling.residual.
 
     p, q: float rows `[n_vocab]`. Returns (min(1, p[x] / q[x]) float, residual(p, q) `[n_vocab]` float64).
     """
@@ -198,7 +198,7 @@ def drafter_paths(p, drafter, prompt, gamma, max_new_tokens, eos=None, n_ctx=Non
 
     Each round drafts at most g = round_gamma(scheduled gamma, remaining, n_ctx, len(seq)) tokens,
     npspec's loop's own clamp (g = 0 is a plain target step), with the scheduled gamma starting
-    at min(gamma, max_new_tokens - 1, n_ctx - 1) and moved by npspec.speculative.next_gamma after
+    at min(gamma, max_new_tokens - 1, n_ctx - 1) and moved by npspec.decode.schedule.next_gamma after
     each round; tests them in order with `rule`, and emits the kept drafts plus the replacement
     or bonus token; an accepted EOS ends the round and the generation. Stops as
     sequence_distribution does. Yields SpeculativePath; paths of probability 0 are skipped.

@@ -25,7 +25,7 @@ reference, trial by trial: exact, since the uniforms decide everything (a trial 
 by the classic bug that would return what the round returned (DIAGNOSES: a non-strict test, the bonus
 from the draft, rows off by one, q or p unwarped, no residual, argmax drafts). `round_statistics`
 checks the laws by chi-square (for a round that draws its own randomness) at a stated false-alarm rate.
-`npspec_round()` is npspec's own round. Imports numpy, npspec.sampling, npspec.speculative (accept),
+`npspec_round()` is npspec's own round. Imports numpy, npspec.sampling, npspec.decode (accept),
 npspec.testing.probes (chi_square, Finding) and npspec.testing.usage.
 """
 
@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..sampling import residual, sample, warp
-from ..speculative import accept
+from ..decode import accept
 from .probes import Finding, chi_square
 from .usage import KitUsageError, need_alpha, need_callable, need_int, need_real, need_samples
 
@@ -378,7 +378,7 @@ def round_statistics(round_fn, n_samples=20000, alpha=1e-6, seed=0):
 
 def npspec_round():
     """npspec's own round as a round_fn: warp both rows, sample the drafts with u[:gamma], then
-    npspec.speculative.accept with u[gamma:2 gamma] and u[2 gamma]."""
+    npspec.decode.acceptance.accept with u[gamma:2 gamma] and u[2 gamma]."""
     def round_fn(draft_logits, target_logits, u, warping):
         gamma = len(draft_logits) - 1
         Q, P = warp(draft_logits, **warping), warp(target_logits, **warping)

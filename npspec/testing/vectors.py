@@ -26,7 +26,7 @@ npspec/testing/VECTORS.md documents every field; npspec/testing/vectors.schema.j
 Besides `cases`, `verification_cases` adds `block_verification` (chain cases decided by block verification, Sun
 et al. 2025) and `multi_draft` (one node with k children, i.i.d. or drawn without replacement: RSD) with their
 exact laws and acceptance, under `verification_conventions`. Imports oracle, blocks, multidraft and trees (the
-enumerations), probes (ACCEPT_PROBES, chi2_sf) and npspec.speculative (round_gamma, accept), nothing else
+enumerations), probes (ACCEPT_PROBES, chi2_sf) and npspec.decode (round_gamma, accept), nothing else
 of npspec.
 """
 
@@ -36,7 +36,7 @@ from fractions import Fraction as F
 
 import numpy as np
 
-from ..speculative import accept, round_gamma
+from ..decode import accept, round_gamma
 from .blocks import block_distribution, block_paths, expected_accepted, joint_bound, token_block_rule
 from .multidraft import node_acceptance, ot_bound, without_replacement_expander
 from .oracle import (constant_table, sequence_distribution, speculative_distribution, speculative_paths, table_drafter,
