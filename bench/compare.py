@@ -3,7 +3,7 @@
 Runs `python -m npspec.generate --target random:<target> --draft random:<draft> --temperature 0
 --simulate-acceptance A --compare --json` in a fresh process with the environment as it is (no
 variable added), and writes what it printed, with the command and the machine, to compare.json.
-The acceptance is SIMULATED (npspec.simulate): random weights give a draft nothing to agree on.
+The acceptance is SIMULATED (npspec.decode.drafters.controlled): random weights give a draft nothing to agree on.
 """
 
 import json

@@ -22,26 +22,21 @@ import time
 
 import numpy as np
 
-from npspec.drafters import ModelDrafter, NgramDrafter, ngram_scan
+from npspec.decode.drafters import ModelDrafter, NgramDrafter, ngram_scan
 from npspec.registry import REGISTRY, names
-from npspec.speculative import Stats, speculative_generate
+from npspec.decode import Stats, speculative_generate
 
 from . import common, models
 from .controlled import ControlledDraft, ControlledLookup
 from .speedup import median_run as timed, numbers
 from .verify_cost import time_forward
 
-POOLED = ("new_tokens", "rounds", "accepted", "rejected", "seconds", "seconds_draft", "seconds_verify")
 P_MINS = (0.3, 0.5, 0.7)
 
 
 def pooled(gens):
-    """One Stats summing several Generations' counts (proposal lengths included)."""
-    s = Stats(**{k: sum(getattr(g.stats, k) for g in gens) for k in POOLED})
-    width = max(len(g.stats.proposal_lengths) for g in gens)
-    s.proposal_lengths = [sum(g.stats.proposal_lengths[k] for g in gens if k < len(g.stats.proposal_lengths))
-                          for k in range(width)]
-    return s
+    """One Stats pooling several Generations' (Stats.pooled: every count and list summed)."""
+    return Stats.pooled(g.stats for g in gens)
 
 
 def decode(target, make_drafter, prompts, new_tokens, gamma, schedule="constant", **warp):
@@ -67,12 +62,10 @@ def fastest_ar(target, prompts, new_tokens, repeats, threads, **warp):
 def row(table, name, gamma, schedule, speed, gens, ar, ar_gens, greedy, own_kernel, **extra):
     """One result row: acceptance in npspec's and vLLM's terms, speed against the fastest and the target's own AR."""
     s = pooled(gens)
-    drafts = s.rounds - (s.proposal_lengths[0] if s.proposal_lengths else 0)
     best = max(ar, key=ar.get)
     out = {"table": table, "strategy": name, "gamma": gamma, "schedule": schedule, **extra, "alpha": s.alpha,
-           "mean_acceptance_length": 1 + s.accepted / drafts if drafts else float("nan"),
-           "tokens_per_round": s.tokens_per_round,
-           "no_proposal_share": (s.proposal_lengths[0] / s.rounds) if s.proposal_lengths else 0.0,
+           "mean_acceptance_length": s.mean_acceptance_length, "tokens_per_round": s.tokens_per_round,
+           "no_proposal_share": s.rounds_without_proposal / s.rounds if s.rounds else 0.0,
            "tok_s": speed, "fastest_ar_kernel": best, "fastest_ar_tok_s": ar[best], "speedup": speed / ar[best],
            "vs_target_ar": speed / ar[own_kernel],
            "identical": ([g.ids for g in gens] == [g.ids for g in ar_gens]) if greedy else ""}

@@ -21,7 +21,7 @@ from npspec.files import WEIGHTS_FILE, load_model, save_converted
 from npspec.init import init_tensors
 from npspec.sources import SHAPES
 from npspec.sources.shipped import gpt2_tokenizer_json
-from npspec.speculative import speculative_generate
+from npspec.decode import speculative_generate
 
 from . import common
 

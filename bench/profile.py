@@ -5,7 +5,7 @@ gemm-blocks, gemv-rows and compiled-lanes when installed), with the run's thread
   * products against forward: the best-of-`--calls` seconds of a one-token forward (Model.forward, as a target
     decodes) against the same forward's products replayed alone (the very (x, w, b) it multiplied, recorded once,
     through the same kernel and BLAS threads): the difference is what the forward does around its products;
-  * the plain loop against its forwards: one plain greedy decoding (npspec.speculative, gamma 0) of `--tokens`
+  * the plain loop against its forwards: one plain greedy decoding (npspec.decode, gamma 0) of `--tokens`
     tokens with the model's prefill and forwards timed where they are called: per token, the loop's seconds, the
     prefill's share, the forwards', and the rest (sampling, bookkeeping), next to a one-token forward timed alone;
   * a cProfile listing (own time) of the one-token forwards of the first kernel; the BLAS calls have no Python
@@ -22,8 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
+from npspec.decode import speculative_generate
 from npspec.registry import REGISTRY
-from npspec.speculative import speculative_generate
 
 from . import common, models
 

@@ -61,14 +61,13 @@ WARPS = {"greedy": dict(temperature=0.0), "t0.8_p0.95": dict(temperature=0.8, to
 BITS = (8, 6, 5, 4, 3, 2)
 GRANULARITIES = ("ch", "g128", "g64", "g32")
 GAMMA = 4
-DEPTH, CONTEXT = 8, 64
+DEPTH, CONTEXT, REPEAT = 8, 64, 4
 CALIBRATION = 8
+WINDOWS, STARTS, PROMPTS, SEEDS = 48, 96, 16, 3  # the full run's sample sizes (notes/quantized.md says why)
 POSITION_SCHEMES = (("fp32", "rtn"), ("bf16", "rtn"), ("int8-ch", "rtn"), ("int4-ch", "rtn"), ("int4-g64", "rtn"),
                     ("int3-g64", "rtn"), ("int2-g64", "rtn"), ("int4-g64", "awq"), ("int3-g64", "awq"))
-ALPHA_SCHEMES = tuple((s, "rtn") for s in ("fp32", "fp16", "bf16", "int8-ch", "int8-g64", "int6-g64", "int5-g64",
-                                           "int4-ch", "int4-g128", "int4-g64", "int4-g32", "int3-g64", "int2-g64",
-                                           "int4-g64+emb", "int2-g64+emb")) + \
-    (("int4-ch", "awq"), ("int4-g64", "awq"), ("int3-g64", "awq"), ("int2-g64", "awq"))
+ALPHA_SCHEMES = tuple((s, "rtn") for s in ("fp32", "int8-ch", "int4-ch", "int4-g64", "int3-g64", "int2-g64"))
+# measured alpha costs a speculative run per prompt, seed and warping: only for the drafts notes/quantized.md compares
 
 
 def all_configs():
@@ -115,7 +114,13 @@ def reference(target, wins):
 
 
 def beta_and_loss(draft, wins, ref):
-    """({warp name: mean over positions of sum min(p, q)}, mean cross-entropy in nats/token) of `draft` on `wins`."""
+    """Exact beta of `draft` on the windows `wins`, its uncertainty, and its cross-entropy.
+
+    Returns ({warp name: mean over positions of sum min(p, q)}, {warp name: [len(wins)] the mean over each window's
+    positions}, mean cross-entropy in nats/token). beta is exact for the text read; what is uncertain is which text
+    was read, so the per-window means are what an interval is taken over (`mean_and_se`: the windows are disjoint
+    stretches of the validation split, treated as independent draws of text).
+    """
     betas, nll, count = {k: [] for k in WARPS}, 0.0, 0
     for i, w in enumerate(wins):
         logits = draft.prefill(w[:-1], draft.new_cache())
@@ -126,20 +131,43 @@ def beta_and_loss(draft, wins, ref):
         count += len(w) - 1
         for k, a in WARPS.items():
             betas[k].append(np.minimum(ref[k][i], warp(logits, **a)).sum(-1))
-    return {k: float(np.concatenate(v).mean()) for k, v in betas.items()}, nll / count
+    per_window = {k: [float(b.mean()) for b in v] for k, v in betas.items()}
+    return {k: float(np.concatenate(v).mean()) for k, v in betas.items()}, per_window, nll / count
+
+
+def mean_and_se(values):  # [n] floats -> (mean, standard error of the mean; 0.0 for n = 1)
+    """The mean of independent values and its standard error, std (ddof 1) / sqrt(n)."""
+    v = np.asarray(values, dtype=np.float64)
+    return float(v.mean()), (float(v.std(ddof=1) / np.sqrt(len(v))) if len(v) > 1 else 0.0)
+
+
+def ratio_and_se(num, den):  # [n], [n] counts per unit -> (sum num / sum den, its standard error)
+    """A pooled ratio over independent units (prompts x seeds) and its standard error by the delta method for a
+    ratio estimator: se^2 = sum (num_i - r den_i)^2 / (n (n - 1) mean(den)^2) (Cochran, Sampling Techniques, 3rd
+    ed., eq. 6.13, without the finite-population factor). nan for no denominator."""
+    num, den = np.asarray(num, dtype=np.float64), np.asarray(den, dtype=np.float64)
+    if den.sum() == 0:
+        return float("nan"), float("nan")
+    r, n = float(num.sum() / den.sum()), len(num)
+    if n < 2:
+        return r, 0.0
+    return r, float(np.sqrt(((num - r * den) ** 2).sum() / (n * (n - 1))) / den.mean())
 
 
 def position_betas(target, draft, val_ids, starts, warp_args, seed=0):
-    """Mean over `starts` of sum min(p_i, q_i) at draft positions i = 1..DEPTH along the draft's own proposals.
+    """beta at draft positions i = 1..DEPTH along the draft's own proposals, with its standard error, and how often
+    the proposal repeats a recent id.
 
     Each start s: context val_ids[s - CONTEXT : s]; the draft proposes DEPTH tokens one forward
-    each (as npspec.drafters.ModelDrafter: greedy, or sampled with uniforms from one Generator
-    seeded with `seed`); the target scores context + proposals in one prefill. Returns a list of
-    DEPTH floats.
+    each (as npspec.decode.drafters.ModelDrafter: greedy, or sampled with uniforms from one Generator
+    seeded with `seed`); the target scores context + proposals in one prefill. Returns three lists
+    of DEPTH floats: the mean over starts of sum min(p_i, q_i), its standard error over starts, and
+    `repeat`, the fraction of starts whose i-th proposal equals one of the REPEAT ids before it (a
+    draft caught in a loop of one or a few tokens: "\n\n\n...", "you, you, you").
     """
     rng = np.random.default_rng(seed)
     greedy = warp_args["temperature"] == 0
-    total = np.zeros(DEPTH)
+    per_start, repeats = [], []
     for s in starts:
         seq = [int(t) for t in val_ids[s - CONTEXT : s]]
         cache = draft.new_cache()
@@ -151,23 +179,29 @@ def position_betas(target, draft, val_ids, starts, warp_args, seed=0):
             seq.append(int(np.argmax(q)) if greedy else sample(q, u))
             qs.append(q)
         p = warp(target.prefill(np.asarray(seq[:-1]), target.new_cache())[-DEPTH:], **warp_args)
-        total += np.minimum(p, np.array(qs)).sum(-1)
-    return list(total / len(starts))
+        per_start.append(np.minimum(p, np.array(qs)).sum(-1))
+        n = len(seq) - DEPTH
+        repeats.append([seq[n + i] in seq[n + i - REPEAT : n + i] for i in range(DEPTH)])
+    stats = [mean_and_se(col) for col in np.array(per_start).T]
+    return [m for m, _ in stats], [se for _, se in stats], list(np.mean(repeats, axis=0))
 
 
 def measured_alpha(target, draft, prompts, seeds, new_tokens):
-    """{warp name: (alpha mean, alpha se, tokens/round mean, tokens/round se, acceptance by position)} at gamma 4."""
+    """{warp name: (alpha, its se, tokens/round, its se, acceptance by position)} at gamma 4.
+
+    One run per (prompt, seed) unit (greedy: per prompt, its one output), each with its own Generator seeded
+    `seed`; alpha = accepted / tested and tokens/round = new tokens / rounds pooled over the units, with standard
+    errors over the units (`ratio_and_se`), which are independent.
+    """
     out = {}
     for k, a in WARPS.items():
-        runs = [acceptance(target, draft, prompts, gamma=GAMMA, max_new_tokens=new_tokens, seed=s, **a)
-                for s in (seeds[:1] if a["temperature"] == 0 else seeds)]
-        alphas = np.array([r.alpha for r in runs])
-        tpr = np.array([r.tokens_per_round for r in runs])
+        runs = [acceptance(target, draft, [prompt], gamma=GAMMA, max_new_tokens=new_tokens, seed=s, **a)
+                for prompt in prompts for s in (seeds[:1] if a["temperature"] == 0 else seeds)]
+        alpha = ratio_and_se([r.accepted for r in runs], [r.accepted + r.rejected for r in runs])
+        tpr = ratio_and_se([r.new_tokens for r in runs], [r.rounds for r in runs])
         tested = np.sum([r.tested_by_position for r in runs], axis=0)
         accepted = np.sum([r.accepted_by_position for r in runs], axis=0)
-        se = (lambda v: float(v.std(ddof=1) / np.sqrt(len(v))) if len(v) > 1 else 0.0)
-        out[k] = (float(alphas.mean()), se(alphas), float(tpr.mean()), se(tpr),
-                  [float(x / t) if t else float("nan") for x, t in zip(accepted, tested)])
+        out[k] = (*alpha, *tpr, [float(x / t) if t else float("nan") for x, t in zip(accepted, tested)])
     return out
 
 
@@ -226,9 +260,9 @@ def plot(beta_rows, alpha_rows, path, target_label="shipped target", draft_label
 
 def options(ap):
     """This command's own options (bench.common.command_line adds --quick, --out and --threads)."""
-    ap.add_argument("--windows", type=int, default=None, help="validation windows of n_ctx + 1 ids (default 8; quick 1)")
-    ap.add_argument("--starts", type=int, default=None, help="starts of the per-position study (default 48; quick 4)")
-    ap.add_argument("--seeds", type=int, default=None, help="seeds of each sampled alpha (default 3; quick 1)")
+    ap.add_argument("--windows", type=int, default=None, help=f"validation windows of n_ctx + 1 ids (default {WINDOWS}; quick 2)")
+    ap.add_argument("--starts", type=int, default=None, help=f"starts of the per-position study (default {STARTS}; quick 4)")
+    ap.add_argument("--seeds", type=int, default=None, help=f"seeds of each sampled alpha (default {SEEDS}; quick 1)")
     ap.add_argument("--target", metavar="SPEC", default=None,
                     help="the target, an npspec SPEC (default: the shipped target), e.g. gpt2-large where the hub is "
                          "reachable; the text is still the shipped pair's validation split, in its tokenizer")
@@ -239,11 +273,11 @@ def options(ap):
 def main(argv=None):
     run = common.command_line("bench.quantized", __doc__, argv, options=options, threads=("1", "1"), many=False)
     quick = run.args.quick
-    n_windows = run.args.windows or (1 if quick else 12)
-    n_starts = run.args.starts or (4 if quick else 48)
-    seeds = list(range(run.args.seeds or (1 if quick else 3)))
+    n_windows = run.args.windows or (2 if quick else WINDOWS)
+    n_starts = run.args.starts or (4 if quick else STARTS)
+    seeds = list(range(run.args.seeds or (1 if quick else SEEDS)))
     configs = quick_configs() if quick else all_configs()
-    n_prompts, new_tokens = (2, 16) if quick else (8, 64)
+    n_prompts, new_tokens = (2, 16) if quick else (PROMPTS, 64)
     with common.blas_threads(run.threads[0]):
         target = load(run.args.target, "target", threads=run.threads[0], note=common.note)
         draft = load(run.args.draft, "draft", threads=run.threads[0], note=common.note)
@@ -257,17 +291,20 @@ def main(argv=None):
         target_bytes = models.matrix_bytes(target)
         starts = [CONTEXT + i * (len(val_ids) - CONTEXT - DEPTH) // n_starts for i in range(n_starts)]
         prompts = fixed_prompts(val_ids, n=n_prompts)
-        beta_rows, position_rows, alpha_rows = [], [], []
+        beta_rows, window_rows, position_rows, alpha_rows = [], [], [], []
         for family, base in zip(labels, (target, draft)):
             shapes = tensor_shapes(base.config)
             for name, method in common.steps(configs, f"quantized {family}, scheme"):
                 q = make_draft(base, name, method, calibration)
-                betas, loss = beta_and_loss(q, wins, ref)
+                betas, per_window, loss = beta_and_loss(q, wins, ref)
                 nbytes = models.matrix_bytes(base) if name == "fp32" else int(weight_bytes(shapes, parse_scheme(name)))
                 c_bw = nbytes / target_bytes
                 row = {"draft": family, "scheme": name, "method": method, "bits": bits_of(name),
                        "granularity": granularity(name), "emb": name.endswith("+emb")}
                 row.update({f"beta_{k}": v for k, v in betas.items()})
+                row.update({f"beta_{k}_se": mean_and_se(v)[1] for k, v in per_window.items()})
+                window_rows += [{"draft": family, "scheme": name, "method": method, "window": i,
+                                 **{f"beta_{k}": per_window[k][i] for k in WARPS}} for i in range(len(wins))]
                 row.update({"val_loss": loss, "val_ppl": float(np.exp(loss)), "bytes_per_token": nbytes, "c_bw": c_bw})
                 row.update({f"speedup_bw_{k}": predicted_speedup(min(v, 1 - 1e-12), GAMMA, c_bw, 1.0)
                             for k, v in betas.items()})
@@ -276,9 +313,10 @@ def main(argv=None):
                            + f", ppl {np.exp(loss):.2f}, c_bw {c_bw:.3f}")
                 if quick or (name, method) in POSITION_SCHEMES:
                     for k in ("greedy", "t1.0"):
-                        per = position_betas(target, q, val_ids, starts, WARPS[k])
-                        position_rows += [{"draft": family, "scheme": name, "method": method, "warping": k, "position": i + 1,
-                                           "beta": b} for i, b in enumerate(per)]
+                        per, per_se, repeat = position_betas(target, q, val_ids, starts, WARPS[k])
+                        position_rows += [{"draft": family, "scheme": name, "method": method, "warping": k,
+                                           "position": i + 1, "beta": b, "beta_se": se, "repeat": r}
+                                          for i, (b, se, r) in enumerate(zip(per, per_se, repeat))]
                         common.log(f"  positions {k}: " + " ".join(f"{b:.3f}" for b in per))
                 if quick or (name, method) in ALPHA_SCHEMES:
                     res = measured_alpha(target, q, prompts, seeds, new_tokens)
@@ -295,21 +333,28 @@ def main(argv=None):
     run.meta["validation"] = (f"beta and perplexity: {positions} positions (the first {len(wins)} windows of "
                               f"{target.config.n_ctx} + 1 ids of the validation split)")
     run.meta["alpha"] = (f"gamma {GAMMA}, {n_prompts} prompts x 32 validation ids (fixed_prompts), {new_tokens} new "
-                         f"tokens each, seeds {seeds} for sampled warpings")
+                         f"tokens each, one run per prompt and seed (seeds {seeds} for sampled warpings, seed 0 greedy)")
     run.meta["positions"] = f"{n_starts} starts x {CONTEXT} ids of context, {DEPTH} draft positions"
     run.meta["awq_calibration"] = (f"{len(calibration)} windows x {target.config.n_ctx} ids at evenly spaced offsets "
                                    "of the training split")
     return common.finish(run, [
         common.Table("quantized_beta", beta_rows, "Exact acceptance beta of quantized drafts against the float32 "
                      "shipped target",
-                     "beta_W: mean over validation positions of sum min(p, q) at warping W (greedy = argmax agreement). "
+                     "beta_W: mean over validation positions of sum min(p, q) at warping W (greedy = argmax agreement); "
+                     "beta_W_se: its standard error over the windows (quantized_beta_windows holds each window's mean). "
                      "c_bw: weight bytes a one-token forward reads (packed codes + float32 scales) over the float32 "
                      "target's; speedup_bw_W = E[tokens/round](beta_W, gamma 4) / (4 c_bw + 1), the bandwidth-bound "
                      "limit, NOT a measured speed (npspec dequantizes to float32 at load)."),
+        common.Table("quantized_beta_windows", window_rows, "beta of each quantized draft in each validation window",
+                     "beta_W: the mean of sum min(p, q) over one window's positions; the same windows for every draft, "
+                     "so two drafts compare by their paired differences."),
         common.Table("quantized_position", position_rows, "beta by draft position along the draft's own proposals",
-                     "Mean over starts of sum min(p_i, q_i) at position i; not conditioned on acceptance."),
+                     f"Mean over starts of sum min(p_i, q_i) at position i (beta_se: its standard error over starts); "
+                     f"not conditioned on acceptance. repeat: the fraction of starts whose i-th proposal equals one of "
+                     f"the {REPEAT} ids before it."),
         common.Table("quantized_alpha", alpha_rows, "Measured acceptance at gamma 4 (the model card's prompts)",
-                     "alpha: accepted / tested; tokens_per_round = mean acceptance length (every round proposes); "
+                     "alpha: accepted / tested, pooled over one run per prompt and seed; _se: standard error over those "
+                     "runs (ratio estimator); tokens_per_round = mean acceptance length (every round proposes); "
                      "geometric: (1 - beta^5) / (1 - beta) with the exact beta; acceptance_W_posI: accepted / tested "
                      "at position I (conditional on reaching it).")],
         [plot(beta_rows, alpha_rows, run.out / "quantized.png", *labels)])

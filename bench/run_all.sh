@@ -11,6 +11,7 @@ step bench.speedup
 step bench.compare
 step bench.drafters --repeats 1
 step bench.trees --repeats 1
+step bench.verification
 step bench.sweep
 step bench.memory
 step bench.load

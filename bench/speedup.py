@@ -3,7 +3,7 @@
 Rows (all greedy, temperature 0, so the output must be token-identical to AR decoding):
   * the shipped pair, with its real acceptance, on fixed validation prompts;
   * GPT-2 shapes with random weights (gpt2-large/distilgpt2, gpt2-medium/distilgpt2,
-    gpt2-large/gpt2, gpt2/distilgpt2) with CONTROLLED ACCEPTANCE (npspec/simulate.py): the
+    gpt2-large/gpt2, gpt2/distilgpt2) with CONTROLLED ACCEPTANCE (npspec/decode/drafters/controlled.py): the
     real draft forward runs, but each draft token is the target's greedy token with
     probability a; gamma = 1, 2, 3, 4, 8 with a = 0.5, 0.7, 0.9 for the first pair, a = 0.7 for the others.
 Targets and drafts decode with the kernels npspec.load gives their roles (npspec.sources.role_kernel),
@@ -29,7 +29,7 @@ import numpy as np
 from npspec.evaluate import predicted_speedup
 from npspec.registry import REGISTRY
 from npspec.sources import SHAPES
-from npspec.speculative import Stats, speculative_generate
+from npspec.decode import Stats, speculative_generate
 
 from . import common, models
 from .controlled import ControlledDraft
@@ -41,7 +41,6 @@ FULL_PAIRS = [("gpt2-large", "distilgpt2"), ("gpt2-medium", "distilgpt2"), ("gpt
 QUICK_PAIRS = [("gpt2", "distilgpt2")]
 AR_KERNELS = tuple(k for k in ("compiled-lanes", "gemm-blocks", "gemv-panels", "gemv-rows", "gemm")
                    if REGISTRY[k].available())  # every kernel plain decoding can use (compiled-lanes: the fast extra)
-POOLED = ("new_tokens", "rounds", "accepted", "rejected", "seconds", "seconds_draft", "seconds_verify")
 
 
 def runner(target, draft, prompts, new_tokens, gamma):
@@ -50,8 +49,9 @@ def runner(target, draft, prompts, new_tokens, gamma):
 
 
 def pooled(gens):
-    """One Stats summing the counts and seconds of several Generations (alpha, tokens/round, shares over all)."""
-    return Stats(**{k: sum(getattr(g.stats, k) for g in gens) for k in POOLED})
+    """One Stats pooling the counts and seconds of several Generations (Stats.pooled; alpha, tokens/round, shares
+    over all)."""
+    return Stats.pooled(g.stats for g in gens)
 
 
 def median_run(run, repeats, warmup=True):

@@ -2,7 +2,7 @@
 
 Two tables:
   * trees_shipped: the shipped pair with its real acceptance, greedy and temperature 0.8 (top-p 0.95): the
-    chain drafter at gamma 1..8, trees of 4, 8 and about 16 nodes (npspec.drafters.TreeDrafter,
+    chain drafter at gamma 1..8, trees of 4, 8 and about 16 nodes (npspec.decode.drafters.TreeDrafter,
     sampled children; top-k children too at temperature 0.8), and dynamic trees of 4, 8 and 16 nodes
     (DynamicTreeDrafter, depth at most 4; their v is a chain's of as many rows, a close stand-in).
   * trees_controlled: random gpt2-large / distilgpt2 with CONTROLLED ACCEPTANCE (bench/controlled.py): each
@@ -17,7 +17,7 @@ import sys
 
 import numpy as np
 
-from npspec.drafters import DynamicTreeDrafter, ModelDrafter, TreeDrafter
+from npspec.decode.drafters import DynamicTreeDrafter, ModelDrafter, TreeDrafter
 from npspec.trees import branching_tree
 
 from . import common, models

@@ -13,9 +13,10 @@ writes, locks, directory swaps), files (the converted-model file format), init (
 initialisation), huggingface (Hugging Face checkpoints -> npspec files), quantize (weight
 quantization: schemes, round-to-nearest, AWQ), quantized (quantized Models and files), sources (load(spec,
 role): SPECs, the registry of names, the conversion cache, the shipped pair), sampling (warping,
-inverse-CDF sampling, residual), text (prompts, streaming), drafters (who proposes: a draft model,
-n-gram lookup, token trees), trees (multi-candidate acceptance down a tree), speculative (the round
-and the loop), evaluate (perplexity, acceptance), testing (the conformance kit), picture (the HTML
+inverse-CDF sampling, residual), text (prompts, streaming), trees (multi-candidate acceptance down a
+tree), decode (the round, the loop and the drafters, reaching models only through its protocols),
+evaluate (perplexity, acceptance), harness (--compare and --simulate-acceptance), testing (the
+conformance kit), picture (the HTML
 page of each round of a trace); generate and convert are the commands (`python -m npspec.generate`,
 `python -m npspec.convert`), and cli the `npspec` command over them (`npspec generate`, `npspec
 convert`); only cli imports them. console (the commands' streams) and startup (Ctrl-C while a command
@@ -33,14 +34,15 @@ from dataclasses import dataclass  # noqa: E402 (after the handler: these import
 import numpy as np  # noqa: E402
 
 from . import progress  # noqa: E402
-from .drafters import DynamicTreeDrafter, ModelDrafter, NgramDrafter, TreeDrafter  # noqa: E402
+from .decode import Generation, GenerationInterrupted, Stats, speculative_generate  # noqa: E402
+from .decode.checks import check_target  # noqa: E402
+from .decode.drafters import DynamicTreeDrafter, ModelDrafter, NgramDrafter, TreeDrafter  # noqa: E402
 from .errors import CheckpointError  # noqa: E402
 from .files import load_model  # noqa: E402
 from .gpt2 import ContextOverflowError, GPT2Config, KVCache  # noqa: E402
 from .model import Model  # noqa: E402
-from .sources import load, random_model  # noqa: E402
 from .sampling import check_integer  # noqa: E402
-from .speculative import Generation, GenerationInterrupted, Stats, check_pair, speculative_generate  # noqa: E402
+from .sources import load, random_model  # noqa: E402
 from .text import encode_prompt  # noqa: E402
 
 __version__ = "0.1.0"
@@ -57,14 +59,15 @@ def generate_text(target, prompt, draft=None, gamma=4, max_new_tokens=64, temper
                   gamma_schedule="constant"):
     """Generate text after `prompt` (a str) with `target`; with a `draft` and gamma > 0, speculatively.
 
-    draft: a Model, a drafter (npspec.drafters: NgramDrafter, ModelDrafter(model, p_min)), or None.
-    gamma_schedule: "constant" or "heuristic" (npspec.speculative.next_gamma).
+    draft: a Model, a drafter (npspec.decode.drafters: NgramDrafter, ModelDrafter(model, p_min), ...), or None.
+    gamma_schedule: "constant" or "heuristic" (npspec.decode.schedule.next_gamma).
     (Not named `generate`: that name is the CLI module, `python -m npspec.generate`.)
     Returns a TextGeneration: `ids` (new ids), `text` (their decoding), `stats`. The same
     seed, models, prompt and options give the same output. See speculative_generate for the
-    errors raised (a seed that is not an integer >= 0: TypeError or ValueError naming it).
+    errors raised (a seed that is not an integer >= 0: TypeError or ValueError naming it; a target that is not a
+    model: TypeError, checked before the prompt is encoded).
     """
-    check_pair(target, draft)
+    check_target(target)
     check_integer(seed, "seed", 0, " (np.random.default_rng's)")
     ids = encode_prompt(target.tokenizer, prompt, target.config.eos_token_id)
     gen = speculative_generate(target, draft, ids, max_new_tokens, gamma=gamma if draft is not None else 0,

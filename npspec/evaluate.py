@@ -2,13 +2,13 @@
 
 The shipped pair's model card and the regression tests both call these functions, so the
 numbers in weights/shakespeare/README.md are the numbers the tests check. Imports
-npspec.sampling and npspec.speculative.
+npspec.sampling and npspec.decode.
 """
 
 import numpy as np
 
 from .sampling import warp
-from .speculative import Stats, speculative_generate
+from .decode import Stats, speculative_generate
 
 
 def split_corpus(text):
@@ -43,19 +43,13 @@ def validation_loss(model, ids, max_windows=None):
 def acceptance(target, draft, prompts, gamma=4, max_new_tokens=64, temperature=0.0, top_k=0, top_p=1.0, seed=0):
     """Run speculative decoding on each prompt (lists of ids) and sum the statistics.
 
-    Returns a Stats whose counts are summed over prompts (seconds summed too). Sampling
-    (temperature > 0) uses one Generator seeded with `seed` for the whole set.
+    Returns one Stats pooling every prompt's (Stats.pooled: every count, per-position list and proposal
+    length summed, seconds too), with stop_reason "mixed". Sampling (temperature > 0) uses one Generator
+    seeded with `seed` for the whole set.
     """
     rng = np.random.default_rng(seed)
-    total = Stats(tested_by_position=[0] * gamma, accepted_by_position=[0] * gamma)
-    for prompt in prompts:
-        s = speculative_generate(target, draft, prompt, max_new_tokens, gamma=gamma, temperature=temperature,
-                                 top_k=top_k, top_p=top_p, rng=rng).stats
-        for key in ("new_tokens", "rounds", "drafted", "accepted", "rejected", "target_forwards",
-                    "draft_forwards", "seconds", "seconds_draft", "seconds_verify"):
-            setattr(total, key, getattr(total, key) + getattr(s, key))
-        total.tested_by_position = [a + b for a, b in zip(total.tested_by_position, s.tested_by_position)]
-        total.accepted_by_position = [a + b for a, b in zip(total.accepted_by_position, s.accepted_by_position)]
+    total = Stats.pooled(speculative_generate(target, draft, prompt, max_new_tokens, gamma=gamma, temperature=temperature,
+                                              top_k=top_k, top_p=top_p, rng=rng).stats for prompt in prompts)
     total.stop_reason = "mixed"
     return total
 

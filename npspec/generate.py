@@ -11,10 +11,11 @@ other than the shipped one without --draft (with a note). Ctrl-C ends the line, 
 of what was generated (stop: interrupted) and exits 130. On a terminal, accepted draft tokens are
 coloured (green) apart from target-produced ones; `--no-color` or NO_COLOR turns it off.
 
-The top of the house: argparse -> load (npspec.sources) -> a drafter (npspec.drafters) ->
-speculative_generate -> print. Every option is checked by npspec.speculative's and
-npspec.drafters' own checks before a model loads, and everything else (the pair, the prompt, the
---html path) before the first byte is written; this module maps errors to one-line messages.
+The top of the house: argparse -> load (npspec.sources) -> a drafter (npspec.decode.drafters; a word of
+COMMANDS, or a draft model) -> npspec.decode.prepare -> decode -> print. Every option is checked once, before
+a model loads (npspec.decode.types.Options, the drafting and output options here), and everything else (the
+pair, the prompt, the --html path) before the first byte is written; this module maps errors to one-line
+messages. --compare and --simulate-acceptance run in npspec.harness.
 The only environment variables read are here: NO_COLOR, NPSPEC_QUIET and TQDM_DISABLE
 (npspec.progress.show_progress), and NPSPEC_NUM_THREADS as the default of --threads.
 """
@@ -28,27 +29,26 @@ from pathlib import Path
 
 import numpy as np
 
-from .drafters import (MAX_NGRAM, DraftModelCache, DynamicTreeDrafter, ModelDrafter, NgramDrafter, TreeDrafter,
-                       check_ngram_sizes, check_p_min)
 from . import picture
 from .atomic import expand, replace_problem
 from .choice import MODES
 from .console import Parser, error_stream, parse, terminate_as_interrupt
+from .decode import (RULES, SCHEDULES, SIBLINGS, Generation, GenerationInterrupted, Options, SamplingParams, Stats,
+                     decode, prepare)
+from .decode.drafters import (COMMANDS, TREE_DRAFTERS, DraftModelCache, DynamicTreeDrafter, ModelDrafter, TreeDrafter,
+                              check_p_min)
 from .errors import CheckpointError
+from .harness import compare_plain, comparison, simulated
 from .kernels import check_threads
-from .qkernels import holds_codes
-from .registry import kernel as registry_kernel, names as kernel_names, plain_baselines
-from .simulate import ControlledDraft
 from .progress import bar, show_progress, terminal_bars
+from .qkernels import holds_codes
+from .registry import kernel as registry_kernel, names as kernel_names
 from .sources import HUB_NAMES, SHIPPED_PAIR, load, shipped_dir
-from .speculative import (SCHEDULES, Generation, GenerationInterrupted, Stats, check_options, check_pair, check_prompt,
-                          context_size, speculative_generate)
 from .text import TextStreamer, encode_prompt
 from .startup import started
 from .trees import MAX_TREE_NODES, branching_tree
 
 DEFAULT_PROMPT = "ROMEO:"
-NGRAM = "ngram"  # the --draft word for prompt lookup (a directory of that name: ./ngram)
 GREEN, RESET = "\033[32m", "\033[0m"
 
 
@@ -69,32 +69,11 @@ def build_parser(prog=PROG, out=None, err=None):
             f"({', '.join(HUB_NAMES)}, org/name)")
     ap.add_argument("--target", metavar="SPEC", default=None, help=f"{spec} (default: the shipped target)")
     ap.add_argument("--draft", metavar="SPEC", default=None,
-                    help=f"{spec}, or `ngram`: prompt lookup, no draft model, or SCHEME:SPEC / SCHEME:self: that "
+                    help=f"{spec}, or {', '.join(f'`{c.word}`: {c.about}' for c in COMMANDS.values())}, or "
+                         "SCHEME:SPEC / SCHEME:self: that "
                          "model / the target quantized, e.g. int4-g64:self (default: the shipped draft for the shipped "
                          "target; another target without --draft decodes plainly)")
-    ap.add_argument("--gamma", type=int, default=4,
-                    help="draft tokens per round (the heuristic schedule's start); 0 = plain decoding (default 4)")
-    ap.add_argument("--gamma-schedule", choices=SCHEDULES, default="constant",
-                    help="constant: gamma every round; heuristic: transformers' rule, +2 after a round that kept "
-                         "every draft, else -1, at least 1 (default constant)")
-    ap.add_argument("--draft-p-min", type=float, default=0.0, metavar="P",
-                    help="confidence stopping for a draft model: stop drafting after a token whose largest draft "
-                         "probability is below P, as llama.cpp's --draft-p-min (default 0: off)")
-    ap.add_argument("--tree", type=branching, default=None, metavar="K1,K2,...",
-                    help="draft a token tree: K1 children of the last id, K2 of each of those, ... (e.g. 3,2,1); "
-                         "verified in one forward (npspec.trees); its depth is at most --gamma, its nodes at most "
-                         f"{MAX_TREE_NODES}")
-    ap.add_argument("--tree-kind", choices=("sampled", "top-k"), default="sampled",
-                    help="with --tree: children drawn i.i.d. from the draft (sampled) or its most likely ids (top-k)")
-    ap.add_argument("--tree-budget", type=int, default=None, metavar="N",
-                    help="draft a dynamic tree of N nodes grown best first by cumulative draft probability "
-                         "(EAGLE-2's idea; each node offers its 4 most likely ids); its depth is at most --gamma, "
-                         f"N at most {MAX_TREE_NODES}")
-    ap.add_argument("--ngram-min", type=int, default=None, metavar="N",
-                    help="with --draft ngram: the shortest n-gram to match (default 1)")
-    ap.add_argument("--ngram-max", type=int, default=None, metavar="N",
-                    help=f"with --draft ngram: the longest n-gram to match, tried first (default 4, at most "
-                         f"{MAX_NGRAM})")
+    add_drafting_options(ap)
     ap.add_argument("--max-new-tokens", type=int, default=128, help="tokens to generate (default 128)")
     ap.add_argument("--temperature", type=float, default=0.8, help="0 = greedy (default 0.8)")
     ap.add_argument("--top-k", type=int, default=0, help="keep the k most likely tokens; 0 = off (default)")
@@ -137,6 +116,38 @@ def build_parser(prog=PROG, out=None, err=None):
                                                          "TQDM_DISABLE=1; they show only when stderr is a terminal)")
     ap.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     return ap
+
+
+def add_drafting_options(ap):
+    """How to draft: gamma and its schedule, the acceptance rule, confidence stopping, trees, and the options of each
+    drafter without a model (npspec.decode.drafters.COMMANDS)."""
+    ap.add_argument("--gamma", type=int, default=4,
+                    help="draft tokens per round (the heuristic schedule's start); 0 = plain decoding (default 4)")
+    ap.add_argument("--gamma-schedule", choices=SCHEDULES, default="constant",
+                    help="constant: gamma every round; heuristic: transformers' rule, +2 after a round that kept "
+                         "every draft, else -1, at least 1 (default constant)")
+    ap.add_argument("--verify", choices=tuple(RULES), default="token",
+                    help="the acceptance rule (npspec.decode.acceptance.RULES): token = token-by-token rejection "
+                         "sampling (Leviathan et al. 2023; its multi-candidate form down a tree of i.i.d. children), "
+                         "block = block verification of a chain (Sun et al. 2025), which keeps at least as many drafts "
+                         "in law, rsd = a --tree whose siblings are drawn without replacement, verified by recursive "
+                         "rejection sampling (Jeon et al. 2024), which keeps at least as many per node (default token)")
+    ap.add_argument("--draft-p-min", type=float, default=0.0, metavar="P",
+                    help="confidence stopping for a draft model: stop drafting after a token whose largest draft "
+                         "probability is below P, as llama.cpp's --draft-p-min (default 0: off)")
+    ap.add_argument("--tree", type=branching, default=None, metavar="K1,K2,...",
+                    help="draft a token tree: K1 children of the last id, K2 of each of those, ... (e.g. 3,2,1); "
+                         "verified in one forward (npspec.trees); its depth is at most --gamma, its nodes at most "
+                         f"{MAX_TREE_NODES}")
+    ap.add_argument("--tree-kind", choices=("sampled", "top-k"), default="sampled",
+                    help="with --tree: children drawn i.i.d. from the draft (sampled) or its most likely ids (top-k)")
+    ap.add_argument("--tree-budget", type=int, default=None, metavar="N",
+                    help="draft a dynamic tree of N nodes grown best first by cumulative draft probability "
+                         "(EAGLE-2's idea; each node offers its 4 most likely ids); its depth is at most --gamma, "
+                         f"N at most {MAX_TREE_NODES}")
+    for command in COMMANDS.values():  # the options of each drafter without a model (npspec.decode.drafters)
+        for flag, options in command.options:
+            ap.add_argument(flag, **options)
 
 
 def json_safe(x):
@@ -307,10 +318,11 @@ def check_output_args(args):
 
 def check_drafting_args(args):
     """Raise ValueError for drafting options that cannot apply together, do nothing, or pass their bounds (the tree's
-    node count, npspec.trees.MAX_TREE_NODES; the n-gram sizes, npspec.drafters.MAX_NGRAM), before anything loads."""
-    ngram = args.draft == NGRAM
-    if ngram and args.gamma == 0:
-        raise ValueError("--draft ngram needs --gamma >= 1 (0 is plain decoding, with no drafter)")
+    node count, npspec.trees.MAX_TREE_NODES; a model-free drafter's own, its Command.check), before anything loads."""
+    command = COMMANDS.get(args.draft)  # a drafter without a model (--draft WORD), or None
+    words = " or ".join(f"--draft {word}" for word in COMMANDS)
+    if command is not None and args.gamma == 0:
+        raise ValueError(f"--draft {command.word} needs --gamma >= 1 (0 is plain decoding, with no drafter)")
     if args.gamma == 0 and (args.draft is not None or drafting_options(args)):
         given = ", ".join((["--draft"] if args.draft is not None else []) + drafting_options(args))
         raise ValueError(f"--gamma 0 is plain decoding, with no drafter, so {given} would do nothing: give "
@@ -319,17 +331,28 @@ def check_drafting_args(args):
         given = drafting_options(args)
         raise ValueError(f"{', '.join(given)} {'needs' if len(given) == 1 else 'need'} a drafter, and without --draft "
                          f"the target {args.target} decodes plainly: add --draft SPEC (a draft with its tokenizer) or "
-                         "--draft ngram")
-    if not ngram and (args.ngram_min is not None or args.ngram_max is not None):
-        raise ValueError("--ngram-min and --ngram-max apply to --draft ngram only; add --draft ngram or drop them")
-    if ngram and args.draft_p_min:
-        raise ValueError("--draft-p-min applies to a draft model, not to --draft ngram (its proposals are certain)")
-    if ngram and args.draft_kernel is not None:
-        raise ValueError("--draft-kernel picks a draft model's product, and --draft ngram has no model; drop it")
+                         f"{words}")
+    for other in COMMANDS.values():
+        if other is not command and other.given(args):
+            flags = " and ".join(flag for flag, _ in other.options)
+            raise ValueError(f"{flags} apply to --draft {other.word} only; add --draft {other.word} or drop them")
+    if command is not None and args.draft_p_min:
+        raise ValueError(f"--draft-p-min applies to a draft model, not to --draft {command.word} ({command.certain})")
+    if command is not None and args.draft_kernel is not None:
+        raise ValueError(f"--draft-kernel picks a draft model's product, and --draft {command.word} has no model; "
+                         "drop it")
+    check_tree_args(args, command, words)
+    check_p_min(args.draft_p_min)
+    if command is not None:
+        command.check(args)
+
+
+def check_tree_args(args, command, words):
+    """Raise ValueError for --tree, --tree-budget, --tree-kind and --simulate-acceptance used where they cannot apply."""
     if args.tree and args.tree_budget is not None:
         raise ValueError("--tree and --tree-budget are two kinds of tree; give one of them")
-    if (args.tree or args.tree_budget is not None) and (ngram or args.draft_p_min):
-        raise ValueError("--tree drafts with a draft model; it cannot be combined with --draft ngram or --draft-p-min")
+    if (args.tree or args.tree_budget is not None) and (command is not None or args.draft_p_min):
+        raise ValueError(f"--tree drafts with a draft model; it cannot be combined with {words} or --draft-p-min")
     if args.tree_budget is not None and not 1 <= args.tree_budget <= MAX_TREE_NODES:
         raise ValueError(f"--tree-budget must be >= 1 and at most {MAX_TREE_NODES} (the tree's nodes; the largest "
                          f"tree npspec drafts), got {args.tree_budget}")
@@ -337,45 +360,90 @@ def check_drafting_args(args):
         branching_tree(args.tree)  # the node count's bound, checked before any model loads
     if args.tree_kind != "sampled" and not args.tree:
         raise ValueError("--tree-kind applies to --tree only; add --tree K1,K2,... or drop it")
+    siblings = RULES[args.verify].siblings
+    if siblings != "iid" and not (args.tree and args.tree_kind == "sampled"):
+        raise ValueError(f"--verify {args.verify} verifies a --tree of {SIBLINGS[siblings]} and is the token rule "
+                         "anywhere else: add --tree K1,K2,... (without --tree-kind top-k) or use --verify token")
     if (a := args.simulate_acceptance) is not None:
         if not 0 <= a <= 1:  # also NaN
             raise ValueError(f"--simulate-acceptance is a probability: give a number in [0, 1], got {a}")
         if args.temperature != 0:
             raise ValueError("--simulate-acceptance steers greedy proposals only: add --temperature 0")
-        if ngram or args.tree or args.tree_budget is not None:
+        if command is not None or args.tree or args.tree_budget is not None:
             raise ValueError("--simulate-acceptance steers a draft model's chain of proposals: give --draft SPEC "
-                             "without --tree, --tree-budget or ngram")
-    check_p_min(args.draft_p_min)
-    if ngram:
-        check_ngram_sizes(1 if args.ngram_min is None else args.ngram_min, 4 if args.ngram_max is None else args.ngram_max)
+                             f"without --tree, --tree-budget or {' or '.join(COMMANDS)}")
 
 
 def make_drafter(args, target, threads, progress=None, note=None):
-    """The drafter --draft names (None when not drafting(args)): NgramDrafter for `ngram`, else
-    ModelDrafter(load(SPEC)), TreeDrafter with --tree; the shipped draft for the shipped target without --draft."""
+    """The drafter --draft names (None when not drafting(args)): a registered word's (npspec.decode.drafters.COMMANDS,
+    e.g. `ngram`), else ModelDrafter(load(SPEC)), TreeDrafter with --tree, DynamicTreeDrafter with --tree-budget;
+    the shipped draft for the shipped target without --draft."""
     if not drafting(args):
         return None
-    if args.draft == NGRAM:
-        return NgramDrafter(target.config.n_vocab, target.config.eos_token_id,
-                            1 if args.ngram_min is None else args.ngram_min, 4 if args.ngram_max is None else args.ngram_max)
+    if args.draft in COMMANDS:
+        return COMMANDS[args.draft].build(args, target)
     draft = load(args.draft, "draft", kernel=args.draft_kernel, threads=threads, progress=progress,
                  target=args.target, note=note, probe=args.kernel_probe)
-    if args.draft_kernel is not None and registry_kernel(args.draft_kernel).reads_codes and not holds_codes(draft.params):
+    codes = args.draft_kernel is not None and registry_kernel(args.draft_kernel).reads_codes
+    if codes and not holds_codes(draft.params):
         raise ValueError(f"--draft-kernel {args.draft_kernel} reads a quantized draft's int8 codes, and the draft "
                          f"{draft.source} holds float32 weights: give an int scheme such as --draft int8-g64:SPEC, or "
                          "drop --draft-kernel")
-    if args.tree:
-        return TreeDrafter(draft, args.tree, args.tree_kind)
+    if args.tree and args.tree_kind == "top-k":
+        return TreeDrafter(draft, args.tree, "top-k")
+    if args.tree:  # sampled children, drawn as the rule needs (npspec.decode.drafters.TREE_DRAFTERS)
+        return TREE_DRAFTERS[RULES[args.verify].siblings](draft, args.tree)
     if args.tree_budget is not None:
         return DynamicTreeDrafter(draft, args.tree_budget)
     return ModelDrafter(draft, p_min=args.draft_p_min)
+
+
+def kernels_used(target, drafter):
+    """{"target_kernel", "draft_kernel"}: the products the two models decode with (draft None: no draft model).
+    Called before --simulate-acceptance wraps the draft model."""
+    draft = drafter.model.kernel if isinstance(drafter, DraftModelCache) else None
+    return {"target_kernel": target.kernel, "draft_kernel": draft}
 
 
 def run(args, out=sys.stdout, err=sys.stderr, stdin=None):
     """Generate as `args` (build_parser's) say: the text to `out`, the summary and notes to `err`. Returns the
     Generation. Raises ValueError or CheckpointError, before anything is written to `out`, for anything that can
     be checked up front; Interrupted after printing what was generated when Ctrl-C stops the generation."""
-    check_options(args.max_new_tokens, args.gamma, args.temperature, args.top_k, args.top_p, args.gamma_schedule)
+    job, prompt, kernels, progress = prepared(args, err, stdin)
+    target = job.target
+    color = out.isatty() and not args.no_color and not os.environ.get("NO_COLOR") and not args.json
+    streamer = TextStreamer(target.tokenizer)
+    gen, interrupted = generated(job, args, out, prompt, streamer, color, progress)
+    if not args.json:  # the line ends before any bar of --compare can draw under it
+        out.write(streamer.finish() + "\n")
+        out.flush()
+    if args.html is not None:
+        try:
+            picture.write(expand(args.html, "--html"), gen.trace, target.tokenizer.decode, prompt, gen.stats.as_dict())
+        except OSError as e:
+            raise ValueError(f"cannot write --html {args.html} ({e.strerror or e}); pick a writable path") from e
+        print(f"npspec.generate: wrote {args.html} (each round of the generation)", file=err)
+    plain = {}
+    if args.compare and not interrupted:  # the same prompt, options and seed, with the target alone
+        try:
+            plain = compare_plain(job, args.seed, progress)
+        except GenerationInterrupted:
+            interrupted, plain = True, {}
+    report(args, out, err, gen, plain, target, kernels)
+    if interrupted:
+        raise Interrupted()
+    return gen
+
+
+def prepared(args, err, stdin):
+    """Every check, then the models, the drafter, the prompt: returns (the checked npspec.decode Job, the prompt text,
+    the kernels the two models decode with (kernels_used), the bar factory or None).
+
+    The options are checked (npspec.decode.types.Options, the drafting and output options) before any model loads,
+    the pair and the prompt by npspec.decode.prepare once they are known, each once.
+    """
+    options = Options(args.max_new_tokens, args.gamma, SamplingParams(args.temperature, args.top_k, args.top_p),
+                      args.gamma_schedule, args.verify)
     check_drafting_args(args)
     check_output_args(args)
     if args.seed < 0:
@@ -390,20 +458,24 @@ def run(args, out=sys.stdout, err=sys.stderr, stdin=None):
                   probe=args.kernel_probe)
     if args.gamma > 0 and not drafting(args):
         print(f"npspec.generate: note: no --draft for the target {args.target}, so it decodes plainly (the shipped "
-              "draft is the shipped target's); add --draft SPEC or --draft ngram to decode speculatively", file=err)
+              "draft is the shipped target's); add --draft SPEC or " + " or ".join(f"--draft {word}" for word in COMMANDS)
+              + " to decode speculatively", file=err)
     draft = make_drafter(args, target, threads, progress, note)
-    gamma = args.gamma if draft is not None else 0
-    if draft is not None:
-        check_pair(target, draft)
-    kernels = kernels_used(target, draft)
     prompt = read_prompt(args.prompt, prompt_byte_limit(target.tokenizer, target.config.n_ctx), stdin)
     ids = encode_prompt(target.tokenizer, prompt, target.config.eos_token_id)
-    check_prompt(ids, context_size(target, draft), target.config.n_vocab)
+    rng = np.random.default_rng(args.seed)  # (its first use imports numpy.random: not between prompt and decoding)
+    job = prepare(target, draft, ids, options, rng)
+    kernels = kernels_used(job.target, job.drafter)
     if args.simulate_acceptance is not None:
-        draft = simulated(draft, target, ids, args, err, progress)
-    color = out.isatty() and not args.no_color and not os.environ.get("NO_COLOR") and not args.json
-    streamer = TextStreamer(target.tokenizer)
+        job = simulated(job, args.simulate_acceptance, args.seed,
+                        lambda message: print(f"npspec.generate: note: {message}", file=err), progress)
+    return job, prompt, kernels, progress
 
+
+def generated(job, args, out, prompt, streamer, color, progress):
+    """Echo the prompt (the first byte written: everything that can be checked was), decode the job streaming its
+    text to `out` (accepted drafts coloured when `color`; with --json, a bar of the tokens on stderr instead);
+    returns (the Generation, whether Ctrl-C stopped it)."""
     def on_emit(new_ids, n_accepted):
         if args.json:  # nothing streams: a bar on stderr shows the tokens instead
             tokens.update(len(new_ids))
@@ -416,100 +488,38 @@ def run(args, out=sys.stdout, err=sys.stderr, stdin=None):
             out.write(streamer.push(new_ids))
         out.flush()
 
-    rng = np.random.default_rng(args.seed)  # (its first use imports numpy.random: not between prompt and decoding)
-    interrupted = False
     try:
-        if not args.json:  # the first byte written: everything that can be checked was
+        if not args.json:
             out.write(prompt)
         with bar(progress if args.json else None, "generating", args.max_new_tokens, "tok") as tokens:
-                gen = speculative_generate(target, draft, ids, args.max_new_tokens, gamma=gamma,
-                                       temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-                                       rng=rng, on_emit=on_emit,
-                                       trace=args.trace or args.html is not None, gamma_schedule=args.gamma_schedule)
+            return decode(job, on_emit, trace=args.trace or args.html is not None), False
     except GenerationInterrupted as e:  # Ctrl-C: print what was generated, then exit 130
-        gen, interrupted = e.generation, True
+        return e.generation, True
     except KeyboardInterrupt:  # between the prompt and the first forward: nothing generated
-        gen, interrupted = Generation([], Stats(stop_reason="interrupted")), True
-    if not args.json:  # the line ends before any bar of --compare can draw under it
-        out.write(streamer.finish() + "\n")
-        out.flush()
-    if args.html is not None:
-        try:
-            picture.write(expand(args.html, "--html"), gen.trace, target.tokenizer.decode, prompt, gen.stats.as_dict())
-        except OSError as e:
-            raise ValueError(f"cannot write --html {args.html} ({e.strerror or e}); pick a writable path") from e
-        print(f"npspec.generate: wrote {args.html} (each round of the generation)", file=err)
-    plain = {}
-    if args.compare and not interrupted:  # the same prompt, options and seed, with the target alone
-        try:
-            for kernel in plain_baselines(target.kernel):
-                with bar(progress, f"--compare: plain decoding, {kernel}", args.max_new_tokens, "tok") as b:
-                    plain[kernel] = speculative_generate(target.with_kernel(kernel), None, ids, args.max_new_tokens,
-                                                         gamma=0, temperature=args.temperature, top_k=args.top_k,
-                                                         top_p=args.top_p, rng=np.random.default_rng(args.seed),
-                                                         on_emit=lambda new_ids, n: b.update(len(new_ids)))
-        except GenerationInterrupted:
-            interrupted, plain = True, {}
+        return Generation([], Stats(stop_reason="interrupted")), True
+
+
+def report(args, out, err, gen, plain, target, kernels):
+    """The --json object (its stats naming the kernels: kernels_used) to `out`, the summary and the --compare line to
+    `err` (the streamed text's end is written before --html and --compare run)."""
+    greedy = args.temperature == 0
     if args.json:
-        obj = {"text": target.tokenizer.decode(gen.ids), "ids": gen.ids,
-               "stats": {**gen.stats.as_dict(), **kernels}}
+        obj = {"text": target.tokenizer.decode(gen.ids), "ids": gen.ids, "stats": {**gen.stats.as_dict(), **kernels}}
         if args.trace:
             obj["trace"] = gen.trace
         if plain:
-            obj["compare"] = comparison(gen, plain, target.kernel, args.temperature == 0)
+            obj["compare"] = comparison(gen, plain, target.kernel, greedy)
         out.write(json.dumps(json_safe(obj), allow_nan=False) + "\n")
         out.flush()
     print(summary(gen.stats), file=err)
     if plain:
-        c = comparison(gen, plain, target.kernel, args.temperature == 0)
+        c = comparison(gen, plain, target.kernel, greedy)
         print(f"compare: speculative {c['speculative_tokens_per_s']:.1f} tokens/s, plain "
               f"{c['plain_tokens_per_s']:.1f} tokens/s (fastest plain decoding: {c['plain_kernel']}), speedup "
               f"{c['speedup']:.2f}x" + ("" if c["same_ids"] is None else ", same output" if c["same_ids"]
                                          else ", DIFFERENT output"), file=err)
     elif args.compare:
         print("compare: interrupted before plain decoding finished", file=err)
-    if interrupted:
-        raise Interrupted()
-    return gen
-
-
-def simulated(drafter, target, ids, args, err, progress=None):
-    """The ModelDrafter whose model is `drafter`'s wrapped in npspec.simulate.ControlledDraft with a = --simulate-acceptance.
-
-    First decodes the prompt greedily with the target alone (also a warm-up), for the tokens the proposals
-    copy; says on `err` that acceptance is simulated. progress: a bar factory for that reference run (None: none).
-    """
-    with bar(progress, "--simulate-acceptance: the target's greedy reference", args.max_new_tokens, "tok") as b:
-        reference = speculative_generate(target, None, ids, args.max_new_tokens, gamma=0, temperature=0,
-                                         on_emit=lambda new_ids, n: b.update(len(new_ids)))
-    a = args.simulate_acceptance
-    print(f"npspec.generate: note: SIMULATED acceptance: each draft token is the target's greedy token with "
-          f"probability {a:g} (the draft's forwards still run, for their cost)", file=err)
-    steered = ControlledDraft(drafter.model, list(ids) + reference.ids, a, np.random.default_rng(args.seed))
-    return ModelDrafter(steered, p_min=args.draft_p_min)
-
-
-def kernels_used(target, drafter):
-    """{"target_kernel", "draft_kernel"}: the products the two models decode with (draft None: no draft model).
-    Called before --simulate-acceptance wraps the draft model."""
-    draft = drafter.model.kernel if isinstance(drafter, DraftModelCache) else None
-    return {"target_kernel": target.kernel, "draft_kernel": draft}
-
-
-def comparison(spec, plain, kernel, greedy):
-    """The speculative Generation `spec` against plain decoding: {kernel: Generation} (`kernel` is the target's own).
-
-    `plain_tokens_per_s` and `speedup` are those of the FASTEST plain decoding (`plain_kernel`); `same_ids` (greedy
-    only) compares with plain decoding on the target's own kernel, whose bits the speculative rounds reproduce.
-    With temperature > 0 the two runs use the random stream differently, so their ids differ by design.
-    """
-    s = spec.stats.tokens_per_s
-    best = max(plain, key=lambda k: plain[k].stats.tokens_per_s)
-    p = plain[best].stats.tokens_per_s
-    return {"speculative_tokens_per_s": s, "plain_tokens_per_s": p, "plain_kernel": best,
-            "speedup": s / p if p > 0 else float("nan"), "plain_seconds": plain[best].stats.seconds,
-            "plain_by_kernel_tokens_per_s": {k: g.stats.tokens_per_s for k, g in plain.items()},
-            "same_ids": spec.ids == plain[kernel].ids if greedy else None}
 
 
 def main(argv=None, prog=PROG, out=None, err=None):

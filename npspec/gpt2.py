@@ -222,8 +222,9 @@ def gpt2(ids, params, config, cache, linear, attend=attention, positions=None): 
     if ids.ndim != 1:
         raise ValueError(f"ids must be a 1-D array of token ids [n_new], got shape {list(ids.shape)}; "
                          "feed one sequence at a time")
-    if np.shape(getattr(cache, "k", None)) != (config.n_layer, config.n_head, config.n_ctx, config.d_head):
-        got = list(np.shape(cache.k)) if hasattr(cache, "k") else f"a {type(cache).__name__}"
+    keys = getattr(cache, "k", None)
+    if np.shape(keys) != (config.n_layer, config.n_head, config.n_ctx, config.d_head):
+        got = list(np.shape(keys)) if keys is not None else f"a {type(cache).__name__}"
         raise ValueError(f"cache must be this model's KVCache [n_layer, n_head, n_ctx, d_head] = "
                          f"{[config.n_layer, config.n_head, config.n_ctx, config.d_head]}, got {got}; "
                          "make one with model.new_cache()")

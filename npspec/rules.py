@@ -1,7 +1,7 @@
 """Verification rules beyond one draft at a time: block verification of a chain, and recursive rejection sampling
 over children drawn without replacement for a tree. Imports numpy and npspec.sampling; no I/O, no RNG.
 
-NOTE: letters as in npspec.speculative (Leviathan's): `p` is the target, `q` the draft. Sun et al. write M_b for p
+NOTE: letters as in npspec.decode (Leviathan's): `p` is the target, `q` the draft. Sun et al. write M_b for p
 and M_s for q; their block length gamma is our k (the drafts of the round), their eta_i our u_tests[i - 1].
 
 Block verification (Sun, Mendlovic, Leviathan, Aharoni, Ro, Beirami, Suresh, "Block Verification Accelerates
@@ -14,7 +14,7 @@ p_1..p_{k+1} and the draft's rows q_1..q_k of the round (row i is the law after 
   * token: a bonus from p_{k+1} if tau = k, else a sample of norm(max(0, w_tau p_{tau+1} - q_{tau+1})).
 A prefix can be kept although one of its tokens alone would be rejected (w rises again after a dip), which is how it
 keeps more than token-wise verification; notes/derivation.md, claim 10, proves it lossless and never worse.
-The paper writes its test `eta_i <= h_i`; npspec's is strict (`u < h`), as in npspec.speculative.accept, so a
+The paper writes its test `eta_i <= h_i`; npspec's is strict (`u < h`), as in npspec.decode.acceptance.accept, so a
 threshold of 0 never keeps a prefix even with u = 0 (the two tests differ on a set of probability 0). The
 uniform layout is the token rule's: u_tests[i] belongs to d_{i+1}, u_final to the last sample.
 
@@ -70,7 +70,7 @@ def block_accept(d, p, q, u_tests, u_final):
     d `[k]` ids; p `[k + 1, n_vocab]` float64, the target's warped rows (p[i] after d_1..d_i); q `[k, n_vocab]`
     float64, the rows the drafts were drawn from (one-hot for a deterministic drafter); u_tests `[k]` uniforms in
     [0, 1), u_tests[i] for d_{i+1}; u_final a uniform for the last sample. The same signature and uniforms as
-    npspec.speculative.accept. Returns (n accepted, the corrected or bonus id). At temperature 0 (one-hot p and q)
+    npspec.decode.acceptance.accept. Returns (n accepted, the corrected or bonus id). At temperature 0 (one-hot p and q)
     it makes the token rule's decision for every uniform; with one-hot q alone its law is the token rule's
     (notes/derivation.md, claim 10). Raises ValueError as npspec.sampling.residual and sample do (NaN rows).
     """

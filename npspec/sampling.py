@@ -107,7 +107,7 @@ def greedy(logits):  # [..., n_vocab] float32 -> [...] int64
 
     Equals `sample(warp(logits, temperature=0), u)` for every u in [0, 1) (float32 -> float64 is
     exact, so the argmax is the same), without building the float64 one-hot row. The greedy
-    fast path of npspec.speculative uses it. Raises ValueError as warp does.
+    greedy step of npspec.decode.round.accept uses it. Raises ValueError as warp does.
     """
     check_row_max(logits.max(axis=-1))  # NaN propagates into the max
     return logits.argmax(axis=-1)  # ndarray methods: right after a forward, each Python-level NumPy call costs ~5 us

@@ -1,6 +1,6 @@
 """Token trees: several candidates per position, accepted by multi-candidate speculative sampling.
 
-NOTE: letters as in npspec.speculative (Leviathan's): `p` the target, `q` the draft.
+NOTE: letters as in npspec.decode.round (Leviathan's): `p` the target, `q` the draft.
 
 A tree of N draft nodes grows after the ids so far. Node i has a token `ids[i]`, a parent
 `parents[i]` (-1: a child of the last id; parents come before their children) and the row

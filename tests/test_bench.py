@@ -1,93 +1,24 @@
-"""bench/: the controlled-acceptance harness, the shared command line and its output rules, the report's
-reading of old and new result names, and the --quick run of every command (slow)."""
+"""bench/: the shared command line and its output rules, the report's reading of old and new result names, and the
+--quick run of every command (slow). The controlled-acceptance drafters and --compare are in test_bench_controlled.py."""
 
 import json
 import math
-import time
 
 import numpy as np
 import pytest
 
 from bench import common, models, primitives, quantized, speedup, verify_cost
 from bench.common import RESULTS
-from bench.controlled import ControlledDraft, ControlledLookup
 from bench.report import (END, README, START, drafter_targets, newest, provenance, rewrite, section, shown,
                           speedup_model_check, verify_curves)
 from npspec.evaluate import expected_acceptance, predicted_speedup, validation_loss
-from npspec.registry import plain_baselines
-from npspec.speculative import speculative_generate
 
 from conftest import run_python, tiny_model
 from test_progress import BAR_MARKS, ON_A_TERMINAL
 
-EARLIER = RESULTS / "earlier"  # the runs notes/ quotes, kept as measured (bench/results/earlier/README.md)
-
 
 def pair(n_ctx=40):
     return tiny_model(seed=3, n_layer=2, n_ctx=n_ctx), tiny_model(seed=4, role="draft", n_layer=1, n_ctx=n_ctx)
-
-
-def controlled_run(target, draft, prompt, n_new, a, gamma, seed):
-    greedy = speculative_generate(target, None, prompt, n_new, gamma=0, temperature=0).ids
-    steered = ControlledDraft(draft, list(prompt) + greedy, a, np.random.default_rng(seed))
-    gen = speculative_generate(target, steered, prompt, n_new, gamma=gamma, temperature=0)
-    assert gen.ids == greedy  # the loop is unchanged: greedy output stays token-identical
-    return gen.stats, steered
-
-
-@pytest.mark.parametrize("gamma", [1, 4])
-def test_controlled_acceptance_one_accepts_every_draft(gamma):
-    target, draft = pair()
-    s, steered = controlled_run(target, draft, [1, 2, 3], 30, a=1.0, gamma=gamma, seed=0)
-    assert s.rejected == 0 and s.accepted == s.drafted > 0 and s.alpha == 1.0
-    assert steered.correct == steered.proposals  # every steered row got the greedy token
-
-
-@pytest.mark.parametrize("gamma", [1, 4])
-def test_controlled_acceptance_zero_accepts_none(gamma):
-    target, draft = pair()
-    s, steered = controlled_run(target, draft, [1, 2, 3], 30, a=0.0, gamma=gamma, seed=0)
-    # one draft tested and rejected per round, but the last: its gamma is clamped to remaining - 1 = 0
-    assert s.accepted == 0 and s.rounds == 30 and s.rejected == 29 and s.drafted >= 29
-    assert steered.correct == 0
-
-
-def test_controlled_acceptance_steers_the_real_draft_forward():
-    target, draft = pair()
-    steered = ControlledDraft(draft, [1, 2, 3, 4, 5, 6], 1.0, np.random.default_rng(0))
-    cache = steered.new_cache()
-    logits = steered.forward(np.array([1, 2, 3]), cache)
-    assert cache.length == 3  # the draft's own cache advanced: its forward really ran
-    assert logits.shape == (3, draft.config.n_vocab) and logits.dtype == np.float32
-    assert list(np.argmax(logits, axis=-1)) == [2, 3, 4]  # row j predicts position j + 1
-    assert steered.proposals == 3
-    # the prefill only fills the cache: the draft's own logits, no proposal counted
-    cache = steered.new_cache()
-    np.testing.assert_array_equal(steered.prefill(np.array([1, 2]), cache), draft.prefill(np.array([1, 2]),
-                                                                                         draft.new_cache()))
-    assert cache.length == 2 and steered.proposals == 3
-    with pytest.raises(ValueError, match=r"in \[0, 1\]"):
-        ControlledDraft(draft, [1], 1.5, np.random.default_rng(0))
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("a", [0.3, 0.6, 0.9])
-def test_controlled_acceptance_matches_a_within_sampling_error(a):
-    """Each tested draft is accepted with probability a, independently.
-
-    Test: the number accepted among the n tested drafts, pooled over 4 runs, against
-    Binomial(n, a) with the normal approximation: |accepted - n a| <= 3.29 sqrt(n a (1 - a)),
-    a two-sided false-alarm rate of 0.1% per a (0.3% for the three). Which drafts get tested
-    depends only on earlier outcomes (a stopping rule), so the count is still a sum of
-    independent Bernoulli(a) outcomes. Fixed seeds: the result is reproducible.
-    """
-    target, draft = pair(n_ctx=400)
-    accepted = tested = 0
-    for seed in range(4):
-        s, _ = controlled_run(target, draft, [seed + 1, 7], 380, a=a, gamma=4, seed=seed)
-        accepted, tested = accepted + s.accepted, tested + s.accepted + s.rejected
-    assert tested > 500
-    assert abs(accepted - tested * a) <= 3.29 * math.sqrt(tested * a * (1 - a)), (accepted, tested)
 
 
 def test_speedup_row_pools_the_runs_and_predicts_with_the_library_model():
@@ -214,43 +145,55 @@ def test_speedup_model_check_applies_the_library_model_to_each_row(tmp_path):
     one, two = speedup_model_check(tmp_path)
     assert (one["model"], one["cost_only"], one["measured"]) == (1.0, 1.0, 0.9)
     assert (two["model"], two["cost_only"], two["gamma"], two["a"]) == (2.0, 1.6, 4, "0.7")
+    assert one["measured_vs_fastest"] is None and one["model_vs_fastest"] is None  # the file names no fastest
+
+
+def test_speedup_model_check_compares_the_model_with_the_speedup_over_the_targets_own_plain_decoding(tmp_path):
+    """The model's c and v are over the target's own one-token forward: it is compared with speedup_vs_target_ar,
+    and scaled by ar / fastest before it is set beside the speedup over the fastest plain decoding."""
+    rows = [{"target": "t", "draft": "d", "acceptance": "real", "a": "", "gamma": 1, "alpha": 0.5,
+             "tokens_per_round": 1.5, "c": 0.5, "v": 1.0, "ar_tok_s": 8.0, "fastest_ar_tok_s": 10.0,
+             "spec_tok_s": 9.0, "speedup": 0.9, "speedup_vs_target_ar": 1.125}]  # model 1.5 / 1.5 = 1
+    common.write_table(tmp_path, "speedup", rows, {"date": "d"}, "t")
+    (one,) = speedup_model_check(tmp_path)
+    assert (one["model"], one["measured"], one["measured_vs_fastest"], one["model_vs_fastest"]) == (1.0, 1.125, 0.9, 0.8)
 
 
 def test_committed_speedups_against_the_model():
-    """The worked example of notes/derivation.md (claim 5), on the committed results it quotes (EARLIER).
+    """The worked example of notes/derivation.md (claim 5), on the current committed run (RESULTS).
 
-    The shipped pair: the measured speedup is within 5% of the model at every gamma, whether the model
-    takes the i.i.d. tokens per round of the measured alpha or the measured tokens per round. gpt2-large /
-    distilgpt2 at controlled a = 0.7: the model over-predicts every row of the main run (the verify runs
-    slower inside the loop than alone, bench/results/README.md), and is within 12% once OpenBLAS' idle
-    threads sleep (openblas-timeout/)."""
-    shipped = [r for r in speedup_model_check(EARLIER) if r["target"] == "shipped target"]
-    assert [r["gamma"] for r in shipped] == [1, 2, 4, 8]
-    for r in shipped:
-        assert abs(r["measured"] / r["model"] - 1) < 0.05 and abs(r["measured"] / r["cost_only"] - 1) < 0.05, r
-    large = [r for r in speedup_model_check(EARLIER) if r["target"] == "random:gpt2-large"
-             and r["draft"] == "random:distilgpt2"]
-    assert len(large) == 12 and all(r["measured"] < r["model"] for r in large)
-    timeout = [r for r in speedup_model_check(EARLIER / "openblas-timeout") if r["target"] == "random:gpt2-large"]
-    assert [r["gamma"] for r in timeout] == [1, 2, 4, 8]
-    for r in timeout:
-        assert abs(r["measured"] / r["model"] - 1) < 0.12, r
+    Like with like: the model (c and v over the target's one-token forward) against the speedup over the target's
+    own plain decoding. The model is right to within the noise of its isolated timings, not to 5%: measured / model
+    lies between 0.8 and 1.35 for the shipped pair and between 0.8 and 1.6 for gpt2-large / distilgpt2, above 1 as
+    often as below. The shipped pair beats the target's own plain decoding at gamma 1 to 3 and loses to the fastest
+    plain decoding at every gamma."""
+    rows = speedup_model_check(RESULTS)
+    shipped = [r for r in rows if r["target"] == "shipped target"]
+    large = [r for r in rows if r["target"] == "random:gpt2-large" and r["draft"] == "random:distilgpt2"]
+    assert [r["gamma"] for r in shipped] == [1, 2, 3, 4, 8] and len(large) == 15
+    for chosen, high in ((shipped, 1.35), (large, 1.6)):
+        ratio = [r["measured"] / r["model"] for r in chosen]
+        assert all(0.8 < x < high for x in ratio), ratio
+        assert min(ratio) < 1 < max(ratio)  # the model errs both ways: noise, not a bias of the algebra
+    assert all(r["measured"] > 1 for r in shipped if r["gamma"] <= 3)
+    assert all(r["measured_vs_fastest"] < 1 for r in shipped)
 
 
 def test_committed_verify_costs_by_kernel():
-    """Claim 5's mechanism in the committed curves notes/ quotes (EARLIER; gpt2-large, 1 thread): the roofline says v = 1 up to
-    M = 16 (bandwidth bound); OpenBLAS' GEMM jumps to about 3 at M = 2; one GEMV per row grows about linearly;
-    gemv-panels stays below 1.6 at M = 5. The shipped target is far from its roofline at every kernel."""
-    curves, meta = verify_curves("random:gpt2-large", 1, EARLIER)
-    assert curves["roofline"] == [1.0] * 16
+    """Claim 5's mechanism in the current committed curves (RESULTS; gpt2-large, 1 thread): the roofline says v = 1
+    at every M measured (bandwidth bound); OpenBLAS' GEMM jumps to about 3 at M = 2; one GEMV per row grows about
+    linearly; the panel kernels stay well below it at M = 5. The shipped target is far from its roofline at every
+    kernel."""
+    curves, meta = verify_curves("random:gpt2-large", 1, RESULTS)
+    assert curves["roofline"] == [1.0] * len(curves["roofline"]) and len(curves["roofline"]) >= 9
     assert meta["read_bandwidth_GBps_1_threads"] and meta["gemm_peak_GFLOPs_1_threads"]
-    gemm, rows, panels = (curves[k] for k in (("row-major", "gemm"), ("row-major", "gemv-rows"),
-                                             ("column-major", "gemv-panels")))
+    gemm, rows, panels, blocks = (curves[k] for k in (("row-major", "gemm"), ("row-major", "gemv-rows"),
+                                                     ("column-major", "gemv-panels"), ("column-major", "gemm-blocks")))
     assert gemm[1] > 2.5 and max(gemm) < 4  # M = 2 already costs about 3 one-row products, then flat
-    assert 1.6 < rows[1] < 2.1 and rows[4] > 3  # each row streams the matrix again
-    assert panels[4] < 1.6 < rows[4]
-    shipped, _ = verify_curves("shipped:target", 2, EARLIER)
-    assert shipped["roofline"][4] == 1.0 and min(v[4] for k, v in shipped.items() if k != "roofline") > 1.5
+    assert 1.6 < rows[1] < 2.3 and rows[4] > 3  # each row streams the matrix again
+    assert max(panels[4], blocks[4]) < 2.5 < rows[4]
+    shipped, _ = verify_curves("shipped:target", 2, RESULTS)
+    assert shipped["roofline"][4] == 1.0 and min(v[4] for k, v in shipped.items() if k != "roofline") > 1.3
 
 
 def test_report_reads_the_newest_run_and_falls_back_to_the_earlier_one_saying_so(tmp_path):
@@ -323,50 +266,6 @@ def test_quick_mode_defaults_to_a_temporary_folder():
     assert str(RESULTS) not in out and "npspec-bench-" in out
 
 
-def test_generate_compare_prints_both_speeds_and_the_ratio():
-    r = run_python("-m", "npspec.generate", "--compare", "--temperature", "0", "--max-new-tokens", "12")
-    assert r.returncode == 0, r.stderr
-    line = r.stderr.strip().splitlines()[-1]
-    assert line.startswith("compare: speculative") and "plain" in line and "speedup" in line
-    assert line.endswith("same output")  # greedy: speculative output == plain output
-    spec, plain, ratio = (float(w.rstrip("x,")) for w in line.split() if w[0].isdigit())
-    assert abs(ratio - spec / plain) < 0.01 * ratio + 0.006  # the printed ratio is the printed speeds' ratio
-    r = run_python("-m", "npspec.generate", "--compare", "--json", "--max-new-tokens", "6")
-    c, stats = json.loads(r.stdout)["compare"], json.loads(r.stdout)["stats"]
-    assert c["same_ids"] is None and c["speedup"] == c["speculative_tokens_per_s"] / c["plain_tokens_per_s"]
-    by_kernel = c["plain_by_kernel_tokens_per_s"]
-    assert set(by_kernel) == set(plain_baselines(stats["target_kernel"]))  # its own, compiled-lanes, BLAS's GEMV, GEMM
-    assert c["plain_tokens_per_s"] == max(by_kernel.values()) == by_kernel[c["plain_kernel"]]  # the fastest
-
-
-def test_simulated_acceptance_on_the_command_line_keeps_the_output_and_is_labelled():
-    args = ["-m", "npspec.generate", "--temperature", "0", "--max-new-tokens", "40", "--json", "ROMEO:"]
-    plain = json.loads(run_python(*args, "--gamma", "0").stdout)
-    runs = {}
-    for a in ("0", "1"):
-        r = run_python(*args, "--simulate-acceptance", a, "--gamma", "4")
-        assert r.returncode == 0, r.stderr
-        assert "SIMULATED acceptance" in r.stderr and f"probability {a}" in r.stderr
-        runs[a] = json.loads(r.stdout)
-        assert runs[a]["ids"] == plain["ids"]  # a steered draft changes the speed, never the output
-    assert runs["1"]["stats"]["alpha"] == 1.0 and runs["0"]["stats"]["alpha"] == 0.0
-    assert runs["1"]["stats"]["rounds"] == 8  # 40 tokens, 5 a round
-
-
-@pytest.mark.parametrize("a", [0.0, 1.0])
-def test_controlled_lookup_proposes_gamma_steered_tokens(a):
-    """a = 1: every proposal is the target's greedy token (all kept, the output is AR's); a = 0: none is."""
-    target, _ = pair()
-    plain = speculative_generate(target, None, [1, 2], 20, gamma=0, temperature=0)
-    lookup = ControlledLookup(target.config.n_vocab, None, [1, 2] + plain.ids, a, np.random.default_rng(0))
-    gen = speculative_generate(target, lookup, [1, 2], 20, gamma=3, temperature=0)
-    assert gen.ids == plain.ids and gen.stats.draft_forwards == 0
-    assert gen.stats.rounds_without_proposal <= 1  # only where the budget leaves one token: g = 0
-    assert gen.stats.alpha == a
-    with pytest.raises(ValueError, match=r"in \[0, 1\]"):
-        ControlledLookup(10, None, [1], -0.1, np.random.default_rng(0))
-
-
 def test_drafter_targets_are_judged_from_the_rows():
     row = dict(target="random:gpt2-large", schedule="constant", a="0.7")
     controlled = [dict(row, strategy="ngram", gamma="2", speedup="1.4", tok_s="14"),
@@ -377,24 +276,6 @@ def test_drafter_targets_are_judged_from_the_rows():
     assert ok1 and "1.60x at gamma 4" in m1 and ok2 and "0.97" in m2 and ok3 and "256" in s3
     controlled[2]["tok_s"] = "15"  # 15 / 16 < 0.95
     assert not drafter_targets(controlled, cost)[1][1]
-
-
-def test_the_quantized_study_measures_what_npspec_evaluate_does(shipped, val_ids):
-    """bench.quantized's one-pass beta and loss equal npspec.evaluate's expected_acceptance and validation_loss on the
-    same window; along a draft identical to the target, beta is 1 at every position."""
-    target, draft = shipped
-    wins = quantized.windows(val_ids, target.config.n_ctx, 1)
-    betas, loss = quantized.beta_and_loss(draft, wins, quantized.reference(target, wins))
-    for name, temperature in (("greedy", 0.0), ("t1.0", 1.0)):
-        assert betas[name] == expected_acceptance(target, draft, val_ids, temperature=temperature, max_windows=1)
-    assert math.isclose(loss, validation_loss(draft, val_ids, max_windows=1)[0], rel_tol=1e-12)
-    assert 0 < betas["greedy"] < 1 and betas["t0.8_p0.95"] != betas["t1.0"]
-    for name in ("greedy", "t1.0"):
-        per = quantized.position_betas(target, target.with_kernel("gemv-rows"), val_ids, [100, 2000], quantized.WARPS[name])
-        assert len(per) == quantized.DEPTH and min(per) > 1 - 1e-5  # only the kernels' rounding differs
-    train = models.validation_ids(target.tokenizer, part=0)
-    cal = quantized.calibration_windows(train, 256, 4)
-    assert len(cal) == 4 and all(len(c) == 256 for c in cal) and list(cal[0]) == train[:256]
 
 
 def test_readme_introduction_says_when_it_pays_with_committed_figures():

@@ -20,7 +20,7 @@ from hypothesis import given
 from npspec import testing as kit
 from npspec.rules import block_accept, block_thresholds, block_weights
 from npspec.sampling import residual, sample
-from npspec.speculative import accept
+from npspec.decode import accept
 from npspec.testing import blocks
 from npspec.testing.vectors import verification_cases
 from npspec.testing.drafting import confident_drafter, ngram_drafter

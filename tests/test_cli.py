@@ -18,7 +18,7 @@ from npspec.registry import REGISTRY, names
 
 from conftest import installed
 from npspec.sources import load
-from npspec.speculative import Stats
+from npspec.decode import Stats
 
 from conftest import ROOT, run_python
 

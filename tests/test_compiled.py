@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from npspec import compiled
+from npspec.decode import speculative_generate
 from npspec.kernels import SPLIT_BYTES
 from npspec.registry import REGISTRY
 from npspec.sources import random_model
-from npspec.speculative import speculative_generate
 
 from conftest import tiny_model
 

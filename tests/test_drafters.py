@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from npspec import testing as kit
-from npspec.drafters import ModelDrafter, NgramDrafter, ngram_scan
+from npspec.decode import Proposal, SamplingParams, next_gamma, speculative_generate
+from npspec.decode.drafters import ModelDrafter, NgramDrafter, ngram_scan
 from npspec.sources import random_model
-from npspec.speculative import next_gamma, speculative_generate
 
 from conftest import run_python, tiny_model
 from test_cli import GENERATE, assert_one_clean_line, offline_env
@@ -46,13 +46,14 @@ def test_ngram_rules_most_recent_match_longest_n_eos_and_end_of_sequence():
     assert d.lookup([1, 2, 3], 5) == []  # no match: no proposal
 
 
-def test_ngram_proposals_are_one_hot_rows_and_ignore_the_uniforms():
+def test_ngram_proposals_are_deterministic_chains_with_one_hot_rows_and_ignore_the_uniforms():
     d = NgramDrafter(4, None, 1, 2)
     d.start([0])
-    ids, q = d.propose([0, 1, 2, 0], 3, np.array([0.9, 0.1, 0.5]), dict(temperature=0.7, top_k=2, top_p=1.0))
-    assert ids == [1, 2, 0] and q.dtype == np.float64 and q.shape == (3, 4)
-    assert (q == np.eye(4)[[1, 2, 0]]).all()
-    assert d.propose([0, 1, 2, 0], 3, np.zeros(3), dict(temperature=0)) == ([1, 2, 0], None)
+    proposal = d.propose([0, 1, 2, 0], 3, np.array([0.9, 0.1, 0.5]), SamplingParams(0.7, 2, 1.0))
+    assert proposal.ids == [1, 2, 0] and proposal.parents == [-1, 0, 1] and proposal.q is None  # deterministic
+    q = proposal.q_rows(4)
+    assert q.dtype == np.float64 and (q == np.eye(4)[[1, 2, 0]]).all()
+    assert d.propose([0, 1, 2, 0], 3, np.zeros(3), SamplingParams(0)) == Proposal([1, 2, 0], [-1, 0, 1])
 
 
 def test_ngram_rollback_forgets_the_indexed_ids():
@@ -94,13 +95,24 @@ def test_confidence_stopping_proposes_the_unsure_token_then_stops(temperature):
     draft = rows_model([[0.4, 0.3, 0.3], [0.9, 0.05, 0.05]])
     drafter = ModelDrafter(draft, p_min=0.5)
     drafter.start([0])
-    ids, _ = drafter.propose([0], 4, np.full(4, 0.1), dict(temperature=temperature))
-    assert ids == [0]  # the row after [0] has top 0.4
-    ids, _ = drafter.propose([0, 0], 4, np.full(4, 0.1), dict(temperature=temperature))
+    sampling = SamplingParams(temperature)
+    assert drafter.propose([0], 4, np.full(4, 0.1), sampling).ids == [0]  # the row after [0] has top 0.4
+    drafter.rollback(1)  # what the round's roll back does: the cache holds the ids but the last
+    ids = drafter.propose([0, 0], 4, np.full(4, 0.1), sampling).ids
     assert ids == [0, 0, 0, 0]  # rows after [0, 0, ...] are sure: no stop up to gamma
     drafter = ModelDrafter(draft, p_min=0.0)
     drafter.start([0])
-    assert drafter.propose([0], 4, np.full(4, 0.1), dict(temperature=temperature))[0] == [0, 0, 0, 0]
+    assert drafter.propose([0], 4, np.full(4, 0.1), sampling).ids == [0, 0, 0, 0]
+
+
+def test_a_draft_model_not_rolled_back_is_refused(pair):
+    """The round rolls the draft back (round.roll_back); a drafter asked to propose with a cache past seq says so."""
+    _, draft = pair
+    drafter = ModelDrafter(draft)
+    drafter.start([1, 2, 3])
+    drafter.propose([1, 2, 3], 3, np.full(3, 0.5), SamplingParams(0))
+    with pytest.raises(ValueError, match="roll it back to len"):
+        drafter.propose([1, 2], 3, np.full(3, 0.5), SamplingParams(0))
 
 
 # ---- the schedule, the statistics and the draw order
@@ -172,16 +184,20 @@ class Greedy(NgramDrafter):
         super().__init__(n_vocab)
         self.proposal, self.q = proposal, q
 
-    def propose(self, seq, gamma, u, warp_args):
-        return self.proposal, self.q
+    def propose(self, seq, gamma, u, sampling):
+        if isinstance(self.proposal, Proposal):
+            return self.proposal
+        return Proposal.chain(self.proposal, self.q)
 
 
 @pytest.mark.parametrize("proposal, q, message", [
     ([1, 1, 1, 1, 1], None, "at most 2 ids"),
     ([99], None, "at most 2 ids"),
-    ([1], None, "q has shape"),
+    ([1], np.ones((1, 4)) / 4, "q has shape"),
     ([1], np.zeros((1, 5)), "probability 0"),
-    ([1], np.ones((2, 5)) / 5, "q has shape")])
+    ([1], np.ones((2, 5)) / 5, "q has shape"),
+    (Proposal([1, 2], [-1, -1]), None, "a chain's are"),
+    (Proposal([1], [-1], None, [2, 3], [0]), None, "extra nodes")])
 def test_a_drafter_that_breaks_the_contract_gets_a_clear_error(pair, proposal, q, message):
     target, _ = pair
     bad = Greedy(target.config.n_vocab, proposal, q)

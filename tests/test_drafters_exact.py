@@ -4,15 +4,16 @@ gamma schedule across rounds; the kit's drafter check catching the classic mista
 loop replaying the enumerated paths, so the enumeration describes the code that runs.
 """
 
+from dataclasses import replace
 from fractions import Fraction
 
 import numpy as np
 import pytest
 
 from npspec import testing as kit
-from npspec.drafters import ModelDrafter, NgramDrafter
+from npspec.decode import Proposal, speculative_generate
+from npspec.decode.drafters import ModelDrafter, NgramDrafter
 from npspec.sampling import sample, warp
-from npspec.speculative import speculative_generate
 
 from test_loop_replay import accept_edge, cell_edge
 
@@ -165,23 +166,22 @@ def test_the_kit_checks_drafter_objects(name):
 class ReportsTheFullRow(ModelDrafter):
     """WRONG: samples from the top-2 row but reports the untruncated softmax as q."""
 
-    def propose(self, seq, gamma, u, warp_args):
-        self.rollback(min(self.cache.length, len(seq) - 1))
+    def propose(self, seq, gamma, u, sampling):
         ctx, d, q = list(seq), [], []
         for i in range(gamma):
             logits = self.model.forward(np.asarray(ctx[self.cache.length:]), self.cache)[-1]
-            d.append(sample(warp(logits, **dict(warp_args, top_k=2)), u[i]))
-            q.append(warp(logits, **warp_args))
+            d.append(sample(replace(sampling, top_k=2).warp(logits), u[i]))
+            q.append(sampling.warp(logits))
             ctx.append(d[-1])
-        return d, np.array(q)
+        return Proposal.chain(d, np.array(q))
 
 
 class NgramWithUniformQ(NgramDrafter):
     """WRONG: the lookup's ids with a uniform q."""
 
-    def propose(self, seq, gamma, u, warp_args):
-        d, _ = super().propose(seq, gamma, u, warp_args)
-        return d, np.full((len(d), self.n_vocab), 1 / self.n_vocab)
+    def propose(self, seq, gamma, u, sampling):
+        d = super().propose(seq, gamma, u, sampling).ids
+        return Proposal.chain(d, np.full((len(d), self.n_vocab), 1 / self.n_vocab))
 
 
 @pytest.mark.parametrize("wrong", ["full row for top-k", "ngram uniform q"])

@@ -17,7 +17,7 @@ import pytest
 from npspec.evaluate import fixed_prompts
 from npspec.registry import names, role_candidates
 from npspec.sources import random_model
-from npspec.speculative import speculative_generate
+from npspec.decode import speculative_generate
 
 from conftest import installed, run_python, tiny_model
 

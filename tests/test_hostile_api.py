@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 import npspec
-from npspec.drafters import MAX_NGRAM, DynamicTreeDrafter, ModelDrafter, NgramDrafter, TreeDrafter
-from npspec.speculative import speculative_generate
+from npspec.decode import SamplingParams, speculative_generate
+from npspec.decode.drafters import MAX_NGRAM, DynamicTreeDrafter, ModelDrafter, NgramDrafter, TreeDrafter
 from npspec.testing import ScriptedRng
 from npspec.trees import MAX_TREE_NODES, grow_tree
 
@@ -40,7 +40,7 @@ def test_a_target_that_is_not_a_model_is_named(pair):
 
 @pytest.mark.parametrize("draft", [123, 2.5, True, object()])
 def test_a_draft_that_is_neither_a_model_a_drafter_nor_none_is_named(pair, draft):
-    with pytest.raises(TypeError, match=r"^draft must be a Model, a drafter \(npspec.drafters\) or None, got ") as e:
+    with pytest.raises(TypeError, match=r"^draft must be a Model, a drafter \(npspec.decode.drafters\) or None, got ") as e:
         speculative_generate(pair[0], draft, [1, 2], 4)
     one_line(e)
 
@@ -117,7 +117,9 @@ def test_the_dynamic_trees_one_hot_rows_are_those_of_its_ids(pair):
     draft = pair[1]
     drafter = DynamicTreeDrafter(draft, 6, max_children=2)
     drafter.start([1, 2, 3])
-    ids, parents, q = drafter.propose_tree([1, 2, 3], 3, None, dict(temperature=0.9, top_k=0, top_p=1.0))
+    proposal = drafter.propose([1, 2, 3], 3, None, SamplingParams(0.9))
+    assert proposal.q is None  # deterministic children: the round builds their one-hot rows, row by row
+    ids, q = proposal.ids, proposal.q_rows(draft.config.n_vocab)
     assert q.shape == (6, draft.config.n_vocab) and q.dtype == np.float64
     np.testing.assert_array_equal(q, np.eye(draft.config.n_vocab)[ids])
 

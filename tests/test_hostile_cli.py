@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from npspec.drafters import MAX_NGRAM
+from npspec.decode.drafters import MAX_NGRAM
 from npspec.trees import MAX_TREE_NODES
 
 from conftest import ROOT
@@ -83,5 +83,5 @@ def test_a_tree_at_the_node_bound_is_accepted_and_runs(tmp_path):
 
 def test_readme_states_the_policy_bounds():
     table = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert f"at most {MAX_NGRAM} (a policy, `npspec.drafters.MAX_NGRAM`" in table
+    assert f"at most {MAX_NGRAM} (a policy, `npspec.decode.drafters.MAX_NGRAM`" in table
     assert f"At most {MAX_TREE_NODES} nodes (a policy, `npspec.trees.MAX_TREE_NODES`" in table

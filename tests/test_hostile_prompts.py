@@ -4,9 +4,9 @@ fills the context for the largest n-gram. Each is refused up front with one line
 import numpy as np
 import pytest
 
-from npspec.drafters import MAX_NGRAM, DynamicTreeDrafter, NgramDrafter, TreeDrafter, ngram_scan
+from npspec.decode import speculative_generate
+from npspec.decode.drafters import MAX_NGRAM, DynamicTreeDrafter, NgramDrafter, TreeDrafter, ngram_scan
 from npspec.gpt2 import ContextOverflowError
-from npspec.speculative import speculative_generate
 
 from conftest import tiny_model
 

@@ -3,7 +3,6 @@ variable that is not ASCII digits, paths the OS refuses. Each is one line on std
 status 1 or 2, no traceback, and bounded memory.
 """
 
-import argparse
 import io
 import os
 import subprocess
@@ -11,8 +10,9 @@ import sys
 
 import pytest
 
-from npspec import cli, generate
-from npspec.drafters import ModelDrafter
+from npspec import cli, generate, harness
+from npspec.decode import Options, SamplingParams, prepare
+from npspec.decode.drafters import ModelDrafter
 from npspec.kernels import THREADS_PER_CPU, check_threads
 from npspec.sources import load
 
@@ -140,7 +140,8 @@ class Bars:
 
 
 def test_simulate_acceptance_shows_its_reference_run(tiny):
-    args = argparse.Namespace(max_new_tokens=6, simulate_acceptance=0.5, seed=0, draft_p_min=0.0)
-    bars, err = Bars(), io.StringIO()
-    generate.simulated(ModelDrafter(tiny), tiny, [1, 2, 3], args, err, bars)
+    job = prepare(tiny, ModelDrafter(tiny), [1, 2, 3], Options(6, 4, SamplingParams(0.0)))
+    bars, notes = Bars(), []
+    harness.simulated(job, 0.5, 0, notes.append, bars)
+    assert notes and notes[0].startswith("SIMULATED acceptance")
     assert bars.bars == [["--simulate-acceptance: the target's greedy reference", 6, "tok", 6]]  # silent before

@@ -15,7 +15,7 @@ import pytest
 from npspec.tensors import params_tree
 from npspec.init import init_tensors
 from npspec.kernels import (BLOCK_ROWS, PANEL_BYTES, SPLIT_BYTES, WHOLE_BYTES, GemmBlocks, GemvPanels, gemm,
-                            gemm_panels, panel_width, panels, same_bits_rows)
+                            gemm_panels, panel_width, panels)
 from npspec.model import Model
 from npspec.registry import REGISTRY, invariant_names, names
 from npspec.sources import SHAPES, random_model
@@ -104,7 +104,7 @@ def test_panel_kernels_give_the_same_bits_for_any_thread_count(kernel, d_in, d_o
 def test_gemm_blocks_rows_do_not_depend_on_their_place_in_a_block_nor_on_the_other_rows():
     """Half the fact "gemm-blocks" rests on, checked directly: a GEMM of 2 rows gives row i the same bits wherever
     it sits in the block and whatever the other rows hold (on GPT-2's panel shapes, and on a whole matrix); the
-    other half, the same bits for every row count up to the limit, is same_bits_rows' (tests above)."""
+    other half, the same bits for every row count up to the limit, is same_bits_rows' (tests/test_kernels_probe.py)."""
     rng = np.random.default_rng(7)
     for d_in, width in [(768, 48), (1280, 32), (3072, 8), (5120, 8), (1024, 40), (768, 2304)]:
         w = np.asfortranarray(rng.standard_normal((d_in, width), dtype=np.float32))
@@ -129,38 +129,6 @@ def test_gemm_blocks_cuts_rows_into_even_blocks_within_the_limit_and_never_uses_
     assert panel_width(16, 67, PANEL_BYTES, GemmBlocks.whole_bytes) < 67 or 16 * 67 * 4 <= PANEL_BYTES
     assert panel_width(256, 768, PANEL_BYTES, GemmBlocks.whole_bytes) == 160  # GemvPanels: one panel of 768
     assert panel_width(256, 768) == 768
-
-
-def fake_blas(breaks_at, row=0):
-    """A product that never calls the real BLAS (so the probe's tests do not depend on this CPU's): each row is
-    reduced on its own by NumPy's elementwise multiply and sum, so its bits never depend on the other rows, except
-    that row `row` of every product of `breaks_at` or more rows is off by one unit in the last place."""
-    def matmul(x, w):
-        y = np.stack([(xi[:, None] * w).sum(axis=0) for xi in x])  # [m, d_in] x [d_in, width] -> [m, width]
-        if x.shape[0] >= breaks_at:
-            y[row] = np.nextafter(y[row], np.inf)
-        return y
-    return matmul
-
-
-def test_same_bits_rows_finds_the_first_row_count_whose_rows_differ_from_a_two_row_gemm():
-    assert same_bits_rows(64, 16, 12, fake_blas(breaks_at=99)) == 12  # never breaks: the cap
-    assert same_bits_rows(64, 16, 12, fake_blas(breaks_at=5)) == 4
-    assert same_bits_rows(64, 16, 12, fake_blas(breaks_at=7, row=6)) == 6  # the last row only
-    assert same_bits_rows(64, 16, 12, fake_blas(breaks_at=2, row=1)) == BLOCK_ROWS  # cannot do better than 2
-
-
-@pytest.mark.parametrize("d_in, width", [(768, 48), (1280, 32), (5120, 8), (256, 160)])
-def test_same_bits_rows_holds_for_every_row_count_up_to_the_limit_on_this_blas(d_in, width):
-    """The probe's answer, checked on other numbers than its own, with rows in other places."""
-    limit = same_bits_rows(d_in, width)
-    rng = np.random.default_rng(11)
-    w = np.asfortranarray(rng.standard_normal((d_in, width), dtype=np.float32))
-    x = rng.standard_normal((limit, d_in), dtype=np.float32)
-    alone = [np.concatenate([x[i : i + 1], np.zeros((1, d_in), np.float32)]) @ w for i in range(limit)]
-    for m in range(BLOCK_ROWS, limit + 1):
-        y = x[limit - m :] @ w
-        assert all(np.array_equal(y[j], alone[limit - m + j][0]) for j in range(m)), f"[{d_in}, {width}], {m} rows"
 
 
 @pytest.mark.parametrize("max_rows", [BLOCK_ROWS, 3, 16])

@@ -333,12 +333,20 @@ def test_the_kit_on_transformers_speculative_sampling():
     pytest.importorskip("transformers")
     r = run_python(ROOT / "examples" / "kit_on_transformers.py")
     assert r.returncode == 0, r.stderr
-    head, verdict, *findings = r.stdout.splitlines()
+    lines = r.stdout.splitlines()
+    split = lines.index("the whole round, on GPT-2's vocabulary (kit.check_round):")
+    (head, verdict, *findings), (round_verdict, *round_findings) = lines[:split], lines[split + 1:]
     assert head.startswith("transformers ") and verdict == "the sampler FAILS:", r.stdout
     # its non-strict `r_i <= p_i / q_i` accepts at u == p/q (so also p(x) = 0 at u = 0), and it divides the
     # residual by its mass when that is 0 (reached by the probe with u above p/q); nothing else is flagged
     assert {f.split("]")[0].strip(" [") for f in findings} == {
         "strict-u0-p0", "at-ratio", "one-hot-different", "disjoint-supports-2", "disjoint-supports-3",
         "residual-zero-mass-above-ratio"}, r.stdout
+    # the whole round (gamma drafts, GPT-2's vocabulary, rows that differ by position): the same non-strict test,
+    # found where an acceptance uniform of 0 meets a draft the target gives probability 0, and nothing else
+    # (its bonus comes from p, its rows are aligned, it tests the warped q it is given)
+    assert round_verdict == "the round FAILS:" and round_findings, r.stdout
+    assert all("on every trial it returns what a round with non-strict-test:" in f
+               and " / " not in f.split("round with", 1)[1] for f in round_findings), r.stdout
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert f"`{head}`" in readme, f"README quotes another version than {head!r}: rerun the example, update README"

@@ -1,4 +1,4 @@
-"""The speculative loop (npspec.speculative.speculative_generate): hand-made rows, gamma clamping,
+"""The speculative loop (npspec.decode.speculative_generate): hand-made rows, gamma clamping,
 budget, context, EOS, statistics, reproducibility, refused options and pairs.
 
 Models are tiny GPT-2s with the shipped kernels (conftest.tiny_model: target "gemv-panels", draft
@@ -16,7 +16,7 @@ from npspec import testing as kit
 from npspec.evaluate import fixed_prompts
 from npspec.gpt2 import ContextOverflowError
 from npspec.sampling import warp
-from npspec.speculative import GenerationInterrupted, accept, round_gamma, speculative_generate
+from npspec.decode import GenerationInterrupted, accept, round_gamma, speculative_generate
 
 from conftest import tiny_model
 

@@ -16,7 +16,7 @@ import pytest
 
 from npspec import testing as kit
 from npspec.sampling import residual, sample
-from npspec.speculative import speculative_generate
+from npspec.decode import speculative_generate
 
 from conftest import tiny_model
 from test_one_step import tables

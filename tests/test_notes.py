@@ -6,10 +6,21 @@
 * A ```output block right after a ```python block quotes what that block prints, and must match it
   (`same_output`): the text exactly (runs of spaces and trailing spaces aside, so that column
   alignment may shift), integers exactly, numbers with a decimal
-  point or an exponent within 0.002 absolute or 0.5% relative (the last printed digit may change
-  with the BLAS build), and a number written `~123` in the quote (a timing) is not compared.
+  point or an exponent within 0.5% of the quoted value or one unit of its last printed digit,
+  whichever is larger (the last printed digit may change with the BLAS build; a quoted 0.0028 may
+  read 0.0027 to 0.0029, never 0.0048), and a number written `~123` in the quote (a timing) is not
+  compared.
+* No note names `bench/results/earlier/` (the earlier runs are history nothing quotes), and every
+  decimal figure in a paragraph of prose that names a results file (`bench/results/NAME.md`, or
+  `NAME.csv`, `NAME.json` of that folder, with or without the folder) is a number of one of those
+  files, at the digits quoted (`figures_not_in_files`): a figure that drifts from the current run
+  fails. Figures derived from the files are printed by a block instead, where the output check
+  holds them.
 * Every `tests/<file>.py::<test>` reference in notes/*.md names a test function defined in that
-  file, and every numbered claim of derivation.md names at least one.
+  file, and every numbered claim of derivation.md names at least one; each test a claim cites is
+  checked against the claim's own words (CLAIM_WORDS: words of the claim's text, at least one of which
+  the test's source, decorators included, must use), and each claim still cites the tests
+  CLAIM_TESTS maps to it (a test moved or renamed must be cited again).
 * Every `npspec/<module>.py::<name>` reference names an attribute that exists (`Stats.alpha` too).
 * Every `tests/<file>.py` that notes/*.md or README.md names exists.
 """
@@ -33,11 +44,63 @@ CODE_REF = re.compile(r"(npspec/[\w/]+\.py)::([\w.]+)")
 FENCE = re.compile(r"^```python[ \t]*\n(.*?)^```[ \t]*$", re.S | re.M)
 OUTPUT = re.compile(r"[ \t]*\n(?:[ \t]*\n)*```output[ \t]*\n(.*?)^```[ \t]*$", re.S | re.M)
 NUMBER = re.compile(r"~?[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
-ABS_TOL, REL_TOL = 0.002, 0.005
+REL_TOL = 0.005
+
+
+RESULTS = ROOT / "bench" / "results"
+RESULT_REF = re.compile(r"(?:bench/results/)?(?<![\w/.])([\w-]+\.(?:md|csv|json))\b")
+VERSION = re.compile(r"\d+(?:\.\d+){2,}")  # 0.3.31, 2.4.6: versions, not figures
+FIGURE = re.compile(r"(?<![\w.])-?\d*\.\d+(?!\.\d|[A-Za-wyz_])")  # a decimal, 1.26x too, not part of a name
 
 
 def notes():
     return sorted(NOTES.glob("*.md"))
+
+
+def prose_paragraphs(text):
+    """[(first line number, paragraph)] of a note's prose: code blocks (``` fences) left out, blank lines and list
+    items split (each item of a list is its own paragraph)."""
+    out, start, lines, fenced = [], None, [], False
+    for number, line in enumerate(text.splitlines() + [""], 1):
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+            continue
+        if fenced:
+            continue
+        if lines and re.match(r"\s*(?:[-*]|\d+\.) ", line):
+            out.append((start, "\n".join(lines)))
+            start, lines = None, []
+        if line.strip():
+            start = start or number
+            lines.append(line)
+        elif lines:
+            out.append((start, "\n".join(lines)))
+            start, lines = None, []
+    return out
+
+
+@lru_cache(maxsize=None)
+def file_numbers(name, results=RESULTS):
+    """Every number written in results/NAME and in its table's other form (NAME.csv for NAME.md and back)."""
+    stem = (results / name).with_suffix("")
+    found = [path for path in (results / name, stem.with_suffix(".csv"), stem.with_suffix(".md")) if path.is_file()]
+    text = "\n".join(path.read_text(encoding="utf-8") for path in dict.fromkeys(found))
+    return [float(x) for x in NUMBER.findall(VERSION.sub(" ", text))]
+
+
+def figures_not_in_files(paragraph, results=RESULTS):
+    """The decimal figures of a prose paragraph that cites results files and that none of those files holds at the
+    digits quoted ([] if it cites none: such a paragraph quotes no run)."""
+    cited = [name for name in dict.fromkeys(RESULT_REF.findall(paragraph)) if (results / name).is_file()]
+    if not cited:
+        return []
+    numbers = [x for name in cited for x in file_numbers(name, results)]
+    missing = []
+    for figure in FIGURE.findall(VERSION.sub(" ", re.sub(r"`[^`]*`", " ", paragraph))):
+        unit = last_digit(figure) / 2
+        if not any(abs(abs(x) - abs(float(figure))) <= unit for x in numbers):
+            missing.append(figure)
+    return missing
 
 
 def python_blocks(text):
@@ -70,9 +133,17 @@ def same_output(quoted, printed):
         if not re.search(r"[.eE]", q):
             if q.lstrip("+") != p.lstrip("+"):
                 return f"integer {p} printed where the quote says {q}"
-        elif abs(float(p) - float(q)) > max(ABS_TOL, REL_TOL * abs(float(q))):
-            return f"{p} printed where the quote says {q} (tolerance {ABS_TOL} or {REL_TOL:.1%})"
+        elif abs(float(p) - float(q)) > (tol := max(REL_TOL * abs(float(q)), last_digit(q))):
+            return f"{p} printed where the quote says {q} (tolerance {tol:.2g}: {REL_TOL:.1%} or its last digit)"
     return None
+
+
+def last_digit(number):
+    """One unit of the last printed digit of a decimal: 0.0001 for "0.0028", 10 for "1.23e+03"; 1e-12 slack for
+    the binary representation."""
+    mantissa, _, exponent = number.lstrip("~+-").lower().partition("e")
+    decimals = len(mantissa.partition(".")[2])
+    return 10.0 ** (int(exponent or 0) - decimals) * (1 + 1e-9)
 
 
 @lru_cache(maxsize=None)
@@ -166,6 +237,111 @@ def test_every_numbered_claim_names_a_test():
         assert TEST_REF.search(claim), claim.splitlines()[0]
 
 
+# each claim's own words (each occurs in the claim's text): every test the claim cites must use one of them
+CLAIM_WORDS = {
+    1: ("accept", "residual", "leviathan"),
+    2: ("beta", "coupling", "acceptance probability"),
+    3: ("sequence", "round", "replay", "draft length"),
+    4: ("expected tokens", "alpha"),
+    5: ("speedup", "verify cost", "gamma"),
+    6: ("greedy", "temperature"),
+    7: ("warp", "strict", "softmax"),
+    8: ("drafter", "n-gram", "confidence", "schedule", "length"),
+    9: ("tree",),
+    10: ("block",),
+    11: ("rsd", "replacement", "children", "coupling"),
+}
+# the tests each claim must keep citing (more may be cited)
+CLAIM_TESTS = {
+    1: {"tests/test_derivation.py::test_one_step_law_exact", "tests/test_one_step.py::test_one_step_law"},
+    2: {"tests/test_derivation.py::test_beta_is_one_minus_tv",
+        "tests/test_derivation.py::test_no_lossless_verifier_keeps_a_draft_more_often_than_beta"},
+    3: {"tests/test_derivation.py::test_sequence_law_exact", "tests/test_loop_replay.py::test_every_path_replays_through_the_real_loop"},
+    4: {"tests/test_derivation_speedup.py::test_expected_tokens_per_round_exact",
+        "tests/test_derivation_speedup.py::test_stats_alpha_counts_rounds_as_the_ratio_of_expectations"},
+    5: {"tests/test_derivation_speedup.py::test_speedup_is_leviathan_at_v1", "tests/test_bench.py::test_committed_speedups_against_the_model"},
+    6: {"tests/test_derivation_warping.py::test_greedy_step_is_target_argmax",
+        "tests/test_greedy_identity.py::test_greedy_identity_on_the_shipped_pair"},
+    7: {"tests/test_derivation_warping.py::test_unwarped_p_gives_the_unwarped_law",
+        "tests/test_derivation_warping.py::test_strict_test_never_accepts_p_zero"},
+    8: {"tests/test_drafters_exact.py::test_the_kit_catches_wrong_drafters",
+        "tests/test_drafters_exact.py::test_ngram_lookup_keeps_the_target_law_exactly"},
+    9: {"tests/test_trees_exact.py::test_a_tree_round_keeps_the_target_law_exactly",
+        "tests/test_trees_exact.py::test_the_classic_tree_mistakes_change_the_law"},
+    10: {"tests/test_block_verify.py::test_block_verification_keeps_the_target_law_on_every_small_case",
+         "tests/test_block_verify.py::test_the_kit_catches_wrong_block_verifiers"},
+    11: {"tests/test_tree_rules.py::test_an_rsd_tree_round_keeps_the_target_law_exactly",
+         "tests/test_tree_rules.py::test_mixing_the_two_drafters_changes_the_law"},
+}
+
+
+def claims_by_number():
+    text = (NOTES / "derivation.md").read_text(encoding="utf-8")
+    return {int(c.split(".")[0]): c for c in re.split(r"^## (?=\d+\. )", text, flags=re.M)[1:]}
+
+
+def source_of_test(file, name):
+    """A test function's source, decorators included, lower case, with _ and - read as spaces."""
+    text = (ROOT / file).read_text(encoding="utf-8")
+    for node in ast.parse(text).body:
+        if isinstance(node, ast.FunctionDef) and node.name == name:
+            first = min([d.lineno for d in node.decorator_list] + [node.lineno])
+            return "\n".join(text.splitlines()[first - 1:node.end_lineno]).lower().replace("_", " ").replace("-", " ")
+    raise KeyError(f"{file}::{name}")
+
+
+def off_topic_citations(number, claim):
+    """The tests a claim cites whose source uses none of the claim's words (CLAIM_WORDS)."""
+    words = [w.replace("-", " ") for w in CLAIM_WORDS[number]]
+    return [f"{file}::{name}" for file, name in sorted(set(TEST_REF.findall(claim)))
+            if not any(w in source_of_test(file, name) for w in words)]
+
+
+def test_each_claims_tests_check_that_claim():
+    claims = claims_by_number()
+    assert set(claims) == {0, *CLAIM_WORDS} and set(CLAIM_TESTS) == set(CLAIM_WORDS)
+    for number, claim in claims.items():
+        if not number:
+            continue
+        low = claim.lower()
+        assert all(w in low for w in CLAIM_WORDS[number]), (number, [w for w in CLAIM_WORDS[number] if w not in low])
+        assert off_topic_citations(number, claim) == [], f"claim {number} cites tests that use none of its words"
+        cited = {f"{file}::{name}" for file, name in TEST_REF.findall(claim)}
+        assert CLAIM_TESTS[number] <= cited, f"claim {number} no longer cites {sorted(CLAIM_TESTS[number] - cited)}"
+
+
+def test_a_test_cited_under_the_wrong_claim_is_found():
+    wrong = "## 9. Trees\nsee `tests/test_derivation_warping.py::test_temperature_limit`\n"
+    assert off_topic_citations(9, wrong) == ["tests/test_derivation_warping.py::test_temperature_limit"]
+    right = "## 6. Greedy\nsee `tests/test_derivation_warping.py::test_temperature_limit`\n"
+    assert off_topic_citations(6, right) == []
+
+
+def test_no_note_quotes_an_earlier_run():
+    for path in notes():
+        assert "results/earlier" not in path.read_text(encoding="utf-8"), path.name
+
+
+@pytest.mark.parametrize("note", [p.name for p in notes()])
+def test_the_figures_a_paragraph_quotes_are_in_the_results_files_it_cites(note):
+    """Every decimal in a prose paragraph that names a bench/results file is one of that file's numbers (module docstring)."""
+    drifted = [(line, figures) for line, paragraph in prose_paragraphs((NOTES / note).read_text(encoding="utf-8"))
+               if (figures := figures_not_in_files(paragraph))]
+    assert drifted == [], f"{note}: (line, figures in no cited file): {drifted}"
+
+
+def test_the_figure_check_can_fail(tmp_path):
+    (tmp_path / "speedup.csv").write_text("# numpy: 2.4.6\ngamma,speedup\n1,1.2649\n2,0.9837\n", encoding="utf-8")
+    (tmp_path / "speedup.md").write_text("| gamma | speedup |\n| 1 | 1.26 |\n", encoding="utf-8")
+    def check(text):
+        return figures_not_in_files(text, tmp_path)
+    assert check("`bench/results/speedup.md`: 1.26x, 1.265x and 0.98x at gamma 2 (numpy 2.4.6)") == []
+    assert check("`speedup.csv`: 1.27x, 0.984x, 0.983x, 1.2x, 2.4 and 0.9837") == ["1.27", "0.983", "1.2", "2.4"]
+    assert check("no file cited: 1.27x") == [] and check("`README.md` (not in the folder): 1.27x") == []
+    assert prose_paragraphs("a 1.5\n\n```python\nx = 2.5\n```\nb\nc 3.5\n") == [(1, "a 1.5"), (6, "b\nc 3.5")]
+    assert prose_paragraphs("- a 1.5\n  b\n- c\n1. d\n") == [(1, "- a 1.5\n  b"), (3, "- c"), (4, "1. d")]
+
+
 def test_the_reference_checks_can_fail():
     assert missing_test_refs("see tests/test_derivation.py::test_no_such_thing") == \
         ["tests/test_derivation.py::test_no_such_thing"]
@@ -186,4 +362,6 @@ def test_the_output_check_can_fail():
     assert "integer" in same_output("ids [5, 7]\n", "ids [5, 8]\n")
     assert "tolerance" in same_output("alpha 0.640\n", "alpha 0.650\n")
     assert "text differs" in same_output("1 2 3\n", "1 2\n")
-    assert same_output("x 1e-80\n", "x 3e-80\n") is None and "tolerance" in same_output("r 120.0\n", "r 121.0\n")
+    assert "tolerance" in same_output("x 1e-80\n", "x 3e-80\n") and "tolerance" in same_output("r 120.0\n", "r 121.0\n")
+    assert same_output("p 0.0028\n", "p 0.0029\n") is None and "tolerance" in same_output("p 0.0028\n", "p 0.0048\n")
+    assert same_output("v 1.48\n", "v 1.49\n") is None and "tolerance" in same_output("v 1.48\n", "v 1.50\n")

@@ -4,7 +4,7 @@
 
 ONE oracle, npspec.testing's exact enumeration: `assert_round_keeps_target` is THE check of a rule
 `rule(p, q, x) -> (a, r)`: kit.leviathan_rule in Fractions, kit.npspec_rule in float64, or
-`accept_rule`, the rule npspec.speculative.accept itself implements, measured without sampling.
+`accept_rule`, the rule npspec.decode.acceptance.accept itself implements, measured without sampling.
 accept is a function of its uniforms, constant on boxes (u_i < cut_i or not, u_final inside one
 CDF interval of what it samples from): `accept_law` calls it once at the midpoint of every box
 and weighs the answer by the box's volume, the exact law up to float64 rounding. The CDF cuts
@@ -20,12 +20,12 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import example, given, strategies as st
 from hypothesis.extra.numpy import arrays
 
 from npspec import testing as kit
 from npspec.sampling import greedy, warp
-from npspec.speculative import accept, accept_greedy
+from npspec.decode import Proposal, SamplingParams, accept, get_rule, round as rounds
 
 from conftest import tiny_model
 
@@ -275,13 +275,17 @@ def test_float64_law_on_tiny_gpt2(gpt2_pair, warp_args):
 # ---- npspec's accept on any rows
 
 @given(kit.probability_pairs(), st.sampled_from([0.0, 0.5, kit.ONE_BELOW]), st.sampled_from([0.0, 0.5, kit.ONE_BELOW]))
+@example(pq=(np.array([0.0, 0.5, 0.5]), np.array([0.5, 0.25, 0.25])), u_accept=0.0, u_final=0.5)  # u == p/q == 0
+@example(pq=(np.array([0.25, 0.75]), np.array([0.5, 0.5])), u_accept=0.5, u_final=0.0)  # u == p/q == 1/2
 def test_no_nan_reaches_a_sampler_in_accept(pq, u_accept, u_final):
-    """accept() on any rows returns a token the target can emit, never NaN or an out-of-range id."""
+    """accept() on any rows returns a token the target can emit, never NaN or an out-of-range id, and its test is
+    strict: it keeps x exactly when u < p(x)/q(x) (the examples put u on p/q, where `u <= p/q` would keep x)."""
     p, q = pq
     for x in np.flatnonzero(q):
         n, token = accept(np.array([x]), np.stack([p, p]), q[None], np.array([u_accept]), u_final)
         assert n in (0, 1) and 0 <= token < len(p) and p[token] > 0
-        assert n == 1 or u_accept >= p[x] / q[x]  # strict: rejected only when u >= p/q
+        with np.errstate(over="ignore"):  # a denormal q(x) makes p/q inf: kept, as min(1, p/q) = 1 says
+            assert (n == 1) == (u_accept < p[x] / q[x])  # strict: kept iff u < p/q
 
 
 def test_strict_acceptance_u_zero_never_accepts_p_zero():
@@ -294,8 +298,17 @@ def test_strict_acceptance_u_zero_never_accepts_p_zero():
 US = (0.0, 0.3, 0.5, kit.ONE_BELOW)  # uniforms, both ends included
 
 
-def test_accept_greedy_equals_accept_on_one_hot_rows():
-    """Every draft and every target table over 3 ids (ties included), gamma 1 and 2, all uniforms in US."""
+def greedy_round(d, p_logits):  # -> (n accepted, token)
+    """The round's accept step at temperature 0 (the one place greedy is handled) on a chain of drafts d."""
+    path, token, *_ = rounds.accept(Proposal.chain(d), p_logits, SamplingParams(temperature=0.0), get_rule("token"),
+                                    False, None, None, p_logits.shape[-1])
+    assert path == list(range(len(path)))
+    return len(path), token
+
+
+def test_greedy_round_equals_accept_on_one_hot_rows():
+    """The round's greedy accept (argmax of the logits, no rows built) equals the token rule on the one-hot rows:
+    every draft and every target table over 3 ids (ties included), gamma 1 and 2, all uniforms in US."""
     rows = [np.array(r, dtype=np.float32) for r in itertools.product((0.0, 1.0), repeat=3) if any(r)]
     rows.append(np.array([0.0, 0.0, 0.0], dtype=np.float32))  # all tied
     cases = 0
@@ -305,7 +318,7 @@ def test_accept_greedy_equals_accept_on_one_hot_rows():
                 p_logits = np.stack(p_logits)
                 p = warp(p_logits, temperature=0)
                 q = warp(np.eye(3, dtype=np.float32)[list(d)], temperature=0)  # the draft's one-hot on d_i
-                fast = accept_greedy(list(d), greedy(p_logits))
+                fast = greedy_round(list(d), p_logits)
                 for u in US:
                     assert accept(np.array(d), p, q, np.full(gamma, u), u) == fast
                 cases += 1

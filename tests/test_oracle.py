@@ -29,7 +29,7 @@ from npspec.init import init_tensors, init_tensors_varied
 from npspec.model import leaves
 from npspec.sources import SHAPES, load
 from npspec.sources.cache import RANDOM_SEED
-from npspec.speculative import speculative_generate
+from npspec.decode import speculative_generate
 from npspec.text import TextStreamer
 
 from conftest import ROOT, SHIPPED

@@ -14,7 +14,7 @@ from npspec.registry import kernel
 from npspec.quantize import dequantize_tensor, parse_scheme, quantize_tensor
 from npspec.quantized import load_quantized, quantize_model, save_quantized
 from npspec.sources import load
-from npspec.speculative import speculative_generate
+from npspec.decode import speculative_generate
 
 from conftest import run_python, tiny_model
 

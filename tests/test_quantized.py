@@ -10,7 +10,7 @@ from safetensors import safe_open
 from safetensors.numpy import load_file, save_file
 
 from npspec import testing as kit
-from npspec.drafters import ModelDrafter
+from npspec.decode.drafters import ModelDrafter
 from npspec.errors import CheckpointError
 from npspec.tensors import params_tree
 from npspec.model import Model, leaves
@@ -19,7 +19,7 @@ from npspec.quantize import awq_objective, parse_scheme, round_trip
 from npspec.quantized import (awq_quantize_model, flat_tensors, is_quantized, linear_inputs, quantize_model,
                               save_quantized)
 from npspec.sources import load
-from npspec.speculative import speculative_generate
+from npspec.decode import speculative_generate
 
 from conftest import SHIPPED, run_python, tiny_model
 

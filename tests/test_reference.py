@@ -19,7 +19,7 @@ from npspec.huggingface import convert
 from npspec.files import load_model
 from npspec.sources import load
 from npspec.sources.shipped import gpt2_tokenizer_json
-from npspec.speculative import speculative_generate
+from npspec.decode import speculative_generate
 from npspec.text import TextStreamer, encode_prompt
 
 from conftest import ROOT

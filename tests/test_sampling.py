@@ -4,12 +4,12 @@ import warnings
 
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import example, given, strategies as st
 from hypothesis.extra.numpy import arrays
 
 from npspec import testing as kit
 from npspec.sampling import check_warp_args, greedy, residual, sample, top_p_tail, warp
-from npspec.speculative import accept
+from npspec.decode import accept
 
 ATOL = 1e-12  # float64: every quantity is a handful of operations on numbers in [0, 1]
 US = (0.0, 0.3, 0.5, kit.ONE_BELOW)  # uniforms, both ends included
@@ -124,17 +124,22 @@ def test_a_denormal_temperature_warns_nothing():
 
 @given(st.integers(2, 8).flatmap(lambda n: st.tuples(kit.logits_rows(size=n), kit.logits_rows(size=n))),
        st.sampled_from([0.0, 1e-300, 0.3, 1.0, 5.0, 1e300]), st.integers(0, 3), st.sampled_from([1.0, 0.9, 0.5, 1e-9]))
+# the target bans the draft's only token: with u = 0, a non-strict `u <= p/q` keeps a token of probability 0
+@example(rows=(np.array([-np.inf, 0.0, 0.0]), np.array([0.0, -np.inf, -np.inf])), temperature=1.0, top_k=0, top_p=1.0)
 def test_no_nan_reaches_a_sampler_from_logits(rows, temperature, top_k, top_p):
     """warp() of rows with -inf, +/-10 and wide values, at any temperature, gives finite rows summing to 1;
-    sampling and accept then only return ids of positive probability."""
+    sampling and accept then only return ids of positive probability, and accept's test is strict (kept iff
+    u < p/q: at u = 0 a draft the target gives probability 0 is rejected)."""
     p, q = (warp(row, temperature, top_k, top_p) for row in rows)
     for row in (p, q):
         assert np.all(np.isfinite(row)) and np.all(row >= 0) and abs(row.sum() - 1) <= ATOL
     for u in (0.0, 0.5, kit.ONE_BELOW):
         x = sample(q, u)
         assert q[x] > 0
-        _, token = accept(np.array([x]), np.stack([p, p]), q[None], np.array([u]), u)
+        n, token = accept(np.array([x]), np.stack([p, p]), q[None], np.array([u]), u)
         assert p[token] > 0
+        with np.errstate(over="ignore"):  # a denormal q(x) makes p/q inf: kept
+            assert (n == 1) == (u < p[x] / q[x])
 
 
 # ---- sample: inverse CDF from one uniform

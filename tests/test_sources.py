@@ -24,7 +24,7 @@ from npspec.init import init_tensors, iter_tensors
 from npspec.model import leaves
 from npspec.sources import HUB_NAMES, SHAPES, cache, load, names, random_model, resolve, shipped_dir
 from npspec.registry import role_candidates
-from npspec.speculative import speculative_generate
+from npspec.decode import speculative_generate
 from npspec.text import same_tokenizer
 
 from conftest import ROOT, SHIPPED, run_python

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from npspec import testing as kit
-from npspec.speculative import speculative_generate
+from npspec.decode import speculative_generate
 
 from conftest import tiny_model
 

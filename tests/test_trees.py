@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 from npspec import testing as kit
-from npspec.drafters import DynamicTreeDrafter, TreeDrafter
+from npspec.decode import SamplingParams, speculative_generate
+from npspec.decode.drafters import DynamicTreeDrafter, TreeDrafter
 from npspec.gpt2 import tree_paths
 from npspec.sampling import sample, warp
 from npspec.sources import random_model
-from npspec.speculative import speculative_generate
 from npspec.trees import branching_tree
 
 from conftest import run_python, tiny_model
@@ -74,7 +74,9 @@ def test_tree_drafter_reports_the_rows_it_drew_from(pair, kind):
     drafter.start(seq)
     warp_args = dict(temperature=0.9, top_k=0, top_p=1.0)
     u = np.random.default_rng(0).random(drafter.tree_size(2))
-    ids, parents, q = drafter.propose_tree(seq, 2, u, warp_args)
+    proposal = drafter.propose(seq, 2, u, SamplingParams(**warp_args))
+    ids, parents, q = proposal.ids, proposal.parents, proposal.q_rows(draft.config.n_vocab)
+    assert (proposal.q is None) == (kind == "top-k")  # top-k children are deterministic
     assert parents == branching_tree((3, 2)) and len(ids) == 9 and q.shape == (9, draft.config.n_vocab)
     assert drafter.cache.length == len(seq) and drafter.forwards == 1 + 1 + 3  # prefill, root, three inner nodes
     for i, parent in enumerate(parents):
@@ -88,7 +90,8 @@ def test_tree_drafter_reports_the_rows_it_drew_from(pair, kind):
         else:
             siblings = [j for j, p in enumerate(parents) if p == parent]
             assert ids[i] == int(np.argsort(-row, kind="stable")[siblings.index(i)]) and q[i][ids[i]] == 1
-    assert drafter.propose_tree(seq, 1, u, warp_args)[1] == [-1, -1, -1]  # cut at depth 1
+    drafter.rollback(len(seq) - 1)  # the round's roll back
+    assert drafter.propose(seq, 1, u, SamplingParams(**warp_args)).parents == [-1, -1, -1]  # cut at depth 1
 
 
 @pytest.mark.parametrize("branching", [(2,), (2, 2, 1), (3, 2, 1, 1)])
@@ -129,8 +132,9 @@ def test_dynamic_tree_reports_one_hot_rows_and_grows_by_the_drafts_rows(pair):
     _, draft = pair
     drafter = DynamicTreeDrafter(draft, 6, max_children=2)
     drafter.start([1, 2])
-    ids, parents, q = drafter.propose_tree([1, 2], 3, np.zeros(6), dict(temperature=0.8, top_k=0, top_p=1.0))
-    assert len(ids) == 6 and all(-1 <= p < i for i, p in enumerate(parents))
+    proposal = drafter.propose([1, 2], 3, np.zeros(6), SamplingParams(0.8))
+    ids, parents, q = proposal.ids, proposal.parents, proposal.q_rows(draft.config.n_vocab)
+    assert proposal.q is None and len(ids) == 6 and all(-1 <= p < i for i, p in enumerate(parents))
     assert (q == np.eye(draft.config.n_vocab)[ids]).all() and drafter.cache.length == 2
     with pytest.raises(ValueError, match="budget must be an integer >= 1"):
         DynamicTreeDrafter(draft, 0)

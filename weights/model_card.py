@@ -19,7 +19,7 @@ from npspec.huggingface import convert, sha256_file
 from npspec.evaluate import acceptance, fixed_prompts, split_corpus, validation_loss
 from npspec.atomic import atomic_write
 from npspec.sources import load
-from npspec.speculative import speculative_generate
+from npspec.decode import speculative_generate
 from npspec.text import encode_prompt
 
 SLICE_WINDOWS = 4  # the fixed validation slice the tests recompute

@@ -2,13 +2,17 @@
 
 A sampler is correct when its output has exactly the target's distribution. `oracle` checks a
 rule stated as probabilities by exact enumeration (check_rule), `probes` checks a black-box
-sampler with injected uniforms and chi-square tests (check_sampler), `drafting` checks a drafter
-(npspec.drafters) by exact enumeration (check_drafter), `trees` enumerates a token-tree round
+sampler with injected uniforms and chi-square tests (check_sampler), `rounds` a whole black-box round
+(gamma drafts, their tests, the correction or bonus) on rows that differ by position, up to GPT-2's
+vocabulary (check_round), `drafting` checks a drafter
+(npspec.decode.drafters) by exact enumeration (check_drafter), `trees` enumerates a token-tree round
 (npspec.trees), `doubles` holds the
 stand-ins that drive npspec's loop on a table (TableModel, ScriptedRng), and `strategies` the
 hypothesis strategies. The submodules import numpy and npspec's core modules, never each other
-(drafting builds on oracle; nor hypothesis, until a strategy is built); this file only re-exports
+(drafting builds on oracle, rounds on probes; nor hypothesis, until a strategy is built); this file only re-exports
 them. `vectors` (built on `oracle`) exports the exact laws as data: `python -m npspec.testing vectors OUT.json`.
+`usage` holds the argument checks and bounds every check shares (KitUsageError, MAX_OUTCOMES); every
+submodule may import it.
 """
 
 from .blocks import (BLOCK_PROBES, block_distribution, block_drafter_distribution, block_probes,  # whole blocks
@@ -25,7 +29,10 @@ from .oracle import (Round, RuleError, RuleReport, SpeculativePath, check_rule, 
 from .probes import (ACCEPT_PROBES, MISS_BOUND, ONE_BELOW, STATISTICAL_CASES, Finding, SamplerReport, Uniforms,
                      check_sampler, chi2_sf, chi_square, npspec_sampler, probe_acceptance, probe_proposal,
                      statistical_check)
+from .rounds import (DIAGNOSES, GPT2_VOCAB, ROUND_CASES, STATISTICAL_ROUNDS, RoundReport, check_round, npspec_round,
+                     realistic_logits, round_laws, round_rows, round_statistics)
 from .strategies import logits_rows, probability_pairs, probability_vectors
+from .usage import MAX_OUTCOMES, MAX_UNIFORMS_PER_CALL, KitUsageError, UniformsExhausted
 
 __all__ = [
     # oracle
@@ -39,10 +46,15 @@ __all__ = [
     "ACCEPT_PROBES", "MISS_BOUND", "ONE_BELOW", "STATISTICAL_CASES", "Finding", "SamplerReport", "Uniforms",
     "check_sampler", "chi2_sf", "chi_square", "npspec_sampler", "probe_acceptance", "probe_proposal",
     "statistical_check",
+    # rounds
+    "DIAGNOSES", "GPT2_VOCAB", "ROUND_CASES", "STATISTICAL_ROUNDS", "RoundReport", "check_round", "npspec_round",
+    "realistic_logits", "round_laws", "round_rows", "round_statistics",
     # doubles
     "ScriptedRng", "TableCache", "TableConfig", "TableModel",
     # strategies
     "logits_rows", "probability_pairs", "probability_vectors",
+    # usage
+    "KitUsageError", "MAX_OUTCOMES", "MAX_UNIFORMS_PER_CALL", "UniformsExhausted",
     # blocks: verifiers that decide a whole block of drafts (block verification, npspec.rules), exactly
     "BLOCK_PROBES", "block_distribution", "block_drafter_distribution", "block_probes", "block_round_distribution",
     "block_verification_rule", "check_block_rule", "expected_accepted", "function_rule", "joint_bound",

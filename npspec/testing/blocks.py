@@ -11,13 +11,13 @@ after d_1..d_i): the law of the number n of drafts kept and of the row the round
 (a residual, or p_rows[k] for the bonus). Rows are lists of Fractions (exact) or floats. `token_block_rule` is
 the token rule (Leviathan et al. 2023, Algorithm 1) stated this way, `block_verification_rule` block verification
 (Sun et al. 2025, Algorithm 2) in exact arithmetic, and `function_rule` turns a verifier FUNCTION with
-npspec.speculative.accept's signature (block_accept's too) into a block rule by integrating it over its uniforms.
+npspec.decode.acceptance.accept's signature (block_accept's too) into a block rule by integrating it over its uniforms.
 `block_round_distribution` (one round, continued by the target) and `block_distribution` (the whole loop, with
 EOS, budget, n_ctx and npspec's gamma schedules) compose a block rule; `check_block_rule` compares it with the
 target's own law on small cases. `expected_accepted` is the exact E[n] of a round, `joint_bound` the upper
 bound sum_i P(X_1..i = Y_1..i) <= sum_i (1 - TV) any lossless verifier obeys, and `block_probes` runs a verifier
 function on the uniforms where the strict test and the prefix weights matter. Imports numpy, npspec.rules,
-npspec.speculative and npspec.testing.oracle.
+npspec.decode and npspec.testing.oracle.
 """
 
 import itertools
@@ -27,7 +27,7 @@ from fractions import Fraction
 import numpy as np
 
 from ..rules import block_thresholds, block_weights
-from ..speculative import accept, next_gamma, round_gamma
+from ..decode import accept, next_gamma, round_gamma
 from .oracle import (Round, RuleReport, SpeculativePath, _differ, _is_exact, _nonzero, _start, _stopped,
                      constant_table, random_table, sequence_distribution, small_cases, table_drafter)
 
@@ -107,7 +107,7 @@ def _cells(rows):
 
 
 def function_rule(verify=accept):
-    """A verifier FUNCTION `verify(d, p, q, u_tests, u_final) -> (n, token)` (npspec.speculative.accept's and
+    """A verifier FUNCTION `verify(d, p, q, u_tests, u_final) -> (n, token)` (npspec.decode.acceptance.accept's and
     npspec.rules.block_accept's signature) as a block rule, by integrating it over its uniforms.
 
     Each u_tests[i] is cut where the token rule (min(1, p_i/q_i)) and block verification (h_i) change their
@@ -301,7 +301,7 @@ BLOCK_PROBES = [
 
 def block_probes(verify):
     """Run a verifier function (block_accept's signature) on BLOCK_PROBES and on one-hot rows (temperature 0, where
-    it must decide as npspec.speculative.accept for every uniform). Returns [(probe name, what was wrong)]."""
+    it must decide as npspec.decode.acceptance.accept for every uniform). Returns [(probe name, what was wrong)]."""
     findings = []
     for name, d, p, q, u, allowed, why in BLOCK_PROBES:
         got = verify(np.array(d), np.array(p, dtype=np.float64), np.array(q, dtype=np.float64), np.array(u), 0.5)

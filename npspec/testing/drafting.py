@@ -1,15 +1,15 @@
 """npspec.testing.drafting: check a drafter exactly, by enumeration on table models.
 
 A drafter is lossless when the loop's output, drafting with it, has exactly the target's law
-(npspec.drafters states what it must guarantee). `check_drafter` enumerates that law with
+(npspec.decode.drafters states what it must guarantee). `check_drafter` enumerates that law with
 npspec.testing.oracle.drafter_paths, for several targets, gammas, budgets, EOS settings and both
 gamma schedules, and compares it with the target's own law (sequence_distribution): exactly
 for rows of Fractions, to 1e-9 for float rows. It takes a *drafter description* (see
 npspec.testing.oracle) built from the target's table, so a drafter that peeks at the target
 can be written down and caught. `ngram_drafter` and `confident_drafter` describe npspec's own
-strategies; `object_drafter` describes a real drafter object (npspec.drafters' interface) by
-steering its uniforms, so yours can be checked as it is. Imports numpy, npspec.drafters,
-npspec.sampling, npspec.speculative and npspec.testing.oracle.
+strategies; `object_drafter` describes a real drafter object (npspec.decode.types.Drafter) by
+steering its uniforms, so yours can be checked as it is. Imports numpy, npspec.decode.drafters,
+npspec.sampling, npspec.decode, npspec.testing.oracle and npspec.testing.usage.
 """
 
 from dataclasses import dataclass
@@ -17,10 +17,12 @@ from fractions import Fraction
 
 import numpy as np
 
-from ..drafters import ngram_scan
+from ..decode import SCHEDULES, SamplingParams
+from ..decode.drafters import ngram_scan
 from ..sampling import sample
-from ..speculative import SCHEDULES
-from .oracle import _nonzero, drafter_distribution, random_table, sequence_distribution, table_drafter
+from .oracle import _nonzero, _prompt, drafter_distribution, random_table, sequence_distribution, table_drafter
+from .usage import (MAX_OUTCOMES, MAX_VOCAB, KitUsageError, largest, need_bounded, need_callable, need_int, need_ints,
+                    need_row)
 
 
 def one_hot(x, n_vocab):
@@ -29,7 +31,7 @@ def one_hot(x, n_vocab):
 
 
 def ngram_drafter(n_vocab, ngram_min=1, ngram_max=4, eos=None):
-    """The description of npspec.drafters.NgramDrafter: one-hot rows along ngram_scan's continuation, then stop."""
+    """The description of npspec.decode.drafters.NgramDrafter: one-hot rows along ngram_scan's continuation, then stop."""
     def drafter(seq, drafted):
         cont = ngram_scan(list(seq), len(drafted) + 1, ngram_min, ngram_max, eos)
         if len(cont) <= len(drafted):
@@ -98,9 +100,34 @@ def check_drafter(make_drafter, n_vocab=3, targets=None, gammas=(1, 2, 3), max_n
     target, gamma, eos, n_ctx and schedule is a case. Compares drafter_distribution with
     sequence_distribution (max_new_tokens ids): equal for Fraction rows, within 1e-9 for floats.
     Returns a DrafterReport for the first failing case; a drafter that raises fails on that case.
+    Raises KitUsageError (npspec.testing.usage), one line naming the argument, before any case runs: a
+    make_drafter that is not callable, empty gammas, eos_values, n_ctx_values, schedules or targets, a gamma
+    below 1 or max_new_tokens below 2 (no round would draft: a vacuous pass), an n_ctx that leaves no room
+    for a draft after the prompt, a target whose row is not a probability row over n_vocab ids, or a budget
+    whose n_vocab**max_new_tokens outputs exceed usage.MAX_OUTCOMES.
     """
+    where = "check_drafter"
+    need_callable(make_drafter, "make_drafter", "make_drafter(p) -> drafter(seq, drafted)", where)
+    n_vocab = need_int(n_vocab, "n_vocab", where, 2, MAX_VOCAB)
+    gammas = need_ints(gammas, "gammas", where, 1, why=" (gamma 0 drafts nothing: a vacuous pass)")
+    max_new_tokens = need_int(max_new_tokens, "max_new_tokens", where, 2,
+                              why=" (with 0 or 1 the loop never drafts: a vacuous pass)")
+    prompt = _prompt(prompt, where)
+    need_bounded(n_vocab ** max_new_tokens, f"max_new_tokens {max_new_tokens} over {n_vocab} ids "
+                 f"({n_vocab}**{max_new_tokens} outputs)", where,
+                 f"use max_new_tokens <= {largest(lambda m: n_vocab ** m <= MAX_OUTCOMES, 2)} here")
+    eos_values = _values(eos_values, "eos_values", lambda i, e: e if e is None else need_int(
+        e, f"eos_values[{i}]", where, 0, n_vocab - 1))
+    n_ctx_values = _values(n_ctx_values, "n_ctx_values", lambda i, c: c if c is None else need_int(
+        c, f"n_ctx_values[{i}]", where, len(prompt) + 2, why=" (room for the prompt, a draft and its bonus)"))
+    schedules = _values(schedules, "schedules", lambda i, s: s if s in SCHEDULES else _bad_schedule(i, s))
+    targets = default_targets(n_vocab) if targets is None else _values(targets, "targets", lambda i, t: t)
+    for t, p in enumerate(targets):
+        if not callable(p):
+            raise KitUsageError(f"{where}: targets[{t}] must be a table seq -> row, got {p!r}")
+        need_row(p(prompt), f"targets[{t}]'s row after the prompt", where, n_vocab)
     n = 0
-    for t, p in enumerate(default_targets(n_vocab) if targets is None else targets):
+    for t, p in enumerate(targets):
         for gamma in gammas:
             for eos in eos_values:
                 for n_ctx in n_ctx_values:
@@ -118,6 +145,19 @@ def check_drafter(make_drafter, n_vocab=3, targets=None, gammas=(1, 2, 3), max_n
     return DrafterReport(True, n)
 
 
+def _values(values, name, check):
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+        raise KitUsageError(f"check_drafter: {name} must be a non-empty sequence, got {values!r}")
+    values = [check(i, v) for i, v in enumerate(values)]
+    if not values:
+        raise KitUsageError(f"check_drafter: {name} is empty: nothing would be checked; give at least one value")
+    return values
+
+
+def _bad_schedule(i, s):
+    raise KitUsageError(f"check_drafter: schedules[{i}] must be one of {list(SCHEDULES)}, got {s!r}")
+
+
 class DrafterError(AssertionError):
     """A drafter object's proposal is not what its reported q says it sampled."""
 
@@ -131,7 +171,7 @@ def _cell_middle(row, x):  # a uniform in the middle of x's inverse-CDF cell of 
 def object_drafter(make, warp_args=None):
     """A drafter description of a real drafter object, by steering the uniforms it is given.
 
-    make(): a fresh drafter (npspec.drafters' interface: start, propose). For the context seq and
+    make(): a fresh drafter (npspec.decode.types.Drafter: start, propose -> Proposal). For the context seq and
     the drafts so far, the description starts a fresh drafter on seq and calls propose with
     gamma = len(drafted) + 1 and uniforms in the middle of each earlier draft's cell of its
     reported row, so it proposes `drafted` again; then, for each id x of the next reported row
@@ -143,10 +183,13 @@ def object_drafter(make, warp_args=None):
     """
     warp_args = dict(temperature=1.0) if warp_args is None else warp_args
 
+    sampling = SamplingParams(**warp_args)
+
     def call(seq, us, gamma):
         drafter = make()
         drafter.start(list(seq))
-        return drafter.propose(list(seq), gamma, np.array(us + [0.5] * (gamma - len(us))), warp_args)
+        proposal = drafter.propose(list(seq), gamma, np.array(us + [0.5] * (gamma - len(us))), sampling)
+        return proposal.ids, proposal.q_rows(drafter.n_vocab)
 
     def drafter(seq, drafted):
         us = []

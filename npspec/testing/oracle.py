@@ -8,13 +8,15 @@ the tuple of ids seq (prompt included), a row of fractions.Fraction (exact) or o
 of a whole generation, `sequence_distribution` is the target's own law, and `check_rule` compares
 them on small p, q (Leviathan et al. 2023, Appendix A.1; Chen et al. 2023, Theorem 1).
 
-A *drafter description* generalises the draft table to any way of drafting (npspec.drafters):
+A *drafter description* generalises the draft table to any way of drafting (npspec.decode.drafters):
 `drafter(seq, drafted) -> (proposal, q)` or None, with seq the ids before the round and drafted
 the drafts so far in it. proposal[x] is the probability of proposing x next (a row of mass at
 most 1: the missing mass is the probability of proposing nothing more; None proposes nothing
 more), q the row the acceptance test is given. A correct drafter has proposal == q (or stops);
 `table_drafter(q)` is the draft model. `drafter_paths` enumerates the loop with a drafter and
-a gamma schedule. Imports numpy, npspec.sampling and npspec.speculative, nothing else of npspec.
+a gamma schedule. Every enumeration stops with KitUsageError past usage.MAX_OUTCOMES paths (check_rule
+refuses up front a gamma whose outcomes cannot fit). Imports numpy, npspec.sampling, npspec.decode and
+npspec.testing.usage, nothing else of npspec.
 """
 
 import random
@@ -25,7 +27,9 @@ from fractions import Fraction
 import numpy as np
 
 from ..sampling import residual, warp
-from ..speculative import next_gamma, round_gamma
+from ..decode import next_gamma, round_gamma
+from .usage import (MAX_OUTCOMES, MAX_TOL, KitUsageError, largest, need_bounded, need_callable, need_int, need_ints,
+                    need_real, need_row)
 
 
 def leviathan_rule(p, q, x):
@@ -42,7 +46,7 @@ def leviathan_rule(p, q, x):
 
 
 def npspec_rule(p, q, x):
-    """npspec's own rule in float64: the ratio npspec.speculative.accept tests, npspec.sampling.residual.
+    """npspec's own rule in float64: the ratio npspec.decode.acceptance.accept tests, npspec.sampling.residual.
 
     p, q: float rows `[n_vocab]`. Returns (min(1, p[x] / q[x]) float, residual(p, q) `[n_vocab]` float64).
     """
@@ -101,10 +105,25 @@ def table_drafter(q):
     return drafter
 
 
-def _round(p, drafter, seq, g, eos, rule):
+class _Budget:
+    """Counts the paths an enumeration walks; past MAX_OUTCOMES, a one-line KitUsageError instead of memory or hours."""
+
+    def __init__(self, what):
+        self.left, self.what = MAX_OUTCOMES, what
+
+    def spend(self):
+        self.left -= 1
+        if self.left < 0:
+            raise KitUsageError(f"{self.what} walks more than {MAX_OUTCOMES} paths (npspec.testing.usage.MAX_OUTCOMES): "
+                                "use a smaller gamma, budget or vocabulary")
+
+
+def _round(p, drafter, seq, g, eos, rule, budget=None):
     """Yield (Round, emitted ids, probability) for every outcome of one round of at most g drafts after seq."""
+    budget = budget or _Budget("the round's enumeration")
 
     def walk(drafted, prob):
+        budget.spend()
         ctx = seq + drafted
         prow = p(ctx)
         step = drafter(seq, drafted) if len(drafted) < g else None
@@ -158,7 +177,10 @@ def sequence_distribution(p, prompt, max_new_tokens, eos=None, n_ctx=None):
     prompt = _start(prompt, n_ctx)
     dist = defaultdict(int)
 
+    budget = _Budget("the target's enumeration")
+
     def go(seq, prob):
+        budget.spend()
         if _stopped(seq, len(prompt), max_new_tokens, eos, n_ctx):
             dist[seq[len(prompt):]] += prob
             return
@@ -176,7 +198,7 @@ def drafter_paths(p, drafter, prompt, gamma, max_new_tokens, eos=None, n_ctx=Non
 
     Each round drafts at most g = round_gamma(scheduled gamma, remaining, n_ctx, len(seq)) tokens,
     npspec's loop's own clamp (g = 0 is a plain target step), with the scheduled gamma starting
-    at min(gamma, max_new_tokens - 1, n_ctx - 1) and moved by npspec.speculative.next_gamma after
+    at min(gamma, max_new_tokens - 1, n_ctx - 1) and moved by npspec.decode.schedule.next_gamma after
     each round; tests them in order with `rule`, and emits the kept drafts plus the replacement
     or bonus token; an accepted EOS ends the round and the generation. Stops as
     sequence_distribution does. Yields SpeculativePath; paths of probability 0 are skipped.
@@ -185,12 +207,14 @@ def drafter_paths(p, drafter, prompt, gamma, max_new_tokens, eos=None, n_ctx=Non
     prompt = _start(prompt, n_ctx)
     gamma = min(gamma, max_new_tokens - 1, n_ctx - 1) if n_ctx is not None else min(gamma, max_new_tokens - 1)
 
+    budget = _Budget("the loop's enumeration")
+
     def go(seq, prob, rounds, scheduled):
         if _stopped(seq, len(prompt), max_new_tokens, eos, n_ctx):
             yield SpeculativePath(seq[len(prompt):], prob, rounds)
             return
         g = max(0, round_gamma(scheduled, max_new_tokens - (len(seq) - len(prompt)), n_ctx, len(seq)))
-        for rnd, emitted, rp in _round(p, drafter, seq, g, eos, rule):
+        for rnd, emitted, rp in _round(p, drafter, seq, g, eos, rule, budget):
             yield from go(seq + emitted, prob * rp, rounds + (rnd,), next_gamma(schedule, scheduled, rnd.accepted))
 
     yield from go(prompt, 1, (), gamma)
@@ -223,7 +247,8 @@ def round_distribution(p, q, prompt, gamma, eos=None, rule=leviathan_rule):
     """
     prompt = _start(prompt, None)
     dist = defaultdict(int)
-    for _, emitted, prob in _round(p, table_drafter(q), prompt, gamma, eos, rule):
+    budget = _Budget("the round's enumeration")
+    for _, emitted, prob in _round(p, table_drafter(q), prompt, gamma, eos, rule, budget):
         if eos is not None and emitted[-1] == eos:
             dist[emitted] += prob
             continue
@@ -390,13 +415,27 @@ def check_rule(rule, cases=None, gammas=(1, 2), prompt=(0,), eos=None, tol=1e-12
     Returns a RuleReport for the first failure, whose p and q are then the
     smallest failing case in the order of `cases`; a rule that raises or returns something
     invalid fails on that case. `str(report)` prints both distributions and how they were compared.
+    Raises KitUsageError (npspec.testing.usage), one line naming the argument, for a rule that is not
+    callable, an empty `cases` or `gammas`, a gamma below 1, a p or q that is not a probability row,
+    tol outside [0, 1e-6], or a gamma whose n_vocab**(gamma + 1) outcomes exceed usage.MAX_OUTCOMES.
     """
+    where = "check_rule"
+    need_callable(rule, "rule", "rule(p, q, x) -> (a, r)", where)
+    gammas = need_ints(gammas, "gammas", where, 1, why=" (gamma 0 drafts nothing: no rule would be tested)")
+    prompt = _prompt(prompt, where)
+    tol = need_real(tol, "tol", where, 0, MAX_TOL, why=" (a wrong rule is off by far more than rounding)")
     n, used = 0, 0
     for p, q in (small_cases() if cases is None else cases):
         n += 1
         pt = p if callable(p) else constant_table(p)
         qt = q if callable(q) else constant_table(q)
+        n_vocab = need_row(pt(prompt), f"cases[{n - 1}]'s p", where)
+        need_row(qt(prompt), f"cases[{n - 1}]'s q", where, n_vocab)
+        if eos is not None:
+            need_int(eos, "eos", where, 0, n_vocab - 1)
         for gamma in gammas:
+            need_bounded(n_vocab ** (gamma + 1), f"gamma {gamma} over {n_vocab} ids ({n_vocab}**{gamma + 1} sequences)",
+                         where, f"use gamma <= {largest(lambda g: n_vocab ** (g + 1) <= MAX_OUTCOMES)} here")
             expected = _nonzero(sequence_distribution(pt, prompt, gamma + 1, eos))
             try:
                 got = _nonzero(round_distribution(pt, qt, prompt, gamma, eos, rule))
@@ -406,4 +445,13 @@ def check_rule(rule, cases=None, gammas=(1, 2), prompt=(0,), eos=None, tol=1e-12
             used = max(used, case_tol)
             if _differ(expected, got, case_tol):
                 return RuleReport(False, n, p, q, gamma, expected, got, tol=case_tol)
+    if not n:
+        raise KitUsageError(f"{where}: cases is empty: nothing would be checked; give at least one (p, q) "
+                            "or leave it None (small_cases())")
     return RuleReport(True, n, tol=used)
+
+
+def _prompt(prompt, where):
+    if isinstance(prompt, (str, bytes)) or not hasattr(prompt, "__iter__"):
+        raise KitUsageError(f"{where}: prompt must be a non-empty sequence of ids, got {prompt!r}")
+    return need_ints(prompt, "prompt", where, 0)

@@ -5,8 +5,9 @@ They are `propose(logits, uniform) -> (x, q)` and `accept(x, p, q, uniform) -> (
 injected uniforms (probe_proposal, probe_acceptance over ACCEPT_PROBES), then Pearson chi-square
 tests at a stated false-alarm rate (statistical_check). A non-strict `u <= p/q` differs from the
 correct `u < p/q` only when u equals p/q exactly, which sampling never hits: only the probes catch
-it. Each finding names what was wrong (the decision, the accepted token, or the replacement). `npspec_sampler` is npspec's own pair. Imports numpy, npspec.sampling and npspec.speculative,
-nothing else of npspec.
+it. Each finding names what was wrong (the decision, the accepted token, or the replacement).
+`npspec_sampler` is npspec's own pair. Imports numpy, npspec.sampling, npspec.decode and
+npspec.testing.usage (argument checks and bounds), nothing else of npspec.
 """
 
 import math
@@ -15,7 +16,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..sampling import sample, warp
-from ..speculative import accept as accept_block
+from ..decode import accept as accept_block
+from .usage import (MAX_UNIFORMS_PER_CALL, KitUsageError, UniformsExhausted, need_alpha, need_callable, need_int,
+                    need_samples)
 
 ONE_BELOW = float(np.nextafter(1.0, 0.0))  # the largest double below 1: 1 - 2**-53
 
@@ -23,15 +26,25 @@ ONE_BELOW = float(np.nextafter(1.0, 0.0))  # the largest double below 1: 1 - 2**
 class Uniforms:
     """A uniform source for probes: hands out `values` in order, then draws from a seeded generator.
 
-    Call it for the next float in [0, 1). `drawn` records every value handed out.
+    Call it for the next float in [0, 1). `drawn` records the values handed out since the last
+    `new_call()` (or since it was made); past `limit` of them (default MAX_UNIFORMS_PER_CALL) it
+    raises UniformsExhausted: a sampler that loops is stopped, and nothing grows without bound.
     """
 
-    def __init__(self, values=(), seed=0):
+    def __init__(self, values=(), seed=0, limit=MAX_UNIFORMS_PER_CALL):
         self.values = list(values)
         self.rng = np.random.default_rng(seed)
         self.drawn = []
+        self.limit = limit
+
+    def new_call(self):
+        """Start counting (and recording) the uniforms of the sampler's next call afresh."""
+        self.drawn = []
 
     def __call__(self):
+        if len(self.drawn) >= self.limit:
+            raise UniformsExhausted(f"the sampler drew more than {self.limit} uniforms in one call (one needs at "
+                                    "most 2 per draft): it loops")
         u = self.values.pop(0) if self.values else float(self.rng.random())
         self.drawn.append(u)
         return u
@@ -70,7 +83,7 @@ def npspec_sampler(temperature=1.0, top_k=0, top_p=1.0):
     """npspec's own sampler as a (propose, accept) pair for check_sampler.
 
     propose(logits `[n_vocab]`, uniform) -> (x, q): q = npspec.sampling.warp(logits, ...), x = sample(q, uniform()).
-    accept(x, p, q, uniform) -> (accepted, token): npspec.speculative.accept with gamma = 1,
+    accept(x, p, q, uniform) -> (accepted, token): npspec.decode.acceptance.accept with gamma = 1,
     drawing the acceptance uniform first, then the replacement's.
     """
     def propose(logits, uniform):
@@ -308,7 +321,8 @@ def statistical_check(propose, accept, n_samples=20000, alpha=1e-6, seed=0):
     n_samples * (2 d)**2 (Cauchy-Schwarz); at the defaults, d = 0.03 is found with probability
     above 0.98 by each test (noncentral chi-square, up to 7 degrees of freedom).
     """
-    src = Uniforms(seed=seed)
+    n_samples, alpha = need_samples(n_samples, "statistical_check"), need_alpha(alpha, "statistical_check")
+    src = Uniforms(seed=need_int(seed, "seed", "statistical_check", 0))
     findings, tests = [], []
     per_test = alpha / (3 * len(STATISTICAL_CASES))
     for c, (logits, p) in enumerate(STATISTICAL_CASES):
@@ -318,9 +332,11 @@ def statistical_check(propose, accept, n_samples=20000, alpha=1e-6, seed=0):
         q0 = None
         try:
             for _ in range(n_samples):
+                src.new_call()
                 x, q = propose(logits.copy(), src)
                 if q0 is None:
                     q0 = np.asarray(q, dtype=np.float64)
+                src.new_call()
                 kept, token = accept(int(x), p.copy(), np.asarray(q, dtype=np.float64).copy(), src)
                 xs[int(x)] += 1
                 kept_tokens[int(token) + (0 if kept else n)] += 1
@@ -355,7 +371,19 @@ def check_sampler(propose, accept, n_samples=20000, alpha=1e-6, seed=0, statisti
     "residual-zero-mass-above-ratio"), an argmax proposal and a q that is not the array x was
     drawn from (both with a false-alarm rate below MISS_BOUND per logits row; the acceptance
     probes are exact); the statistical tests catch any rule whose law is off by a TV of a few percent.
+    A sampler that draws more than MAX_UNIFORMS_PER_CALL uniforms in one call is stopped (a finding).
+    Raises KitUsageError (npspec.testing.usage), one line naming the argument, for a propose or accept
+    that is not callable, or (if statistical) n_samples not an integer in [100, 1e7], alpha outside
+    [1e-12, 0.05] (0 or NaN would turn the tests off), or a negative seed.
     """
+    where = "check_sampler"
+    need_callable(propose, "propose", "propose(logits, uniform) -> (x, q)", where)
+    need_callable(accept, "accept", "accept(x, p, q, uniform) -> (accepted, token)", where)
+    if not isinstance(statistical, bool):
+        raise KitUsageError(f"{where}: statistical must be True or False, got {statistical!r}")
+    if statistical:
+        n_samples, alpha = need_samples(n_samples, where), need_alpha(alpha, where)
+        seed = need_int(seed, "seed", where, 0)
     findings = probe_proposal(propose) + probe_acceptance(accept)
     tests = []
     if statistical:

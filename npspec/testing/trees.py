@@ -20,7 +20,7 @@ from collections import defaultdict
 from fractions import Fraction
 from types import SimpleNamespace
 
-from ..speculative import round_gamma, tree_depth
+from ..decode import round_gamma, tree_depth
 from ..trees import branching_tree, depths, grow_tree
 from .oracle import _start, sequence_distribution
 
@@ -137,7 +137,7 @@ def tree_round_distribution(p, expand, prompt, depth, eos=None, verify=multi_can
 def tree_loop_distribution(p, expand, branching, prompt, gamma, max_new_tokens, eos=None, n_ctx=None):
     """`{emitted ids: probability}` of npspec's whole loop drafting static trees of `branching` with `expand`.
 
-    Each round's depth is npspec.speculative.tree_depth's: at most round_gamma's clamp of gamma
+    Each round's depth is npspec.decode.schedule.tree_depth's: at most round_gamma's clamp of gamma
     (itself first clamped to max_new_tokens - 1 and n_ctx - 1), cut until the verify's rows fit
     n_ctx. Stops at eos, max_new_tokens or n_ctx as the loop does (oracle.sequence_distribution).
     """

@@ -13,27 +13,43 @@ exact fractions (strings "n/d"):
 Rows do not depend on the context (the same p and q at every position), so a sampler can be
 checked without a model. The cases cover disjoint supports, a one-hot q (an n-gram or other
 deterministic draft), q = 0 where p > 0, p == q, truncation, greedy, EOS and a budget below gamma.
+Version 2 adds, beside `cases` (unchanged):
+  * `probe_cases`: the boundary probes of check_sampler (u = 0 with p = 0, u at and around p/q, a
+    zero-mass residual...) as binary64 rows, a draft id, the injected uniforms and the exact decision and token;
+  * `round_cases`: whole rounds on 64 ids with top-k 50, top-p and no warping, rows that differ by position,
+    with injected uniforms and the exact drafts, accepted count and token of each trial (exact Fractions,
+    every uniform at least 1e-6 from any boundary, so float64 or float32 arithmetic decides alike);
+  * `position_cases`: laws as in `cases`, with a row per position;
+  * `tree_cases`: the law of one multi-candidate tree round;
+  * `procedure`: how to sample the laws (sizes, the false-alarm rate, chi-square critical values).
+npspec/testing/VECTORS.md documents every field; npspec/testing/vectors.schema.json is the JSON Schema.
 Besides `cases`, `verification_cases` adds `block_verification` (chain cases decided by block verification, Sun
 et al. 2025) and `multi_draft` (one node with k children, i.i.d. or drawn without replacement: RSD) with their
 exact laws and acceptance, under `verification_conventions`. Imports oracle, blocks, multidraft and trees (the
-enumerations) and npspec.speculative (round_gamma), nothing else of npspec.
+enumerations), probes (ACCEPT_PROBES, chi2_sf) and npspec.decode (round_gamma, accept), nothing else
+of npspec.
 """
 
+import random
 from collections import defaultdict
 from fractions import Fraction as F
 
-from ..speculative import round_gamma
+import numpy as np
+
+from ..decode import accept, round_gamma
 from .blocks import block_distribution, block_paths, expected_accepted, joint_bound, token_block_rule
 from .multidraft import node_acceptance, ot_bound, without_replacement_expander
 from .oracle import (constant_table, sequence_distribution, speculative_distribution, speculative_paths, table_drafter,
                      truncate)
+from .probes import _REPLACEMENT_US, ACCEPT_PROBES, chi2_sf
 from .trees import multi_candidate, sampled_expander, tree_round_outcomes
 
 FORMAT = "npspec-speculative-vectors"
-VERSION = 1
+VERSION = 2
 
 CONVENTIONS = {
-    "letters": "Leviathan et al. 2023: p is the target's row, q the draft's; rows are the same at every position",
+    "letters": ("Leviathan et al. 2023: p is the target's row, q the draft's; in `cases` and `tree_cases` rows are the "
+                "same at every position, in `position_cases` and `round_cases` row k is used at position k"),
     "round": ("g = min(gamma, max_new_tokens - emitted - 1) drafts, each x_i ~ q_warped; x_i is kept with probability "
               "min(1, p(x_i) / q(x_i)) (strict test u < p/q); at the first rejection the token is drawn from "
               "norm(max(0, p - q)); if every draft is kept, a bonus token is drawn from p; g = 0 is one step of p"),
@@ -98,7 +114,18 @@ def case(name, description, p, q, gamma, max_new_tokens, eos=None, warping=None,
     loop's enumerated law is not exactly the target's (it always is: that is the theorem)."""
     warping = dict(warping or {})
     pw, qw = warp_exact(p, **warping), warp_exact(q, **warping)
-    pt, qt = constant_table(pw), constant_table(qw)
+    return {"name": name, "description": description, "n_vocab": len(p), "prompt": list(prompt),
+            "p": [_s(v) for v in p], "q": [_s(v) for v in q], **_warping(warping),
+            "p_warped": [_s(v) for v in pw], "q_warped": [_s(v) for v in qw],
+            **_laws(name, constant_table(pw), constant_table(qw), gamma, max_new_tokens, eos, prompt)}
+
+
+def _warping(warping):
+    return {"warping": {"temperature": warping.get("temperature", 1), "top_k": warping.get("top_k", 0),
+                        "top_p": _s(warping.get("top_p", 1))}}
+
+
+def _laws(name, pt, qt, gamma, max_new_tokens, eos, prompt):
     target = sequence_distribution(pt, prompt, max_new_tokens, eos)
     assert speculative_distribution(pt, qt, prompt, gamma, max_new_tokens, eos) == target, name
     first, first_len, total = defaultdict(int), defaultdict(int), defaultdict(int)
@@ -108,11 +135,6 @@ def case(name, description, p, q, gamma, max_new_tokens, eos=None, warping=None,
         first_len[r.accepted] += path.prob
         total[sum(x.accepted for x in path.rounds)] += path.prob
     return {
-        "name": name, "description": description, "n_vocab": len(p), "prompt": list(prompt),
-        "p": [_s(v) for v in p], "q": [_s(v) for v in q],
-        "warping": {"temperature": warping.get("temperature", 1), "top_k": warping.get("top_k", 0),
-                    "top_p": _s(warping.get("top_p", 1))},
-        "p_warped": [_s(v) for v in pw], "q_warped": [_s(v) for v in qw],
         "gamma": gamma, "first_round_gamma": round_gamma(gamma, max_new_tokens, None, len(prompt)),
         "max_new_tokens": max_new_tokens, "eos_token_id": eos,
         "output_law": _law(target, lambda k: {"ids": list(k)}),
@@ -122,10 +144,188 @@ def case(name, description, p, q, gamma, max_new_tokens, eos=None, warping=None,
     }
 
 
+def positional_table(rows, n_prompt):
+    """A table whose row is rows[k] at position k (k ids emitted so far), the last row from there on."""
+    return lambda seq: rows[min(len(seq) - n_prompt, len(rows) - 1)]
+
+
+# name, description, p rows, q rows (row k at position k), gamma, max_new_tokens, eos, warping
+POSITION_CASES = [
+    ("rows-by-position", "each position its own p and q: a draft tested against the next position's row, or a bonus "
+     "drawn from the draft, changes the law", [[F(1, 2), F(1, 3), F(1, 6)], [F(1, 6), F(1, 6), F(2, 3)],
+                                               [F(0), F(1, 4), F(3, 4)]],
+     [[F(1, 3), F(1, 2), F(1, 6)], [F(1, 2), F(1, 4), F(1, 4)], [F(2, 3), F(1, 6), F(1, 6)]], 2, 3, None, {}),
+    ("rows-by-position-top-k", "rows by position, top_k 2 on both", [[F(2, 5), F(1, 5), F(1, 5), F(1, 5)],
+                                                                     [F(1, 10), F(1, 10), F(1, 2), F(3, 10)],
+                                                                     [F(1, 2), F(1, 4), F(1, 8), F(1, 8)]],
+     [[F(1, 10), F(1, 2), F(3, 10), F(1, 10)], [F(1, 4), F(1, 4), F(1, 4), F(1, 4)],
+      [F(1, 8), F(1, 8), F(1, 4), F(1, 2)]], 2, 3, None, {"top_k": 2}),
+]
+
+
+def position_case(name, description, p_rows, q_rows, gamma, max_new_tokens, eos=None, warping=None, prompt=(0,)):
+    """A case whose rows depend on the position (p_rows[k], q_rows[k] after k emitted ids; the last repeats)."""
+    warping = dict(warping or {})
+    pw, qw = [warp_exact(r, **warping) for r in p_rows], [warp_exact(r, **warping) for r in q_rows]
+    return {"name": name, "description": description, "n_vocab": len(p_rows[0]), "prompt": list(prompt),
+            "p_rows": [[_s(v) for v in r] for r in p_rows], "q_rows": [[_s(v) for v in r] for r in q_rows],
+            **_warping(warping), "p_warped_rows": [[_s(v) for v in r] for r in pw],
+            "q_warped_rows": [[_s(v) for v in r] for r in qw],
+            **_laws(name, positional_table(pw, len(prompt)), positional_table(qw, len(prompt)), gamma, max_new_tokens,
+                    eos, prompt)}
+
+
+def _exact_residual(p, q):
+    r = [max(F(0), a - b) for a, b in zip(p, q)]
+    mass = sum(r)
+    return [v / mass for v in r] if mass > 0 else list(p)
+
+
+def _inverse_cdf(row, u):  # exact: the first id whose cumulative mass exceeds u * total; and u's distance to its cell
+    total, cum = sum(row), F(0)
+    for x, v in enumerate(row):
+        if cum + v > F(u) * total:  # (a lower edge at 0 is exact in any arithmetic: no tie there)
+            return x, min(F(u) * total - cum if cum else 1, cum + v - F(u) * total) / total
+        cum += v
+    raise AssertionError("u must be in [0, 1)")
+
+
+def probe_cases():
+    """check_sampler's ACCEPT_PROBES as exact cases: binary64 rows p and q, the draft id x, u_test, u_final, and
+    the strict rule's decision and token (computed in Fractions from the doubles, and by npspec's accept). A
+    u_final within 1e-9 of a cell edge of the row it samples (where the rounding of a float cumsum, not the rule,
+    decides) is left out."""
+    out = []
+    for name, p, q, x, u, expect, allowed, why in ACCEPT_PROBES:
+        pf, qf = [F(v) for v in p], [F(v) for v in q]
+        kept = F(u) < pf[x] / qf[x]
+        for ur in ((0.5,) if kept else _REPLACEMENT_US):
+            token, margin = (x, 1) if kept else _inverse_cdf(_exact_residual(pf, qf), ur)
+            if margin < F(1, 10 ** 9):  # u_final on a CDF cell's edge: float rounding of the cumsum decides, not the rule
+                continue
+            n, t = accept(np.array([x]), np.array([p, p], dtype=np.float64), np.array([q], dtype=np.float64),
+                          np.array([u]), ur)
+            assert (n == 1) == kept and (kept or t == token), name  # (kept: t is the bonus, not tested here)
+            assert (expect != "accept" or kept) and (expect != "reject" or not kept) and (kept or token in allowed)
+            out.append({"name": f"{name}/u_final={ur!r}", "checks": why, "p": [float(v) for v in p],
+                        "q": [float(v) for v in q], "x": x, "u_test": u, "u_final": ur,
+                        "decision": "accept" if kept else "reject", "token": token})
+    return out
+
+
+def _weights_rows(n_vocab, n_rows, seed):  # Zipf-like integer weights 1000 / sqrt(rank), a permutation per row
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(n_rows):
+        ranks = list(range(1, n_vocab + 1))
+        rng.shuffle(ranks)
+        w = [round(1000 / k ** 0.5) for k in ranks]
+        rows.append([F(v, sum(w)) for v in w])
+    return rows
+
+
+def _exact_round(P, Q, u, g):
+    """(drafts, accepted, token, the smallest distance of a uniform to the boundary it was compared with)."""
+    margins, drafts = [], []
+    for i in range(g):
+        x, m = _inverse_cdf(Q[i], u[i])
+        drafts.append(x)
+        margins.append(m)
+    n = g
+    for i, d in enumerate(drafts):
+        ratio = P[i][d] / Q[i][d]
+        if not (ratio == 0 and u[g + i] == 0):
+            margins.append(abs(F(u[g + i]) - ratio))
+        if not F(u[g + i]) < ratio:
+            n = i
+            break
+    token, m = _inverse_cdf(P[g] if n == g else _exact_residual(P[n], Q[n]), u[2 * g])
+    return drafts, n, token, min(margins + [m])
+
+
+# name, n_vocab, gamma, warping, trials
+ROUND_VECTOR_CASES = [
+    ("round-64-ids-top-k-50", 64, 3, {"top_k": 50}, 30),
+    ("round-64-ids-top-p-0.8", 64, 3, {"top_p": F(4, 5)}, 30),
+    ("round-64-ids-plain", 64, 3, {}, 30),
+]
+
+
+def round_cases(min_margin=F(1, 10 ** 6)):
+    """Whole rounds with injected uniforms: rows by position (row gamma of q is the draft's next row, which a
+    correct round never uses), exact expected drafts, accepted count and token. Uniforms are multiples of 2**-24;
+    each trial keeps every uniform at least min_margin from the boundary it is compared with (else redrawn)."""
+    out = []
+    for c, (name, n_vocab, g, warping, trials) in enumerate(ROUND_VECTOR_CASES):
+        p_rows, q_rows = _weights_rows(n_vocab, g + 1, 2 * c), _weights_rows(n_vocab, g + 1, 2 * c + 1)
+        P, Q = [warp_exact(r, **warping) for r in p_rows], [warp_exact(r, **warping) for r in q_rows]
+        rng = random.Random(f"round-cases:{c}")
+        runs = []
+        while len(runs) < trials:
+            u = [rng.randrange(2 ** 24) / 2 ** 24 for _ in range(2 * g + 1)]
+            if len(runs) % 3 == 1:
+                u[g:2 * g] = [0.0] * g  # every draft with p > 0 kept: the bonus is reached
+            elif len(runs) % 3 == 2:
+                u[g:2 * g] = [1 - 2 ** -10] * g  # the first draft rejected unless p >= q: the residual
+            drafts, n, token, margin = _exact_round(P, Q, u, g)
+            if margin >= min_margin:
+                runs.append({"uniforms": u, "drafts": drafts, "accepted": n, "token": token})
+        out.append({"name": name, "n_vocab": n_vocab, "gamma": g, **_warping(warping),
+                    "p_rows": [[_s(v) for v in r] for r in p_rows], "q_rows": [[_s(v) for v in r] for r in q_rows],
+                    "p_warped_rows": [[_s(v) for v in r] for r in P], "q_warped_rows": [[_s(v) for v in r] for r in Q],
+                    "trials": runs})
+    return out
+
+
+# name, p, q, branching
+TREE_ROUND_CASES = [
+    ("tree-2x1", [F(1, 2), F(1, 3), F(1, 6)], [F(1, 3), F(1, 3), F(1, 3)], (2, 1)),
+    ("tree-3", [F(1, 4), F(1, 2), F(1, 4), F(0)], [F(1, 2), F(1, 4), F(0), F(1, 4)], (3,)),
+]
+
+
+def tree_case(name, p, q, branching, prompt=(0,)):
+    """One tree round: branching[d] children drawn i.i.d. from q at depth d, verified by multi-candidate sampling;
+    the law of the ids the round emits (kept path plus the corrected or bonus id), exact."""
+    dist = defaultdict(int)
+    for ids, prob in tree_round_outcomes(constant_table(p), sampled_expander(constant_table(q), branching),
+                                         tuple(prompt), len(branching)):
+        dist[ids] += prob
+    return {"name": name, "n_vocab": len(p), "prompt": list(prompt), "p": [_s(v) for v in p],
+            "q": [_s(v) for v in q], "branching": list(branching),
+            "round_law": _law(dist, lambda k: {"ids": list(k)})}
+
+
+N_SAMPLES = 20000
+ALPHA = 1e-6
+MIN_EXPECTED = 5
+
+
+def procedure():
+    """How to check a sampler against the laws by sampling: sizes, the total false-alarm rate, critical values."""
+    tests = 2 * (len(CASES) + len(POSITION_CASES)) + len(TREE_ROUND_CASES)
+    per_test = ALPHA / tests
+    return {"n_samples": N_SAMPLES, "alpha": ALPHA, "tests": tests, "alpha_per_test": per_test,
+            "min_expected": MIN_EXPECTED,
+            "critical_values": {str(df): _critical(df, per_test) for df in range(1, 65)}}
+
+
+def _critical(df, alpha):  # the chi-square statistic whose upper tail is alpha (bisection on chi2_sf), 6 digits
+    lo, hi = 0.0, 1000.0
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if chi2_sf(mid, df) > alpha else (lo, mid)
+    return float(f"{hi:.6g}")
+
+
 def vectors():
-    """Every case of CASES, with the format's name, version and conventions: a JSON-ready dict."""
-    return {"format": FORMAT, "version": VERSION, "conventions": CONVENTIONS,
-            "cases": [case(*c) for c in CASES], **verification_cases()}
+    """Every case, with the format's name, version, conventions and sampling procedure: a JSON-ready dict."""
+    return {"format": FORMAT, "version": VERSION, "conventions": CONVENTIONS, "procedure": procedure(),
+            "cases": [case(*c) for c in CASES],
+            "position_cases": [position_case(*c) for c in POSITION_CASES],
+            "probe_cases": probe_cases(),
+            "round_cases": round_cases(),
+            "tree_cases": [tree_case(*c) for c in TREE_ROUND_CASES], **verification_cases()}
 
 
 # ---- block verification (Sun et al. 2025) and multi-draft verification (RSD), the same exact format

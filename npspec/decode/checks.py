@@ -1,0 +1,165 @@
+"""Every check of a generation's options, pair, prompt, random source and proposals, each called once: the options when
+npspec.decode.types.Options is built (the CLI builds it before any model loads), the pair, prompt and random source in
+npspec.decode.loop.prepare, a proposal as the round receives it. Errors are one line naming the problem and the fix.
+Imports numpy, npspec.gpt2 (ContextOverflowError), npspec.text (same_tokenizer) and npspec.decode.types.
+"""
+
+import types
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..gpt2 import ContextOverflowError
+from ..sampling import check_integer
+from ..text import same_tokenizer
+from .acceptance import RULES, SIBLINGS
+from .types import Forwarder, HiddenForwarder, TreeForwarder, Uniforms
+
+
+def check_target(target):
+    """Raise TypeError unless `target` is a model (a Forwarder: npspec.model.Model, npspec.testing.TableModel)."""
+    if not isinstance(target, Forwarder):
+        raise TypeError(f"target must be an npspec Model (npspec.load(spec) or npspec.random_model(shape)), got "
+                        f"{type(target).__name__} {target!r:.60}")
+
+
+def check_draft(draft):
+    """Raise TypeError for a draft that is neither a model (a Forwarder), a Drafter nor None (npspec.decode.loop's
+    as_drafter then takes it); the CLI's word `ngram` passed as a str points to NgramDrafter."""
+    if isinstance(draft, str):
+        raise TypeError(f"draft must be a Model, a drafter (npspec.decode.drafters) or None, got the str "
+                        f"{draft!r:.60}; load a model with npspec.load(spec, role='draft'), or for prompt lookup pass "
+                        "npspec.NgramDrafter(target.config.n_vocab, target.config.eos_token_id)")
+    raise TypeError(f"draft must be a Model, a drafter (npspec.decode.drafters) or None, got {type(draft).__name__} "
+                    f"{draft!r:.60}")
+
+
+def check_pair(target, drafter):
+    """Raise ValueError, before any decoding, unless `drafter` can speak for `target`.
+
+    Both must have the same `n_vocab`, and, when both carry a tokenizer, the same tokenizer
+    (text.same_tokenizer: the same ids mean the same text; runtime truncation/padding settings aside).
+    A tree drafter needs a target with tree attention (TreeForwarder), and its whole tree must fit in the context
+    after one id (a round verifies the last id and every node); a drafter that reads the target's hidden states
+    needs a target that returns them (HiddenForwarder).
+    """
+    if drafter.n_vocab != target.config.n_vocab:
+        raise ValueError(f"draft vocabulary ({drafter.n_vocab}) differs from the target's "
+                         f"({target.config.n_vocab}); pick a draft with the target's tokenizer")
+    a, b = target.tokenizer, drafter.tokenizer
+    if a is not None and b is not None and not same_tokenizer(a, b):
+        raise ValueError(f"the draft ({drafter.source}) and target ({target.source}) use different tokenizers; "
+                         "pick a draft trained with the target's tokenizer")
+    if drafter.tree and not isinstance(target, TreeForwarder):
+        raise ValueError(f"the drafter {drafter.source} proposes token trees, which the target {target.source} cannot "
+                         "verify (forward_tree); draft chains or pick a target that does")
+    if drafter.reads_hidden and not isinstance(target, HiddenForwarder):
+        raise ValueError(f"the drafter {drafter.source} reads the target's hidden states, which the target "
+                         f"{target.source} does not return (forward_hidden); pick a target that does")
+    if drafter.tree:
+        n_ctx, nodes = context_size(target, drafter), drafter.tree_size(drafter.depth)
+        if nodes > n_ctx - 1:
+            raise ValueError(f"the draft tree has {nodes} nodes but the context holds {n_ctx} ids, and a round "
+                             f"verifies the last id and every node at once: give a tree of at most {n_ctx - 1} nodes")
+
+
+def check_rule(rule, drafter):
+    """Raise ValueError if a tree drafter would meet an acceptance rule without a tree form (acceptance.Rule.tree),
+    or one whose tree form is lossless only for children drawn otherwise than the drafter draws them (Rule.siblings
+    against Drafter.siblings; deterministic children suit every tree form)."""
+    if drafter is None or not drafter.tree:
+        return
+    if rule.tree is None:
+        raise ValueError(f"the {rule.name} rule (--verify {rule.name}) verifies chains only, and the drafter "
+                         f"{drafter.source} proposes trees; draft a chain or use --verify token")
+    if drafter.siblings not in (rule.siblings, "deterministic"):
+        fits = [name for name, other in RULES.items() if other.tree is not None and other.siblings == drafter.siblings]
+        raise ValueError(f"the {rule.name} rule (verify={rule.name!r}) is lossless only for {SIBLINGS[rule.siblings]}, "
+                         f"and {type(drafter).__name__} proposes {SIBLINGS.get(drafter.siblings, drafter.siblings)}: "
+                         f"use verify={' or '.join(map(repr, fits)) or 'a rule for them'} (the CLI's --verify picks "
+                         "the tree drafter to match)")
+
+
+def context_size(target, drafter):
+    """The context a generation can use: the target's n_ctx, or the smaller of it and the drafter's (None, or a
+    drafter without a limit of its own: the target's)."""
+    if drafter is None or drafter.n_ctx is None:
+        return target.config.n_ctx
+    return min(target.config.n_ctx, drafter.n_ctx)
+
+
+def check_rng(rng):
+    """Raise TypeError unless rng is None, an int seed or a source of uniforms (an np.random.Generator, or a double
+    such as npspec.testing.ScriptedRng); a module such as `random` and the legacy np.random.RandomState are refused.
+    ValueError for a negative seed."""
+    if isinstance(rng, (int, np.integer)) and not isinstance(rng, bool):
+        check_integer(rng, "rng (an int seed)", 0, " or an np.random.Generator")
+    elif isinstance(rng, (types.ModuleType, np.random.RandomState)) or not (rng is None or isinstance(rng, Uniforms)):
+        raise TypeError(f"rng must be an np.random.Generator or an int seed, got {rng!r:.60} (a {type(rng).__name__}); "
+                        "pass np.random.default_rng(seed) or a seed >= 0")
+
+
+def check_prompt(prompt_ids, n_ctx, n_vocab):
+    """Check the prompt before any forward.
+
+    Raises TypeError unless `prompt_ids` is a 1-D sequence (a list, a tuple, a 1-D integer array) of integer ids
+    (Python or NumPy ints, not bools or floats); ValueError for an empty prompt or an id outside [0, n_vocab);
+    ContextOverflowError unless it leaves room for a new token: at most n_ctx - 1 ids.
+    """
+    what = "prompt_ids must be a 1-D sequence of integer token ids (a list or a 1-D integer array)"
+    if isinstance(prompt_ids, np.ndarray):
+        if prompt_ids.ndim != 1 or prompt_ids.dtype.kind not in "iu":
+            raise TypeError(f"{what}, got an array of shape {prompt_ids.shape} and dtype {prompt_ids.dtype}")
+    elif isinstance(prompt_ids, (str, bytes)):
+        raise TypeError(f"{what}, got a {type(prompt_ids).__name__}; encode text with the model's tokenizer first "
+                        "(or call npspec.generate_text)")
+    elif not isinstance(prompt_ids, Sequence):
+        raise TypeError(f"{what}, got {type(prompt_ids).__name__}")
+    n = len(prompt_ids)
+    if not n:
+        raise ValueError("the prompt is empty: give at least one id (GPT-2 starts from <|endoftext|>)")
+    if n >= n_ctx:
+        raise ContextOverflowError(f"the prompt has {n} tokens but the context holds {n_ctx}, which leaves no room for "
+                                   f"a new token past {n_ctx - 1}; shorten it")
+    if not isinstance(prompt_ids, np.ndarray):
+        for i, x in enumerate(prompt_ids):
+            if isinstance(x, bool) or not isinstance(x, (int, np.integer)):
+                raise TypeError(f"{what}; prompt_ids[{i}] is {x!r} (a {type(x).__name__})")
+    for i, x in enumerate(prompt_ids):
+        if not 0 <= x < n_vocab:
+            raise ValueError(f"prompt_ids[{i}] is {x}, not a token id of this vocabulary: ids are in [0, {n_vocab})")
+
+
+def check_proposal(proposal, n_asked, n_vocab, sampling, tree):
+    """Raise ValueError unless a drafter's Proposal is well formed.
+
+    A chain drafter's: at most n_asked ids, parents [-1, 0, 1, ...]; a tree drafter's: exactly n_asked nodes, each
+    parent -1 or an earlier node. Every id, extra ones included, in [0, n_vocab); extra parents -1 or an earlier
+    node of ids + extra_ids. When sampling (temperature > 0) and q is given: float `[k, n_vocab]` with
+    q[i, ids[i]] > 0 (a token it cannot have drawn is a drafter bug); q None is a deterministic proposal.
+    """
+    ids, parents = list(proposal.ids), list(proposal.parents)
+    if tree and (len(ids) != n_asked or len(parents) != n_asked or any(not -1 <= p < i for i, p in enumerate(parents))):
+        raise ValueError(f"the tree drafter proposed {len(ids)} ids with parents {parents}: {n_asked} nodes, "
+                         "each parent -1 or an earlier node, were asked for")
+    if len(ids) > n_asked or any(not 0 <= int(x) < n_vocab for x in ids + list(proposal.extra_ids)):
+        raise ValueError(f"the drafter proposed {ids}: at most {n_asked} ids in [0, {n_vocab}) were asked for")
+    if not tree and parents != list(range(-1, len(ids) - 1)):
+        raise ValueError(f"the chain drafter proposed parents {parents}: a chain's are [-1, 0, 1, ...] "
+                         "(a drafter of trees says tree = True)")
+    check_extra(proposal, len(ids))
+    q = proposal.q
+    if sampling.greedy or not ids or q is None:
+        return
+    if np.shape(q) != (len(ids), n_vocab) or not np.all(q[np.arange(len(ids)), ids] > 0):
+        raise ValueError(f"the drafter's q has shape {np.shape(q)} or gives a proposed id probability 0; it must be "
+                         f"the [{len(ids)}, {n_vocab}] rows the ids were drawn from (or None for a deterministic "
+                         "proposal)")
+
+
+def check_extra(proposal, k):
+    """Raise ValueError unless the non-candidate nodes have one parent each, -1 or an earlier node."""
+    extra, parents = list(proposal.extra_ids), list(proposal.extra_parents)
+    if len(extra) != len(parents) or any(not -1 <= p < k + j for j, p in enumerate(parents)):
+        raise ValueError(f"the drafter's extra nodes {extra} have parents {parents}: one each, -1 or an earlier "
+                         "node of ids + extra_ids")

@@ -1,0 +1,122 @@
+"""Controlled acceptance (npspec.decode.drafters.controlled, which bench/controlled.py names for the bench) and the
+command line's measurements around a generation (npspec.harness): --compare and --simulate-acceptance."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from bench.controlled import ControlledDraft, ControlledLookup
+from npspec.decode import speculative_generate
+from npspec.registry import plain_baselines
+
+from conftest import run_python
+from test_bench import pair
+
+
+def controlled_run(target, draft, prompt, n_new, a, gamma, seed):
+    greedy = speculative_generate(target, None, prompt, n_new, gamma=0, temperature=0).ids
+    steered = ControlledDraft(draft, list(prompt) + greedy, a, np.random.default_rng(seed))
+    gen = speculative_generate(target, steered, prompt, n_new, gamma=gamma, temperature=0)
+    assert gen.ids == greedy  # the loop is unchanged: greedy output stays token-identical
+    return gen.stats, steered
+
+
+@pytest.mark.parametrize("gamma", [1, 4])
+def test_controlled_acceptance_one_accepts_every_draft(gamma):
+    target, draft = pair()
+    s, steered = controlled_run(target, draft, [1, 2, 3], 30, a=1.0, gamma=gamma, seed=0)
+    assert s.rejected == 0 and s.accepted == s.drafted > 0 and s.alpha == 1.0
+    assert steered.correct == steered.proposals  # every steered row got the greedy token
+
+
+@pytest.mark.parametrize("gamma", [1, 4])
+def test_controlled_acceptance_zero_accepts_none(gamma):
+    target, draft = pair()
+    s, steered = controlled_run(target, draft, [1, 2, 3], 30, a=0.0, gamma=gamma, seed=0)
+    # one draft tested and rejected per round, but the last: its gamma is clamped to remaining - 1 = 0
+    assert s.accepted == 0 and s.rounds == 30 and s.rejected == 29 and s.drafted >= 29
+    assert steered.correct == 0
+
+
+def test_controlled_acceptance_steers_the_real_draft_forward():
+    target, draft = pair()
+    steered = ControlledDraft(draft, [1, 2, 3, 4, 5, 6], 1.0, np.random.default_rng(0))
+    cache = steered.new_cache()
+    logits = steered.forward(np.array([1, 2, 3]), cache)
+    assert cache.length == 3  # the draft's own cache advanced: its forward really ran
+    assert logits.shape == (3, draft.config.n_vocab) and logits.dtype == np.float32
+    assert list(np.argmax(logits, axis=-1)) == [2, 3, 4]  # row j predicts position j + 1
+    assert steered.proposals == 3
+    # the prefill only fills the cache: the draft's own logits, no proposal counted
+    cache = steered.new_cache()
+    np.testing.assert_array_equal(steered.prefill(np.array([1, 2]), cache), draft.prefill(np.array([1, 2]),
+                                                                                         draft.new_cache()))
+    assert cache.length == 2 and steered.proposals == 3
+    with pytest.raises(ValueError, match=r"in \[0, 1\]"):
+        ControlledDraft(draft, [1], 1.5, np.random.default_rng(0))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("a", [0.3, 0.6, 0.9])
+def test_controlled_acceptance_matches_a_within_sampling_error(a):
+    """Each tested draft is accepted with probability a, independently.
+
+    Test: the number accepted among the n tested drafts, pooled over 4 runs, against
+    Binomial(n, a) with the normal approximation: |accepted - n a| <= 3.29 sqrt(n a (1 - a)),
+    a two-sided false-alarm rate of 0.1% per a (0.3% for the three). Which drafts get tested
+    depends only on earlier outcomes (a stopping rule), so the count is still a sum of
+    independent Bernoulli(a) outcomes. Fixed seeds: the result is reproducible.
+    """
+    target, draft = pair(n_ctx=400)
+    accepted = tested = 0
+    for seed in range(4):
+        s, _ = controlled_run(target, draft, [seed + 1, 7], 380, a=a, gamma=4, seed=seed)
+        accepted, tested = accepted + s.accepted, tested + s.accepted + s.rejected
+    assert tested > 500
+    assert abs(accepted - tested * a) <= 3.29 * math.sqrt(tested * a * (1 - a)), (accepted, tested)
+
+
+def test_generate_compare_prints_both_speeds_and_the_ratio():
+    r = run_python("-m", "npspec.generate", "--compare", "--temperature", "0", "--max-new-tokens", "12")
+    assert r.returncode == 0, r.stderr
+    line = r.stderr.strip().splitlines()[-1]
+    assert line.startswith("compare: speculative") and "plain" in line and "speedup" in line
+    assert line.endswith("same output")  # greedy: speculative output == plain output
+    spec, plain, ratio = (float(w.rstrip("x,")) for w in line.split() if w[0].isdigit())
+    assert abs(ratio - spec / plain) < 0.01 * ratio + 0.006  # the printed ratio is the printed speeds' ratio
+    r = run_python("-m", "npspec.generate", "--compare", "--json", "--max-new-tokens", "6")
+    c, stats = json.loads(r.stdout)["compare"], json.loads(r.stdout)["stats"]
+    assert c["same_ids"] is None and c["speedup"] == c["speculative_tokens_per_s"] / c["plain_tokens_per_s"]
+    by_kernel = c["plain_by_kernel_tokens_per_s"]
+    assert set(by_kernel) == set(plain_baselines(stats["target_kernel"]))  # its own, compiled-lanes, BLAS's GEMV, GEMM
+    assert c["plain_tokens_per_s"] == max(by_kernel.values()) == by_kernel[c["plain_kernel"]]  # the fastest
+
+
+def test_simulated_acceptance_on_the_command_line_keeps_the_output_and_is_labelled():
+    args = ["-m", "npspec.generate", "--temperature", "0", "--max-new-tokens", "40", "--json", "ROMEO:"]
+    plain = json.loads(run_python(*args, "--gamma", "0").stdout)
+    runs = {}
+    for a in ("0", "1"):
+        r = run_python(*args, "--simulate-acceptance", a, "--gamma", "4")
+        assert r.returncode == 0, r.stderr
+        assert "SIMULATED acceptance" in r.stderr and f"probability {a}" in r.stderr
+        runs[a] = json.loads(r.stdout)
+        assert runs[a]["ids"] == plain["ids"]  # a steered draft changes the speed, never the output
+    assert runs["1"]["stats"]["alpha"] == 1.0 and runs["0"]["stats"]["alpha"] == 0.0
+    assert runs["1"]["stats"]["rounds"] == 8  # 40 tokens, 5 a round
+
+
+@pytest.mark.parametrize("a", [0.0, 1.0])
+def test_controlled_lookup_proposes_gamma_steered_tokens(a):
+    """a = 1: every proposal is the target's greedy token (all kept, the output is AR's); a = 0: none is."""
+    target, _ = pair()
+    plain = speculative_generate(target, None, [1, 2], 20, gamma=0, temperature=0)
+    lookup = ControlledLookup(target.config.n_vocab, None, [1, 2] + plain.ids, a, np.random.default_rng(0))
+    gen = speculative_generate(target, lookup, [1, 2], 20, gamma=3, temperature=0)
+    assert gen.ids == plain.ids and gen.stats.draft_forwards == 0
+    assert gen.stats.rounds_without_proposal <= 1  # only where the budget leaves one token: g = 0
+    assert gen.stats.alpha == a
+    with pytest.raises(ValueError, match=r"in \[0, 1\]"):
+        ControlledLookup(10, None, [1], -0.1, np.random.default_rng(0))

@@ -1,0 +1,157 @@
+"""The kit's arguments, as a hostile user passes them: bounded sizes and one-line usage errors.
+
+Each bad argument raises npspec.testing.usage.KitUsageError naming the argument, before any case
+runs (never a finding blamed on the rule, the sampler or the drafter, never a vacuous pass); a
+size the enumeration cannot hold is refused at once; a sampler that loops is stopped by the
+uniform source. Everything here runs in well under a second per case.
+"""
+
+import math
+import time
+from fractions import Fraction as F
+
+import pytest
+
+from npspec import testing as kit
+from npspec.testing.usage import MAX_OUTCOMES, MAX_UNIFORMS_PER_CALL, KitUsageError
+
+PROPOSE, ACCEPT = kit.npspec_sampler()
+
+
+def one_line(e):
+    text = str(e.value)
+    assert "\n" not in text and text
+    return text
+
+
+def always_accept(p, q, x):  # BUG: keeps every draft
+    return 1, list(p)
+
+
+# ---- sizes: refused up front, or stopped, with the bound named
+
+@pytest.mark.parametrize("call, names", [
+    (lambda: kit.check_rule(kit.leviathan_rule, gammas=(50,)), "gamma 50 over 2 ids"),
+    (lambda: kit.check_drafter(lambda p: kit.table_drafter(p), max_new_tokens=30), "max_new_tokens 30 over 3 ids"),
+])
+def test_an_enumeration_too_large_to_hold_is_refused_at_once(call, names):
+    t0 = time.perf_counter()
+    with pytest.raises(KitUsageError) as e:
+        call()
+    assert time.perf_counter() - t0 < 5  # refused before enumerating (the bound is checked first)
+    text = one_line(e)
+    assert names in text and str(MAX_OUTCOMES) in text and "use " in text  # ... and the largest size that fits
+
+
+def test_the_largest_size_the_refusal_offers_is_accepted():
+    with pytest.raises(KitUsageError, match=r"use gamma <= (\d+)") as e:
+        kit.check_rule(kit.leviathan_rule, cases=[([F(1, 2)] * 2, [1, 0])], gammas=(60,))
+    g = int(e.value.args[0].rsplit("<= ", 1)[1].split()[0])
+    assert 2 ** (g + 1) <= MAX_OUTCOMES < 2 ** (g + 2)
+    assert kit.check_rule(kit.leviathan_rule, cases=[([F(1, 2)] * 2, [1, 0])], gammas=(3,)).ok
+
+
+def test_an_accept_that_never_returns_is_stopped_by_the_uniforms():
+    def loops(x, p, q, uniform):  # BUG: draws uniforms forever
+        while True:
+            uniform()
+
+    report = kit.check_sampler(PROPOSE, loops, statistical=False)
+    assert not report.ok and all("UniformsExhausted" in f.problem for f in report.findings)
+    src = kit.Uniforms(seed=0)
+    with pytest.raises(kit.UniformsExhausted, match="loops"):
+        for _ in range(MAX_UNIFORMS_PER_CALL + 1):
+            src()
+    assert len(src.drawn) == MAX_UNIFORMS_PER_CALL  # it never grows past the bound
+    src.new_call()
+    assert src() >= 0 and len(src.drawn) == 1
+
+
+def test_the_statistical_check_bounds_each_call_too():
+    calls = []
+
+    def loops_late(x, p, q, uniform):  # correct for a while, then loops
+        calls.append(1)
+        if len(calls) > 50:
+            while True:
+                uniform()
+        return ACCEPT(x, p, q, uniform)
+
+    findings, _ = kit.statistical_check(PROPOSE, loops_late, n_samples=100)
+    assert findings and "UniformsExhausted" in findings[0].problem
+
+
+# ---- vacuous passes are refused
+
+@pytest.mark.parametrize("call, names", [
+    (lambda: kit.check_rule(kit.leviathan_rule, cases=[]), "cases is empty"),
+    (lambda: kit.check_rule(always_accept, gammas=()), "gammas is empty"),
+    (lambda: kit.check_rule(always_accept, gammas=(0,)), "gammas[0] must be an integer >= 1"),
+    (lambda: kit.check_drafter(lambda p: kit.table_drafter(p), gammas=(0,)), "gammas[0] must be an integer >= 1"),
+    (lambda: kit.check_drafter(lambda p: kit.table_drafter(p), max_new_tokens=0), "max_new_tokens must be"),
+    (lambda: kit.check_drafter(lambda p: kit.table_drafter(p), max_new_tokens=1), "max_new_tokens must be"),
+    (lambda: kit.check_drafter(lambda p: kit.table_drafter(p), targets=[]), "targets is empty"),
+    (lambda: kit.check_drafter(lambda p: kit.table_drafter(p), schedules=()), "schedules is empty"),
+    (lambda: kit.check_drafter(lambda p: kit.table_drafter(p), n_ctx_values=(3,)), "n_ctx_values[0]"),
+], ids=["rule-no-cases", "rule-no-gammas", "rule-gamma-0", "drafter-gamma-0", "drafter-budget-0",
+        "drafter-budget-1", "drafter-no-targets", "drafter-no-schedules", "drafter-no-room"])
+def test_a_check_that_would_check_nothing_is_refused(call, names):
+    with pytest.raises(KitUsageError) as e:
+        call()
+    assert names in one_line(e)
+
+
+# ---- bad arguments are named, never blamed on the rule or sampler
+
+@pytest.mark.parametrize("call, names", [
+    (lambda: kit.check_rule(kit.leviathan_rule, gammas=(-1,)), "gammas[0] must be an integer >= 1 | got -1"),
+    (lambda: kit.check_rule(kit.leviathan_rule, gammas=(1.5,)), "gammas[0] must be an integer"),
+    (lambda: kit.check_rule(kit.npspec_rule, tol=-1e-12), "tol must be a number in [0, 1e-06]"),
+    (lambda: kit.check_rule(always_accept, tol=10), "tol must be a number in [0, 1e-06]"),
+    (lambda: kit.check_rule(kit.npspec_rule, tol=math.nan), "tol must be"),
+    (lambda: kit.check_rule(kit.leviathan_rule, cases=[([F(1, 2), F(1, 3)], [F(1, 2), F(1, 2)])]),
+     "cases[0]'s p is not a probability row"),
+    (lambda: kit.check_rule(kit.leviathan_rule, cases=[([F(1, 2), F(1, 2)], [F(3, 2), F(-1, 2)])]),
+     "cases[0]'s q is not a probability row"),
+    (lambda: kit.check_rule(kit.leviathan_rule, cases=[([F(1, 2), F(1, 2)], [1, 0, 0])]), "q must have 2 entries"),
+    (lambda: kit.check_rule(kit.leviathan_rule, eos=7), "eos must be an integer >= 0 and <= 1"),
+    (lambda: kit.check_rule(kit.leviathan_rule, prompt=()), "prompt is empty"),
+    (lambda: kit.check_sampler(PROPOSE, ACCEPT, alpha=2), "alpha must be a number in [1e-12, 0.05]"),
+    (lambda: kit.check_sampler(PROPOSE, ACCEPT, alpha=0), "turn the statistical tests off"),
+    (lambda: kit.check_sampler(PROPOSE, ACCEPT, alpha=math.nan), "turn the statistical tests off"),
+    (lambda: kit.check_sampler(PROPOSE, ACCEPT, n_samples=2.5), "n_samples must be an integer >= 100"),
+    (lambda: kit.check_sampler(PROPOSE, ACCEPT, n_samples=10 ** 12), "n_samples must be an integer"),
+    (lambda: kit.check_sampler(PROPOSE, ACCEPT, seed=-1), "seed must be an integer >= 0"),
+    (lambda: kit.check_sampler(PROPOSE, ACCEPT, statistical="no"), "statistical must be True or False"),
+    (lambda: kit.check_drafter(lambda p: kit.table_drafter(p), n_vocab=1), "n_vocab must be an integer >= 2"),
+    (lambda: kit.check_drafter(lambda p: kit.table_drafter(p), eos_values=(5,)), "eos_values[0]"),
+    (lambda: kit.check_drafter(lambda p: kit.table_drafter(p), schedules=("fast",)), "schedules[0] must be one of"),
+    (lambda: kit.check_drafter(lambda p: kit.table_drafter(p), targets=[lambda s: [F(1, 2), F(1, 3), 0]]),
+     "targets[0]'s row after the prompt is not a probability row"),
+], ids=lambda v: v if isinstance(v, str) else "")
+def test_a_bad_argument_is_a_usage_error_naming_it(call, names):
+    with pytest.raises(KitUsageError) as e:
+        call()
+    text = one_line(e)
+    assert all(part in text for part in names.split(" | ")), text
+    assert isinstance(e.value, TypeError) and isinstance(e.value, ValueError)  # either except clause catches it
+
+
+@pytest.mark.parametrize("call, names", [
+    (lambda: kit.check_sampler(3, ACCEPT), "propose must be a function propose(logits, uniform)"),
+    (lambda: kit.check_sampler(PROPOSE, None), "accept must be a function accept(x, p, q, uniform)"),
+    (lambda: kit.check_rule("leviathan"), "rule must be a function rule(p, q, x)"),
+    (lambda: kit.check_drafter(42), "make_drafter must be a function"),
+])
+def test_a_non_callable_is_one_usage_error(call, names):
+    with pytest.raises(KitUsageError) as e:  # one error, not a finding per probe
+        call()
+    assert names in one_line(e)
+
+
+def test_valid_arguments_still_pass_and_a_wrong_rule_still_fails():
+    assert kit.check_rule(kit.npspec_rule, tol=1e-6).ok and kit.check_rule(kit.npspec_rule, tol=0.0).ok is False
+    assert not kit.check_rule(always_accept).ok
+    assert kit.check_drafter(lambda p: kit.table_drafter(kit.random_table(3, seed=9)), gammas=(1,),
+                             max_new_tokens=2, eos_values=(None,), schedules=("constant",)).ok
+

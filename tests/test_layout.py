@@ -1,0 +1,87 @@
+"""The code's layout rules, checked on the source: short functions, no hasattr dispatch outside the kit, and
+npspec.decode reaching models only through its protocols (it imports the math, never model, files or sources)."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from npspec.decode import Drafter, Forwarder, TreeForwarder
+from npspec.decode.drafters import (ControlledDraft, ControlledLookup, DynamicTreeDrafter, ModelDrafter, NgramDrafter,
+                                    TreeDrafter)
+
+from conftest import tiny_model
+
+NPSPEC = Path(__file__).resolve().parent.parent / "npspec"
+MAX_BODY = 60
+DECODE_MAY_IMPORT = {"npspec.sampling", "npspec.text", "npspec.trees", "npspec.rules", "npspec.gpt2"}
+
+
+def functions(path):
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            yield node
+
+
+def body_lines(fn):
+    """Lines of a function's body, its docstring excluded."""
+    body = fn.body[1:] if ast.get_docstring(fn) is not None and len(fn.body) > 1 else fn.body
+    return body[-1].end_lineno - body[0].lineno + 1
+
+
+def test_no_function_has_more_than_60_lines_of_body():
+    long = [f"{path.relative_to(NPSPEC.parent)}:{fn.lineno} {fn.name} ({body_lines(fn)} lines)"
+            for path in sorted(NPSPEC.rglob("*.py")) for fn in functions(path) if body_lines(fn) > MAX_BODY]
+    assert not long, f"functions over {MAX_BODY} lines of body (split them): {long}"
+
+
+def test_no_hasattr_dispatch_outside_the_kit():
+    calls = [f"{path.relative_to(NPSPEC.parent)}:{node.lineno}" for path in sorted(NPSPEC.rglob("*.py"))
+             if "testing" not in path.parts for node in ast.walk(ast.parse(path.read_text()))
+             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "hasattr"]
+    assert not calls, f"hasattr outside npspec/testing (declare it in a typing.Protocol instead): {calls}"
+
+
+def imported(path):
+    """The npspec modules a file imports (relative imports resolved)."""
+    package = ".".join(path.relative_to(NPSPEC.parent).with_suffix("").parts)
+    if path.name != "__init__.py":
+        package = package.rsplit(".", 1)[0]
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level:
+            base = package.split(".")[:len(package.split(".")) - node.level + 1]
+            yield ".".join(base + ([node.module] if node.module else []))
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("npspec"):
+            yield node.module
+        elif isinstance(node, ast.Import):
+            yield from (a.name for a in node.names if a.name.startswith("npspec"))
+
+
+def test_decode_imports_only_the_math():
+    outside = {f"{path.relative_to(NPSPEC.parent)} imports {module}"
+               for path in sorted((NPSPEC / "decode").rglob("*.py")) for module in imported(path)
+               if not module.startswith("npspec.decode") and module not in DECODE_MAY_IMPORT}
+    assert not outside, f"npspec.decode reaches models through its protocols only: {sorted(outside)}"
+
+
+def test_gpt2_is_imported_by_decode_for_its_error_only():
+    for path in (NPSPEC / "decode").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module == "gpt2":
+                assert [a.name for a in node.names] == ["ContextOverflowError"], path
+
+
+@pytest.fixture(scope="module")
+def drafters():
+    draft = tiny_model(1, "draft")
+    return [ModelDrafter(draft), NgramDrafter(67), TreeDrafter(draft, (2, 1)), DynamicTreeDrafter(draft, 3),
+            ControlledLookup(67, None, [0, 1], 0.5, None), ModelDrafter(ControlledDraft(draft, [0, 1], 0.5, None))]
+
+
+def test_every_drafter_implements_the_protocol_and_every_model_the_forwarder(drafters):
+    assert all(isinstance(d, Drafter) for d in drafters)
+    assert [d.tree for d in drafters] == [False, False, True, True, False, False]
+    target = tiny_model()
+    assert isinstance(target, TreeForwarder) and isinstance(ControlledDraft(target, [0], 0.5, None), Forwarder)
+    assert not isinstance(target, Drafter) and not isinstance(NgramDrafter(3), Forwarder)
