@@ -12,9 +12,10 @@ of what was generated (stop: interrupted) and exits 130. On a terminal, accepted
 coloured (green) apart from target-produced ones; `--no-color` or NO_COLOR turns it off.
 
 The top of the house: argparse -> load (npspec.sources) -> a drafter (npspec.decode.drafters; a word of
-COMMANDS, or a draft model) -> npspec.decode.prepare -> decode -> print. Every option is checked once, before
-a model loads (npspec.decode.types.Options, the drafting and output options here), and everything else (the
-pair, the prompt, the --html path) before the first byte is written; this module maps errors to one-line
+COMMANDS, or a draft model) -> npspec.decode.prepare -> each role's kernel (npspec.sources.role_kernel) -> decode
+-> print. Every option is checked once, before a model loads (npspec.decode.types.Options, the drafting and output
+options here), and everything else (the pair, the prompt, the --html path) before the kernels are measured (which
+may write the cache's choices.json) and before the first byte is written; this module maps errors to one-line
 messages. --compare and --simulate-acceptance run in npspec.harness.
 The only environment variables read are here: NO_COLOR, NPSPEC_QUIET and TQDM_DISABLE
 (npspec.progress.show_progress), and NPSPEC_NUM_THREADS as the default of --threads.
@@ -25,6 +26,7 @@ import json
 import os
 import re
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -42,8 +44,8 @@ from .harness import compare_plain, comparison, simulated
 from .kernels import check_threads
 from .progress import bar, show_progress, terminal_bars
 from .qkernels import holds_codes
-from .registry import kernel as registry_kernel, names as kernel_names
-from .sources import HUB_NAMES, SHIPPED_PAIR, load, shipped_dir
+from .registry import STATIC_DEFAULT, kernel as registry_kernel, names as kernel_names
+from .sources import HUB_NAMES, SHIPPED_PAIR, load, role_kernel, shipped_dir
 from .text import TextStreamer, encode_prompt
 from .startup import started
 from .trees import MAX_TREE_NODES, branching_tree
@@ -94,9 +96,10 @@ def build_parser(prog=PROG, out=None, err=None):
                          "one-token product on npspec's own threads; dequant-panels keeps a quantized draft's int8 "
                          "codes, npspec.qkernels)")
     ap.add_argument("--kernel-probe", choices=MODES, default="cached",
-                    help="how the default kernels are chosen (npspec.choice): cached (measured once per machine "
-                         "and model shape, kept in npspec's cache), refresh (measure again), bypass (measure, cache "
-                         "nothing), off (no measurement: the first candidate) (default cached)")
+                    help="how the default kernels are chosen (npspec.choice), once every check has passed: cached "
+                         "(measured once per machine and model shape, kept in npspec's cache), refresh (measure "
+                         "again), bypass (measure, cache nothing), off (no measurement: the first candidate) "
+                         "(default cached)")
     ap.add_argument("--json", action="store_true", help="print one JSON object: text, ids, stats")
     ap.add_argument("--trace", action="store_true",
                     help="with --json: add a record per round (drafted ids, accepted count, corrected or bonus id)")
@@ -374,21 +377,30 @@ def check_tree_args(args, command, words):
                              f"without --tree, --tree-budget or {' or '.join(COMMANDS)}")
 
 
-def make_drafter(args, target, threads, progress=None, note=None):
-    """The drafter --draft names (None when not drafting(args)): a registered word's (npspec.decode.drafters.COMMANDS,
-    e.g. `ngram`), else ModelDrafter(load(SPEC)), TreeDrafter with --tree, DynamicTreeDrafter with --tree-budget;
-    the shipped draft for the shipped target without --draft."""
-    if not drafting(args):
+def load_draft(args, threads, progress=None, note=None):
+    """The draft model --draft names (the shipped draft for the shipped target without --draft), or None when the run
+    drafts without one (not drafting(args), or a word of npspec.decode.drafters.COMMANDS such as `ngram`). It decodes
+    with --draft-kernel, else registry.STATIC_DEFAULT until `probed` gives it the draft's (after every check)."""
+    if not drafting(args) or args.draft in COMMANDS:
         return None
-    if args.draft in COMMANDS:
-        return COMMANDS[args.draft].build(args, target)
-    draft = load(args.draft, "draft", kernel=args.draft_kernel, threads=threads, progress=progress,
-                 target=args.target, note=note, probe=args.kernel_probe)
+    draft = load(args.draft, "draft", kernel=args.draft_kernel or STATIC_DEFAULT, threads=threads, progress=progress,
+                 target=args.target, note=note)
     codes = args.draft_kernel is not None and registry_kernel(args.draft_kernel).reads_codes
     if codes and not holds_codes(draft.params):
         raise ValueError(f"--draft-kernel {args.draft_kernel} reads a quantized draft's int8 codes, and the draft "
                          f"{draft.source} holds float32 weights: give an int scheme such as --draft int8-g64:SPEC, or "
                          "drop --draft-kernel")
+    return draft
+
+
+def make_drafter(args, target, draft):
+    """The drafter --draft names (None when not drafting(args)): a registered word's (npspec.decode.drafters.COMMANDS,
+    e.g. `ngram`), else ModelDrafter(draft), TreeDrafter with --tree, DynamicTreeDrafter with --tree-budget; `draft`
+    is load_draft's model."""
+    if not drafting(args):
+        return None
+    if args.draft in COMMANDS:
+        return COMMANDS[args.draft].build(args, target)
     if args.tree and args.tree_kind == "top-k":
         return TreeDrafter(draft, args.tree, "top-k")
     if args.tree:  # sampled children, drawn as the rule needs (npspec.decode.drafters.TREE_DRAFTERS)
@@ -396,6 +408,24 @@ def make_drafter(args, target, threads, progress=None, note=None):
     if args.tree_budget is not None:
         return DynamicTreeDrafter(draft, args.tree_budget)
     return ModelDrafter(draft, p_min=args.draft_p_min)
+
+
+def probed(job, args, draft, threads, note=None):  # -> Job
+    """The checked job decoding with each role's default kernel (npspec.sources.role_kernel: the fastest candidate on
+    this machine, which may time them and write the cache's choices.json, as --kernel-probe says). Called once every
+    check has passed, so that a refused command measures and writes nothing. --target-kernel / --draft-kernel stay
+    as given; a draft model the job does not use (gamma clamped to 0) is not measured. draft: load_draft's model.
+    note: gets a compiled kernel's compile note."""
+    target = job.target
+    if args.target_kernel is None:
+        chosen = role_kernel(target, "target", threads, probe=args.kernel_probe)
+        target = target if chosen == target.kernel else target.with_kernel(chosen, note=note)
+    drafter = job.drafter
+    if drafter is not None and draft is not None and args.draft_kernel is None:
+        chosen = role_kernel(draft, "draft", threads, probe=args.kernel_probe)
+        if chosen != draft.kernel:
+            drafter = make_drafter(args, target, draft.with_kernel(chosen, note=note))
+    return replace(job, target=target, drafter=drafter)
 
 
 def kernels_used(target, drafter):
@@ -436,11 +466,12 @@ def run(args, out=sys.stdout, err=sys.stderr, stdin=None):
 
 
 def prepared(args, err, stdin):
-    """Every check, then the models, the drafter, the prompt: returns (the checked npspec.decode Job, the prompt text,
-    the kernels the two models decode with (kernels_used), the bar factory or None).
+    """Every check, then the models, the drafter, the prompt, then the kernels: returns (the checked npspec.decode
+    Job, the prompt text, the kernels the two models decode with (kernels_used), the bar factory or None).
 
     The options are checked (npspec.decode.types.Options, the drafting and output options) before any model loads,
-    the pair and the prompt by npspec.decode.prepare once they are known, each once.
+    the pair and the prompt by npspec.decode.prepare once they are known, each once; only then are the default
+    kernels chosen (probed), so that a refused command leaves nothing in the cache.
     """
     options = Options(args.max_new_tokens, args.gamma, SamplingParams(args.temperature, args.top_k, args.top_p),
                       args.gamma_schedule, args.verify)
@@ -454,17 +485,17 @@ def prepared(args, err, stdin):
     def note(message):  # the cache's and loader's notes (a conversion, a wait, a rewrite)
         print(f"npspec: {message}", file=err, flush=True)
 
-    target = load(args.target, "target", kernel=args.target_kernel, threads=threads, progress=progress, note=note,
-                  probe=args.kernel_probe)
+    target = load(args.target, "target", kernel=args.target_kernel or STATIC_DEFAULT, threads=threads,
+                  progress=progress, note=note)  # the role's kernel is chosen once every check has passed (probed)
     if args.gamma > 0 and not drafting(args):
         print(f"npspec.generate: note: no --draft for the target {args.target}, so it decodes plainly (the shipped "
               "draft is the shipped target's); add --draft SPEC or " + " or ".join(f"--draft {word}" for word in COMMANDS)
               + " to decode speculatively", file=err)
-    draft = make_drafter(args, target, threads, progress, note)
+    draft = load_draft(args, threads, progress, note)
     prompt = read_prompt(args.prompt, prompt_byte_limit(target.tokenizer, target.config.n_ctx), stdin)
     ids = encode_prompt(target.tokenizer, prompt, target.config.eos_token_id)
     rng = np.random.default_rng(args.seed)  # (its first use imports numpy.random: not between prompt and decoding)
-    job = prepare(target, draft, ids, options, rng)
+    job = probed(prepare(target, make_drafter(args, target, draft), ids, options, rng), args, draft, threads, note)
     kernels = kernels_used(job.target, job.drafter)
     if args.simulate_acceptance is not None:
         job = simulated(job, args.simulate_acceptance, args.seed,

@@ -1,9 +1,11 @@
 """How a role's kernel is chosen (npspec.choice): by measurement, with FAKED timings here, cached per machine.
 
 The faked `measure` never calls BLAS nor reads a clock: it returns the seconds a machine of each kind would show,
-so the tests do not depend on the CPU that runs them.
+so the tests do not depend on the CPU that runs them. The command-line test times the shipped pair for real, and
+checks only when and where the choice is stored, never which kernel wins.
 """
 
+import io
 import json
 import threading
 
@@ -11,6 +13,7 @@ import numpy as np
 import pytest
 
 from npspec import choice
+from npspec.generate import main
 from npspec.sources import load
 
 from conftest import tiny_model
@@ -131,3 +134,29 @@ def test_load_chooses_each_roles_kernel_unless_one_is_given(tmp_path):
     with pytest.raises(ValueError, match="kernel probe mode"):
         load(None, "draft", cache_dir=tmp_path, probe="sometimes")
     assert tiny_model().kernel == "gemm-blocks"  # a Model built directly: registry.STATIC_DEFAULT
+
+
+def test_the_command_probes_only_once_every_check_has_passed_and_as_kernel_probe_says(tmp_path, monkeypatch):
+    # the shipped pair loads in place, so the probe's choices.json is the one file the cache can gain
+    monkeypatch.setenv("NPSPEC_CACHE", str(tmp_path))
+    path = tmp_path / choice.CACHE_FILE
+
+    def generate(*args):
+        out, err = io.StringIO(), io.StringIO()
+        status = main(["--temperature", "0", "--max-new-tokens", "3", "--json", "--quiet", *args], out=out, err=err)
+        return status, (json.loads(out.getvalue())["stats"] if status == 0 else err.getvalue())
+
+    status, message = generate("x" * 2000)  # refused by the prompt check, after both models loaded
+    assert status == 1 and "the prompt has 2000 tokens" in message and not path.exists()
+    for mode in ("off", "bypass"):
+        status, stats = generate("--kernel-probe", mode)
+        assert status == 0 and not path.exists()
+    assert all(stats[f"{role}_kernel"] in choice.role_candidates(role) for role in ("target", "draft"))
+    off = generate("--kernel-probe", "off")[1]
+    assert [off["target_kernel"], off["draft_kernel"]] == [choice.role_candidates(r)[0] for r in ("target", "draft")]
+    status, stats = generate()  # cached: each role with more than one candidate measured once and stored
+    records = {json.loads(key)["role"]: r["kernel"] for key, r in choice.read_choices(path).items()}
+    assert status == 0 and records == {role: stats[f"{role}_kernel"] for role in ("target", "draft")
+                                       if len(choice.role_candidates(role)) > 1}
+    status, given = generate("--target-kernel", "gemv-rows", "--draft-kernel", "gemm")
+    assert (given["target_kernel"], given["draft_kernel"]) == ("gemv-rows", "gemm")
