@@ -62,7 +62,8 @@ def shipped_rows(n_prompts, new_tokens, repeats, threads):
         for gamma in CHAIN_GAMMAS:
             speed, gens = timed(decode(target, lambda: ModelDrafter(draft), prompts, new_tokens, gamma, **warp), repeats)
             rows.append(row("shipped", "chain", gamma, "constant", speed, gens, ar, ar_gens, temperature == 0,
-                            temperature=temperature, tree="", nodes=gamma, depth=gamma, v=v[gamma], threads=threads))
+                            target.kernel, temperature=temperature, tree="", nodes=gamma, depth=gamma, v=v[gamma],
+                            threads=threads))
         for branching in TREES:
             kinds = ("sampled", "top-k") if temperature and branching in ((2, 1, 1, 1), (4, 1)) else ("sampled",)
             cost = verify_cost(target, branching_tree(branching), max(repeats, 5), context)
@@ -70,13 +71,13 @@ def shipped_rows(n_prompts, new_tokens, repeats, threads):
                 make = (lambda b, k: lambda: TreeDrafter(draft, b, k))(branching, kind)
                 speed, gens = timed(decode(target, make, prompts, new_tokens, len(branching), **warp), repeats)
                 rows.append(row("shipped", f"tree {kind}", len(branching), "constant", speed, gens, ar, ar_gens,
-                                temperature == 0, temperature=temperature, **shape_fields(branching), v=cost,
-                                threads=threads))
+                                temperature == 0, target.kernel, temperature=temperature, **shape_fields(branching),
+                                v=cost, threads=threads))
         for budget in (4, 8, 16):  # dynamic trees, depth at most 4
             make = (lambda b: lambda: DynamicTreeDrafter(draft, b))(budget)
             speed, gens = timed(decode(target, make, prompts, new_tokens, 4, **warp), repeats)
             rows.append(row("shipped", "tree dynamic", 4, "constant", speed, gens, ar, ar_gens, temperature == 0,
-                            temperature=temperature, tree=f"budget {budget}", nodes=budget, depth=4,
+                            target.kernel, temperature=temperature, tree=f"budget {budget}", nodes=budget, depth=4,
                             v=verify_cost(target, branching_tree((1,) * budget), max(repeats, 5), context),
                             threads=threads))
     return rows
@@ -96,13 +97,14 @@ def controlled_rows(new_tokens, a_values, repeats, threads, target_shape, draft_
         for gamma in (2, 3, 4):
             make = (lambda s: lambda: ControlledDraft(draft, greedy, a, np.random.default_rng(s)))(1000 * gamma)
             speed, gens = timed(decode(target, make, [prompt], new_tokens, gamma, temperature=0), repeats)
-            rows.append(row("controlled", "chain", gamma, "constant", speed, gens, ar, ar_gens, True,
+            rows.append(row("controlled", "chain", gamma, "constant", speed, gens, ar, ar_gens, True, target.kernel,
                             target=f"random:{target_shape}", a=a, tree="", nodes=gamma, depth=gamma,
                             v=cost[(1,) * gamma], threads=threads))
         for branching in trees:
             make = (lambda b, s: lambda: ControlledTree(draft, b, greedy, a, np.random.default_rng(s)))(branching, 7)
             speed, gens = timed(decode(target, make, [prompt], new_tokens, len(branching), temperature=0), repeats)
             rows.append(row("controlled", "tree", len(branching), "constant", speed, gens, ar, ar_gens, True,
+                            target.kernel,
                             target=f"random:{target_shape}", a=a, **shape_fields(branching), v=cost[branching],
                             threads=threads))
     target = draft = None  # free the large models
