@@ -487,16 +487,16 @@ def prepared(args, err, stdin):
 
     target = load(args.target, "target", kernel=args.target_kernel or STATIC_DEFAULT, threads=threads,
                   progress=progress, note=note)  # the role's kernel is chosen once every check has passed (probed)
-    if args.gamma > 0 and not drafting(args):
-        print(f"npspec.generate: note: no --draft for the target {args.target}, so it decodes plainly (the shipped "
-              "draft is the shipped target's); add --draft SPEC or " + " or ".join(f"--draft {word}" for word in COMMANDS)
-              + " to decode speculatively", file=err)
     draft = load_draft(args, threads, progress, note)
     prompt = read_prompt(args.prompt, prompt_byte_limit(target.tokenizer, target.config.n_ctx), stdin)
     ids = encode_prompt(target.tokenizer, prompt, target.config.eos_token_id)
     rng = np.random.default_rng(args.seed)  # (its first use imports numpy.random: not between prompt and decoding)
     job = probed(prepare(target, make_drafter(args, target, draft), ids, options, rng), args, draft, threads, note)
     kernels = kernels_used(job.target, job.drafter)
+    if args.gamma > 0 and not drafting(args):  # said once everything is checked and chosen, as decoding starts
+        print(f"npspec.generate: note: no --draft for the target {args.target}, so it decodes plainly (the shipped "
+              "draft is the shipped target's); add --draft SPEC or " + " or ".join(f"--draft {word}" for word in COMMANDS)
+              + " to decode speculatively", file=err)
     if args.simulate_acceptance is not None:
         job = simulated(job, args.simulate_acceptance, args.seed,
                         lambda message: print(f"npspec.generate: note: {message}", file=err), progress)
