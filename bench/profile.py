@@ -1,7 +1,7 @@
 """python -m bench.profile: where a forward's and the plain loop's time goes, as evidence for bench/results/README.md.
 
 For one model (default random:gpt2-large; --quick: random:distilgpt2) and each kernel of `--kernels` (default
-gemm-blocks, gemv-rows and compiled-lanes when installed), with the run's thread count:
+gemm-blocks, gemv-rows and compiled-panels when installed), with the run's thread count:
   * products against forward: the best-of-`--calls` seconds of a one-token forward (Model.forward, as a target
     decodes) against the same forward's products replayed alone (the very (x, w, b) it multiplied, recorded once,
     through the same kernel and BLAS threads): the difference is what the forward does around its products;
@@ -27,7 +27,7 @@ from npspec.registry import REGISTRY
 
 from . import common, models
 
-KERNELS = tuple(k for k in ("gemm-blocks", "gemv-rows", "compiled-lanes") if REGISTRY[k].available())
+KERNELS = tuple(k for k in ("gemm-blocks", "gemv-rows", "compiled-panels") if REGISTRY[k].available())
 
 
 def best_seconds(f, calls):

@@ -96,7 +96,7 @@ NOT_QUOTED = ("quantized_",)  # results this section does not quote (no timings)
 STATED_APART = ("verification_",)  # results whose lines state their own machine, date and load (verification_lines)
 
 
-AR_COLUMNS = [("compiled_lanes_tok_s", "compiled-lanes"), ("gemm_blocks_tok_s", "gemm-blocks"), ("gemv_panels_tok_s", "gemv-panels"),
+AR_COLUMNS = [("compiled_panels_tok_s", "compiled-panels"), ("gemm_blocks_tok_s", "gemm-blocks"), ("gemv_panels_tok_s", "gemv-panels"),
               ("gemv_rows_tok_s", "gemv-rows"), ("gemm_tok_s", "gemm"), ("minimal_tok_s", "minimal NumPy")]
 
 
@@ -104,7 +104,7 @@ def ar_lines(rows):
     """The AR table: plain greedy decoding of each random-weight shape with every kernel, the minimal decoder, the
     roofline and transformers (bench.speedup's speedup_ar.csv)."""
     cols = [(k, name) for k, name in AR_COLUMNS if rows and k in rows[0]]
-    return ["", "Plain (AR) greedy decoding, tokens/s, with each kernel (`compiled-lanes`, the numba kernel of the fast "
+    return ["", "Plain (AR) greedy decoding, tokens/s, with each kernel (`compiled-panels`, the numba kernel of the fast "
             "extra, and the panel kernels on npspec's own threads; `gemv-rows` and `gemm` threaded by BLAS) and with "
             "`bench/minimal.py`, "
             "a 60-line NumPy decoder; the roofline is the best read rate measured in the run divided by the weight "
@@ -116,7 +116,7 @@ def ar_lines(rows):
         + f" | {f(r['of_roofline'])} | {f(r['transformers_tok_s'], 1)} |" for r in rows]
 
 
-VERIFY_KERNELS = [("column-major", "compiled-lanes"), ("column-major", "gemm-blocks"), ("column-major", "gemv-panels"),
+VERIFY_KERNELS = [("column-major", "compiled-panels"), ("column-major", "gemm-blocks"), ("column-major", "gemv-panels"),
                   ("column-major", "gemv-rows"),
                   ("row-major", "gemv-rows"), ("column-major", "gemm"), ("row-major", "gemm")]
 
@@ -129,7 +129,7 @@ def verify_lines(rows):
         cols = [k for k in VERIFY_KERNELS if any((r["layout"], r["kernel"]) == k for r in mine)]
         label = [kernel + (" (row-major)" if layout == "row-major" else "") for layout, kernel in cols]
         lines += ["", f"Verify cost v(5) = t(5 tokens) / t(1 token) of one cached forward, {n} thread"
-                  f"{'s' * (n > 1)}, on column-major matrices unless said (`compiled-lanes`, `gemm-blocks`, "
+                  f"{'s' * (n > 1)}, on column-major matrices unless said (`compiled-panels`, `gemm-blocks`, "
                   "`gemv-panels` and `gemv-rows` are batch invariant; `gemm` is not):", "",
                   "| model | " + " | ".join(f"t(1) {k}, ms" for k in label) + " | "
                   + " | ".join(f"v(5) {k}" for k in label) + " | v(5) roofline |",

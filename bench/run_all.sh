@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 step() { echo "run_all: $(date -u +%H:%M:%S) python -m $*" >&2; python -m "$@"; }
 step bench.verify_cost --max-m 16
-step bench.lanes
+step bench.panels
 step bench.speedup
 step bench.compare
 step bench.drafters --repeats 1

@@ -39,8 +39,8 @@ from .verify_cost import time_forward
 FULL_PAIRS = [("gpt2-large", "distilgpt2"), ("gpt2-medium", "distilgpt2"), ("gpt2-large", "gpt2"),
               ("gpt2", "distilgpt2")]
 QUICK_PAIRS = [("gpt2", "distilgpt2")]
-AR_KERNELS = tuple(k for k in ("compiled-lanes", "gemm-blocks", "gemv-panels", "gemv-rows", "gemm")
-                   if REGISTRY[k].available())  # every kernel plain decoding can use (compiled-lanes: the fast extra)
+AR_KERNELS = tuple(k for k in ("compiled-panels", "gemm-blocks", "gemv-panels", "gemv-rows", "gemm")
+                   if REGISTRY[k].available())  # every kernel plain decoding can use (compiled-panels: the fast extra)
 
 
 def runner(target, draft, prompts, new_tokens, gamma):

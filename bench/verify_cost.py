@@ -1,6 +1,6 @@
 """python -m bench.verify_cost: what verifying M tokens in one forward costs, against one token.
 
-For each model, thread count, weight layout and kernel of npspec.registry (compiled-lanes with the fast extra), the
+For each model, thread count, weight layout and kernel of npspec.registry (compiled-panels with the fast extra), the
 median time t(M) of
 one cached forward over M = 1..16 new tokens after a `--context`-token prefix, and
 v(M) = t(M) / t(1). Next to it the roofline measured in the same run: t_roof(M) = max(weight
@@ -27,14 +27,14 @@ import numpy as np
 
 from npspec.gpt2 import attention, attention_masked, gpt2
 from npspec.blas import BlasThreads
-from npspec.compiled import CompiledLanes
+from npspec.compiled import CompiledPanels
 from npspec.registry import REGISTRY, names
 
 from . import common, models
 
 FULL_MODELS = ["shipped:target", "random:distilgpt2", "random:gpt2", "random:gpt2-medium", "random:gpt2-large"]
 QUICK_MODELS = ["shipped:target", "random:distilgpt2"]
-KERNELS = tuple(k for k in names(codes=False) if REGISTRY[k].available())  # compiled-lanes: with the fast extra
+KERNELS = tuple(k for k in names(codes=False) if REGISTRY[k].available())  # compiled-panels: with the fast extra
 LAYOUT_KERNELS = {"row-major": ("gemv-rows", "gemm"), "column-major": KERNELS}  # timed first: row-major
 
 
@@ -74,16 +74,16 @@ def kernel_forward(params, config, kernel, threads):
     return forward
 
 
-LANES_ROWS = 32  # rows of the product lanes_fma_rate times: compute bound (4 B per weight read for 32 FMAs)
+FMA_ROWS = 32  # rows of the product panels_fma_rate times: compute bound (4 B per weight read for 32 FMAs)
 
 
-def lanes_fma_rate(threads, rows=LANES_ROWS, repeats=5):
-    """compiled-lanes' own multiply-add rate, FMA/s: a product of `rows` rows over a [1024, 1024] matrix (4 MiB,
-    shared out to `threads`), where its lane updates, not the weight read, bound it."""
+def panels_fma_rate(threads, rows=FMA_ROWS, repeats=5):
+    """compiled-panels' own multiply-add rate, FMA/s: a product of `rows` rows over a [1024, 1024] matrix (4 MiB,
+    shared out to `threads`), where its multiply-adds, not the weight read, bound it."""
     rng = np.random.default_rng(0)
     w = np.asfortranarray(rng.standard_normal((1024, 1024), dtype=np.float32))
     x = rng.standard_normal((rows, 1024), dtype=np.float32)
-    kernel = CompiledLanes(threads)
+    kernel = CompiledPanels(threads)
     return rows * w.size / min(common.time_call(lambda: kernel(x, w), repeats))
 
 
@@ -94,16 +94,16 @@ def m_star(fma_rate, read_rate):
 
 
 def measure(model_names, threads, kernels, ms, repeats, context, quick=False):
-    rows, summary, roof, lanes = [], [], {}, {}
+    rows, summary, roof, fma_rate = [], [], {}, {}
     for n in threads:
         with common.blas_threads(n):  # --quick: smaller probes (the 256 MiB array may sit partly in cache)
             roof[n] = ((common.read_bandwidth(1 << 28, 3), common.gemm_peak(1024, 3)) if quick
                        else (common.read_bandwidth(), common.gemm_peak()))
             common.log(f"threads {n}: read bandwidth {roof[n][0] / 1e9:.1f} GB/s, "
                        f"GEMM peak {roof[n][1] / 1e9:.0f} GFLOP/s")
-            if "compiled-lanes" in kernels:
-                lanes[n] = lanes_fma_rate(n)
-                common.log(f"threads {n}: compiled-lanes {lanes[n] / 1e9:.1f} GFMA/s at {LANES_ROWS} rows")
+            if "compiled-panels" in kernels:
+                fma_rate[n] = panels_fma_rate(n)
+                common.log(f"threads {n}: compiled-panels {fma_rate[n] / 1e9:.1f} GFMA/s at {FMA_ROWS} rows")
     m5 = 5 if 5 in ms else ms[-1]
     for name in common.steps(model_names, "verify cost, model"):
         model = models.get(name)
@@ -127,25 +127,25 @@ def measure(model_names, threads, kernels, ms, repeats, context, quick=False):
             t_ar = min(v[1] for v in t[n].values())  # the fastest one-token forward
             bw, peak = common.best_read_rate(roof[n][0], nbytes, t_ar), roof[n][1]
             t_roof = {m: max(nbytes / bw, models.matmul_flops(model, m, context) / peak) for m in ms}
-            # compiled-lanes' own roofline: the same read, its own FMA rate (FMAs = FLOPs / 2)
-            t_lanes = {m: max(nbytes / bw, models.matmul_flops(model, m, context) / 2 / lanes[n]) for m in ms} \
-                if n in lanes else {}
+            # compiled-panels' own roofline: the same read, its own FMA rate (FMAs = FLOPs / 2)
+            t_panels = {m: max(nbytes / bw, models.matmul_flops(model, m, context) / 2 / fma_rate[n]) for m in ms} \
+                if n in fma_rate else {}
             for (layout, k), ts in t[n].items():
                 common_cols = {"model": name, "threads": n, "layout": layout, "kernel": k,
                                "invariant": REGISTRY[k].invariant}
                 for m in ms:
                     rows.append({**common_cols, "M": m, "seconds": ts[m], "v": ts[m] / ts[1], "vs_ar": ts[m] / t_ar,
                                  "roofline_seconds": t_roof[m], "roofline_v": t_roof[m] / t_roof[1],
-                                 **({"lanes_roofline_v": t_lanes[m] / t_lanes[1],
-                                     "lanes_m_star": m_star(lanes[n], bw)} if t_lanes else {})})
+                                 **({"panels_roofline_v": t_panels[m] / t_panels[1],
+                                     "panels_m_star": m_star(fma_rate[n], bw)} if t_panels else {})})
                 summary.append({**common_cols, "weight_MB": nbytes / 1e6, "t1_ms": 1e3 * ts[1], "tok_s": 1 / ts[1],
                                 "read_GBps": bw / 1e9, "roofline_tok_s": 1 / t_roof[1], "of_roofline": t_roof[1] / ts[1],
                                 f"v{m5}": ts[m5] / ts[1], f"v{m5}_vs_ar": ts[m5] / t_ar,
                                 f"roofline_v{m5}": t_roof[m5] / t_roof[1],
-                                **({"lanes_m_star": m_star(lanes[n], bw)} if n in lanes else {})})
+                                **({"panels_m_star": m_star(fma_rate[n], bw)} if n in fma_rate else {})})
         del model
         models.release()
-    return rows, summary, roof, lanes
+    return rows, summary, roof, fma_rate
 
 
 def plot(rows, path):
@@ -168,11 +168,11 @@ def plot(rows, path):
                 ax.plot([r["M"] for r in pts], [r["vs_ar"] for r in pts], marker=".", label=f"{kernel} ({layout})")
             pts = next(iter(curves.values()))  # the roofline is the same for every curve
             ax.plot([r["M"] for r in pts], [r["roofline_v"] for r in pts], "k--", label="roofline (GEMM peak)")
-            if pts[0].get("lanes_roofline_v") not in (None, ""):
-                ax.plot([r["M"] for r in pts], [r["lanes_roofline_v"] for r in pts], "k-.", lw=0.8,
-                        label="roofline (compiled-lanes' FMA rate)")
-                ax.axvline(float(pts[0]["lanes_m_star"]), color="grey", lw=0.8)
-                ax.text(float(pts[0]["lanes_m_star"]), 7.5, " M*", fontsize=7, va="top")
+            if pts[0].get("panels_roofline_v") not in (None, ""):
+                ax.plot([r["M"] for r in pts], [r["panels_roofline_v"] for r in pts], "k-.", lw=0.8,
+                        label="roofline (compiled-panels' FMA rate)")
+                ax.axvline(float(pts[0]["panels_m_star"]), color="grey", lw=0.8)
+                ax.text(float(pts[0]["panels_m_star"]), 7.5, " M*", fontsize=7, va="top")
             ax.plot([1, 16], [1, 16], ":", color="grey", lw=0.8, label="M x t(1)")
             ax.set_title(f"{name.split(':')[1]}, {n} thread{'s' * (n > 1)}", fontsize=9)
             ax.set_ylim(0, 8)
@@ -207,20 +207,20 @@ def main(argv=None):
     args = run.args
     names = args.models.split(",") if args.models else (QUICK_MODELS if args.quick else FULL_MODELS)
     repeats = args.repeats or (2 if args.quick else 3)
-    rows, summary, roof, lanes = measure(names, run.threads, args.kernels, list(range(1, args.max_m + 1)), repeats,
+    rows, summary, roof, fma_rate = measure(names, run.threads, args.kernels, list(range(1, args.max_m + 1)), repeats,
                                          args.context, args.quick)
     for n, (bw, peak) in roof.items():
         run.meta[f"read_bandwidth_GBps_{n}_threads"] = f"{bw / 1e9:.1f}"
         run.meta[f"gemm_peak_GFLOPs_{n}_threads"] = f"{peak / 1e9:.0f}"
-    for n, rate in lanes.items():
-        run.meta[f"compiled_lanes_GFMAs_{n}_threads"] = f"{rate / 1e9:.1f}"
+    for n, rate in fma_rate.items():
+        run.meta[f"compiled_panels_GFMAs_{n}_threads"] = f"{rate / 1e9:.1f}"
     note = ("v = t(M) / t(1) of the same kernel and layout; vs_ar = t(M) / the smallest t(1) of the model "
             "(the fastest one-token forward); "
             "roofline = max(weight bytes / read_GBps, FLOPs / GEMM peak), where read_GBps is the best read rate "
             "measured in this run (the bandwidth probe, or the model's fastest one-token forward if it read faster). "
             f"Median of {repeats} forwards after a warm-up, {args.context} cached tokens. "
-            "lanes_roofline_v: compiled-lanes' own roofline, max(weight bytes / read_GBps, FMAs / its FMA rate "
-            f"measured at {LANES_ROWS} rows); lanes_m_star = 4 x that rate / read_GBps, the row count where it turns "
+            "panels_roofline_v: compiled-panels' own roofline, max(weight bytes / read_GBps, FMAs / its FMA rate "
+            f"measured at {FMA_ROWS} rows); panels_m_star = 4 x that rate / read_GBps, the row count where it turns "
             "compute bound (the plot's vertical line).")
     return common.finish(run, [common.Table("verify_cost", rows, "Verify cost: one forward over M new tokens", note),
                                common.Table("verify_cost_summary", summary, "Verify cost summary", note)],

@@ -1,8 +1,8 @@
 """How many threads BLAS runs during a forward: set per forward through threadpoolctl's API.
 
-npspec's kernels with their own threads (npspec.registry's `own_threads`: "compiled-lanes", "gemm-blocks",
+npspec's kernels with their own threads (npspec.registry's `own_threads`: "compiled-panels", "gemm-blocks",
 "gemv-panels") share a product out to their own worker threads, each of which calls single-threaded BLAS
-(or, for "compiled-lanes", none). If BLAS ran threads of its
+(or, for "compiled-panels", none). If BLAS ran threads of its
 own as well, the two kinds would compete for the cores, and OpenBLAS' idle threads keep spinning
 for a while after each threaded call, on the very cores npspec's workers need
 (bench/results/threads.md measures it). So a Model runs BLAS with one thread during the forwards

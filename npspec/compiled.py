@@ -1,42 +1,41 @@
-"""The compiled product "compiled-lanes": a numba loop nest, batch invariant by construction (the optional extra `fast`).
+"""The compiled product "compiled-panels": a numba loop nest, batch invariant by construction (the optional extra `fast`).
 
 Imports numpy, npspec.kernels (its threads and thread rule) and, when the kernel is first built, numba: the one
 module of npspec that touches numba. `pip install 'npspec[fast]'` installs it; without it `available()` is False
 and npspec decodes with its NumPy kernels (npspec.registry).
 
-The contract: `y[m, n] = sum over k of x[m, k] * w[k, n]` for `x` `[M, d_in]` float32 and npspec's column-major
-`w` `[d_in, d_out]` (so column n, `wt[n] = w[:, n]`, is contiguous). Each element is computed as follows
-(`lanes_product`), with LANES = 64:
-  * lane l (0 <= l < LANES) starts at +0.0 and adds x[m, k] * w[k, n] for k = l, l + LANES, l + 2 LANES, ... < d_in,
-    in increasing k: one float32 product, then one float32 addition, each correctly rounded (IEEE 754);
-  * then s = +0.0 and s += lane[l] for l = 0, 1, ..., LANES - 1 in order; y[m, n] = s.
+The contract: `y[m, n] = sum over k of x[m, k] * w[k, n]` for `x` `[M, d_in]` float32 and `w` `[d_in, d_out]`
+float32. Each element is the textbook sum, in this order and no other:
+  * s = +0.0; then s = s + x[m, k] * w[k, n] for k = 0, 1, ..., d_in - 1 in increasing k: one float32 product,
+    then one float32 addition, each correctly rounded (IEEE 754); y[m, n] = s.
 Why that order is fixed by the code alone, and by nothing else:
-  * It is a function of d_in, LANES and the values x[m, :], w[:, n] only. The row count M, the other rows, the
-    thread count and the column split choose WHICH elements a call computes and in what order the elements are
-    visited, never how one element's sum is formed: no element's sum reads another element's partial sums.
-  * Rows are handled 4, 2 or 1 at a time (`rows4`, `rows2`, `rows1`: weight loads are shared across the rows of a
-    block); the three are the same per-lane arithmetic written for more rows, so a row's bits do not depend on which
-    block it falls in (tests/test_compiled.py checks every position for M = 1..16).
-  * The compiler may vectorize the lane loop (8 lanes per AVX2 instruction), which computes the same independent
-    lane updates; it may not reorder a sum: numba compiles without fastmath, so LLVM gets no `reassoc` (which would
-    let it regroup a lane's or the final sum) and no `contract` (which would fuse a product and its addition into
-    one FMA with one rounding fewer, in some code paths and not others). Those are the only LLVM flags that change
-    results of these operations, and none is set.
+  * It is a function of d_in and the values x[m, :], w[:, n] only. The row count M, the other rows, the thread count
+    and the split of the columns choose WHICH elements a call computes and in what order the elements are visited,
+    never how one element's sum is formed: no element's sum reads another element's partial sums.
+  * Rows are handled 4 at a time (`tile4`: a weight loaded once serves the four rows; 2 or 3 rows left over are
+    padded with zero rows to a tile of 4) and a last single row alone (`tile1`); both add the products of one element in the order above (tile4 writes two consecutive k in one statement,
+    `(s + a) + b`, which is the same two additions), so a row's bits do not depend on which tile it falls in
+    (tests/test_compiled.py checks every position for M = 1..16 and the order itself against NumPy, step by step).
+  * The compiler vectorizes the loop over a panel's columns (8 columns per AVX2 instruction): different elements,
+    each its own sum. It may not reorder a sum: numba compiles without fastmath, so LLVM gets no `reassoc` (which
+    would let it regroup a sum) and no `contract` (which would fuse a product and its addition into one FMA, with one
+    rounding fewer, in some code paths and not others). Those are the only LLVM flags that change the results of
+    these operations, and none is set.
+
+Layout: a sum over k in increasing order vectorizes only across columns, so the kernel reads `w` as PANELS: the
+columns [p * PANEL, (p + 1) * PANEL) of w stored k-major, `panels[p, k, j] = w[k, p * PANEL + j]` (`pack`; the last
+panel padded with zero columns that are computed and dropped). A weight of each k is then contiguous with its
+panel's neighbours, every weight is read from memory once for all M rows (a panel is d_in * PANEL * 4 bytes: 320 KiB
+at d_in = 1280, in L2), and x[m, k] is one broadcast register for the whole panel. The model keeps its column-major
+matrices (the prefill's BLAS GEMM and the other kernels read them); this kernel packs each matrix the first time it
+multiplies it and keeps the panels (a second copy of the matrices it multiplies: about the model's size again).
+npspec never writes a weight in place after loading, which this cache relies on.
+
 Threads: a product over a matrix of kernels.SPLIT_BYTES or more is shared out over npspec's own worker threads
 (kernels.Workers, the same kind the NumPy panel kernels use, so a target and a draft never run two thread pools
-against each other), in runs of whole COLUMN_BLOCK columns; the compiled loop releases the GIL (`nogil`). BLAS runs
-one thread in its forwards (registry.Kernel.blas_threads). bench/results/README.md records why these threads
-rather than numba's `prange` layers and why COLUMN_BLOCK.
-
-Memory traffic: each column of w is read from memory once for all M rows (it is 4 d_in bytes, which stays in the L1
-or L2 cache while every row block runs over it); within a row block each weight is loaded once into a register
-and used for every row of the block. The lane sums live in a small buffer (LANES floats per row of a block) that
-stays in L1: numba does not run LLVM's SLP vectorizer by default and fastmath is off, so LLVM vectorizes the lane
-loop (independent lanes) but keeps the partial sums in memory between its iterations; each iteration therefore
-adds UNROLL = 4 consecutive chunks to a lane (in increasing k, the same order) so that a running sum goes back to
-memory once per 4 additions. The kernel turns compute bound when M exceeds its FMA rate over the weight read rate
-(bench/verify_cost measures both and marks that M*); measured against the same loop without the unroll, in one
-process: 2.1x faster at 1 row, 3.5x at 16 (bench/results/README.md).
+against each other), in runs of whole panels; the compiled loop releases the GIL (`nogil`). BLAS runs one thread in
+its forwards (registry.Kernel.blas_threads). bench/results/README.md records why these threads rather than numba's
+`prange` layers, and how PANEL was chosen (python -m bench.panels).
 
 Compiling: the loop is compiled on first use with numba's on-disk cache (cache=True: numba's own locations, the
 `__pycache__` beside this file, else its user-wide cache, $NUMBA_CACHE_DIR when set), so the cost (seconds) is paid
@@ -55,10 +54,9 @@ import numpy as np
 
 from .kernels import SPLIT_BYTES, Workers, check_threads
 
-LANES = 64  # partial sums per element (module docstring); 8 AVX2 vectors, a multiple of every SIMD width
-COLUMN_BLOCK = 64  # columns per thread's run unit: bench/results/README.md (kernel) says how it was chosen
+PANEL = 64  # columns per panel (module docstring): 8 AVX2 vectors; python -m bench.panels measured 32, 64 and 128
 NOTE_SECONDS = 0.5  # compiling (or loading the cache) longer than this is announced
-NAME = "compiled-lanes"
+NAME = "compiled-panels"
 
 
 def available(find_spec=None):
@@ -70,118 +68,100 @@ def available(find_spec=None):
         return False
 
 
-def rows4(x0, x1, x2, x3, wn, a0, a1, a2, a3, d_in):  # 4 rows [d_in], a column [d_in] -> lanes a0..a3 [LANES]
-    """The lane sums of four rows against one column (module docstring), each weight loaded once for the four.
+def pack(w, panel=PANEL):  # [d_in, d_out] -> [ceil(d_out / panel), d_in, panel] float32, C order
+    """w's columns as panels (module docstring): `panels[p, k, j] = w[k, p * panel + j]`, zero past d_out.
+    One panel is copied at a time (peak extra memory: the panels themselves)."""
+    d_in, d_out = w.shape
+    panels = np.zeros((-(-d_out // panel), d_in, panel), dtype=np.float32)
+    for p in range(panels.shape[0]):
+        cols = w[:, p * panel : (p + 1) * panel]
+        panels[p, :, : cols.shape[1]] = cols
+    return panels
 
-    The lane loop takes UNROLL consecutive chunks of LANES inputs at a time, adding them to a lane in increasing k
-    (the same order as one chunk at a time): a lane's running sum then stays in a register for UNROLL additions
-    instead of going back to memory after each.
+
+def tile4(x, wp, a):  # x [4, d_in], wp [d_in, P] one panel, a [4, P] zeroed -> a[r, j] += sum over k, k increasing
+    """Four rows against one panel, the sums in the module docstring's order; each weight is loaded once for the
+    four rows, and two consecutive k are added in one statement so that a sum goes back to memory once per two."""
+    d_in, n = x.shape[1], wp.shape[1]
+    k = 0
+    while k + 2 <= d_in:
+        u0, u1, u2, u3 = x[0, k], x[1, k], x[2, k], x[3, k]
+        v0, v1, v2, v3 = x[0, k + 1], x[1, k + 1], x[2, k + 1], x[3, k + 1]
+        uv = wp[k : k + 2]  # one 2-D view, not two rows: fewer arrays for LLVM's overlap checks
+        for j in range(n):
+            wu, wv = uv[0, j], uv[1, j]
+            a[0, j] = (a[0, j] + u0 * wu) + v0 * wv
+            a[1, j] = (a[1, j] + u1 * wu) + v1 * wv
+            a[2, j] = (a[2, j] + u2 * wu) + v2 * wv
+            a[3, j] = (a[3, j] + u3 * wu) + v3 * wv
+        k += 2
+    if k < d_in:  # an odd d_in: the last k alone
+        u0, u1, u2, u3 = x[0, k], x[1, k], x[2, k], x[3, k]
+        for j in range(n):
+            wu = wp[k, j]
+            a[0, j] += u0 * wu
+            a[1, j] += u1 * wu
+            a[2, j] += u2 * wu
+            a[3, j] += u3 * wu
+
+
+def tile1(x, wp, a):  # x [1, d_in], wp [d_in, P], a [1+, P] zeroed -> a[0, j] += sum over k, k increasing
+    """One row against one panel, in the same order as tile4's rows."""
+    d_in, n = x.shape[1], wp.shape[1]
+    a0 = a[0]
+    for k in range(d_in):
+        u, wu = x[0, k], wp[k]
+        for j in range(n):
+            a0[j] += u * wu[j]
+
+
+def panels_product(x, panels, y, p0, p1):  # [M, d_in], [n_panels, d_in, P], out [M, d_out]; panels p0 <= p < p1
+    """y[:, p0 P : p1 P] (clipped to d_out) = x @ w over those panels, each element in the module docstring's order.
+
+    Rows go 4 at a time (tile4); 2 or 3 rows left over are padded with zero rows to a tile of 4 (whose results are
+    dropped: rows never mix, so the padding changes no bit of the others), and a last single row goes through tile1.
     """
-    for lane in range(LANES):
-        a0[lane] = 0.0
-        a1[lane] = 0.0
-        a2[lane] = 0.0
-        a3[lane] = 0.0
-    o = 0
-    while o + 4 * LANES <= d_in:  # UNROLL = 4 chunks
-        for lane in range(LANES):
-            k0, k1, k2, k3 = o + lane, o + LANES + lane, o + 2 * LANES + lane, o + 3 * LANES + lane
-            w0, w1, w2, w3 = wn[k0], wn[k1], wn[k2], wn[k3]
-            a0[lane] = (((a0[lane] + x0[k0] * w0) + x0[k1] * w1) + x0[k2] * w2) + x0[k3] * w3
-            a1[lane] = (((a1[lane] + x1[k0] * w0) + x1[k1] * w1) + x1[k2] * w2) + x1[k3] * w3
-            a2[lane] = (((a2[lane] + x2[k0] * w0) + x2[k1] * w1) + x2[k2] * w2) + x2[k3] * w3
-            a3[lane] = (((a3[lane] + x3[k0] * w0) + x3[k1] * w1) + x3[k2] * w2) + x3[k3] * w3
-        o += 4 * LANES
-    while o < d_in:  # the last chunks one at a time, the last one partial (d_in % LANES inputs into lanes 0, 1, ...)
-        for lane in range(min(LANES, d_in - o)):
-            w = wn[o + lane]
-            a0[lane] += x0[o + lane] * w
-            a1[lane] += x1[o + lane] * w
-            a2[lane] += x2[o + lane] * w
-            a3[lane] += x3[o + lane] * w
-        o += LANES
-
-
-def rows2(x0, x1, wn, a0, a1, d_in):  # rows4's arithmetic for two rows
-    for lane in range(LANES):
-        a0[lane] = 0.0
-        a1[lane] = 0.0
-    o = 0
-    while o + 4 * LANES <= d_in:
-        for lane in range(LANES):
-            k0, k1, k2, k3 = o + lane, o + LANES + lane, o + 2 * LANES + lane, o + 3 * LANES + lane
-            w0, w1, w2, w3 = wn[k0], wn[k1], wn[k2], wn[k3]
-            a0[lane] = (((a0[lane] + x0[k0] * w0) + x0[k1] * w1) + x0[k2] * w2) + x0[k3] * w3
-            a1[lane] = (((a1[lane] + x1[k0] * w0) + x1[k1] * w1) + x1[k2] * w2) + x1[k3] * w3
-        o += 4 * LANES
-    while o < d_in:
-        for lane in range(min(LANES, d_in - o)):
-            w = wn[o + lane]
-            a0[lane] += x0[o + lane] * w
-            a1[lane] += x1[o + lane] * w
-        o += LANES
-
-
-def rows1(x0, wn, a0, d_in):  # rows4's arithmetic for one row
-    for lane in range(LANES):
-        a0[lane] = 0.0
-    o = 0
-    while o + 4 * LANES <= d_in:
-        for lane in range(LANES):
-            k0, k1, k2, k3 = o + lane, o + LANES + lane, o + 2 * LANES + lane, o + 3 * LANES + lane
-            a0[lane] = (((a0[lane] + x0[k0] * wn[k0]) + x0[k1] * wn[k1]) + x0[k2] * wn[k2]) + x0[k3] * wn[k3]
-        o += 4 * LANES
-    while o < d_in:
-        for lane in range(min(LANES, d_in - o)):
-            a0[lane] += x0[o + lane] * wn[o + lane]
-        o += LANES
-
-
-def lane_sum(a):  # [LANES] -> float32, lanes added in order from +0.0
-    s = np.float32(0.0)
-    for lane in range(LANES):
-        s += a[lane]
-    return s
-
-
-def lanes_product(x, wt, y, n0, n1):  # [M, d_in], [d_out, d_in], out [M, d_out]; columns n0 <= n < n1
-    """y[:, n0:n1] = x @ wt[n0:n1].T, each element by the fixed lane order of the module docstring."""
     m_rows, d_in = x.shape
-    acc = np.empty((4, LANES), dtype=np.float32)
-    a0, a1, a2, a3 = acc[0], acc[1], acc[2], acc[3]
-    for n in range(n0, n1):
-        wn = wt[n]
-        m = 0
-        while m + 4 <= m_rows:
-            rows4(x[m], x[m + 1], x[m + 2], x[m + 3], wn, a0, a1, a2, a3, d_in)
-            y[m, n], y[m + 1, n], y[m + 2, n], y[m + 3, n] = lane_sum(a0), lane_sum(a1), lane_sum(a2), lane_sum(a3)
-            m += 4
-        if m + 2 <= m_rows:
-            rows2(x[m], x[m + 1], wn, a0, a1, d_in)
-            y[m, n], y[m + 1, n] = lane_sum(a0), lane_sum(a1)
-            m += 2
-        if m < m_rows:
-            rows1(x[m], wn, a0, d_in)
-            y[m, n] = lane_sum(a0)
+    width, d_out = panels.shape[2], y.shape[1]
+    a = np.empty((4, width), dtype=np.float32)
+    full = m_rows - m_rows % 4
+    left = m_rows - full
+    tail = np.zeros((4, d_in), dtype=np.float32)  # the padded last tile (2 or 3 rows)
+    if left > 1:
+        tail[:left] = x[full:]
+    for p in range(p0, p1):
+        n0 = p * width
+        n = min(width, d_out - n0)
+        for m in range(0, full, 4):
+            a[:, :] = 0.0
+            tile4(x[m : m + 4], panels[p], a)
+            y[m : m + 4, n0 : n0 + n] = a[:, :n]
+        if left > 1:
+            a[:, :] = 0.0
+            tile4(tail, panels[p], a)
+            y[full:, n0 : n0 + n] = a[:left, :n]
+        elif left == 1:
+            a[0, :] = 0.0
+            tile1(x[full:], panels[p], a)
+            y[full, n0 : n0 + n] = a[0, :n]
 
 
-def lanes_product_prange(x, wt, y, column_block):  # lanes_product over every column, blocks shared out by prange
-    """The bench's variant (bench.lanes): numba's own threads (prange, its threading layer) over column blocks."""
-    d_out = wt.shape[0]
-    for b in prange(-(-d_out // column_block)):  # noqa: F821 (numba.prange, given by compiled_prange_product)
-        lanes_product(x, wt, y, b * column_block, min(d_out, (b + 1) * column_block))
+def panels_product_prange(x, panels, y):  # panels_product over every panel, shared out by numba's prange
+    """The bench's variant (bench.panels): numba's own threads (prange, its threading layer) over the panels."""
+    for p in prange(panels.shape[0]):  # noqa: F821 (numba.prange, given by compiled_prange_product)
+        panels_product(x, panels, y, p, p + 1)
 
 
 _compiled = {}  # the compiled dispatchers of this process (numba's, like its own caches), built on first use
 
 
 def compiled_product(note=None, njit=None):
-    """The compiled `lanes_product(x, wt, y, n0, n1)`, built once per process (numba's disk cache makes later
+    """The compiled `panels_product(x, panels, y, p0, p1)`, built once per process (numba's disk cache makes later
     processes load it).
 
     note: None, or a function given a one-line message when compiling took over NOTE_SECONDS (not when numba's cache
-    was loaded), and when no cache location is writable (then every process compiles). njit: numba.njit (a parameter so that tests can give a
-    stand-in). Raises ValueError (one line, with the fix) if numba is not installed.
+    was loaded), and when no cache location is writable (then every process compiles). njit: numba.njit (a parameter
+    so that tests can give a stand-in). Raises ValueError (one line, with the fix) if numba is not installed.
     """
     if "product" in _compiled:
         return _compiled["product"]
@@ -194,8 +174,8 @@ def compiled_product(note=None, njit=None):
         njit = numba.njit
     start = time.perf_counter()  # after numba's import: what is announced is compiling (or loading the cache)
     product, cached = jit_product(njit)
-    x = np.zeros((1, LANES), dtype=np.float32)
-    product(x, x, np.zeros((1, 1), dtype=np.float32), 0, 1)  # compiles for float32 C arrays (or loads the cache)
+    x = np.zeros((1, 2), dtype=np.float32)
+    product(x, np.zeros((1, 2, PANEL), dtype=np.float32), np.zeros((1, 1), dtype=np.float32), 0, 1)  # compiles
     seconds = time.perf_counter() - start
     if note is not None and not cached:
         note(f"kernel {NAME}: no writable cache location for numba, so it compiled in memory ({seconds:.1f} s, "
@@ -207,20 +187,20 @@ def compiled_product(note=None, njit=None):
 
 
 def jit_product(njit, **options):
-    """(compiled lanes_product, whether numba caches it on disk): the helpers compiled first, then the loop that calls
+    """(compiled panels_product, whether numba caches it on disk): the tiles compiled first, then the loop that calls
     them; without a writable cache location (numba's RuntimeError at decoration) compiled for this process only."""
     for cache in (True, False):
         try:
             jit = njit(nogil=True, cache=cache, boundscheck=False, **options)
-            helpers = {f.__name__: jit(f) for f in (rows4, rows2, rows1, lane_sum)}
-            return jit(with_globals(lanes_product, helpers)), cache
+            helpers = {f.__name__: jit(f) for f in (tile4, tile1)}
+            return jit(with_globals(panels_product, helpers)), cache
         except RuntimeError:  # numba: "cannot cache function ...: no locator available" (nowhere writable)
             if not cache:
                 raise
 
 
 def compiled_prange_product(layer="default"):
-    """The bench's variant lanes_product_prange, compiled with numba's threading layer `layer` (numba's own setting,
+    """The bench's variant panels_product_prange, compiled with numba's threading layer `layer` (numba's own setting,
     set here for this process: "default", "workqueue", "omp" or "tbb"). Raises ValueError without numba."""
     if ("prange", layer) not in _compiled:
         try:
@@ -229,7 +209,7 @@ def compiled_prange_product(layer="default"):
             raise ValueError(f"kernel {NAME} needs numba: pip install 'npspec[fast]'") from None
         numba.config.THREADING_LAYER = layer
         product, cached = jit_product(numba.njit)
-        variant = with_globals(lanes_product_prange, {"prange": numba.prange, "lanes_product": product})
+        variant = with_globals(panels_product_prange, {"prange": numba.prange, "panels_product": product})
         _compiled["prange", layer] = numba.njit(parallel=True, nogil=True, cache=cached)(variant)
     return _compiled["prange", layer]
 
@@ -240,37 +220,45 @@ def with_globals(f, names):
     return types.FunctionType(f.__code__, {**f.__globals__, **names}, f.__name__, f.__defaults__, f.__closure__)
 
 
-class CompiledLanes:
-    """The "compiled-lanes" kernel `linear(x, w, b=None)`: `[n, d_in], [d_in, d_out], [d_out] -> [n, d_out]` float32.
+class CompiledPanels:
+    """The "compiled-panels" kernel `linear(x, w, b=None)`: `[n, d_in], [d_in, d_out], [d_out] -> [n, d_out]` float32.
 
     threads: a positive int, the threads that share out a matrix of kernels.SPLIT_BYTES or more, in runs of whole
-    COLUMN_BLOCK columns (the first `threads - 1` runs on this object's own workers, the last on the calling
-    thread); results never depend on it. note: passed to compiled_product. column_block: the run unit (the bench
-    varies it). Raises ValueError for a bad thread count or without numba.
+    panels (the first `threads - 1` runs on this object's own workers, the last on the calling thread); results never
+    depend on it. note: passed to compiled_product. panel: columns per panel (the bench varies it). Each matrix is
+    packed on its first product and its panels kept, keyed by its memory (data address, shape, strides; the matrix
+    itself is kept too, so that address is never reused while the panels live). Raises ValueError for a bad thread
+    count or without numba.
     """
 
     name = NAME
 
-    def __init__(self, threads=1, note=None, column_block=COLUMN_BLOCK):
+    def __init__(self, threads=1, note=None, panel=PANEL):
         self.threads = check_threads(threads)
-        self.column_block = column_block
+        self.panel = panel
         self.product = compiled_product(note)
         self.workers = Workers(self.threads - 1) if self.threads > 1 else None
+        self.packed = {}  # (address, shape, strides) -> (w, its panels)
+
+    def panels(self, w):  # [d_in, d_out] -> [n_panels, d_in, panel], packed once per matrix
+        key = (w.__array_interface__["data"][0], w.shape, w.strides)
+        if key not in self.packed:
+            self.packed[key] = (w, pack(w, self.panel))
+        return self.packed[key][1]
 
     def __call__(self, x, w, b=None):  # [n, d_in], [d_in, d_out], [d_out] -> [n, d_out]
         x = np.ascontiguousarray(x, dtype=np.float32)
-        wt = w.T if w.flags.f_contiguous else np.ascontiguousarray(w.T)  # [d_out, d_in] C: the columns of w
-        n, d_out = x.shape[0], w.shape[1]
-        y = np.empty((n, d_out), dtype=np.float32)
-        blocks = -(-d_out // self.column_block)
-        threads = min(self.threads, blocks) if w.nbytes >= SPLIT_BYTES else 1
+        panels = self.panels(w)
+        y = np.empty((x.shape[0], w.shape[1]), dtype=np.float32)
+        count = panels.shape[0]
+        threads = min(self.threads, count) if w.nbytes >= SPLIT_BYTES else 1
         if threads == 1:
-            self.product(x, wt, y, 0, d_out)
+            self.product(x, panels, y, 0, count)
         else:
-            cuts = [min(d_out, blocks * i // threads * self.column_block) for i in range(threads + 1)]
-            runs = [(a, b) for a, b in zip(cuts, cuts[1:])]
-            self.workers.run([lambda a=a, b=b: self.product(x, wt, y, a, b) for a, b in runs[::-1]])
+            cuts = [count * i // threads for i in range(threads + 1)]
+            runs = list(zip(cuts, cuts[1:]))
+            self.workers.run([lambda a=a, b=b: self.product(x, panels, y, a, b) for a, b in runs[::-1]])
         return y if b is None else y + b
 
     def __repr__(self):
-        return f"CompiledLanes(threads={self.threads})"
+        return f"CompiledPanels(threads={self.threads})"

@@ -89,10 +89,10 @@ def build_parser(prog=PROG, out=None, err=None):
                          "depend on it")
     ap.add_argument("--target-kernel", choices=kernel_names(cli=True, codes=False), default=None,
                     help="the target's product (default: the fastest batch-invariant one on this machine: "
-                         "compiled-lanes with the fast extra, else gemm-blocks or gemv-panels as --kernel-probe "
+                         "compiled-panels with the fast extra, else gemm-blocks or gemv-panels as --kernel-probe "
                          "measured; npspec.registry)")
     ap.add_argument("--draft-kernel", choices=kernel_names(cli=True), default=None,
-                    help="the draft's product (default: compiled-lanes with the fast extra, else gemv-panels: a "
+                    help="the draft's product (default: compiled-panels with the fast extra, else gemv-panels: a "
                          "one-token product on npspec's own threads; dequant-panels keeps a quantized draft's int8 "
                          "codes, npspec.qkernels)")
     ap.add_argument("--kernel-probe", choices=MODES, default="cached",
@@ -108,7 +108,7 @@ def build_parser(prog=PROG, out=None, err=None):
                          "file, or an existing regular file with --force")
     ap.add_argument("--force", action="store_true", help="with --html: replace FILE if it exists (a regular file only)")
     ap.add_argument("--compare", action="store_true",
-                    help="then run plain decoding with the same options (with the target's kernel, compiled-lanes "
+                    help="then run plain decoding with the same options (with the target's kernel, compiled-panels "
                          "when installed, gemv-rows and gemm) and print the speeds and the speedup over the fastest")
     ap.add_argument("--simulate-acceptance", type=float, default=None, metavar="A",
                     help="SIMULATION for timing random-weight drafts: run the draft's forwards for their cost but make "

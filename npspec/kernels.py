@@ -4,7 +4,7 @@ Imports numpy and the standard library only. A kernel is a callable
 `linear(x, w, b=None)`: `[n, d_in], [d_in, d_out], [d_out] -> [n, d_out]` float32 (b=None: no
 bias, as for the tied head). npspec.registry names them, says which are invariant and builds them
 (`registry.kernel(name).build(threads)`); the worker threads of a panel kernel belong to that
-object (Workers; no module state). The compiled kernel "compiled-lanes" lives in npspec.compiled.
+object (Workers; no module state). The compiled kernel "compiled-panels" lives in npspec.compiled.
 
 The batch-invariance contract (Thinking Machines Lab, "Defeating Nondeterminism in LLM
 Inference", He 2025): a kernel is INVARIANT when row i of its result is bit-identical to its

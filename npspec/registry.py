@@ -9,9 +9,9 @@ reads int8 codes, whether the product CLI offers it, and the extra it needs. `ke
 
 Defaults (`role_candidates`, `STATIC_DEFAULT`): a role's kernel is the fastest of its candidates, measured on the
 user's machine for the model's shapes and thread count (npspec.choice, called by npspec.sources.load):
-  * target (verifies gamma + 1 rows): "compiled-lanes" when the `fast` extra is installed, "gemm-blocks" and
+  * target (verifies gamma + 1 rows): "compiled-panels" when the `fast` extra is installed, "gemm-blocks" and
     "gemv-panels" (which is faster depends on the BLAS: issue 24's AMD and Intel figures);
-  * draft (one row at a time): "compiled-lanes" when installed, "gemv-panels".
+  * draft (one row at a time): "compiled-panels" when installed, "gemv-panels".
 STATIC_DEFAULT is what a Model built directly (no role, no probe) decodes with.
 """
 
@@ -62,7 +62,7 @@ def _plain(product):
 
 
 REGISTRY = {k.name: k for k in (
-    Kernel("compiled-lanes", True, lambda threads, note: compiled.CompiledLanes(threads, note), own_threads=True,
+    Kernel("compiled-panels", True, lambda threads, note: compiled.CompiledPanels(threads, note), own_threads=True,
            extra="fast", available=compiled.available),
     Kernel("gemm-blocks", True, lambda threads, note: GemmBlocks(threads), own_threads=True),
     Kernel("gemv-panels", True, lambda threads, note: GemvPanels(threads), own_threads=True),
@@ -100,12 +100,12 @@ def role_candidates(role):
     Raises ValueError for a role other than "target" or "draft"."""
     if role not in ROLES:
         raise ValueError(f"role must be 'target' or 'draft', got {role!r}")
-    names_ = ("compiled-lanes", "gemm-blocks", "gemv-panels") if role == "target" else ("compiled-lanes", "gemv-panels")
+    names_ = ("compiled-panels", "gemm-blocks", "gemv-panels") if role == "target" else ("compiled-panels", "gemv-panels")
     return tuple(n for n in names_ if REGISTRY[n].available())
 
 
 def plain_baselines(target_kernel):
     """The kernels --compare (and bench's "fastest plain decoding") times plain decoding with: the target's own, the
     installed compiled kernel and the BLAS-threaded ones, each once."""
-    extra = [n for n in ("compiled-lanes",) if REGISTRY[n].available()]
+    extra = [n for n in ("compiled-panels",) if REGISTRY[n].available()]
     return tuple(dict.fromkeys([target_kernel, *extra, *PLAIN_BASELINES]))

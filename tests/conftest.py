@@ -2,7 +2,7 @@
 
 Tiny models decode with NumPy kernels fixed here (TINY_KERNELS: a target with "gemm-blocks", a draft with
 "gemv-panels"), whatever is installed; the shipped pair loads with each role's first candidate, unmeasured
-(probe "off": "compiled-lanes" with the fast extra, else "gemm-blocks" / "gemv-panels"; npspec.registry). The one scripted-uniforms double is
+(probe "off": "compiled-panels" with the fast extra, else "gemm-blocks" / "gemv-panels"; npspec.registry). The one scripted-uniforms double is
 npspec.testing.ScriptedRng; the one enumeration oracle is npspec.testing.
 """
 

@@ -1,4 +1,4 @@
-"""The bench's kernel parts: verify_cost's M* and compiled-lanes roofline, bench.profile's decompositions, bench.lanes.
+"""The bench's kernel parts: verify_cost's M* and compiled-panels roofline, bench.profile's decompositions, bench.panels.
 
 No timing is asserted: only what the tables hold and how their columns relate.
 """
@@ -6,13 +6,13 @@ No timing is asserted: only what the tables hold and how their columns relate.
 import numpy as np
 import pytest
 
-from bench import lanes, profile, verify_cost
+from bench import panels, profile, verify_cost
 from bench.common import read_table
 from npspec import compiled
 
 from conftest import tiny_model
 
-needs_numba = pytest.mark.skipif(not compiled.available(), reason="compiled-lanes needs the 'fast' extra (numba)")
+needs_numba = pytest.mark.skipif(not compiled.available(), reason="compiled-panels needs the 'fast' extra (numba)")
 
 
 def test_m_star_is_where_the_fmas_take_as_long_as_the_weight_read():
@@ -41,30 +41,30 @@ def test_loop_against_forwards_accounts_for_every_second_of_the_loop():
 
 
 @needs_numba
-def test_verify_cost_times_compiled_lanes_and_marks_its_m_star(tmp_path):
+def test_verify_cost_times_compiled_panels_and_marks_its_m_star(tmp_path):
     assert verify_cost.main(["--quick", "--out", str(tmp_path), "--models", "shipped:target", "--max-m", "2",
-                             "--repeats", "1", "--kernels", "compiled-lanes,gemv-panels"]) == 0
+                             "--repeats", "1", "--kernels", "compiled-panels,gemv-panels"]) == 0
     rows, meta = read_table(tmp_path / "verify_cost.csv")
-    assert {r["kernel"] for r in rows} == {"compiled-lanes", "gemv-panels"}
-    stars = {r["lanes_m_star"] for r in rows}
+    assert {r["kernel"] for r in rows} == {"compiled-panels", "gemv-panels"}
+    stars = {r["panels_m_star"] for r in rows}
     assert len(stars) == 1 and float(stars.pop()) > 0  # one M* per thread count, on every row
-    assert all(float(r["lanes_roofline_v"]) >= 1.0 for r in rows if r["M"] == "2")
+    assert all(float(r["panels_roofline_v"]) >= 1.0 for r in rows if r["M"] == "2")
     assert (tmp_path / "verify_cost.png").is_file()
-    assert float(meta["compiled_lanes_GFMAs_1_threads"]) > 0
+    assert float(meta["compiled_panels_GFMAs_1_threads"]) > 0
 
 
 @needs_numba
-def test_bench_lanes_times_every_configuration_on_the_same_matrices(tmp_path, monkeypatch):
-    monkeypatch.setattr(lanes, "ROWS", (1, 3))
-    assert lanes.main(["--quick", "--out", str(tmp_path), "--shape", "tiny", "--repeats", "1"]) == 0
-    rows, _ = read_table(tmp_path / "lanes.csv")
+def test_bench_panels_times_every_configuration_on_the_same_matrices(tmp_path, monkeypatch):
+    monkeypatch.setattr(panels, "ROWS", (1, 3))
+    assert panels.main(["--quick", "--out", str(tmp_path), "--shape", "tiny", "--repeats", "1"]) == 0
+    rows, _ = read_table(tmp_path / "panels.csv")
     ways = {r["way"] for r in rows}
-    assert {f"workers-{b}" for b in lanes.BLOCKS} <= ways and "blas-gemv" in ways
+    assert {f"workers-{p}" for p in panels.WIDTHS} <= ways and "blas-gemv" in ways
     assert {r["M"] for r in rows if r["way"] == "blas-gemv"} == {"1"}
 
 
 def test_block_matrices_are_a_gpt2_blocks_four_shapes_column_major():
-    ws = lanes.block_matrices("tiny", copies=2)
+    ws = panels.block_matrices("tiny", copies=2)
     d = ws[1].shape[0]
     assert [w.shape for w in ws] == [(d, 3 * d), (d, d), (d, 4 * d), (4 * d, d)] * 2
     assert all(w.flags.f_contiguous and w.dtype == np.float32 for w in ws)

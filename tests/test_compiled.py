@@ -1,4 +1,4 @@
-"""The compiled kernel "compiled-lanes" (npspec.compiled, the `fast` extra): its batch-invariance contract, bit for bit.
+"""The compiled kernel "compiled-panels" (npspec.compiled, the `fast` extra): its batch-invariance contract, bit for bit.
 
 Row i of an M-row product equals the one-row product for M = 1..16 at every position, whatever the other rows
 hold, for thread counts 1, 2, 3 and 7; whole forwards and their caches equal one-token forwards; greedy speculative
@@ -17,7 +17,7 @@ from npspec.sources import random_model
 
 from conftest import tiny_model
 
-needs_numba = pytest.mark.skipif(not compiled.available(), reason="compiled-lanes needs the 'fast' extra (numba)")
+needs_numba = pytest.mark.skipif(not compiled.available(), reason="compiled-panels needs the 'fast' extra (numba)")
 M_MAX = 16
 THREADS = (1, 2, 3, 7)
 
@@ -27,7 +27,7 @@ def matrix(d_in, d_out, seed=0, order="F"):
     return np.asfortranarray(w) if order == "F" else w
 
 
-# shapes [d_in, d_out]: d_in a multiple of LANES or not (a tail), below LANES; large enough to be shared out
+# shapes [d_in, d_out]: d_in odd or even, d_out a multiple of PANEL or not (a partial panel); large enough to be shared out
 SHAPES = [(64, 67), (100, 33), (7, 5), (768, 2304), (3072, 768), (1280, 1283)]
 
 
@@ -37,7 +37,7 @@ def test_every_row_of_an_m_row_product_is_the_one_row_product_at_every_position(
     w, b = matrix(d_in, d_out), matrix(1, d_out, seed=1, order="C")[0]
     x = matrix(2 * M_MAX, d_in, seed=2, order="C")
     for threads in THREADS:
-        kernel = compiled.CompiledLanes(threads)
+        kernel = compiled.CompiledPanels(threads)
         single = np.concatenate([kernel(x[i : i + 1], w, b) for i in range(2 * M_MAX)])
         for m in range(1, M_MAX + 1):
             for start in range(0, 2 * M_MAX - m + 1, 3):  # the rows at many positions, among other rows
@@ -49,7 +49,7 @@ def test_every_row_of_an_m_row_product_is_the_one_row_product_at_every_position(
 def test_a_row_does_not_depend_on_what_the_other_rows_hold():
     w = matrix(768, 2304)
     row = matrix(1, 768, seed=3, order="C")
-    kernel = compiled.CompiledLanes(2)
+    kernel = compiled.CompiledPanels(2)
     want = kernel(row, w)[0]
     for other in (np.zeros, np.ones, lambda s: np.full(s, np.inf, np.float32), lambda s: matrix(*s, seed=4, order="C")):
         for m in (2, 5, 16):
@@ -65,27 +65,33 @@ def test_thread_counts_do_not_change_a_bit(d_in, d_out):
     w = matrix(d_in, d_out)
     assert w.nbytes >= SPLIT_BYTES  # so the columns are really shared out
     x = matrix(M_MAX, d_in, seed=5, order="C")
-    want = compiled.CompiledLanes(1)(x, w)
+    want = compiled.CompiledPanels(1)(x, w)
     for threads in (2, 3, 7, 64):
-        assert np.array_equal(compiled.CompiledLanes(threads)(x, w), want), f"threads={threads}"
+        assert np.array_equal(compiled.CompiledPanels(threads)(x, w), want), f"threads={threads}"
 
 
 @needs_numba
-def test_each_element_is_the_documented_lane_order():
-    """The docstring's order, written out in NumPy float32 one step at a time: LANES partial sums over k = l mod
-    LANES in increasing k, then the lanes added in order from +0.0."""
-    d_in, d_out = 200, 9  # 3 full lane rounds and a tail of 8
-    w, x = matrix(d_in, d_out, seed=6), matrix(3, d_in, seed=7, order="C")
-    got = compiled.CompiledLanes(1)(x, w)
-    for m in range(3):
-        for n in range(d_out):
-            lanes = np.zeros(compiled.LANES, np.float32)
-            for k in range(d_in):
-                lanes[k % compiled.LANES] = np.float32(lanes[k % compiled.LANES] + np.float32(x[m, k] * w[k, n]))
-            s = np.float32(0)
-            for v in lanes:
-                s = np.float32(s + v)
-            assert got[m, n] == s, (m, n)
+def test_each_element_is_the_documented_sequential_sum():
+    """The docstring's order, written out in NumPy float32 one step at a time: s = +0.0, then s = s + x[m, k] w[k, n]
+    for k = 0, 1, ... in increasing order (separate float32 ufuncs: one rounding for the product, one for the sum).
+    7 rows (a tile of 4 and a padded tile of 3), 5 rows (4 and a single row), 1 row; an odd d_in (tile4's last k
+    alone) and a partial last panel."""
+    d_in, d_out = 201, 70
+    w, x = matrix(d_in, d_out, seed=6), matrix(7, d_in, seed=7, order="C")
+    want = np.zeros((7, d_out), np.float32)
+    for k in range(d_in):
+        want = np.add(want, np.multiply(x[:, k : k + 1], w[k][None, :]))
+    for m in (7, 5, 1):
+        assert np.array_equal(compiled.CompiledPanels(1)(x[:m], w), want[:m]), f"M={m}"
+
+
+def test_pack_lays_each_panel_k_major_with_zero_columns_past_d_out():
+    w = matrix(5, 11)
+    panels = compiled.pack(w, panel=4)
+    assert panels.shape == (3, 5, 4) and panels.flags.c_contiguous and panels.dtype == np.float32
+    for n in range(11):
+        assert np.array_equal(panels[n // 4, :, n % 4], w[:, n])
+    assert not panels[2, :, 3].any()
 
 
 @needs_numba
@@ -93,7 +99,7 @@ def test_each_element_is_the_documented_lane_order():
 def test_it_computes_x_at_w_plus_b_in_float32(order):
     w, b = matrix(300, 70, order=order), matrix(1, 70, seed=1, order="C")[0]
     x = matrix(5, 300, seed=2, order="C")
-    y = compiled.CompiledLanes(1)(x, w, b)
+    y = compiled.CompiledPanels(1)(x, w, b)
     ref = x.astype(np.float64) @ w.astype(np.float64) + b
     assert y.dtype == np.float32 and y.shape == (5, 70) and np.abs(y - ref).max() <= 1e-5 * np.abs(ref).max()
 
@@ -101,9 +107,9 @@ def test_it_computes_x_at_w_plus_b_in_float32(order):
 @needs_numba
 @pytest.mark.parametrize("threads", [1, 2, 3, 7])
 def test_whole_forwards_and_caches_equal_one_token_forwards(threads):
-    model = tiny_model(seed=5, n_embd=96, n_head=4, n_layer=3, n_vocab=257, n_ctx=40).with_kernel("compiled-lanes",
+    model = tiny_model(seed=5, n_embd=96, n_head=4, n_layer=3, n_vocab=257, n_ctx=40).with_kernel("compiled-panels",
                                                                                                  threads)
-    assert model.invariant and model.blas_threads == 1 and "kernel='compiled-lanes'" in repr(model)
+    assert model.invariant and model.blas_threads == 1 and "kernel='compiled-panels'" in repr(model)
     ids = np.random.default_rng(threads).integers(0, 257, 9 + M_MAX)
     one = model.new_cache()
     model.prefill(ids[:9], one)
@@ -118,7 +124,7 @@ def test_whole_forwards_and_caches_equal_one_token_forwards(threads):
 
 @needs_numba
 def test_greedy_identity_on_the_shipped_pair_with_compiled_kernels(shipped):
-    target, draft = (m.with_kernel("compiled-lanes", threads=2) for m in shipped)
+    target, draft = (m.with_kernel("compiled-panels", threads=2) for m in shipped)
     for prompt in (target.tokenizer.encode("ROMEO:").ids, [0], target.tokenizer.encode("JULIET:\nO").ids):
         plain = speculative_generate(target, None, prompt, 32, gamma=0, temperature=0).ids
         for gamma in (1, 3, 8):
@@ -128,8 +134,8 @@ def test_greedy_identity_on_the_shipped_pair_with_compiled_kernels(shipped):
 @needs_numba
 @pytest.mark.slow
 def test_greedy_identity_random_gpt2_with_compiled_kernels():
-    target = random_model("gpt2", kernel="compiled-lanes", threads=2)
-    draft = random_model("distilgpt2", tokenizer=target.tokenizer, kernel="compiled-lanes", threads=2)
+    target = random_model("gpt2", kernel="compiled-panels", threads=2)
+    draft = random_model("distilgpt2", tokenizer=target.tokenizer, kernel="compiled-panels", threads=2)
     ids = target.tokenizer.encode("Hello").ids
     plain = speculative_generate(target, None, ids, 32, gamma=0, temperature=0)
     assert len(plain.ids) == 32
@@ -139,7 +145,7 @@ def test_greedy_identity_random_gpt2_with_compiled_kernels():
 
 def test_without_numba_the_kernel_says_how_to_install_it():
     assert compiled.available(lambda name: None) is False
-    assert REGISTRY["compiled-lanes"].extra == "fast" and REGISTRY["compiled-lanes"].invariant
+    assert REGISTRY["compiled-panels"].extra == "fast" and REGISTRY["compiled-panels"].invariant
 
 
 class FakeNjit:
@@ -152,7 +158,7 @@ class FakeNjit:
     def __call__(self, **options):
         self.options.append(options)
         if options.get("cache") and not self.writable:
-            raise RuntimeError("cannot cache function 'rows4': no locator available for file 'compiled.py'")
+            raise RuntimeError("cannot cache function 'tile4': no locator available for file 'compiled.py'")
         return lambda f: f
 
 
@@ -164,7 +170,7 @@ def test_a_read_only_cache_compiles_in_memory_and_says_so(monkeypatch):
     assert len(notes) == 1 and "no writable cache location for numba" in notes[0] and "\n" not in notes[0]
     x, w = matrix(2, 70, seed=1, order="C"), matrix(70, 3)  # the plain-Python loop: same order, so same bits
     y = np.empty((2, 3), np.float32)
-    product(x, np.ascontiguousarray(w.T), y, 0, 3)
+    product(x, compiled.pack(w), y, 0, 1)
     assert np.allclose(y, x @ w, atol=1e-4)
     assert compiled.compiled_product(notes.append, njit=njit) is product and len(notes) == 1  # built once
 

@@ -6,7 +6,7 @@ is kept only where it equals the target's argmax. Checked for gamma 1..8 against
 decoding with the target alone) on a tiny pair, on the shipped pair, on GPT-2's shapes with random
 weights, and on the command line; and the loop's own forwards are checked against one-token forwards.
 Tiny targets use "gemm-blocks" and drafts "gemv-panels" (conftest.TINY_KERNELS); the shipped pair each role's
-first candidate (npspec.registry.role_candidates: "compiled-lanes" where the fast extra is installed).
+first candidate (npspec.registry.role_candidates: "compiled-panels" where the fast extra is installed).
 """
 
 import json

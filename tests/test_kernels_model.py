@@ -41,7 +41,7 @@ def test_the_registry_builds_each_named_product_and_says_what_it_is():
     k = make("gemv-panels", threads=3)
     assert isinstance(k, GemvPanels) and k.threads == 3 and k.name == "gemv-panels"
     assert repr(k) == "GemvPanels(threads=3)" and isinstance(make("gemm-blocks"), GemmBlocks)
-    assert [n for n in names() if REGISTRY[n].own_threads] == ["compiled-lanes", "gemm-blocks", "gemv-panels"]
+    assert [n for n in names() if REGISTRY[n].own_threads] == ["compiled-panels", "gemm-blocks", "gemv-panels"]
     assert [n for n in names() if not REGISTRY[n].invariant] == ["gemm", "gemm-panels"]
     assert names(codes=True) == ("dequant-panels",) and kernel("dequant-panels").prefill is dequant_gemm
     assert all(kernel(n).prefill is gemm for n in names(codes=False))
@@ -55,14 +55,14 @@ def test_gemm_panels_is_the_benchs_and_not_the_product_clis():
 
 
 def test_plain_baselines_hold_the_targets_own_kernel_the_compiled_one_when_installed_and_blas_once_each():
-    extra = ("compiled-lanes",) if REGISTRY["compiled-lanes"].available() else ()
+    extra = ("compiled-panels",) if REGISTRY["compiled-panels"].available() else ()
     assert plain_baselines("gemm-blocks") == ("gemm-blocks", *extra, "gemv-rows", "gemm")
     assert plain_baselines("gemv-rows") == ("gemv-rows", *extra, "gemm")
 
 
 def test_a_kernel_whose_extra_is_missing_says_how_to_install_it():
-    fake = REGISTRY["compiled-lanes"].__class__(**{**REGISTRY["compiled-lanes"].__dict__, "available": lambda: False})
-    with pytest.raises(ValueError, match=r"kernel compiled-lanes needs the 'fast' extra: pip install 'npspec\[fast\]'"):
+    fake = REGISTRY["compiled-panels"].__class__(**{**REGISTRY["compiled-panels"].__dict__, "available": lambda: False})
+    with pytest.raises(ValueError, match=r"kernel compiled-panels needs the 'fast' extra: pip install 'npspec\[fast\]'"):
         fake.build(1)
 
 
@@ -188,7 +188,7 @@ def test_an_interrupted_run_waits_for_its_workers_before_raising():
 
 
 @pytest.mark.parametrize("kernel, blas", [("gemm-blocks", 1), ("gemv-panels", 1), ("gemv-rows", 3), ("gemm", 3),
-                                          *[pytest.param(*p.values, 1, marks=p.marks) for p in installed(["compiled-lanes"])]])
+                                          *[pytest.param(*p.values, 1, marks=p.marks) for p in installed(["compiled-panels"])]])
 def test_a_forward_runs_blas_with_one_thread_under_a_panel_kernel_and_with_threads_otherwise(tiny, kernel, blas):
     threadpoolctl = pytest.importorskip("threadpoolctl")
     if not threadpoolctl.threadpool_info():
@@ -198,7 +198,7 @@ def test_a_forward_runs_blas_with_one_thread_under_a_panel_kernel_and_with_threa
 
     def spy(x, w, b=None):
         seen.append({lib.num_threads for lib in m.blas.libraries.lib_controllers})  # the BLAS the model limits
-        # (numba, imported by compiled-lanes, may load another BLAS later; nothing in a forward calls it)
+        # (numba, imported by compiled-panels, may load another BLAS later; nothing in a forward calls it)
         return product(x, w, b)
     m.linear = spy
     before = [i["num_threads"] for i in threadpoolctl.threadpool_info()]

@@ -94,7 +94,7 @@ def load(spec=None, role="target", cache_dir=None, kernel=None, threads=1, progr
 
     role: "target" or "draft": the shipped model used when spec is None, and the default kernel: the fastest
     of the role's candidates on this machine for this model's shapes and `threads` (npspec.choice.choose over
-    registry.role_candidates: "compiled-lanes" when the `fast` extra is installed, else "gemm-blocks" or
+    registry.role_candidates: "compiled-panels" when the `fast` extra is installed, else "gemm-blocks" or
     "gemv-panels" for a target, "gemv-panels" for a draft; all batch invariant, all on npspec's own threads, so
     that no BLAS thread spins on the cores the other model's workers need: npspec.blas). Which kernel the
     draft uses never changes the output: every q gives exactly the target's law, and greedy output is the
