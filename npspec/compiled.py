@@ -28,7 +28,8 @@ panel padded with zero columns that are computed and dropped). A weight of each 
 panel's neighbours, every weight is read from memory once for all M rows (a panel is d_in * PANEL * 4 bytes: 320 KiB
 at d_in = 1280, in L2), and x[m, k] is one broadcast register for the whole panel. The model keeps its column-major
 matrices (the prefill's BLAS GEMM and the other kernels read them); this kernel packs each matrix the first time it
-multiplies it and keeps the panels (a second copy of the matrices it multiplies: about the model's size again).
+multiplies it, or when a Model is built with it (registry.Kernel.prepare), and keeps the panels (a second copy of
+the matrices it multiplies: about the model's size again).
 npspec never writes a weight in place after loading, which this cache relies on.
 
 Threads: a product over a matrix of kernels.SPLIT_BYTES or more is shared out over npspec's own worker threads
@@ -70,12 +71,14 @@ def available(find_spec=None):
 
 def pack(w, panel=PANEL):  # [d_in, d_out] -> [ceil(d_out / panel), d_in, panel] float32, C order
     """w's columns as panels (module docstring): `panels[p, k, j] = w[k, p * panel + j]`, zero past d_out.
-    One panel is copied at a time (peak extra memory: the panels themselves)."""
+    The full panels are one strided copy (numpy's), the partial last one is zero-padded."""
     d_in, d_out = w.shape
-    panels = np.zeros((-(-d_out // panel), d_in, panel), dtype=np.float32)
-    for p in range(panels.shape[0]):
-        cols = w[:, p * panel : (p + 1) * panel]
-        panels[p, :, : cols.shape[1]] = cols
+    full, count = d_out // panel, -(-d_out // panel)
+    panels = np.empty((count, d_in, panel), dtype=np.float32)
+    np.copyto(panels[:full], w[:, : full * panel].reshape(d_in, full, panel).transpose(1, 0, 2))
+    if full < count:
+        panels[full] = 0.0
+        panels[full, :, : d_out - full * panel] = w[:, full * panel :]
     return panels
 
 
@@ -106,13 +109,21 @@ def tile4(x, wp, a):  # x [4, d_in], wp [d_in, P] one panel, a [4, P] zeroed -> 
 
 
 def tile1(x, wp, a):  # x [1, d_in], wp [d_in, P], a [1+, P] zeroed -> a[0, j] += sum over k, k increasing
-    """One row against one panel, in the same order as tile4's rows."""
+    """One row against one panel, in the same order as tile4's rows; four consecutive k are added in one statement,
+    so that a sum goes back to memory once per four (the same four additions in the same order)."""
     d_in, n = x.shape[1], wp.shape[1]
-    a0 = a[0]
-    for k in range(d_in):
-        u, wu = x[0, k], wp[k]
+    k = 0
+    while k + 4 <= d_in:
+        u0, u1, u2, u3 = x[0, k], x[0, k + 1], x[0, k + 2], x[0, k + 3]
+        w4 = wp[k : k + 4]
         for j in range(n):
-            a0[j] += u * wu[j]
+            a[0, j] = (((a[0, j] + u0 * w4[0, j]) + u1 * w4[1, j]) + u2 * w4[2, j]) + u3 * w4[3, j]
+        k += 4
+    while k < d_in:  # the last d_in % 4 k one at a time
+        u0 = x[0, k]
+        for j in range(n):
+            a[0, j] += u0 * wp[k, j]
+        k += 1
 
 
 def panels_product(x, panels, y, p0, p1):  # [M, d_in], [n_panels, d_in, P], out [M, d_out]; panels p0 <= p < p1
@@ -239,6 +250,12 @@ class CompiledPanels:
         self.product = compiled_product(note)
         self.workers = Workers(self.threads - 1) if self.threads > 1 else None
         self.packed = {}  # (address, shape, strides) -> (w, its panels)
+
+    def prepare(self, matrices):
+        """Pack each of `matrices` (`[d_in, d_out]` float32) now (registry.Kernel.prepare: a Model calls it when it is
+        built, so that its first decoding forward does not pay for the packing)."""
+        for w in matrices:
+            self.panels(w)
 
     def panels(self, w):  # [d_in, d_out] -> [n_panels, d_in, panel], packed once per matrix
         key = (w.__array_interface__["data"][0], w.shape, w.strides)

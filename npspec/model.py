@@ -8,7 +8,7 @@ Which kernel a role decodes with by default is npspec.registry's and npspec.choi
 
 from .blas import BlasThreads
 from .gpt2 import KVCache, attention, attention_masked, gpt2, gpt2_tree
-from .kernels import column_major
+from .kernels import block_linears, column_major
 from .qkernels import holds_codes
 from .registry import STATIC_DEFAULT, kernel as registry_kernel, names
 
@@ -29,8 +29,8 @@ class Model:
     blas: an npspec.blas.BlasThreads to share (default: a new one).
     note: None, or a function given one-line messages while the kernel is built (a compiled kernel's compile time).
     The block matrices are stored column-major (kernels.column_major), in place, one matrix at
-    a time, whatever the kernel: every kernel reads that layout, so changing the kernel never
-    copies the weights. Raises ValueError for an unknown kernel, a bad thread count, or int8
+    a time, whatever the kernel: the NumPy kernels read that layout, so changing to one of them never
+    copies the weights; "compiled-panels" packs its own copy once, here (registry.Kernel.prepare). Raises ValueError for an unknown kernel, a bad thread count, or int8
     codes with a kernel that cannot read them, a kernel whose extra is not installed.
     """
 
@@ -48,6 +48,7 @@ class Model:
             raise ValueError(f"this model holds int8 codes (npspec.qkernels.QuantizedMatrix): kernel {kernel!r} cannot "
                              f"read them; use {' or '.join(names(codes=True))}")
         self.linear = self.spec.build(threads, note)
+        self.spec.prepare(self.linear, [lin["w"] for lin in block_linears(self.params)] + [self.params["wte"].T])
         self.blas = blas or BlasThreads()
         self.blas_threads = self.spec.blas_threads(threads)
 

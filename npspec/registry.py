@@ -30,7 +30,9 @@ class Kernel:
     make: (threads, note) -> the linear callable. prefill: the product of the model's prefill (not invariant: one
     GEMM). own_threads: the product shares work over its own `threads` (BLAS then runs 1 thread in its forwards).
     reads_codes: it multiplies qkernels.QuantizedMatrix codes. cli: offered by `npspec generate`'s kernel options.
-    extra: the pip extra it needs (None: none), available: whether that is installed.
+    extra: the pip extra it needs (None: none), available: whether that is installed. prepare: (linear, matrices) ->
+    None, called once by a Model with every `[d_in, d_out]` matrix its forwards multiply (the compiled kernel packs
+    them then, so that no decoding forward pays for it; the others need nothing).
     """
 
     name: str
@@ -42,6 +44,7 @@ class Kernel:
     cli: bool = True
     extra: str | None = None
     available: Callable = field(repr=False, default=lambda: True)
+    prepare: Callable = field(repr=False, default=lambda linear, matrices: None)
 
     def build(self, threads=1, note=None):
         """The `linear(x, w, b=None)` callable with `threads`; note: gets one-line messages (compiled kernels).
@@ -63,7 +66,7 @@ def _plain(product):
 
 REGISTRY = {k.name: k for k in (
     Kernel("compiled-panels", True, lambda threads, note: compiled.CompiledPanels(threads, note), own_threads=True,
-           extra="fast", available=compiled.available),
+           extra="fast", available=compiled.available, prepare=lambda linear, matrices: linear.prepare(matrices)),
     Kernel("gemm-blocks", True, lambda threads, note: GemmBlocks(threads), own_threads=True),
     Kernel("gemv-panels", True, lambda threads, note: GemvPanels(threads), own_threads=True),
     Kernel("gemv-rows", True, _plain(gemv_rows)),
