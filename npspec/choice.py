@@ -1,11 +1,11 @@
 """Which kernel a role decodes with: the fastest of its candidates, measured on this machine, cached per machine.
 
-Imports npspec.blas, npspec.kernels and npspec.registry; filelock, threadpoolctl. Which invariant NumPy kernel is
+Imports npspec.registry; filelock, threadpoolctl (and is handed npspec.model.Model objects). Which invariant NumPy kernel is
 fastest depends on the BLAS: OpenBLAS' few-row GEMM over GPT-2's block matrices costs about a GEMV on the Intel
 machine of bench/results/earlier/ (so "gemm-blocks" verifies cheapest there) and about 3x a GEMV with its Haswell
 kernels on AMD Zen 2 and 3 (so "gemv-panels" does; issue 24). So npspec never hard-codes the choice: `choose` times
-each candidate of a role (registry.role_candidates) on the model's own first block (its four matrices, with the
-rows the role multiplies: ROLE_ROWS) and the thread count, and keeps the fastest (the sum of its best-of-REPEATS
+each candidate of a role (registry.role_candidates) in the model's own decoding forwards (with the rows the
+role multiplies: ROLE_ROWS) and the thread count, and keeps the fastest (the sum of its best-of-REPEATS
 times). A single candidate is not timed.
 
 The result is cached in npspec's cache directory (`choices.json` there: one JSON object, written whole to a
@@ -30,14 +30,14 @@ import numpy as np
 from filelock import FileLock
 from threadpoolctl import threadpool_info
 
-from .blas import BlasThreads
-from .kernels import block_linears
-from .registry import kernel as registry_kernel, role_candidates
+from .registry import role_candidates
 
 MODES = ("cached", "refresh", "bypass", "off")
-ROLE_ROWS = {"target": (1, 4), "draft": (1,)}  # rows timed: a target verifies gamma + 1 (4 at gamma 3) and decodes 1
-REPEATS = 3  # best of this many timed runs per (kernel, rows), after one untimed run (the first use probes/compiles)
+ROLE_ROWS = {"target": (4,), "draft": (1,)}  # rows timed: a target verifies gamma + 1 (4 at gamma 3), a draft decodes 1
+# (a target's plain decoding is not its role: --compare and the bench time plain decoding with every kernel anyway)
+REPEATS = 2  # best of this many timed runs per (kernel, rows), after one untimed run (the first use probes/compiles)
 CACHE_FILE = "choices.json"
+PROBE_CONTEXT = 8  # cached tokens before a timed forward (time_forwards)
 
 
 def cpu_model():
@@ -64,54 +64,53 @@ def machine_key(role, candidates, shapes, threads):
                       sort_keys=True)
 
 
-def probe_matrices(params):
-    """The matrices a choice is timed on: the first block's four (attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj)."""
-    return [lin["w"] for lin in block_linears({"h": params["h"][:1]})]
+def time_forwards(name, threads, model, rows, repeats=REPEATS, clock=time.perf_counter):
+    """Seconds of one decoding forward of `rows` tokens by `model` (a Model already decoding with kernel `name` and
+    `threads`) after a PROBE_CONTEXT-token prefill, best of `repeats` (after one untimed forward).
 
-
-def time_products(name, threads, matrices, rows, repeats=REPEATS, clock=time.perf_counter, blas=None):
-    """Seconds of kernel `name` with `threads` multiplying `rows` random rows by each of `matrices`, best of
-    `repeats` (after one untimed run), with BLAS's threads as a Model's decoding forward sets them."""
-    linear = registry_kernel(name).build(threads)
-    rng = np.random.default_rng(0)
-    xs = [rng.standard_normal((rows, w.shape[0]), dtype=np.float32) for w in matrices]
-    blas = blas or BlasThreads()
+    Whole forwards, not the products alone: on a block or two of matrices (tens of MB, near an L3's size) the compiled
+    kernel's one-row product timed faster than a GEMV that the same 3 GB model's forwards showed slower
+    (bench/results/issue24/README.md), so only what a forward does is timed.
+    """
+    ids = np.arange(PROBE_CONTEXT + rows) % model.config.n_vocab
     best = float("inf")
-    with blas.limit(registry_kernel(name).blas_threads(threads)):
-        for i in range(repeats + 1):
-            start = clock()
-            for x, w in zip(xs, matrices):
-                linear(x, w)
-            if i:
-                best = min(best, clock() - start)
+    for i in range(repeats + 1):
+        cache = model.new_cache()
+        model.prefill(ids[:PROBE_CONTEXT], cache)
+        start = clock()
+        model.forward(ids[PROBE_CONTEXT:], cache)
+        if i:
+            best = min(best, clock() - start)
     return best
 
 
-def measure_all(candidates, threads, matrices, rows, measure=time_products):
+def measure_all(candidates, threads, model, rows, measure=time_forwards):
     """{kernel: summed best seconds over `rows`} for each candidate, the row counts interleaved (kernel inner) so
-    that a change in the machine's load hits every kernel alike. measure(name, threads, matrices, m) -> seconds."""
+    that a change in the machine's load hits every kernel alike. measure(name, threads, candidate model, m) ->
+    seconds; each candidate's Model is built once (model.with_kernel: the same weights)."""
+    built = {name: model.with_kernel(name, threads) for name in candidates}
     seconds = {name: 0.0 for name in candidates}
     for m in rows:
         for name in candidates:
-            seconds[name] += measure(name, threads, matrices, m)
+            seconds[name] += measure(name, threads, built[name], m)
     return seconds
 
 
-def choose(role, params, threads, path=None, mode="cached", measure=time_products, candidates=None, note=None):
-    """The kernel name `role` ("target" or "draft") decodes with for the model whose parameter tree is `params`.
+def choose(role, model, threads, path=None, mode="cached", measure=time_forwards, candidates=None, note=None):
+    """The kernel name `role` ("target" or "draft") decodes `model` (an npspec.model.Model) with.
 
     path: the cache file (None: nothing cached, as "bypass"). mode: one of MODES (module docstring).
-    measure: time_products' signature (a parameter so that tests can fake the timings: then no BLAS runs and no clock
-    is read). candidates: default registry.role_candidates(role). note: None, or a function given one line when a
-    measurement runs. Returns the name. Raises ValueError for a bad role or mode.
+    measure: time_forwards' signature (a parameter so that tests can fake the timings: then no forward runs and no
+    clock is read). candidates: default registry.role_candidates(role). note: None, or a function given one line
+    when a measurement runs. Returns the name. Raises ValueError for a bad role or mode.
     """
     if mode not in MODES:
         raise ValueError(f"the kernel probe mode must be one of {', '.join(MODES)}, got {mode!r}")
     candidates = tuple(role_candidates(role) if candidates is None else candidates)
     if len(candidates) == 1 or mode == "off":
         return candidates[0]
-    matrices = probe_matrices(params)
-    key = machine_key(role, candidates, [w.shape for w in matrices], threads)
+    c = model.config
+    key = machine_key(role, candidates, [[c.n_layer, c.n_embd, c.n_head, c.n_vocab]], threads)
     use_cache = path is not None and mode != "bypass"
     if use_cache and mode == "cached":
         hit = read_choices(path).get(key)
@@ -120,7 +119,7 @@ def choose(role, params, threads, path=None, mode="cached", measure=time_product
     if note is not None:
         note(f"timing the {role}'s kernels {', '.join(candidates)} on this machine (once; --kernel-probe refresh "
              "times them again)")
-    seconds = measure_all(candidates, threads, matrices, ROLE_ROWS[role], measure)
+    seconds = measure_all(candidates, threads, model, ROLE_ROWS[role], measure)
     best = min(candidates, key=lambda name: seconds[name])  # ties: the first candidate
     if use_cache:
         store_choice(path, key, {"kernel": best, "seconds": seconds, "rows": list(ROLE_ROWS[role])})

@@ -22,12 +22,12 @@ NUMPY_TARGET = ("gemm-blocks", "gemv-panels")
 
 
 def fake_machine(gemm_rows_cost, calls=None):
-    """A measure(name, threads, matrices, rows) for a machine where a GEMV over the matrices takes 1 s and a
+    """A measure(name, threads, model, rows) for a machine where a forward's GEMVs take 1 s and a
     few-row GEMM `gemm_rows_cost` s whatever its rows (gemm-blocks pays it even for one row: it pads to 2 rows);
     gemv-panels pays one GEMV per row, a little under (the panels stay in cache for the next rows)."""
-    def measure(name, threads, matrices, rows):
+    def measure(name, threads, model, rows):
         if calls is not None:
-            calls.append((name, threads, tuple(w.shape for w in matrices), rows))
+            calls.append((name, threads, model.kernel, model.threads, rows))
         if name == "gemm-blocks":
             return gemm_rows_cost
         return 1.0 + 0.25 * (rows - 1)
@@ -36,56 +36,55 @@ def fake_machine(gemm_rows_cost, calls=None):
 
 def test_the_probe_picks_the_gemv_kernel_where_few_row_gemms_are_slow(tiny):
     # AMD Zen 2/3 with OpenBLAS' Haswell kernels: a 2-row GEMM costs ~3 GEMVs (issue 24)
-    assert choice.choose("target", tiny.params, 2, mode="bypass", measure=fake_machine(3.0),
+    assert choice.choose("target", tiny, 2, mode="bypass", measure=fake_machine(3.0),
                          candidates=NUMPY_TARGET) == "gemv-panels"
 
 
 def test_the_probe_picks_the_gemm_kernel_where_few_row_gemms_are_fast(tiny):
     # the Intel machine of bench/results/earlier/: a few-row GEMM costs about a GEMV
-    assert choice.choose("target", tiny.params, 2, mode="bypass", measure=fake_machine(1.05),
+    assert choice.choose("target", tiny, 2, mode="bypass", measure=fake_machine(1.05),
                          candidates=NUMPY_TARGET) == "gemm-blocks"
 
 
-def test_the_probe_times_every_candidate_on_the_first_blocks_matrices_with_the_roles_rows(tiny):
+def test_the_probe_times_every_candidate_in_the_models_own_forwards_with_the_roles_rows(tiny):
     calls = []
-    choice.choose("target", tiny.params, 3, mode="bypass", measure=fake_machine(1.0, calls), candidates=NUMPY_TARGET)
-    d = tiny.config.n_embd
-    shapes = ((d, 3 * d), (d, d), (d, 4 * d), (4 * d, d))
-    assert calls == [(k, 3, shapes, m) for m in choice.ROLE_ROWS["target"] for k in NUMPY_TARGET]  # interleaved
+    choice.choose("target", tiny, 3, mode="bypass", measure=fake_machine(1.0, calls), candidates=NUMPY_TARGET)
+    # each candidate's forwards: the model itself with that kernel and thread count, rows interleaved
+    assert calls == [(k, 3, k, 3, m) for m in choice.ROLE_ROWS["target"] for k in NUMPY_TARGET]
     calls.clear()
-    choice.choose("draft", tiny.params, 1, mode="bypass", measure=fake_machine(1.0, calls), candidates=NUMPY_TARGET)
+    choice.choose("draft", tiny, 1, mode="bypass", measure=fake_machine(1.0, calls), candidates=NUMPY_TARGET)
     assert [c[3] for c in calls] == [1, 1]  # a draft multiplies one row
 
 
 def test_one_candidate_or_mode_off_measures_nothing(tiny):
     def measure(*args):
         raise AssertionError("measured")
-    assert choice.choose("draft", tiny.params, 1, mode="cached", measure=measure, candidates=("gemv-panels",)) \
+    assert choice.choose("draft", tiny, 1, mode="cached", measure=measure, candidates=("gemv-panels",)) \
         == "gemv-panels"
-    assert choice.choose("target", tiny.params, 1, mode="off", measure=measure, candidates=NUMPY_TARGET) \
+    assert choice.choose("target", tiny, 1, mode="off", measure=measure, candidates=NUMPY_TARGET) \
         == "gemm-blocks"
 
 
 def test_the_choice_is_cached_per_machine_and_refreshed_or_bypassed_on_demand(tiny, tmp_path):
     path, calls = tmp_path / "c" / choice.CACHE_FILE, []
     slow_gemm, fast_gemm = fake_machine(3.0, calls), fake_machine(1.05, calls)
-    assert choice.choose("target", tiny.params, 2, path, "cached", slow_gemm, NUMPY_TARGET) == "gemv-panels"
+    assert choice.choose("target", tiny, 2, path, "cached", slow_gemm, NUMPY_TARGET) == "gemv-panels"
     n = len(calls)
     assert n and path.is_file()
     # cached: the stored choice, nothing measured (even if the machine would now answer otherwise)
-    assert choice.choose("target", tiny.params, 2, path, "cached", fast_gemm, NUMPY_TARGET) == "gemv-panels"
+    assert choice.choose("target", tiny, 2, path, "cached", fast_gemm, NUMPY_TARGET) == "gemv-panels"
     assert len(calls) == n
     # bypass: measured, the cache neither read nor written
-    assert choice.choose("target", tiny.params, 2, path, "bypass", fast_gemm, NUMPY_TARGET) == "gemm-blocks"
-    assert len(calls) == 2 * n and choice.choose("target", tiny.params, 2, path, "cached", fast_gemm,
+    assert choice.choose("target", tiny, 2, path, "bypass", fast_gemm, NUMPY_TARGET) == "gemm-blocks"
+    assert len(calls) == 2 * n and choice.choose("target", tiny, 2, path, "cached", fast_gemm,
                                                  NUMPY_TARGET) == "gemv-panels"
     # refresh: measured again and stored
-    assert choice.choose("target", tiny.params, 2, path, "refresh", fast_gemm, NUMPY_TARGET) == "gemm-blocks"
-    assert choice.choose("target", tiny.params, 2, path, "cached", slow_gemm, NUMPY_TARGET) == "gemm-blocks"
+    assert choice.choose("target", tiny, 2, path, "refresh", fast_gemm, NUMPY_TARGET) == "gemm-blocks"
+    assert choice.choose("target", tiny, 2, path, "cached", slow_gemm, NUMPY_TARGET) == "gemm-blocks"
     # another thread count, shape or role is another key
-    assert choice.choose("target", tiny.params, 1, path, "cached", slow_gemm, NUMPY_TARGET) == "gemv-panels"
+    assert choice.choose("target", tiny, 1, path, "cached", slow_gemm, NUMPY_TARGET) == "gemv-panels"
     records = json.loads(path.read_text())
-    assert len(records) == 2 and all(r["kernel"] in NUMPY_TARGET and r["rows"] == [1, 4] for r in records.values())
+    assert len(records) == 2 and all(r["kernel"] in NUMPY_TARGET and r["rows"] == list(choice.ROLE_ROWS["target"]) for r in records.values())
 
 
 def test_the_key_names_the_cpu_the_blas_numpy_the_shapes_and_the_threads():
@@ -97,7 +96,7 @@ def test_the_key_names_the_cpu_the_blas_numpy_the_shapes_and_the_threads():
 def test_a_damaged_or_unwritable_cache_is_measured_again(tiny, tmp_path):
     path = tmp_path / choice.CACHE_FILE
     path.write_text("{not json")
-    assert choice.choose("target", tiny.params, 2, path, "cached", fake_machine(3.0), NUMPY_TARGET) == "gemv-panels"
+    assert choice.choose("target", tiny, 2, path, "cached", fake_machine(3.0), NUMPY_TARGET) == "gemv-panels"
     assert json.loads(path.read_text())  # rewritten whole
     blocked = tmp_path / "file"
     blocked.write_text("")
@@ -117,14 +116,18 @@ def test_concurrent_stores_keep_every_record(tmp_path):
 
 def test_a_bad_mode_is_refused_in_one_line(tiny):
     with pytest.raises(ValueError, match="the kernel probe mode must be one of cached, refresh, bypass, off, got 'x'"):
-        choice.choose("target", tiny.params, 1, mode="x", candidates=NUMPY_TARGET)
+        choice.choose("target", tiny, 1, mode="x", candidates=NUMPY_TARGET)
 
 
-def test_the_real_measurement_times_a_kernel_with_the_clock_it_is_given():
+def test_the_real_measurement_times_forwards_with_the_clock_it_is_given():
     ticks = iter(range(100))
-    w = np.asfortranarray(np.ones((8, 16), np.float32))
-    seconds = choice.time_products("gemv-rows", 1, [w], 2, repeats=3, clock=lambda: next(ticks))
-    assert seconds == 1  # each timed run reads the clock twice, one tick apart
+    model = tiny_model().with_kernel("gemv-rows")
+    seen = []
+    forward = model.forward
+    model.forward = lambda ids, cache: seen.append((len(ids), cache.length)) or forward(ids, cache)
+    seconds = choice.time_forwards("gemv-rows", 1, model, 2, repeats=3, clock=lambda: next(ticks))
+    assert seconds == 1  # each timed forward reads the clock twice, one tick apart
+    assert seen == [(2, choice.PROBE_CONTEXT)] * 4  # one untimed, then 3 timed forwards of 2 rows after the prefill
 
 
 def test_load_chooses_each_roles_kernel_unless_one_is_given(tmp_path):

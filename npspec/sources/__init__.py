@@ -126,7 +126,7 @@ def role_kernel(model, role, threads, cache_dir=None, probe="cached"):
     """The kernel name `role` decodes `model` with by default: npspec.choice.choose over the role's candidates, for
     the model's shapes and `threads`, cached in the cache directory's choices.json as `probe` says (see load).
     Raises ValueError for a bad role or probe mode."""
-    return choose(role, model.params, threads, cache_root(cache_dir) / CACHE_FILE, probe)  # silent: repr and --json show it
+    return choose(role, model, threads, cache_root(cache_dir) / CACHE_FILE, probe)  # silent: repr and --json show it
 
 
 def split_quantized(spec):
