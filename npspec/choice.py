@@ -66,19 +66,23 @@ def machine_key(role, candidates, shapes, threads):
 
 def time_forwards(name, threads, model, rows, repeats=REPEATS, clock=time.perf_counter):
     """Seconds of one decoding forward of `rows` tokens by `model` (a Model already decoding with kernel `name` and
-    `threads`) after a PROBE_CONTEXT-token prefill, best of `repeats` (after one untimed forward).
+    `threads`) after a PROBE_CONTEXT-token prefill (both cut to fit the model's n_ctx), best of `repeats` (after one
+    untimed forward).
 
     Whole forwards, not the products alone: on a block or two of matrices (tens of MB, near an L3's size) the compiled
     kernel's one-row product timed faster than a GEMV that the same 3 GB model's forwards showed slower
     (bench/results/issue24/README.md), so only what a forward does is timed.
     """
-    ids = np.arange(PROBE_CONTEXT + rows) % model.config.n_vocab
+    rows = min(rows, model.config.n_ctx)  # a model with a tiny context: what fits of it
+    context = min(PROBE_CONTEXT, model.config.n_ctx - rows)
+    ids = np.arange(context + rows) % model.config.n_vocab
     best = float("inf")
     for i in range(repeats + 1):
         cache = model.new_cache()
-        model.prefill(ids[:PROBE_CONTEXT], cache)
+        if context:
+            model.prefill(ids[:context], cache)
         start = clock()
-        model.forward(ids[PROBE_CONTEXT:], cache)
+        model.forward(ids[context:], cache)
         if i:
             best = min(best, clock() - start)
     return best

@@ -163,3 +163,9 @@ def test_the_command_probes_only_once_every_check_has_passed_and_as_kernel_probe
                                        if len(choice.role_candidates(role)) > 1}
     status, given = generate("--target-kernel", "gemv-rows", "--draft-kernel", "gemm")
     assert (given["target_kernel"], given["draft_kernel"]) == ("gemv-rows", "gemm")
+
+
+def test_a_model_with_a_tiny_context_is_timed_on_what_fits():
+    model = tiny_model(n_ctx=4)
+    assert choice.time_forwards("gemv-rows", 1, model, 4, repeats=1) > 0  # 4 rows, no prefill
+    assert choice.time_forwards("gemv-rows", 1, model, 9, repeats=1) > 0  # cut to the 4 that fit
