@@ -113,7 +113,7 @@ def test_save_and_load_a_quantized_directory(shipped, tmp_path, name):
     with safe_open(str(out / "model.safetensors"), framework="numpy") as f:
         assert f.metadata()["quantization"] == name and f.metadata()["source"] == draft.metadata["source"]
     loaded = load(out, "draft")  # npspec.load finds it like any converted directory
-    assert same_params(loaded, quantize_model(draft, scheme)) and loaded.kernel == "gemv-panels"
+    assert same_params(loaded, quantize_model(draft, scheme)) and loaded.kernel in role_candidates("draft")
     assert loaded.metadata["quantization"] == name and loaded.tokenizer.to_str() == draft.tokenizer.to_str()
     assert (out / "model.safetensors").stat().st_size < (SHIPPED / "draft" / "model.safetensors").stat().st_size
 
