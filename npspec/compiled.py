@@ -35,7 +35,7 @@ npspec never writes a weight in place after loading, which this cache relies on.
 Threads: a product over a matrix of kernels.SPLIT_BYTES or more is shared out over npspec's own worker threads
 (kernels.Workers, the same kind the NumPy panel kernels use, so a target and a draft never run two thread pools
 against each other), in runs of whole panels; the compiled loop releases the GIL (`nogil`). BLAS runs one thread in
-its forwards (registry.Kernel.blas_threads). bench/results/README.md records why these threads rather than numba's
+its forwards (registry.Kernel.blas_threads). bench/results/issue24/README.md records why these threads rather than numba's
 `prange` layers, and how PANEL was chosen (python -m bench.panels).
 
 Compiling: the loop is compiled on first use with numba's on-disk cache (cache=True: numba's own locations, the
@@ -55,7 +55,7 @@ import numpy as np
 
 from .kernels import SPLIT_BYTES, Workers, check_threads
 
-PANEL = 64  # columns per panel (module docstring): 8 AVX2 vectors; python -m bench.panels measured 32, 64 and 128
+PANEL = 64  # columns per panel (module docstring): 8 AVX2 vectors; python -m bench.panels measured 32, 64 and 96
 NOTE_SECONDS = 0.5  # compiling (or loading the cache) longer than this is announced
 NAME = "compiled-panels"
 
