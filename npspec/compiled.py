@@ -13,8 +13,9 @@ Why that order is fixed by the code alone, and by nothing else:
     and the split of the columns choose WHICH elements a call computes and in what order the elements are visited,
     never how one element's sum is formed: no element's sum reads another element's partial sums.
   * Rows are handled 4 at a time (`tile4`: a weight loaded once serves the four rows; 2 or 3 rows left over are
-    padded with zero rows to a tile of 4) and a last single row alone (`tile1`); both add the products of one element in the order above (tile4 writes two consecutive k in one statement,
-    `(s + a) + b`, which is the same two additions), so a row's bits do not depend on which tile it falls in
+    padded with zero rows to a tile of 4) and a last single row alone (`tile1`); both add the products of one
+    element in the order above (tile4 writes two consecutive k in one statement, tile1 four: `(s + a) + b` is the
+    same two additions), so a row's bits do not depend on which tile it falls in
     (tests/test_compiled.py checks every position for M = 1..16 and the order itself against NumPy, step by step).
   * The compiler vectorizes the loop over a panel's columns (8 columns per AVX2 instruction): different elements,
     each its own sum. It may not reorder a sum: numba compiles without fastmath, so LLVM gets no `reassoc` (which
@@ -35,8 +36,8 @@ npspec never writes a weight in place after loading, which this cache relies on.
 Threads: a product over a matrix of kernels.SPLIT_BYTES or more is shared out over npspec's own worker threads
 (kernels.Workers, the same kind the NumPy panel kernels use, so a target and a draft never run two thread pools
 against each other), in runs of whole panels; the compiled loop releases the GIL (`nogil`). BLAS runs one thread in
-its forwards (registry.Kernel.blas_threads). bench/results/issue24/README.md records why these threads rather than numba's
-`prange` layers, and how PANEL was chosen (python -m bench.panels).
+its forwards (registry.Kernel.blas_threads). bench/results/issue24/README.md records why these threads rather than
+numba's `prange` layers, and how PANEL was chosen (python -m bench.panels).
 
 Compiling: the loop is compiled on first use with numba's on-disk cache (cache=True: numba's own locations, the
 `__pycache__` beside this file, else its user-wide cache, $NUMBA_CACHE_DIR when set), so the cost (seconds) is paid
