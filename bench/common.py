@@ -23,6 +23,7 @@ import numpy as np
 from threadpoolctl import threadpool_info, threadpool_limits
 
 from npspec.atomic import atomic_write
+from npspec.choice import cpu_model
 from tqdm import tqdm
 
 from npspec.progress import bar, show_progress, terminal_bars
@@ -164,16 +165,6 @@ def blas_info():
     b = blas[0]
     return {"blas": b.get("internal_api", ""), "blas_version": b.get("version", ""),
             "blas_threads": b.get("num_threads", ""), "blas_arch": b.get("architecture", "")}
-
-
-def cpu_model():
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def memory_bytes():
