@@ -13,11 +13,11 @@ Why that order is fixed by the code alone, and by nothing else:
     and the split of the columns choose WHICH elements a call computes and in what order the elements are visited,
     never how one element's sum is formed: no element's sum reads another element's partial sums.
   * Rows are handled 4 at a time (`tile4`: a weight loaded once serves the four rows; 2 or 3 rows left over are
-    padded with zero rows to a tile of 4) and a last single row alone (`tile1`); both add the products of one
-    element in the order above (tile4 writes two consecutive k in one statement, tile1 four: `(s + a) + b` is the
-    same two additions), so a row's bits do not depend on which tile it falls in
+    padded with zero rows to a tile of 4) and a last single row alone (`tile1`), each against two panels at once
+    (two read streams); both add the products of one element in the order above, one k per statement, so a row's
+    bits do not depend on which tile or which panel pair it falls in
     (tests/test_compiled.py checks every position for M = 1..16 and the order itself against NumPy, step by step).
-  * The compiler vectorizes the loop over a panel's columns (8 columns per AVX2 instruction): different elements,
+  * The compiler vectorizes the loop over a panel's columns (8 columns per AVX2 instruction, 16 per AVX-512 one): different elements,
     each its own sum. It may not reorder a sum: numba compiles without fastmath, so LLVM gets no `reassoc` (which
     would let it regroup a sum) and no `contract` (which would fuse a product and its addition into one FMA, with one
     rounding fewer, in some code paths and not others). Those are the only LLVM flags that change the results of
@@ -59,6 +59,7 @@ from .kernels import SPLIT_BYTES, Workers, check_threads
 PANEL = 64  # columns per panel (module docstring): 8 AVX2 vectors; python -m bench.panels measured 32, 64 and 96
 NOTE_SECONDS = 0.5  # compiling (or loading the cache) longer than this is announced
 NAME = "compiled-panels"
+ALIGN = 4096  # bytes: where each matrix's panels start (a page: a multiple of every vector and cache-line size)
 
 
 def available(find_spec=None):
@@ -70,12 +71,14 @@ def available(find_spec=None):
         return False
 
 
-def pack(w, panel=PANEL):  # [d_in, d_out] -> [ceil(d_out / panel), d_in, panel] float32, C order
+def pack(w, panel=PANEL):  # [d_in, d_out] -> [ceil(d_out / panel), d_in, panel] float32, C order, page-aligned
     """w's columns as panels (module docstring): `panels[p, k, j] = w[k, p * panel + j]`, zero past d_out.
-    The full panels are one strided copy (numpy's), the partial last one is zero-padded."""
+    The full panels are one strided copy (numpy's), the partial last one is zero-padded. The panels start on a page
+    (ALIGN bytes), so that no vector load of a panel row straddles two cache lines (numpy's own large arrays start
+    16 bytes into a page)."""
     d_in, d_out = w.shape
     full, count = d_out // panel, -(-d_out // panel)
-    panels = np.empty((count, d_in, panel), dtype=np.float32)
+    panels = aligned_empty((count, d_in, panel))
     np.copyto(panels[:full], w[:, : full * panel].reshape(d_in, full, panel).transpose(1, 0, 2))
     if full < count:
         panels[full] = 0.0
@@ -83,79 +86,80 @@ def pack(w, panel=PANEL):  # [d_in, d_out] -> [ceil(d_out / panel), d_in, panel]
     return panels
 
 
-def tile4(x, wp, a):  # x [4, d_in], wp [d_in, P] one panel, a [4, P] zeroed -> a[r, j] += sum over k, k increasing
-    """Four rows against one panel, the sums in the module docstring's order; each weight is loaded once for the
-    four rows, and two consecutive k are added in one statement so that a sum goes back to memory once per two."""
-    d_in, n = x.shape[1], wp.shape[1]
-    k = 0
-    while k + 2 <= d_in:
-        u0, u1, u2, u3 = x[0, k], x[1, k], x[2, k], x[3, k]
-        v0, v1, v2, v3 = x[0, k + 1], x[1, k + 1], x[2, k + 1], x[3, k + 1]
-        uv = wp[k : k + 2]  # one 2-D view, not two rows: fewer arrays for LLVM's overlap checks
-        for j in range(n):
-            wu, wv = uv[0, j], uv[1, j]
-            a[0, j] = (a[0, j] + u0 * wu) + v0 * wv
-            a[1, j] = (a[1, j] + u1 * wu) + v1 * wv
-            a[2, j] = (a[2, j] + u2 * wu) + v2 * wv
-            a[3, j] = (a[3, j] + u3 * wu) + v3 * wv
-        k += 2
-    if k < d_in:  # an odd d_in: the last k alone
-        u0, u1, u2, u3 = x[0, k], x[1, k], x[2, k], x[3, k]
-        for j in range(n):
-            wu = wp[k, j]
-            a[0, j] += u0 * wu
-            a[1, j] += u1 * wu
-            a[2, j] += u2 * wu
-            a[3, j] += u3 * wu
+def aligned_empty(shape, align=ALIGN):  # shape -> an uninitialised float32 C-order array whose data starts at a multiple of align
+    """np.empty(shape, float32), but starting at a multiple of `align` bytes (a view into a slightly larger buffer)."""
+    size = int(np.prod(shape))
+    buffer = np.empty(size + align // 4, dtype=np.float32)
+    start = (-buffer.ctypes.data % align) // 4
+    return buffer[start : start + size].reshape(shape)
 
 
-def tile1(x, wp, a):  # x [1, d_in], wp [d_in, P], a [1+, P] zeroed -> a[0, j] += sum over k, k increasing
-    """One row against one panel, in the same order as tile4's rows; four consecutive k are added in one statement,
-    so that a sum goes back to memory once per four (the same four additions in the same order)."""
-    d_in, n = x.shape[1], wp.shape[1]
-    k = 0
-    while k + 4 <= d_in:
-        u0, u1, u2, u3 = x[0, k], x[0, k + 1], x[0, k + 2], x[0, k + 3]
-        w4 = wp[k : k + 4]
+def tile4(x, wa, wb, a):  # x [4, d_in], wa, wb [d_in, P] two panels, a [2, 4, P] zeroed -> a[g, r, j] += sums
+    """Four rows against two panels at once, the sums in the module docstring's order (one k per statement); each
+    weight is loaded once for the four rows, and the two panels are two read streams from memory (one stream per
+    core leaves memory bandwidth unused: bench/results/issue24/README.md)."""
+    d_in, n = x.shape[1], wa.shape[1]
+    for k in range(d_in):
+        u0, u1, u2, u3 = x[0, k], x[1, k], x[2, k], x[3, k]
         for j in range(n):
-            a[0, j] = (((a[0, j] + u0 * w4[0, j]) + u1 * w4[1, j]) + u2 * w4[2, j]) + u3 * w4[3, j]
-        k += 4
-    while k < d_in:  # the last d_in % 4 k one at a time
-        u0 = x[0, k]
+            w, v = wa[k, j], wb[k, j]
+            a[0, 0, j] += u0 * w
+            a[0, 1, j] += u1 * w
+            a[0, 2, j] += u2 * w
+            a[0, 3, j] += u3 * w
+            a[1, 0, j] += u0 * v
+            a[1, 1, j] += u1 * v
+            a[1, 2, j] += u2 * v
+            a[1, 3, j] += u3 * v
+
+
+def tile1(x, wa, wb, a):  # x [1, d_in], wa, wb [d_in, P] two panels, a [2, 4+, P] zeroed -> a[g, 0, j] += sums
+    """One row against two panels at once (two read streams), in the same order as tile4's rows."""
+    d_in, n = x.shape[1], wa.shape[1]
+    for k in range(d_in):
+        u = x[0, k]
         for j in range(n):
-            a[0, j] += u0 * wp[k, j]
-        k += 1
+            a[0, 0, j] += u * wa[k, j]
+            a[1, 0, j] += u * wb[k, j]
 
 
 def panels_product(x, panels, y, p0, p1):  # [M, d_in], [n_panels, d_in, P], out [M, d_out]; panels p0 <= p < p1
     """y[:, p0 P : p1 P] (clipped to d_out) = x @ w over those panels, each element in the module docstring's order.
 
-    Rows go 4 at a time (tile4); 2 or 3 rows left over are padded with zero rows to a tile of 4 (whose results are
-    dropped: rows never mix, so the padding changes no bit of the others), and a last single row goes through tile1.
+    Panels go two at a time (a last odd panel is paired with itself, and its copy dropped). Rows go 4 at a time
+    (tile4); 2 or 3 rows left over are padded with zero rows to a tile of 4 (whose results are dropped: rows never
+    mix, so the padding changes no bit of the others), and a last single row goes through tile1.
     """
     m_rows, d_in = x.shape
     width, d_out = panels.shape[2], y.shape[1]
-    a = np.empty((4, width), dtype=np.float32)
+    a = np.empty((2, 4, width), dtype=np.float32)
     full = m_rows - m_rows % 4
     left = m_rows - full
     tail = np.zeros((4, d_in), dtype=np.float32)  # the padded last tile (2 or 3 rows)
     if left > 1:
         tail[:left] = x[full:]
-    for p in range(p0, p1):
-        n0 = p * width
-        n = min(width, d_out - n0)
+    for p in range(p0, p1, 2):
+        q = min(p + 1, p1 - 1)
         for m in range(0, full, 4):
-            a[:, :] = 0.0
-            tile4(x[m : m + 4], panels[p], a)
-            y[m : m + 4, n0 : n0 + n] = a[:, :n]
+            a[:, :, :] = 0.0
+            tile4(x[m : m + 4], panels[p], panels[q], a)
+            store(a, y, m, 4, p, q, width, d_out)
         if left > 1:
-            a[:, :] = 0.0
-            tile4(tail, panels[p], a)
-            y[full:, n0 : n0 + n] = a[:left, :n]
+            a[:, :, :] = 0.0
+            tile4(tail, panels[p], panels[q], a)
+            store(a, y, full, left, p, q, width, d_out)
         elif left == 1:
-            a[0, :] = 0.0
-            tile1(x[full:], panels[p], a)
-            y[full, n0 : n0 + n] = a[0, :n]
+            a[:, 0, :] = 0.0
+            tile1(x[full:], panels[p], panels[q], a)
+            store(a, y, full, 1, p, q, width, d_out)
+
+
+def store(a, y, m, rows, p, q, width, d_out):  # a [2, 4, P] -> y[m : m + rows] over panels p and q (q == p: once)
+    """Write the first `rows` sums of panels p and q (clipped to d_out) into y's rows m onwards."""
+    for g in range(2 if q > p else 1):
+        n0 = (p + g) * width
+        n = min(width, d_out - n0)
+        y[m : m + rows, n0 : n0 + n] = a[g, :rows, :n]
 
 
 def panels_product_prange(x, panels, y):  # panels_product over every panel, shared out by numba's prange
@@ -204,7 +208,7 @@ def jit_product(njit, **options):
     for cache in (True, False):
         try:
             jit = njit(nogil=True, cache=cache, boundscheck=False, **options)
-            helpers = {f.__name__: jit(f) for f in (tile4, tile1)}
+            helpers = {f.__name__: jit(f) for f in (tile4, tile1, store)}
             return jit(with_globals(panels_product, helpers)), cache
         except RuntimeError:  # numba: "cannot cache function ...: no locator available" (nowhere writable)
             if not cache:

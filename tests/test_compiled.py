@@ -74,9 +74,9 @@ def test_thread_counts_do_not_change_a_bit(d_in, d_out):
 def test_each_element_is_the_documented_sequential_sum():
     """The docstring's order, written out in NumPy float32 one step at a time: s = +0.0, then s = s + x[m, k] w[k, n]
     for k = 0, 1, ... in increasing order (separate float32 ufuncs: one rounding for the product, one for the sum).
-    7 rows (a tile of 4 and a padded tile of 3), 5 rows (4 and a single row), 1 row; an odd d_in (tile4's last k
-    alone) and a partial last panel."""
-    d_in, d_out = 201, 70
+    7 rows (a tile of 4 and a padded tile of 3), 5 rows (4 and a single row), 1 row; an odd d_in, and three panels (a
+    pair, then a partial last panel paired with itself)."""
+    d_in, d_out = 201, 150
     w, x = matrix(d_in, d_out, seed=6), matrix(7, d_in, seed=7, order="C")
     want = np.zeros((7, d_out), np.float32)
     for k in range(d_in):
@@ -89,6 +89,7 @@ def test_pack_lays_each_panel_k_major_with_zero_columns_past_d_out():
     w = matrix(5, 11)
     panels = compiled.pack(w, panel=4)
     assert panels.shape == (3, 5, 4) and panels.flags.c_contiguous and panels.dtype == np.float32
+    assert panels.ctypes.data % compiled.ALIGN == 0  # no vector load of a panel row straddles two cache lines
     for n in range(11):
         assert np.array_equal(panels[n // 4, :, n % 4], w[:, n])
     assert not panels[2, :, 3].any()
