@@ -162,10 +162,11 @@ def store(a, y, m, rows, p, q, width, d_out):  # a [2, 4, P] -> y[m : m + rows] 
         y[m : m + rows, n0 : n0 + n] = a[g, :rows, :n]
 
 
-def panels_product_prange(x, panels, y):  # panels_product over every panel, shared out by numba's prange
-    """The bench's variant (bench.panels): numba's own threads (prange, its threading layer) over the panels."""
-    for p in prange(panels.shape[0]):  # noqa: F821 (numba.prange, given by compiled_prange_product)
-        panels_product(x, panels, y, p, p + 1)
+def panels_product_prange(x, panels, y):  # panels_product over every panel pair, shared out by numba's prange
+    """The bench's variant (bench.panels): numba's own threads (prange, its threading layer) over the panel pairs."""
+    count = panels.shape[0]
+    for i in prange((count + 1) // 2):  # noqa: F821 (numba.prange, given by compiled_prange_product)
+        panels_product(x, panels, y, 2 * i, min(2 * i + 2, count))
 
 
 _compiled = {}  # the compiled dispatchers of this process (numba's, like its own caches), built on first use

@@ -181,3 +181,15 @@ def test_a_quick_build_is_not_announced_and_no_fastmath_is_asked_for(monkeypatch
     notes, njit = [], FakeNjit(writable=True)
     compiled.compiled_product(notes.append, njit=njit)
     assert notes == [] and all("fastmath" not in o and o["cache"] for o in njit.options)
+
+
+@needs_numba
+def test_the_bench_prange_variant_gives_the_kernel_s_bits():
+    """bench.panels times compiled_prange_product beside CompiledPanels; it must compute the same products (every
+    panel once, an odd panel count's last one included)."""
+    w, x = matrix(130, 5 * compiled.PANEL - 3), matrix(6, 130, seed=8, order="C")
+    product = compiled.compiled_prange_product()
+    for m in (1, 4, 6):
+        y = np.full((m, w.shape[1]), np.nan, np.float32)
+        product(x[:m], compiled.pack(w), y)
+        assert np.array_equal(y, compiled.CompiledPanels(1)(x[:m], w)), f"M={m}"
