@@ -40,12 +40,21 @@ CACHE_FILE = "choices.json"
 PROBE_CONTEXT = 8  # cached tokens before a timed forward (time_forwards)
 
 
-def cpu_model():
-    """The CPU's model name (/proc/cpuinfo on Linux, else platform's), e.g. "AMD EPYC 7B13"."""
+def cpu_model(cpuinfo=Path("/proc/cpuinfo")):
+    """The CPU's model name with its family and model numbers (Linux's /proc/cpuinfo; else platform's), e.g. "AMD EPYC
+    (family 26, model 2)": a virtual machine's model name alone ("AMD EPYC") is the same for AMD's Zen 2, 3 and 5,
+    whose BLAS kernels and kernel choices differ. cpuinfo: the file read (a parameter for tests)."""
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
+        fields = {}
+        for line in cpuinfo.read_text().splitlines():
+            name, colon, value = line.partition(":")
+            if not colon:
+                break  # the first CPU's block ends at its blank line
+            fields.setdefault(name.strip(), value.strip())
+        if "model name" in fields:
+            numbers = [f"{label} {fields[name]}" for name, label in (("cpu family", "family"), ("model", "model"))
+                       if name in fields]
+            return fields["model name"] + (f" ({', '.join(numbers)})" if numbers else "")
     except OSError:
         pass
     return platform.processor() or platform.machine()

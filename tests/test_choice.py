@@ -93,6 +93,32 @@ def test_the_key_names_the_cpu_the_blas_numpy_the_shapes_and_the_threads():
     assert (key["role"], key["candidates"], key["shapes"], key["threads"]) == ("target", list(NUMPY_TARGET), [[16, 48]], 2)
 
 
+CPUINFO = """processor\t: 0
+vendor_id\t: AuthenticAMD
+cpu family\t: {family}
+model\t\t: {model}
+model name\t: AMD EPYC
+flags\t\t: fpu avx2
+
+processor\t: 1
+cpu family\t: 99
+model name\t: another
+"""
+
+
+def test_the_cpu_is_named_with_its_family_and_model_so_that_two_zen_generations_differ(tmp_path):
+    names = []
+    for family, model in ((23, 49), (25, 1), (26, 2)):  # Zen 2, Zen 3, Zen 5: all "AMD EPYC" in a virtual machine
+        path = tmp_path / f"cpuinfo-{family}"
+        path.write_text(CPUINFO.format(family=family, model=model))
+        names.append(choice.cpu_model(path))
+    assert names == ["AMD EPYC (family 23, model 49)", "AMD EPYC (family 25, model 1)", "AMD EPYC (family 26, model 2)"]
+    bare = tmp_path / "bare"
+    bare.write_text("processor\t: 0\nmodel name\t: Some CPU\n")
+    assert choice.cpu_model(bare) == "Some CPU"  # no numbers: the name alone
+    assert choice.cpu_model(tmp_path / "missing")  # no /proc/cpuinfo: platform's name, never an error
+
+
 def test_a_damaged_or_unwritable_cache_is_measured_again(tiny, tmp_path):
     path = tmp_path / choice.CACHE_FILE
     path.write_text("{not json")
