@@ -17,11 +17,11 @@ Why that order is fixed by the code alone, and by nothing else:
     (two read streams); both add the products of one element in the order above, one k per statement, so a row's
     bits do not depend on which tile or which panel pair it falls in
     (tests/test_compiled.py checks every position for M = 1..16 and the order itself against NumPy, step by step).
-  * The compiler vectorizes the loop over a panel's columns (8 columns per AVX2 instruction, 16 per AVX-512 one): different elements,
-    each its own sum. It may not reorder a sum: numba compiles without fastmath, so LLVM gets no `reassoc` (which
-    would let it regroup a sum) and no `contract` (which would fuse a product and its addition into one FMA, with one
-    rounding fewer, in some code paths and not others). Those are the only LLVM flags that change the results of
-    these operations, and none is set.
+  * The compiler vectorizes the loop over a panel's columns (8 columns per AVX2 instruction, 16 per AVX-512 one):
+    different elements, each its own sum. It may not reorder a sum: numba compiles without fastmath, so LLVM gets no
+    `reassoc` (which would let it regroup a sum) and no `contract` (which would fuse a product and its addition into
+    one FMA, with one rounding fewer, in some code paths and not others). Those are the only LLVM flags that change
+    the results of these operations, and none is set.
 
 Layout: a sum over k in increasing order vectorizes only across columns, so the kernel reads `w` as PANELS: the
 columns [p * PANEL, (p + 1) * PANEL) of w stored k-major, `panels[p, k, j] = w[k, p * PANEL + j]` (`pack`; the last
@@ -86,7 +86,7 @@ def pack(w, panel=PANEL):  # [d_in, d_out] -> [ceil(d_out / panel), d_in, panel]
     return panels
 
 
-def aligned_empty(shape, align=ALIGN):  # shape -> an uninitialised float32 C-order array whose data starts at a multiple of align
+def aligned_empty(shape, align=ALIGN):  # shape -> uninitialised float32, C order, data at a multiple of align bytes
     """np.empty(shape, float32), but starting at a multiple of `align` bytes (a view into a slightly larger buffer)."""
     size = int(np.prod(shape))
     buffer = np.empty(size + align // 4, dtype=np.float32)
@@ -96,8 +96,8 @@ def aligned_empty(shape, align=ALIGN):  # shape -> an uninitialised float32 C-or
 
 def tile4(x, wa, wb, a):  # x [4, d_in], wa, wb [d_in, P] two panels, a [2, 4, P] zeroed -> a[g, r, j] += sums
     """Four rows against two panels at once, the sums in the module docstring's order (one k per statement); each
-    weight is loaded once for the four rows, and the two panels are two read streams from memory (one stream per
-    core leaves memory bandwidth unused: bench/results/issue24/README.md)."""
+    weight is loaded once for the four rows, and the two panels are two read streams from memory (chosen over one
+    stream per core and over four: bench/results/issue24/README.md says how, and what it gained)."""
     d_in, n = x.shape[1], wa.shape[1]
     for k in range(d_in):
         u0, u1, u2, u3 = x[0, k], x[1, k], x[2, k], x[3, k]
