@@ -14,8 +14,9 @@ Why that order is fixed by the code alone, and by nothing else:
     never how one element's sum is formed: no element's sum reads another element's partial sums.
   * Rows are handled 4 at a time (`tile4`: a weight loaded once serves the four rows; 2 or 3 rows left over are
     padded with zero rows to a tile of 4) and a last single row alone (`tile1`), each against two panels at once
-    (two read streams); both add the products of one element in the order above, one k per statement, so a row's
-    bits do not depend on which tile or which panel pair it falls in
+    (two read streams); both add the products of one element in the order above (tile4 two k per pass, each
+    product's addition rounded on its own, tile1 one k per statement), so a row's bits do not depend on which tile
+    or which panel pair it falls in
     (tests/test_compiled.py checks every position for M = 1..16 and the order itself against NumPy, step by step).
   * The compiler vectorizes the loop over a panel's columns (8 columns per AVX2 instruction, 16 per AVX-512 one):
     different elements, each its own sum. It may not reorder a sum: numba compiles without fastmath, so LLVM gets no
@@ -95,11 +96,30 @@ def aligned_empty(shape, align=ALIGN):  # shape -> uninitialised float32, C orde
 
 
 def tile4(x, wa, wb, a):  # x [4, d_in], wa, wb [d_in, P] two panels, a [2, 4, P] zeroed -> a[g, r, j] += sums
-    """Four rows against two panels at once, the sums in the module docstring's order (one k per statement); each
-    weight is loaded once for the four rows, and the two panels are two read streams from memory (chosen over one
-    stream per core and over four: bench/results/issue24/README.md says how, and what it gained)."""
+    """Four rows against two panels at once, the sums in the module docstring's order; each weight is loaded once for
+    the four rows, and the two panels are two read streams from memory (chosen over one stream per core and over
+    four: bench/results/issue24/README.md says how, and what it gained).
+
+    Two k per pass over the columns: an element gets k's product added, then k + 1's, each addition rounded to
+    float32 as in two passes (the parentheses are the order), but its partial sum is read and written once per two k
+    instead of once per k, which was what bounded the four rows' speed (issue 24's Zen 4 figures; four k per pass ran
+    out of vector registers and was slower). An odd last k gets a pass of its own."""
     d_in, n = x.shape[1], wa.shape[1]
-    for k in range(d_in):
+    even = d_in - d_in % 2
+    for k in range(0, even, 2):
+        u0, u1, u2, u3 = x[0, k], x[1, k], x[2, k], x[3, k]
+        t0, t1, t2, t3 = x[0, k + 1], x[1, k + 1], x[2, k + 1], x[3, k + 1]
+        for j in range(n):
+            w, v, w1, v1 = wa[k, j], wb[k, j], wa[k + 1, j], wb[k + 1, j]
+            a[0, 0, j] = (a[0, 0, j] + u0 * w) + t0 * w1
+            a[0, 1, j] = (a[0, 1, j] + u1 * w) + t1 * w1
+            a[0, 2, j] = (a[0, 2, j] + u2 * w) + t2 * w1
+            a[0, 3, j] = (a[0, 3, j] + u3 * w) + t3 * w1
+            a[1, 0, j] = (a[1, 0, j] + u0 * v) + t0 * v1
+            a[1, 1, j] = (a[1, 1, j] + u1 * v) + t1 * v1
+            a[1, 2, j] = (a[1, 2, j] + u2 * v) + t2 * v1
+            a[1, 3, j] = (a[1, 3, j] + u3 * v) + t3 * v1
+    for k in range(even, d_in):
         u0, u1, u2, u3 = x[0, k], x[1, k], x[2, k], x[3, k]
         for j in range(n):
             w, v = wa[k, j], wb[k, j]
