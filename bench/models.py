@@ -17,7 +17,7 @@ import numpy as np
 
 from npspec.evaluate import fixed_prompts, split_corpus
 from npspec.kernels import block_linears
-from npspec.sources import SHIPPED_PAIR, gpt2_tokenizer, load, random_model, role_kernel, shipped_dir
+from npspec.sources import SHIPPED_PAIR, gpt2_tokenizer, load, random_model, role_model, shipped_dir
 
 PROMPT_LENGTH = 16
 RANDOM_PROMPT = "The quick brown fox jumps over the lazy dog, and then the dog chases the fox around the"
@@ -27,7 +27,7 @@ def get(name, seed=0, role="target", threads=1):
     """The Model called `name` (see the module docstring), decoding with `role`'s kernel and `threads`.
 
     role: "target" or "draft": the kernel is the role's, chosen as npspec.sources.load chooses it
-    (npspec.sources.role_kernel: measured once per machine); a shipped model's role is its name's.
+    (npspec.sources.role_model: measured once per machine, with its threads); a shipped model's role is its name's.
     threads: the kernel's worker threads.
     Raises ValueError for another name.
     """
@@ -35,7 +35,7 @@ def get(name, seed=0, role="target", threads=1):
         return load(None, name.split(":", 1)[1], threads=threads)
     if name.startswith("random:"):
         model = random_model(name.split(":", 1)[1], seed=seed, threads=threads)
-        return model.with_kernel(role_kernel(model, role, threads))
+        return role_model(model, role, threads)
     raise ValueError(f"unknown benchmark model {name!r}: use shipped:target, shipped:draft or random:<shape>")
 
 

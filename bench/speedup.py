@@ -6,7 +6,7 @@ Rows (all greedy, temperature 0, so the output must be token-identical to AR dec
     gpt2-large/gpt2, gpt2/distilgpt2) with CONTROLLED ACCEPTANCE (npspec/decode/drafters/controlled.py): the
     real draft forward runs, but each draft token is the target's greedy token with
     probability a; gamma = 1, 2, 3, 4, 8 with a = 0.5, 0.7, 0.9 for the first pair, a = 0.7 for the others.
-Targets and drafts decode with the kernels npspec.load gives their roles (npspec.sources.role_kernel),
+Targets and drafts decode with the kernels npspec.load gives their roles (npspec.sources.role_model),
 both with the run's thread count. Each speed is the median over runs after a warm-up run; every
 speedup divides by the FASTEST plain decoding of the target measured in the same run (ar_speeds:
 every kernel plain decoding can use, and bench/minimal.py's decoder). Next to
@@ -27,6 +27,7 @@ import time
 import numpy as np
 
 from npspec.evaluate import predicted_speedup
+from npspec.harness import plain_label
 from npspec.registry import REGISTRY
 from npspec.sources import SHAPES
 from npspec.decode import Stats, speculative_generate
@@ -72,16 +73,20 @@ def ar_speeds(target, prompts, new_tokens, repeats, threads):
     """Plain greedy decoding of `target` with every kernel of AR_KERNELS and with bench.minimal's decoder.
 
     Returns ({name: median tokens/s}, the Generations of the target's own kernel). Each kernel
-    runs with `threads` (its own workers, or BLAS's: npspec.blas); a pause before each lets the
-    BLAS threads of the previous run fall asleep. The minimal decoder's time counts its decoding
+    runs with `threads` (its own workers, or BLAS's: npspec.blas), and the target's own kernel also at its own
+    thread count when the probe chose another (npspec.choice; named by npspec.harness.plain_label); a pause before
+    each lets the BLAS threads of the previous run fall asleep. The minimal decoder's time counts its decoding
     steps only (not its prompt), which favours it.
     """
     speeds, own = {}, None
-    for kernel in AR_KERNELS:
+    runs = {kernel: target.with_kernel(kernel, threads) for kernel in AR_KERNELS}
+    if target.threads != threads:
+        runs[plain_label(target, threads)] = target
+    for name, model in runs.items():
         time.sleep(0.5)
-        speed, gens = median_run(runner(target.with_kernel(kernel, threads), None, prompts, new_tokens, 0), repeats)
-        speeds[kernel] = speed
-        own = gens if kernel == target.kernel else own
+        speed, gens = median_run(runner(model, None, prompts, new_tokens, 0), repeats)
+        speeds[name] = speed
+        own = gens if name == target.kernel else own
     minimal = MinimalDecoder(target)
     runs = [[minimal.generate(list(p), new_tokens) for p in prompts] for _ in range(repeats + 1)][1:]
     speeds["minimal"] = common.median([len(prompts) * new_tokens / sum(t for _, t in run) for run in runs])

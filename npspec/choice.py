@@ -1,22 +1,29 @@
-"""Which kernel a role decodes with: the fastest of its candidates, measured on this machine, cached per machine.
+"""Which kernel a role decodes with, on how many threads: the fastest of its candidates, measured on this machine,
+cached per machine.
 
 Imports npspec.registry; filelock, threadpoolctl (and is handed npspec.model.Model objects). Which invariant NumPy kernel is
 fastest depends on the BLAS: OpenBLAS' few-row GEMM over GPT-2's block matrices costs about a GEMV on the Intel
 machine of bench/results/earlier/ (so "gemm-blocks" verifies cheapest there) and about 3x a GEMV with its Haswell
 kernels on AMD Zen 2 and 3 (so "gemv-panels" does; issue 24). So npspec never hard-codes the choice: `choose` times
 each candidate of a role (registry.role_candidates) in the model's own decoding forwards (with the rows the
-role multiplies: ROLE_ROWS) and the thread count, and keeps the fastest (the sum of its best-of-REPEATS
-times). A single candidate is not timed.
+role multiplies: ROLE_ROWS), at the thread count asked for and at one thread (`thread_options`), and keeps the
+fastest pair (the sum of its best-of-REPEATS times). One thread is a candidate because every candidate shares a
+forward's products over npspec's own workers, and handing each of a forward's ~150 products to a worker can cost
+more than the second core gives: on an AMD Zen 5 virtual machine "compiled-panels" ran a one-token gpt2-large
+forward in 101.8 ms at one thread against 114.2 ms at two (bench/results/issue24/zen5/threads/), while on a Zen 4
+the same kernel verified 4 rows faster at two. A single pair is not timed.
 
 The result is cached in npspec's cache directory (`choices.json` there: one JSON object, written whole to a
 temporary file and renamed over the old one, under a filelock in the cache's `.locks/`, so a crash or a concurrent run never leaves it half
 written), keyed by everything the timing depends on (`machine_key`): the CPU model, the BLAS libraries numpy loaded
 (threadpoolctl: library, version, kernel set), the numpy version, the role, the candidates, the shapes and the
-thread count. `mode` (the CLI's --kernel-probe) says how the cache is used:
+thread count asked for. `mode` (the CLI's --kernel-probe) says how the cache is used:
   * "cached" (the default): use the cached choice, else measure and store it;
   * "refresh": measure again and store it (after a BLAS or CPU change threadpoolctl cannot see);
   * "bypass": measure, neither read nor write the cache (a read-only cache directory needs nothing else);
-  * "off": no measurement: the role's first candidate (registry.role_candidates; reproducible runs and tests).
+  * "off": no measurement: the role's first candidate at the threads asked for (registry.role_candidates;
+    reproducible runs and tests).
+The result is a `Choice` (kernel, threads); repr(model) and `npspec generate --json` show both.
 """
 
 import json
@@ -25,6 +32,7 @@ import platform
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 from filelock import FileLock
@@ -97,45 +105,60 @@ def time_forwards(name, threads, model, rows, repeats=REPEATS, clock=time.perf_c
     return best
 
 
-def measure_all(candidates, threads, model, rows, measure=time_forwards):
-    """{kernel: summed best seconds over `rows`} for each candidate, the row counts interleaved (kernel inner) so
-    that a change in the machine's load hits every kernel alike. measure(name, threads, candidate model, m) ->
-    seconds; each candidate's Model is built once (model.with_kernel: the same weights)."""
-    built = {name: model.with_kernel(name, threads) for name in candidates}
-    seconds = {name: 0.0 for name in candidates}
+class Choice(NamedTuple):
+    """A role's kernel (a name of npspec.registry) and the threads its forwards use (a positive int)."""
+
+    kernel: str
+    threads: int
+
+
+def thread_options(threads):
+    """The thread counts a candidate is timed at: the count asked for, then one (module docstring), each once."""
+    return tuple(dict.fromkeys((threads, 1)))
+
+
+def measure_all(choices, model, rows, measure=time_forwards):
+    """{Choice: summed best seconds over `rows`} for each of `choices`, the row counts interleaved (choice inner) so
+    that a change in the machine's load hits every choice alike. measure(name, threads, candidate model, m) ->
+    seconds; each choice's Model is built once (model.with_kernel: the same weights)."""
+    built = {c: model.with_kernel(c.kernel, c.threads) for c in choices}
+    seconds = {c: 0.0 for c in choices}
     for m in rows:
-        for name in candidates:
-            seconds[name] += measure(name, threads, built[name], m)
+        for c in choices:
+            seconds[c] += measure(c.kernel, c.threads, built[c], m)
     return seconds
 
 
 def choose(role, model, threads, path=None, mode="cached", measure=time_forwards, candidates=None, note=None):
-    """The kernel name `role` ("target" or "draft") decodes `model` (an npspec.model.Model) with.
+    """The Choice (kernel, threads) `role` ("target" or "draft") decodes `model` (an npspec.model.Model) with, when
+    `threads` are asked for: the fastest candidate kernel at `threads` or at one thread (thread_options).
 
     path: the cache file (None: nothing cached, as "bypass"). mode: one of MODES (module docstring).
     measure: time_forwards' signature (a parameter so that tests can fake the timings: then no forward runs and no
     clock is read). candidates: default registry.role_candidates(role). note: None, or a function given one line
-    when a measurement runs. Returns the name. Raises ValueError for a bad role or mode.
+    when a measurement runs. Raises ValueError for a bad role or mode.
     """
     if mode not in MODES:
         raise ValueError(f"the kernel probe mode must be one of {', '.join(MODES)}, got {mode!r}")
     candidates = tuple(role_candidates(role) if candidates is None else candidates)
-    if len(candidates) == 1 or mode == "off":
-        return candidates[0]
+    choices = [Choice(k, t) for k in candidates for t in thread_options(threads)]  # ties: the earlier one
+    if len(choices) == 1 or mode == "off":
+        return choices[0]
     c = model.config
     key = machine_key(role, candidates, [[c.n_layer, c.n_embd, c.n_head, c.n_vocab]], threads)
     use_cache = path is not None and mode != "bypass"
     if use_cache and mode == "cached":
         hit = read_choices(path).get(key)
-        if hit is not None and hit.get("kernel") in candidates:
-            return hit["kernel"]
+        if hit is not None and Choice(hit.get("kernel"), hit.get("threads")) in choices:
+            return Choice(hit["kernel"], hit["threads"])
     if note is not None:
-        note(f"timing the {role}'s kernels {', '.join(candidates)} on this machine (once; --kernel-probe refresh "
-             "times them again)")
-    seconds = measure_all(candidates, threads, model, ROLE_ROWS[role], measure)
-    best = min(candidates, key=lambda name: seconds[name])  # ties: the first candidate
+        note(f"timing the {role}'s kernels {', '.join(candidates)} at {' and '.join(map(str, thread_options(threads)))} "
+             "thread(s) on this machine (once; --kernel-probe refresh times them again)")
+    seconds = measure_all(choices, model, ROLE_ROWS[role], measure)
+    best = min(choices, key=lambda choice: seconds[choice])
     if use_cache:
-        store_choice(path, key, {"kernel": best, "seconds": seconds, "rows": list(ROLE_ROWS[role])})
+        store_choice(path, key, {"kernel": best.kernel, "threads": best.threads, "rows": list(ROLE_ROWS[role]),
+                                 "seconds": [{"kernel": k, "threads": t, "seconds": v} for (k, t), v in seconds.items()]})
     return best
 
 

@@ -12,7 +12,7 @@ of what was generated (stop: interrupted) and exits 130. On a terminal, accepted
 coloured (green) apart from target-produced ones; `--no-color` or NO_COLOR turns it off.
 
 The top of the house: argparse -> load (npspec.sources) -> a drafter (npspec.decode.drafters; a word of
-COMMANDS, or a draft model) -> npspec.decode.prepare -> each role's kernel (npspec.sources.role_kernel) -> decode
+COMMANDS, or a draft model) -> npspec.decode.prepare -> each role's kernel and threads (npspec.sources.role_model) -> decode
 -> print. Every option is checked once, before a model loads (npspec.decode.types.Options, the drafting and output
 options here), and everything else (the pair, the prompt, the --html path) before the kernels are measured (which
 may write the cache's choices.json) and before the first byte is written; this module maps errors to one-line
@@ -45,7 +45,7 @@ from .kernels import check_threads
 from .progress import bar, show_progress, terminal_bars
 from .qkernels import holds_codes
 from .registry import STATIC_DEFAULT, kernel as registry_kernel, names as kernel_names
-from .sources import HUB_NAMES, SHIPPED_PAIR, load, role_kernel, shipped_dir
+from .sources import HUB_NAMES, SHIPPED_PAIR, load, role_model, shipped_dir
 from .text import TextStreamer, encode_prompt
 from .startup import started
 from .trees import MAX_TREE_NODES, branching_tree
@@ -85,8 +85,8 @@ def build_parser(prog=PROG, out=None, err=None):
                          "options give the same output (README: Reproducibility)")
     ap.add_argument("--threads", type=int, default=None,
                     help="threads of each forward: the panel kernels' own workers, or BLAS's for gemm and gemv-rows "
-                         "(default: $NPSPEC_NUM_THREADS, else the CPUs this process may use); results never "
-                         "depend on it")
+                         "(default: $NPSPEC_NUM_THREADS, else the CPUs this process may use); a role's default kernel "
+                         "runs at these or at one, as --kernel-probe timed faster; results never depend on it")
     ap.add_argument("--target-kernel", choices=kernel_names(cli=True, codes=False), default=None,
                     help="the target's product (default: the fastest batch-invariant one on this machine: "
                          "compiled-panels with the fast extra, else gemm-blocks or gemv-panels as --kernel-probe "
@@ -411,35 +411,37 @@ def make_drafter(args, target, draft):
 
 
 def probed(job, args, draft, threads, note=None):  # -> Job
-    """The checked job decoding with each role's default kernel (npspec.sources.role_kernel: the fastest candidate on
-    this machine, which may time them and write the cache's choices.json, as --kernel-probe says). Called once every
+    """The checked job decoding with each role's default kernel and threads (npspec.sources.role_model: the fastest
+    candidate on this machine, at `threads` or one, which may time them and write the cache's choices.json, as
+    --kernel-probe says). Called once every
     check has passed, so that a refused command measures and writes nothing. --target-kernel / --draft-kernel stay
     as given; a draft model the job does not use (gamma clamped to 0) is not measured. draft: load_draft's model.
     note: gets a compiled kernel's compile note."""
     target = job.target
     if args.target_kernel is None:
-        chosen = role_kernel(target, "target", threads, probe=args.kernel_probe)
-        target = target if chosen == target.kernel else target.with_kernel(chosen, note=note)
+        target = role_model(target, "target", threads, probe=args.kernel_probe, note=note)
     drafter = job.drafter
     if drafter is not None and draft is not None and args.draft_kernel is None:
-        chosen = role_kernel(draft, "draft", threads, probe=args.kernel_probe)
-        if chosen != draft.kernel:
-            drafter = make_drafter(args, target, draft.with_kernel(chosen, note=note))
+        chosen = role_model(draft, "draft", threads, probe=args.kernel_probe, note=note)
+        if chosen is not draft:
+            drafter = make_drafter(args, target, chosen)
     return replace(job, target=target, drafter=drafter)
 
 
 def kernels_used(target, drafter):
-    """{"target_kernel", "draft_kernel"}: the products the two models decode with (draft None: no draft model).
-    Called before --simulate-acceptance wraps the draft model."""
-    draft = drafter.model.kernel if isinstance(drafter, DraftModelCache) else None
-    return {"target_kernel": target.kernel, "draft_kernel": draft}
+    """{"target_kernel", "target_threads", "draft_kernel", "draft_threads"}: the products the two models decode with
+    and the threads of their forwards (draft None for both: no draft model). Called before --simulate-acceptance
+    wraps the draft model."""
+    draft = drafter.model if isinstance(drafter, DraftModelCache) else None
+    return {"target_kernel": target.kernel, "target_threads": target.threads,
+            "draft_kernel": None if draft is None else draft.kernel, "draft_threads": None if draft is None else draft.threads}
 
 
 def run(args, out=sys.stdout, err=sys.stderr, stdin=None):
     """Generate as `args` (build_parser's) say: the text to `out`, the summary and notes to `err`. Returns the
     Generation. Raises ValueError or CheckpointError, before anything is written to `out`, for anything that can
     be checked up front; Interrupted after printing what was generated when Ctrl-C stops the generation."""
-    job, prompt, kernels, progress = prepared(args, err, stdin)
+    job, prompt, kernels, progress, threads = prepared(args, err, stdin)
     target = job.target
     color = out.isatty() and not args.no_color and not os.environ.get("NO_COLOR") and not args.json
     streamer = TextStreamer(target.tokenizer)
@@ -456,7 +458,7 @@ def run(args, out=sys.stdout, err=sys.stderr, stdin=None):
     plain = {}
     if args.compare and not interrupted:  # the same prompt, options and seed, with the target alone
         try:
-            plain = compare_plain(job, args.seed, progress)
+            plain = compare_plain(job, args.seed, threads, progress)
         except GenerationInterrupted:
             interrupted, plain = True, {}
     report(args, out, err, gen, plain, target, kernels)
@@ -467,7 +469,8 @@ def run(args, out=sys.stdout, err=sys.stderr, stdin=None):
 
 def prepared(args, err, stdin):
     """Every check, then the models, the drafter, the prompt, then the kernels: returns (the checked npspec.decode
-    Job, the prompt text, the kernels the two models decode with (kernels_used), the bar factory or None).
+    Job, the prompt text, the kernels the two models decode with (kernels_used), the bar factory or None, the
+    threads asked for: thread_count).
 
     The options are checked (npspec.decode.types.Options, the drafting and output options) before any model loads,
     the pair and the prompt by npspec.decode.prepare once they are known, each once; only then are the default
@@ -500,7 +503,7 @@ def prepared(args, err, stdin):
     if args.simulate_acceptance is not None:
         job = simulated(job, args.simulate_acceptance, args.seed,
                         lambda message: print(f"npspec.generate: note: {message}", file=err), progress)
-    return job, prompt, kernels, progress
+    return job, prompt, kernels, progress, threads
 
 
 def generated(job, args, out, prompt, streamer, color, progress):
@@ -539,12 +542,12 @@ def report(args, out, err, gen, plain, target, kernels):
         if args.trace:
             obj["trace"] = gen.trace
         if plain:
-            obj["compare"] = comparison(gen, plain, target.kernel, greedy)
+            obj["compare"] = comparison(gen, plain, greedy)
         out.write(json.dumps(json_safe(obj), allow_nan=False) + "\n")
         out.flush()
     print(summary(gen.stats), file=err)
     if plain:
-        c = comparison(gen, plain, target.kernel, greedy)
+        c = comparison(gen, plain, greedy)
         print(f"compare: speculative {c['speculative_tokens_per_s']:.1f} tokens/s, plain "
               f"{c['plain_tokens_per_s']:.1f} tokens/s (fastest plain decoding: {c['plain_kernel']}), speedup "
               f"{c['speedup']:.2f}x" + ("" if c["same_ids"] is None else ", same output" if c["same_ids"]

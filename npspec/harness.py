@@ -1,5 +1,6 @@
 """The command line's measurements around a generation, kept out of the command itself: --compare (plain decoding
-with the same prompt, options and seed, timed with the target's kernel and every plain baseline of npspec.registry) and
+with the same prompt, options and seed, timed with the target's kernel and threads and every plain baseline of
+npspec.registry) and
 --simulate-acceptance (a SIMULATION: the draft model's proposals steered by
 npspec.decode.drafters.ControlledDraft). Imports numpy, npspec.registry and npspec.decode.
 """
@@ -20,21 +21,34 @@ def plain_job(job, target, rng):
                    rng=rng)
 
 
-def compare_plain(job, seed, progress=None):  # -> {kernel: Generation}
-    """Plain decoding of the job's prompt with its options and a fresh generator seeded with `seed`, with each
-    kernel of npspec.registry.plain_baselines (the target's own, the compiled one when installed, BLAS's), through
-    Model.with_kernel; progress: a bar factory (npspec.progress) for each run, or None. Raises
-    GenerationInterrupted on Ctrl-C."""
-    target, plain = job.target, {}
+def compare_plain(job, seed, threads, progress=None):  # -> {label: Generation}
+    """Plain decoding of the job's prompt with its options and a fresh generator seeded with `seed`, with the
+    target's own kernel and threads first, then each kernel of npspec.registry.plain_baselines (the compiled one when
+    installed, BLAS's) at the `threads` asked for, through Model.with_kernel; keyed by plain_label. progress: a bar
+    factory (npspec.progress) for each run, or None. Raises GenerationInterrupted on Ctrl-C."""
+    target = job.target
+    models = {plain_label(target, threads): target}
     for kernel in plain_baselines(target.kernel):
-        with bar(progress, f"--compare: plain decoding, {kernel}", job.options.max_new_tokens, "tok") as b:
-            plain[kernel] = decode(plain_job(job, target.with_kernel(kernel), np.random.default_rng(seed)),
-                                   on_emit=lambda new_ids, n: b.update(len(new_ids)))
+        models.setdefault(kernel, target.with_kernel(kernel, threads))
+    plain = {}
+    for label, model in models.items():
+        with bar(progress, f"--compare: plain decoding, {label}", job.options.max_new_tokens, "tok") as b:
+            plain[label] = decode(plain_job(job, model, np.random.default_rng(seed)),
+                                  on_emit=lambda new_ids, n: b.update(len(new_ids)))
     return plain
 
 
-def comparison(spec, plain, kernel, greedy):
-    """The speculative Generation `spec` against plain decoding: {kernel: Generation} (`kernel` is the target's own).
+def plain_label(model, threads):
+    """The name of a plain decoding by `model` when `threads` were asked for: its kernel's name, with its thread
+    count when it differs (the kernel probe may run a role at one thread: npspec.choice)."""
+    if model.threads == threads:
+        return model.kernel
+    return f"{model.kernel} at {model.threads} thread{'' if model.threads == 1 else 's'}"
+
+
+def comparison(spec, plain, greedy):
+    """The speculative Generation `spec` against plain decoding: {label: Generation}, the target's own first
+    (compare_plain).
 
     `plain_tokens_per_s` and `speedup` are those of the FASTEST plain decoding (`plain_kernel`); `same_ids` (greedy
     only) compares with plain decoding on the target's own kernel, whose bits the speculative rounds reproduce.
@@ -43,10 +57,11 @@ def comparison(spec, plain, kernel, greedy):
     s = spec.stats.tokens_per_s
     best = max(plain, key=lambda k: plain[k].stats.tokens_per_s)
     p = plain[best].stats.tokens_per_s
+    own = next(iter(plain))
     return {"speculative_tokens_per_s": s, "plain_tokens_per_s": p, "plain_kernel": best,
             "speedup": s / p if p > 0 else float("nan"), "plain_seconds": plain[best].stats.seconds,
             "plain_by_kernel_tokens_per_s": {k: g.stats.tokens_per_s for k, g in plain.items()},
-            "same_ids": spec.ids == plain[kernel].ids if greedy else None}
+            "same_ids": spec.ids == plain[own].ids if greedy else None}
 
 
 def simulated(job, a, seed, note, progress=None):  # -> Job

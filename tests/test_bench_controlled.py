@@ -90,7 +90,9 @@ def test_generate_compare_prints_both_speeds_and_the_ratio():
     c, stats = json.loads(r.stdout)["compare"], json.loads(r.stdout)["stats"]
     assert c["same_ids"] is None and c["speedup"] == c["speculative_tokens_per_s"] / c["plain_tokens_per_s"]
     by_kernel = c["plain_by_kernel_tokens_per_s"]
-    assert set(by_kernel) == set(plain_baselines(stats["target_kernel"]))  # its own, compiled-panels, BLAS's GEMV, GEMM
+    own = next(iter(by_kernel))  # the target's own kernel first, with its thread count if the probe chose another
+    assert own == stats["target_kernel"] or own == f"{stats['target_kernel']} at {stats['target_threads']} thread"
+    assert set(by_kernel) == {own, *plain_baselines(stats["target_kernel"])}  # and compiled-panels, BLAS's GEMV, GEMM
     assert c["plain_tokens_per_s"] == max(by_kernel.values()) == by_kernel[c["plain_kernel"]]  # the fastest
 
 

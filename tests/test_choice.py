@@ -14,6 +14,7 @@ import pytest
 
 from npspec import choice
 from npspec.generate import main
+from npspec.harness import plain_label
 from npspec.sources import load
 
 from conftest import tiny_model
@@ -21,70 +22,98 @@ from conftest import tiny_model
 NUMPY_TARGET = ("gemm-blocks", "gemv-panels")
 
 
-def fake_machine(gemm_rows_cost, calls=None):
+def fake_machine(gemm_rows_cost, calls=None, one_thread=1.5):
     """A measure(name, threads, model, rows) for a machine where a forward's GEMVs take 1 s and a
     few-row GEMM `gemm_rows_cost` s whatever its rows (gemm-blocks pays it even for one row: it pads to 2 rows);
-    gemv-panels pays one GEMV per row, a little under (the panels stay in cache for the next rows)."""
+    gemv-panels pays one GEMV per row, a little under (the panels stay in cache for the next rows). At one thread
+    every forward takes `one_thread` times as long (under 1: handing products to workers costs more than they gain)."""
     def measure(name, threads, model, rows):
         if calls is not None:
             calls.append((name, threads, model.kernel, model.threads, rows))
-        if name == "gemm-blocks":
-            return gemm_rows_cost
-        return 1.0 + 0.25 * (rows - 1)
+        seconds = gemm_rows_cost if name == "gemm-blocks" else 1.0 + 0.25 * (rows - 1)
+        return seconds * (one_thread if threads == 1 else 1.0)
     return measure
 
 
 def test_the_probe_picks_the_gemv_kernel_where_few_row_gemms_are_slow(tiny):
     # AMD Zen 2/3 with OpenBLAS' Haswell kernels: a 2-row GEMM costs ~3 GEMVs (issue 24)
     assert choice.choose("target", tiny, 2, mode="bypass", measure=fake_machine(3.0),
-                         candidates=NUMPY_TARGET) == "gemv-panels"
+                         candidates=NUMPY_TARGET) == ("gemv-panels", 2)
 
 
 def test_the_probe_picks_the_gemm_kernel_where_few_row_gemms_are_fast(tiny):
     # the Intel machine of bench/results/earlier/: a few-row GEMM costs about a GEMV
     assert choice.choose("target", tiny, 2, mode="bypass", measure=fake_machine(1.05),
-                         candidates=NUMPY_TARGET) == "gemm-blocks"
+                         candidates=NUMPY_TARGET) == ("gemm-blocks", 2)
+
+
+def test_the_probe_picks_one_thread_where_handing_products_to_workers_costs_more_than_they_gain(tiny):
+    # the Zen 5 virtual machine of bench/results/issue24/zen5/threads: one-thread forwards were the faster
+    chosen = choice.choose("target", tiny, 2, mode="bypass", measure=fake_machine(3.0, one_thread=0.9),
+                           candidates=NUMPY_TARGET)
+    assert chosen == ("gemv-panels", 1) and (chosen.kernel, chosen.threads) == chosen
+    # a tie keeps the threads asked for; one thread asked for is the only count timed
+    assert choice.choose("target", tiny, 2, mode="bypass", measure=fake_machine(3.0, one_thread=1.0),
+                         candidates=NUMPY_TARGET) == ("gemv-panels", 2)
+    calls = []
+    choice.choose("target", tiny, 1, mode="bypass", measure=fake_machine(3.0, calls), candidates=NUMPY_TARGET)
+    assert {c[1] for c in calls} == {1}
+    assert choice.thread_options(4) == (4, 1) and choice.thread_options(1) == (1,)
 
 
 def test_the_probe_times_every_candidate_in_the_models_own_forwards_with_the_roles_rows(tiny):
     calls = []
     choice.choose("target", tiny, 3, mode="bypass", measure=fake_machine(1.0, calls), candidates=NUMPY_TARGET)
     # each candidate's forwards: the model itself with that kernel and thread count, rows interleaved
-    assert calls == [(k, 3, k, 3, m) for m in choice.ROLE_ROWS["target"] for k in NUMPY_TARGET]
+    assert calls == [(k, t, k, t, m) for m in choice.ROLE_ROWS["target"] for k in NUMPY_TARGET for t in (3, 1)]
     calls.clear()
     choice.choose("draft", tiny, 1, mode="bypass", measure=fake_machine(1.0, calls), candidates=NUMPY_TARGET)
-    assert [c[3] for c in calls] == [1, 1]  # a draft multiplies one row
+    assert [c[4] for c in calls] == [1, 1]  # a draft multiplies one row
 
 
 def test_one_candidate_or_mode_off_measures_nothing(tiny):
     def measure(*args):
         raise AssertionError("measured")
     assert choice.choose("draft", tiny, 1, mode="cached", measure=measure, candidates=("gemv-panels",)) \
-        == "gemv-panels"
-    assert choice.choose("target", tiny, 1, mode="off", measure=measure, candidates=NUMPY_TARGET) \
-        == "gemm-blocks"
+        == ("gemv-panels", 1)
+    assert choice.choose("target", tiny, 2, mode="off", measure=measure, candidates=NUMPY_TARGET) \
+        == ("gemm-blocks", 2)  # off: the first candidate at the threads asked for
 
 
 def test_the_choice_is_cached_per_machine_and_refreshed_or_bypassed_on_demand(tiny, tmp_path):
     path, calls = tmp_path / "c" / choice.CACHE_FILE, []
     slow_gemm, fast_gemm = fake_machine(3.0, calls), fake_machine(1.05, calls)
-    assert choice.choose("target", tiny, 2, path, "cached", slow_gemm, NUMPY_TARGET) == "gemv-panels"
+    assert choice.choose("target", tiny, 2, path, "cached", slow_gemm, NUMPY_TARGET) == ("gemv-panels", 2)
     n = len(calls)
     assert n and path.is_file()
     # cached: the stored choice, nothing measured (even if the machine would now answer otherwise)
-    assert choice.choose("target", tiny, 2, path, "cached", fast_gemm, NUMPY_TARGET) == "gemv-panels"
+    assert choice.choose("target", tiny, 2, path, "cached", fast_gemm, NUMPY_TARGET) == ("gemv-panels", 2)
     assert len(calls) == n
     # bypass: measured, the cache neither read nor written
-    assert choice.choose("target", tiny, 2, path, "bypass", fast_gemm, NUMPY_TARGET) == "gemm-blocks"
+    assert choice.choose("target", tiny, 2, path, "bypass", fast_gemm, NUMPY_TARGET) == ("gemm-blocks", 2)
     assert len(calls) == 2 * n and choice.choose("target", tiny, 2, path, "cached", fast_gemm,
-                                                 NUMPY_TARGET) == "gemv-panels"
-    # refresh: measured again and stored
-    assert choice.choose("target", tiny, 2, path, "refresh", fast_gemm, NUMPY_TARGET) == "gemm-blocks"
-    assert choice.choose("target", tiny, 2, path, "cached", slow_gemm, NUMPY_TARGET) == "gemm-blocks"
+                                                 NUMPY_TARGET) == ("gemv-panels", 2)
+    # refresh: measured again and stored, a one-thread choice with its thread count
+    one = fake_machine(1.05, calls, one_thread=0.5)
+    assert choice.choose("target", tiny, 2, path, "refresh", one, NUMPY_TARGET) == ("gemm-blocks", 1)
+    assert choice.choose("target", tiny, 2, path, "cached", slow_gemm, NUMPY_TARGET) == ("gemm-blocks", 1)
     # another thread count, shape or role is another key
-    assert choice.choose("target", tiny, 1, path, "cached", slow_gemm, NUMPY_TARGET) == "gemv-panels"
+    assert choice.choose("target", tiny, 1, path, "cached", slow_gemm, NUMPY_TARGET) == ("gemv-panels", 1)
     records = json.loads(path.read_text())
-    assert len(records) == 2 and all(r["kernel"] in NUMPY_TARGET and r["rows"] == list(choice.ROLE_ROWS["target"]) for r in records.values())
+    assert len(records) == 2 and all(r["kernel"] in NUMPY_TARGET and r["rows"] == list(choice.ROLE_ROWS["target"])
+                                     for r in records.values())
+    timed = [r for r in records.values() if r["threads"] == 1 and len(r["seconds"]) == 4][0]["seconds"]
+    assert {(t["kernel"], t["threads"]) for t in timed} == {(k, n) for k in NUMPY_TARGET for n in (2, 1)}
+
+
+def test_a_record_of_an_older_npspec_without_its_threads_is_measured_again(tiny, tmp_path):
+    path, calls = tmp_path / choice.CACHE_FILE, []
+    assert choice.choose("target", tiny, 2, path, "cached", fake_machine(3.0, calls), NUMPY_TARGET)
+    key, = json.loads(path.read_text())
+    choice.store_choice(path, key, {"kernel": "gemm-blocks", "rows": [4], "seconds": {}})  # the format before
+    calls.clear()
+    assert choice.choose("target", tiny, 2, path, "cached", fake_machine(3.0, calls), NUMPY_TARGET) == ("gemv-panels", 2)
+    assert calls and json.loads(path.read_text())[key]["threads"] == 2
 
 
 def test_the_key_names_the_cpu_the_blas_numpy_the_shapes_and_the_threads():
@@ -122,7 +151,7 @@ def test_the_cpu_is_named_with_its_family_and_model_so_that_two_zen_generations_
 def test_a_damaged_or_unwritable_cache_is_measured_again(tiny, tmp_path):
     path = tmp_path / choice.CACHE_FILE
     path.write_text("{not json")
-    assert choice.choose("target", tiny, 2, path, "cached", fake_machine(3.0), NUMPY_TARGET) == "gemv-panels"
+    assert choice.choose("target", tiny, 2, path, "cached", fake_machine(3.0), NUMPY_TARGET) == ("gemv-panels", 2)
     assert json.loads(path.read_text())  # rewritten whole
     blocked = tmp_path / "file"
     blocked.write_text("")
@@ -172,7 +201,8 @@ def test_the_command_probes_only_once_every_check_has_passed_and_as_kernel_probe
 
     def generate(*args):
         out, err = io.StringIO(), io.StringIO()
-        status = main(["--temperature", "0", "--max-new-tokens", "3", "--json", "--quiet", *args], out=out, err=err)
+        status = main(["--temperature", "0", "--max-new-tokens", "3", "--json", "--quiet", "--threads", "2",
+                       *args], out=out, err=err)
         return status, (json.loads(out.getvalue())["stats"] if status == 0 else err.getvalue())
 
     status, message = generate("x" * 2000)  # refused by the prompt check, after both models loaded
@@ -184,9 +214,9 @@ def test_the_command_probes_only_once_every_check_has_passed_and_as_kernel_probe
     off = generate("--kernel-probe", "off")[1]
     assert [off["target_kernel"], off["draft_kernel"]] == [choice.role_candidates(r)[0] for r in ("target", "draft")]
     status, stats = generate()  # cached: each role with more than one candidate measured once and stored
-    records = {json.loads(key)["role"]: r["kernel"] for key, r in choice.read_choices(path).items()}
-    assert status == 0 and records == {role: stats[f"{role}_kernel"] for role in ("target", "draft")
-                                       if len(choice.role_candidates(role)) > 1}
+    records = {json.loads(key)["role"]: (r["kernel"], r["threads"]) for key, r in choice.read_choices(path).items()}
+    assert status == 0 and records == {role: (stats[f"{role}_kernel"], stats[f"{role}_threads"])
+                                       for role in ("target", "draft")}  # 2 threads and 1: always timed
     status, given = generate("--target-kernel", "gemv-rows", "--draft-kernel", "gemm")
     assert (given["target_kernel"], given["draft_kernel"]) == ("gemv-rows", "gemm")
 
@@ -195,3 +225,10 @@ def test_a_model_with_a_tiny_context_is_timed_on_what_fits():
     model = tiny_model(n_ctx=4)
     assert choice.time_forwards("gemv-rows", 1, model, 4, repeats=1) > 0  # 4 rows, no prefill
     assert choice.time_forwards("gemv-rows", 1, model, 9, repeats=1) > 0  # cut to the 4 that fit
+
+
+def test_a_plain_decoding_is_named_by_its_kernel_and_by_its_threads_when_they_differ_from_those_asked_for():
+    model = tiny_model().with_kernel("gemv-panels", 2)
+    assert plain_label(model, 2) == "gemv-panels"
+    assert plain_label(model, 4) == "gemv-panels at 2 threads"
+    assert plain_label(model.with_kernel("gemv-panels", 1), 2) == "gemv-panels at 1 thread"

@@ -165,7 +165,7 @@ def cli_runs():
                      err=err)
         obj = json.loads(out.getvalue())
         compare = obj.pop("compare", None)
-        for key in ("target_kernel", "draft_kernel"):  # the pinned kernels, if the output names them
+        for key in ("target_kernel", "draft_kernel", "target_threads", "draft_threads"):  # pinned kernels, the CPUs
             obj["stats"].pop(key, None)
         obj = timeless(obj)
         if compare is not None:

@@ -92,14 +92,16 @@ def load(spec=None, role="target", cache_dir=None, kernel=None, threads=1, progr
          probe="cached"):
     """Load a model from a SPEC (see the module docstring); None loads the shipped `role`.
 
-    role: "target" or "draft": the shipped model used when spec is None, and the default kernel: the fastest
-    of the role's candidates on this machine for this model's shapes and `threads` (npspec.choice.choose over
+    role: "target" or "draft": the shipped model used when spec is None, and the default kernel and its threads:
+    the fastest of the role's candidates on this machine for this model's shapes, at `threads` or at one thread
+    (npspec.choice.choose over
     registry.role_candidates: "compiled-panels" when the `fast` extra is installed, else "gemm-blocks" or
     "gemv-panels" for a target, "gemv-panels" for a draft; all batch invariant, all on npspec's own threads, so
     that no BLAS thread spins on the cores the other model's workers need: npspec.blas). Which kernel the
     draft uses never changes the output: every q gives exactly the target's law, and greedy output is the
     target's argmax sequence (notes/derivation.md).
-    kernel: a name of npspec.registry, overriding the role's (no probe). threads: the kernel's worker threads.
+    kernel: a name of npspec.registry, overriding the role's (no probe: then `threads` as given). threads: the
+    threads asked for (a kernel's own workers, or BLAS's).
     probe: how the choice uses its cache, one of choice.MODES ("cached": measured once per machine, kept in
     the cache directory's choices.json; "refresh", "bypass", "off": the role's first candidate, unmeasured).
     cache_dir: npspec's conversion cache (default: $NPSPEC_CACHE, else ~/.cache/npspec).
@@ -118,15 +120,18 @@ def load(spec=None, role="target", cache_dir=None, kernel=None, threads=1, progr
     model = _load(spec, role, cache_dir, kernel or STATIC_DEFAULT, threads, progress, target, note)
     if kernel is not None:
         return model
-    chosen = role_kernel(model, role, threads, cache_dir, probe)
-    return model if chosen == model.kernel else model.with_kernel(chosen, note=note)
+    return role_model(model, role, threads, cache_dir, probe, note)
 
 
-def role_kernel(model, role, threads, cache_dir=None, probe="cached"):
-    """The kernel name `role` decodes `model` with by default: npspec.choice.choose over the role's candidates, for
-    the model's shapes and `threads`, cached in the cache directory's choices.json as `probe` says (see load).
-    Raises ValueError for a bad role or probe mode."""
-    return choose(role, model, threads, cache_root(cache_dir) / CACHE_FILE, probe)  # silent: repr and --json show it
+def role_model(model, role, threads, cache_dir=None, probe="cached", note=None):
+    """`model` decoding with `role`'s default kernel and threads: npspec.choice.choose over the role's candidates,
+    for the model's shapes and `threads` asked for, cached in the cache directory's choices.json as `probe` says
+    (see load); `model` itself when it already decodes so, else model.with_kernel (the same weights). note: gets a
+    compiled kernel's compile note. Raises ValueError for a bad role or probe mode."""
+    chosen = choose(role, model, threads, cache_root(cache_dir) / CACHE_FILE, probe)  # silent: repr and --json show it
+    if chosen == (model.kernel, model.threads):
+        return model
+    return model.with_kernel(chosen.kernel, chosen.threads, note=note)
 
 
 def split_quantized(spec):
