@@ -118,14 +118,15 @@ def thread_options(threads):
 
 
 def measure_all(choices, model, rows, measure=time_forwards):
-    """{Choice: summed best seconds over `rows`} for each of `choices`, the row counts interleaved (choice inner) so
-    that a change in the machine's load hits every choice alike. measure(name, threads, candidate model, m) ->
-    seconds; each choice's Model is built once (model.with_kernel: the same weights)."""
-    built = {c: model.with_kernel(c.kernel, c.threads) for c in choices}
-    seconds = {c: 0.0 for c in choices}
-    for m in rows:
-        for c in choices:
-            seconds[c] += measure(c.kernel, c.threads, built[c], m)
+    """{Choice: summed best seconds over `rows`} for each of `choices`. measure(name, threads, candidate model, m) ->
+    seconds. Each choice's Model (model.with_kernel: the same weights) is built just before its timings and dropped
+    after them, so that at most one compiled kernel's packed copy of the weights (npspec.compiled) exists at a time:
+    for gpt2-xl's 6 GB, a second would be another 6 GB."""
+    seconds = {}
+    for c in choices:
+        built = model.with_kernel(c.kernel, c.threads)
+        seconds[c] = sum(measure(c.kernel, c.threads, built, m) for m in rows)
+        del built
     return seconds
 
 

@@ -64,8 +64,8 @@ def test_the_probe_picks_one_thread_where_handing_products_to_workers_costs_more
 def test_the_probe_times_every_candidate_in_the_models_own_forwards_with_the_roles_rows(tiny):
     calls = []
     choice.choose("target", tiny, 3, mode="bypass", measure=fake_machine(1.0, calls), candidates=NUMPY_TARGET)
-    # each candidate's forwards: the model itself with that kernel and thread count, rows interleaved
-    assert calls == [(k, t, k, t, m) for m in choice.ROLE_ROWS["target"] for k in NUMPY_TARGET for t in (3, 1)]
+    # each candidate's forwards: the model itself with that kernel and thread count, one candidate at a time
+    assert calls == [(k, t, k, t, m) for k in NUMPY_TARGET for t in (3, 1) for m in choice.ROLE_ROWS["target"]]
     calls.clear()
     choice.choose("draft", tiny, 1, mode="bypass", measure=fake_machine(1.0, calls), candidates=NUMPY_TARGET)
     assert [c[4] for c in calls] == [1, 1]  # a draft multiplies one row
