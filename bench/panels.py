@@ -2,10 +2,11 @@
 
 On one GPT-2 block's four matrices (default gpt2-large's; --quick: gpt2's), repeated to 3 blocks so that they do not
 sit in the cache, for M = 1, 2, 3, 4, 8, 16 rows: the best-of-`--repeats` seconds of
-  * npspec's own worker threads (npspec.kernels.Workers, what CompiledPanels runs) with panels of 32, 64 and 96
-    columns (compiled.PANEL);
-  * numba's prange over 64-column panels with the threading layer `--layer` (workqueue, omp or tbb; numba loads one
-    per process, so each is its own run: npspec.compiled's bench variant);
+  * the kernel itself (npspec.compiled.CompiledPanels: numba's prange with the threading layer `--layer`, which
+    numba loads once per process, so each layer is its own run) with panels of 32, 64 and 96 columns
+    (compiled.PANEL);
+  * the same compiled loop over 64-column panels on npspec's own worker threads (npspec.kernels.Workers, what the
+    kernel ran before it took numba's threads: `workers-64`);
   * OpenBLAS' GEMV over the same matrices for one row (the bandwidth reference, BLAS with the run's threads).
 The compiled configurations run with BLAS at one thread and are interleaved per repeat, so a change in the machine's
 load hits all alike; the GEMV runs after them, in its own pass, because OpenBLAS' idle threads spin for a while
@@ -19,13 +20,13 @@ import time
 import numpy as np
 
 from npspec import compiled
+from npspec.kernels import Workers
 from npspec.sources import SHAPES
 
 from . import common
 
 ROWS = (1, 2, 3, 4, 8, 16)
 WIDTHS = (32, 64, 96)
-LAYERS = ("workqueue", "omp", "tbb")  # numba loads one threading layer per process: --layer picks it
 
 
 def block_matrices(shape, copies=3, seed=0):
@@ -41,21 +42,33 @@ def products(kernel):  # a linear(x, w) -> f(xs, ws) over the matrices
 
 
 def configurations(threads, layer, ws):
-    """{name: f(xs, ws)} of every compiled way timed (module docstring); layer: numba's threading layer for prange."""
-    out = {f"workers-{p}": products(compiled.CompiledPanels(threads, panel=p)) for p in WIDTHS}
+    """{name: f(xs, ws)} of every compiled way timed (module docstring); layer: numba's threading layer."""
     try:
-        product = compiled.compiled_prange_product(layer)
-        product(np.zeros((1, 2), np.float32), np.zeros((1, 2, 8), np.float32), np.zeros((1, 1), np.float32))
+        out = {f"{layer}-{p}": products(compiled.CompiledPanels(threads, panel=p, layers=(layer,))) for p in WIDTHS}
+        out[f"{layer}-64"]([np.zeros((1, ws[0].shape[0]), np.float32)], ws[:1])  # loads the layer (or raises)
     except Exception as e:  # the layer may be missing here (no TBB, no OpenMP runtime)
-        common.log(f"prange {layer}: not available here ({type(e).__name__}: {e})")
-        return out
-    packed = [compiled.pack(w) for w in ws]
-
-    def run(xs, _):
-        for x, w, p in zip(xs, ws, packed):
-            product(x, p, np.empty((x.shape[0], w.shape[1]), np.float32))
-    out[f"prange-{layer}"] = run
+        common.log(f"{layer}: not available here ({type(e).__name__}: {e})")
+        out = {}
+    out["workers-64"] = workers_products(threads)
     return out
+
+
+def workers_products(threads):
+    """The compiled loop over each matrix's 64-column panels, in `threads` runs of whole panels on npspec's own
+    workers (the first `threads - 1` runs on the workers, the last on the calling thread): f(xs, ws)."""
+    product, workers, kernel = compiled.compiled_product(), Workers(threads - 1), compiled.CompiledPanels(1)
+
+    def run(xs, ws):
+        out = []
+        for x, w in zip(xs, ws):
+            panels = kernel.panels(w)
+            y = np.empty((x.shape[0], w.shape[1]), np.float32)
+            cuts = [len(panels) * i // threads for i in range(threads + 1)]
+            runs = list(zip(cuts, cuts[1:]))[::-1]
+            workers.run([lambda a=a, b=b: product(x, panels, y, a, b) for a, b in runs])
+            out.append(y)
+        return out
+    return run
 
 
 def best_of(runs, xs, ws, repeats):
@@ -71,7 +84,7 @@ def best_of(runs, xs, ws, repeats):
     return best
 
 
-def measure(shape, threads, repeats, layer="workqueue"):
+def measure(shape, threads, repeats, layer=compiled.LAYERS[0]):
     ws = block_matrices(shape)
     nbytes = sum(w.nbytes for w in ws)
     rng = np.random.default_rng(1)
@@ -95,8 +108,8 @@ def measure(shape, threads, repeats, layer="workqueue"):
 def options(ap):
     ap.add_argument("--shape", default=None, help="GPT-2 shape (default gpt2-large; --quick: gpt2)")
     ap.add_argument("--repeats", type=int, default=7, help="timed runs per configuration, best kept (default 7)")
-    ap.add_argument("--layer", choices=LAYERS, default="workqueue",
-                    help="numba's threading layer for the prange rows (one per process; default workqueue)")
+    ap.add_argument("--layer", choices=compiled.LAYERS, default=compiled.LAYERS[0],
+                    help=f"numba's threading layer of the kernel (one per process; default {compiled.LAYERS[0]})")
 
 
 def main(argv=None):

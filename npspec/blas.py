@@ -1,10 +1,10 @@
 """How many threads BLAS runs during a forward: set per forward through threadpoolctl's API.
 
 npspec's kernels with their own threads (npspec.registry's `own_threads`: "compiled-panels", "gemm-blocks",
-"gemv-panels") share a product out to their own worker threads, each of which calls single-threaded BLAS
-(or, for "compiled-panels", none). If BLAS ran threads of its
+"gemv-panels") share a product out to their own threads (npspec's workers, each of which calls single-threaded BLAS, or numba's
+for "compiled-panels", which call none). If BLAS ran threads of its
 own as well, the two kinds would compete for the cores, and OpenBLAS' idle threads keep spinning
-for a while after each threaded call, on the very cores npspec's workers need
+for a while after each threaded call, on the very cores the kernel's threads need
 (bench/results/threads.md measures it). So a Model runs BLAS with one thread during the forwards
 of such a kernel (registry.Kernel.blas_threads) and with `threads` during those of a BLAS kernel ("gemm", "gemv-rows", and
 every prefill), and puts the previous count back afterwards.

@@ -8,16 +8,16 @@ kernels on AMD Zen 2 and 3 (so "gemv-panels" does; issue 24). So npspec never ha
 each candidate of a role (registry.role_candidates) in the model's own decoding forwards (with the rows the
 role multiplies: ROLE_ROWS), at the thread count asked for and at one thread (`thread_options`), and keeps the
 fastest pair (the sum of its best-of-REPEATS times). One thread is a candidate because every candidate shares a
-forward's products over npspec's own workers, and handing each of a forward's ~150 products to a worker can cost
-more than the second core gives: on an AMD Zen 5 virtual machine "compiled-panels" ran a one-token gpt2-large
+forward's products over threads (npspec's own workers, or numba's for "compiled-panels"), and handing each of a
+forward's ~150 products to them can cost more than the second core gives: on an AMD Zen 5 virtual machine "compiled-panels" ran a one-token gpt2-large
 forward in 101.8 ms at one thread against 114.2 ms at two (bench/results/issue24/zen5/threads/), while on a Zen 4
 the same kernel verified 4 rows faster at two. A single pair is not timed.
 
 The result is cached in npspec's cache directory (`choices.json` there: one JSON object, written whole to a
 temporary file and renamed over the old one, under a filelock in the cache's `.locks/`, so a crash or a concurrent run never leaves it half
 written), keyed by everything the timing depends on (`machine_key`): the CPU model, the BLAS libraries numpy loaded
-(threadpoolctl: library, version, kernel set), the numpy version, the role, the candidates, the shapes and the
-thread count asked for. `mode` (the CLI's --kernel-probe) says how the cache is used:
+(threadpoolctl: library, version, kernel set), the numpy version, the role, the candidates (with their code's
+versions), the shapes and the thread count asked for. `mode` (the CLI's --kernel-probe) says how the cache is used:
   * "cached" (the default): use the cached choice, else measure and store it;
   * "refresh": measure again and store it (after a BLAS or CPU change threadpoolctl cannot see);
   * "bypass": measure, neither read nor write the cache (a read-only cache directory needs nothing else);
@@ -38,7 +38,7 @@ import numpy as np
 from filelock import FileLock
 from threadpoolctl import threadpool_info
 
-from .registry import role_candidates
+from .registry import REGISTRY, role_candidates
 
 MODES = ("cached", "refresh", "bypass", "off")
 ROLE_ROWS = {"target": (4,), "draft": (1,)}  # rows timed: a target verifies gamma + 1 (4 at gamma 3), a draft decodes 1
@@ -75,10 +75,12 @@ def blas_key():
 
 
 def machine_key(role, candidates, shapes, threads):
-    """The cache key of a choice (module docstring): a JSON string."""
+    """The cache key of a choice (module docstring): a JSON string. Each candidate is named with its code's version
+    (registry.Kernel.version), so that a kernel made faster or slower is measured again."""
     return json.dumps({"cpu": cpu_model(), "blas": blas_key(), "numpy": np.__version__, "role": role,
-                       "candidates": list(candidates), "shapes": [list(s) for s in shapes], "threads": threads},
-                      sort_keys=True)
+                       "candidates": [f"{c}/{REGISTRY[c].version}" if REGISTRY[c].version > 1 else c
+                                      for c in candidates],
+                       "shapes": [list(s) for s in shapes], "threads": threads}, sort_keys=True)
 
 
 def time_forwards(name, threads, model, rows, repeats=REPEATS, clock=time.perf_counter):

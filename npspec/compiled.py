@@ -34,11 +34,20 @@ multiplies it, or when a Model is built with it (registry.Kernel.prepare), and k
 the matrices it multiplies: about the model's size again).
 npspec never writes a weight in place after loading, which this cache relies on.
 
-Threads: a product over a matrix of kernels.SPLIT_BYTES or more is shared out over npspec's own worker threads
-(kernels.Workers, the same kind the NumPy panel kernels use, so a target and a draft never run two thread pools
-against each other), in runs of whole panels; the compiled loop releases the GIL (`nogil`). BLAS runs one thread in
-its forwards (registry.Kernel.blas_threads). bench/results/issue24/README.md records why these threads rather than
-numba's `prange` layers, and how PANEL was chosen (python -m bench.panels).
+Threads: a product over a matrix of kernels.SPLIT_BYTES or more is cut into `threads` runs of whole panels, and the
+runs are shared out by numba's `prange` (`panels_runs`) on numba's own threads, the threading layer tried in the
+order of LAYERS: OpenMP first. Why numba's threads and not npspec's own workers (kernels.Workers, which the NumPy
+panel kernels use): a gpt2-large forward hands out 145 products, with layer norms and attention between them, and a
+worker that waits on a lock sleeps, so its vCPU must be woken for every product; OpenMP's threads spin for a while
+after a parallel region before they sleep, so the next product starts at once. On an AMD Zen 4 that made whole
+forwards faster at 1, 4 and 8 rows (bench/results/issue24/README.md; `python -m bench.panels` times both ways). A
+target and a draft on this kernel then share one kind of thread. numba's threads are the process's: at most
+numba.config.NUMBA_NUM_THREADS run (the machine's CPUs unless NUMBA_NUM_THREADS says otherwise), so more runs than
+that are queued on them; the first product with threads > 1 loads the layer, which then stays for the process
+(setting NUMBA_THREADING_LAYER picks another). GNU OpenMP is not fork-safe: a process forked (without exec) after that
+first product must not use this kernel with threads > 1 (numba stops it with a message). BLAS runs one thread in
+its forwards (registry.Kernel.blas_threads). The compiled loops release the GIL (`nogil`). PANEL was chosen by
+python -m bench.panels.
 
 Compiling: the loop is compiled on first use with numba's on-disk cache (cache=True: numba's own locations, the
 `__pycache__` beside this file, else its user-wide cache, $NUMBA_CACHE_DIR when set), so the cost (seconds) is paid
@@ -55,12 +64,13 @@ import types
 
 import numpy as np
 
-from .kernels import SPLIT_BYTES, Workers, check_threads
+from .kernels import SPLIT_BYTES, check_threads
 
 PANEL = 64  # columns per panel (module docstring): 8 AVX2 vectors; python -m bench.panels measured 32, 64 and 96
 NOTE_SECONDS = 0.5  # compiling (or loading the cache) longer than this is announced
 NAME = "compiled-panels"
 ALIGN = 4096  # bytes: where each matrix's panels start (a page: a multiple of every vector and cache-line size)
+LAYERS = ("omp", "tbb", "workqueue")  # numba's threading layers, in the order tried (module docstring: why OpenMP)
 
 
 def available(find_spec=None):
@@ -182,11 +192,12 @@ def store(a, y, m, rows, p, q, width, d_out):  # a [2, 4, P] -> y[m : m + rows] 
         y[m : m + rows, n0 : n0 + n] = a[g, :rows, :n]
 
 
-def panels_product_prange(x, panels, y):  # panels_product over every panel pair, shared out by numba's prange
-    """The bench's variant (bench.panels): numba's own threads (prange, its threading layer) over the panel pairs."""
-    count = panels.shape[0]
-    for i in prange((count + 1) // 2):  # noqa: F821 (numba.prange, given by compiled_prange_product)
-        panels_product(x, panels, y, 2 * i, min(2 * i + 2, count))
+def panels_runs(x, panels, y, cuts):  # [M, d_in], [n_panels, d_in, P], out [M, d_out], [runs + 1] int64
+    """panels_product over each run of panels [cuts[i], cuts[i + 1]), the runs shared out by numba's prange over
+    numba's threads (numba.set_num_threads of the calling thread, which is one of them). Which thread computes a run
+    changes no bit."""
+    for i in prange(len(cuts) - 1):  # noqa: F821 (numba.prange, given by compiled_runs)
+        panels_product(x, panels, y, cuts[i], cuts[i + 1])
 
 
 _compiled = {}  # the compiled dispatchers of this process (numba's, like its own caches), built on first use
@@ -213,14 +224,20 @@ def compiled_product(note=None, njit=None):
     product, cached = jit_product(njit)
     x = np.zeros((1, 2), dtype=np.float32)
     product(x, np.zeros((1, 2, PANEL), dtype=np.float32), np.zeros((1, 1), dtype=np.float32), 0, 1)  # compiles
-    seconds = time.perf_counter() - start
+    announce(note, time.perf_counter() - start, cached, product)
+    _compiled["product"], _compiled["cached"] = product, cached
+    return product
+
+
+def announce(note, seconds, cached, dispatcher):
+    """Tell `note` (None: nobody) that compiling took `seconds` (over NOTE_SECONDS, not a load from numba's cache, which
+    is silent), or that it compiled in memory because no cache location was writable (`cached` False)."""
     if note is not None and not cached:
         note(f"kernel {NAME}: no writable cache location for numba, so it compiled in memory ({seconds:.1f} s, "
              "again in every process); set NUMBA_CACHE_DIR to a writable directory to compile once")
-    elif note is not None and seconds > NOTE_SECONDS and not getattr(getattr(product, "stats", None), "cache_hits", 0):
+    elif note is not None and seconds > NOTE_SECONDS and not getattr(getattr(dispatcher, "stats", None),
+                                                                     "cache_hits", 0):
         note(f"kernel {NAME}: compiled in {seconds:.1f} s (once: numba caches it on disk)")  # a cache load is silent
-    _compiled["product"] = product
-    return product
 
 
 def jit_product(njit, **options):
@@ -236,19 +253,33 @@ def jit_product(njit, **options):
                 raise
 
 
-def compiled_prange_product(layer="default"):
-    """The bench's variant panels_product_prange, compiled with numba's threading layer `layer` (numba's own setting,
-    set here for this process: "default", "workqueue", "omp" or "tbb"). Raises ValueError without numba."""
-    if ("prange", layer) not in _compiled:
-        try:
-            import numba  # lazily: the module docstring says why
-        except ImportError:
-            raise ValueError(f"kernel {NAME} needs numba: pip install 'npspec[fast]'") from None
-        numba.config.THREADING_LAYER = layer
-        product, cached = jit_product(numba.njit)
-        variant = with_globals(panels_product_prange, {"prange": numba.prange, "panels_product": product})
-        _compiled["prange", layer] = numba.njit(parallel=True, nogil=True, cache=cached)(variant)
-    return _compiled["prange", layer]
+def compiled_runs(note=None, layers=LAYERS):
+    """(`runs(x, panels, y, cuts, threads)`: the compiled panels_runs on `threads` of numba's threads, the most threads
+    it may be given: numba's NUMBA_NUM_THREADS), built once per process, announced through `note` as compiled_product
+    is.
+
+    layers: numba's threading layers to try, in order (module docstring); one layer alone must load or numba raises.
+    They are numba's setting for the whole process and count only until numba first starts its threads, so the
+    first caller's order holds. Raises ValueError (one line, with the fix) without numba."""
+    if "runs" not in _compiled:
+        product = compiled_product(note)
+        import numba  # lazily (module docstring); compiled_product has raised if numba is missing
+        numba.config.THREADING_LAYER_PRIORITY = list(layers) + [n for n in LAYERS if n not in layers]
+        if len(layers) == 1 and numba.config.THREADING_LAYER == "default":
+            numba.config.THREADING_LAYER = layers[0]  # one layer asked for (the bench's --layer): that one or an error
+        start = time.perf_counter()
+        cached = _compiled["cached"]
+        names = {"prange": numba.prange, "panels_product": product}
+        compiled_ = numba.njit(parallel=True, nogil=True, cache=cached)(with_globals(panels_runs, names))
+        x, cuts = np.zeros((1, 2), dtype=np.float32), np.array([0, 1], dtype=np.int64)
+        compiled_(x, np.zeros((1, 2, PANEL), dtype=np.float32), np.zeros((1, 1), dtype=np.float32), cuts)  # compiles
+        announce(note, time.perf_counter() - start, cached, compiled_)
+
+        def runs(x, panels, y, cuts, threads):  # numba's thread count is the calling thread's own setting
+            numba.set_num_threads(threads)
+            compiled_(x, panels, y, cuts)
+        _compiled["runs"] = runs, numba.config.NUMBA_NUM_THREADS
+    return _compiled["runs"]
 
 
 def with_globals(f, names):
@@ -260,21 +291,21 @@ def with_globals(f, names):
 class CompiledPanels:
     """The "compiled-panels" kernel `linear(x, w, b=None)`: `[n, d_in], [d_in, d_out], [d_out] -> [n, d_out]` float32.
 
-    threads: a positive int, the threads that share out a matrix of kernels.SPLIT_BYTES or more, in runs of whole
-    panels (the first `threads - 1` runs on this object's own workers, the last on the calling thread); results never
-    depend on it. note: passed to compiled_product. panel: columns per panel (the bench varies it). Each matrix is
-    packed on its first product and its panels kept, keyed by its memory (data address, shape, strides; the matrix
-    itself is kept too, so that address is never reused while the panels live). Raises ValueError for a bad thread
-    count or without numba.
+    threads: a positive int, the runs of whole panels a matrix of kernels.SPLIT_BYTES or more is cut into, shared out
+    over min(threads, numba's NUMBA_NUM_THREADS) of numba's threads (module docstring); results never depend on it.
+    note: passed to compiled_product. panel: columns per panel (the bench varies it). layers: numba's threading layers
+    to try (compiled_runs; the bench varies it). Each matrix is packed on its first product and its panels kept,
+    keyed by its memory (data address, shape, strides; the matrix itself is kept too, so that address is never reused
+    while the panels live). Raises ValueError for a bad thread count or without numba.
     """
 
     name = NAME
 
-    def __init__(self, threads=1, note=None, panel=PANEL):
+    def __init__(self, threads=1, note=None, panel=PANEL, layers=LAYERS):
         self.threads = check_threads(threads)
         self.panel = panel
         self.product = compiled_product(note)
-        self.workers = Workers(self.threads - 1) if self.threads > 1 else None
+        self.runs, self.most_threads = compiled_runs(note, layers) if self.threads > 1 else (None, 1)
         self.packed = {}  # (address, shape, strides) -> (w, its panels)
 
     def prepare(self, matrices):
@@ -298,9 +329,8 @@ class CompiledPanels:
         if threads == 1:
             self.product(x, panels, y, 0, count)
         else:
-            cuts = [count * i // threads for i in range(threads + 1)]
-            runs = list(zip(cuts, cuts[1:]))
-            self.workers.run([lambda a=a, b=b: self.product(x, panels, y, a, b) for a, b in runs[::-1]])
+            cuts = np.array([count * i // threads for i in range(threads + 1)], dtype=np.int64)
+            self.runs(x, panels, y, cuts, min(threads, self.most_threads))
         return y if b is None else y + b
 
     def __repr__(self):

@@ -32,7 +32,9 @@ class Kernel:
     reads_codes: it multiplies qkernels.QuantizedMatrix codes. cli: offered by `npspec generate`'s kernel options.
     extra: the pip extra it needs (None: none), available: whether that is installed. prepare: (linear, matrices) ->
     None, called once by a Model with every `[d_in, d_out]` matrix its forwards multiply (the compiled kernel packs
-    them then, so that no decoding forward pays for it; the others need nothing).
+    them then, so that no decoding forward pays for it; the others need nothing). version: raised when a change to
+    the kernel's code changes how fast it runs, so that the kernel probe's cached timings of it are measured again
+    (npspec.choice.machine_key).
     """
 
     name: str
@@ -45,6 +47,7 @@ class Kernel:
     extra: str | None = None
     available: Callable = field(repr=False, default=lambda: True)
     prepare: Callable = field(repr=False, default=lambda linear, matrices: None)
+    version: int = 1
 
     def build(self, threads=1, note=None):
         """The `linear(x, w, b=None)` callable with `threads`; note: gets one-line messages (compiled kernels).
@@ -66,7 +69,8 @@ def _plain(product):
 
 REGISTRY = {k.name: k for k in (
     Kernel("compiled-panels", True, lambda threads, note: compiled.CompiledPanels(threads, note), own_threads=True,
-           extra="fast", available=compiled.available, prepare=lambda linear, matrices: linear.prepare(matrices)),
+           extra="fast", available=compiled.available, prepare=lambda linear, matrices: linear.prepare(matrices),
+           version=2),  # 2: numba's threads (OpenMP) instead of npspec's workers
     Kernel("gemm-blocks", True, lambda threads, note: GemmBlocks(threads), own_threads=True),
     Kernel("gemv-panels", True, lambda threads, note: GemvPanels(threads), own_threads=True),
     Kernel("gemv-rows", True, _plain(gemv_rows)),

@@ -59,8 +59,21 @@ def test_bench_panels_times_every_configuration_on_the_same_matrices(tmp_path, m
     assert panels.main(["--quick", "--out", str(tmp_path), "--shape", "tiny", "--repeats", "1"]) == 0
     rows, _ = read_table(tmp_path / "panels.csv")
     ways = {r["way"] for r in rows}
-    assert {f"workers-{p}" for p in panels.WIDTHS} <= ways and "blas-gemv" in ways
+    assert {f"{compiled.LAYERS[0]}-{p}" for p in panels.WIDTHS} | {"workers-64", "blas-gemv"} <= ways
     assert {r["M"] for r in rows if r["way"] == "blas-gemv"} == {"1"}
+
+
+@needs_numba
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_bench_panels_workers_variant_gives_the_kernel_s_bits(threads):
+    """bench.panels times the compiled loop on npspec's own workers beside the kernel; it must compute the same
+    products (every panel once, an odd panel count's last one included)."""
+    rng = np.random.default_rng(threads)
+    ws = [np.asfortranarray(rng.standard_normal(s, dtype=np.float32)) for s in [(130, 5 * compiled.PANEL - 3), (64, 64)]]
+    xs = [rng.standard_normal((6, w.shape[0]), dtype=np.float32) for w in ws]
+    kernel = compiled.CompiledPanels(1)
+    for got, x, w in zip(panels.workers_products(threads)(xs, ws), xs, ws):
+        assert np.array_equal(got, kernel(x, w)), f"threads={threads}, {w.shape}"
 
 
 def test_block_matrices_are_a_gpt2_blocks_four_shapes_column_major():

@@ -5,6 +5,7 @@ so the tests do not depend on the CPU that runs them. The command-line test time
 checks only when and where the choice is stored, never which kernel wins.
 """
 
+import dataclasses
 import io
 import json
 import threading
@@ -15,6 +16,7 @@ import pytest
 from npspec import choice
 from npspec.generate import main
 from npspec.harness import plain_label
+from npspec.registry import REGISTRY
 from npspec.sources import load
 
 from conftest import tiny_model
@@ -120,6 +122,14 @@ def test_the_key_names_the_cpu_the_blas_numpy_the_shapes_and_the_threads():
     key = json.loads(choice.machine_key("target", NUMPY_TARGET, [(16, 48)], 2))
     assert key["cpu"] == choice.cpu_model() and key["numpy"] == np.__version__ and key["blas"] == choice.blas_key()
     assert (key["role"], key["candidates"], key["shapes"], key["threads"]) == ("target", list(NUMPY_TARGET), [[16, 48]], 2)
+
+
+def test_the_key_names_a_kernels_code_version_once_it_changed(monkeypatch):
+    """A kernel whose code changed its speed (registry.Kernel.version > 1) is keyed apart: its old timings are not used."""
+    key = json.loads(choice.machine_key("draft", ("compiled-panels", "gemv-panels"), [(16, 48)], 2))
+    assert key["candidates"] == [f"compiled-panels/{REGISTRY['compiled-panels'].version}", "gemv-panels"]
+    monkeypatch.setitem(REGISTRY, "gemv-panels", dataclasses.replace(REGISTRY["gemv-panels"], version=3))
+    assert json.loads(choice.machine_key("draft", ("gemv-panels",), [(16, 48)], 2))["candidates"] == ["gemv-panels/3"]
 
 
 CPUINFO = """processor\t: 0

@@ -184,12 +184,14 @@ def test_a_quick_build_is_not_announced_and_no_fastmath_is_asked_for(monkeypatch
 
 
 @needs_numba
-def test_the_bench_prange_variant_gives_the_kernel_s_bits():
-    """bench.panels times compiled_prange_product beside CompiledPanels; it must compute the same products (every
-    panel once, an odd panel count's last one included)."""
-    w, x = matrix(130, 5 * compiled.PANEL - 3), matrix(6, 130, seed=8, order="C")
-    product = compiled.compiled_prange_product()
-    for m in (1, 4, 6):
-        y = np.full((m, w.shape[1]), np.nan, np.float32)
-        product(x[:m], compiled.pack(w), y)
-        assert np.array_equal(y, compiled.CompiledPanels(1)(x[:m], w)), f"M={m}"
+def test_numba_is_told_to_try_openmp_first_and_more_threads_than_it_has_share_its_threads(monkeypatch):
+    """The module docstring's threading: numba's layers in LAYERS' order (OpenMP first), and a thread count past
+    numba's NUMBA_NUM_THREADS cut into that many runs, run on numba's threads, with the same bits."""
+    import numba
+    monkeypatch.setattr(numba.config, "THREADING_LAYER_PRIORITY", ["tbb", "omp", "workqueue"])
+    monkeypatch.setattr(compiled, "_compiled", {k: v for k, v in compiled._compiled.items() if k != "runs"})
+    kernel = compiled.CompiledPanels(numba.config.NUMBA_NUM_THREADS + 5)
+    assert numba.config.THREADING_LAYER_PRIORITY == list(compiled.LAYERS) and compiled.LAYERS[0] == "omp"
+    assert kernel.most_threads == numba.config.NUMBA_NUM_THREADS
+    w, x = matrix(1280, 1283), matrix(5, 1280, seed=3, order="C")
+    assert w.nbytes >= SPLIT_BYTES and np.array_equal(kernel(x, w), compiled.CompiledPanels(1)(x, w))
