@@ -17,7 +17,7 @@ The result is cached in npspec's cache directory (`choices.json` there: one JSON
 temporary file and renamed over the old one, under a filelock in the cache's `.locks/`, so a crash or a concurrent run never leaves it half
 written), keyed by everything the timing depends on (`machine_key`): the CPU model, the BLAS libraries numpy loaded
 (threadpoolctl: library, version, kernel set), the numpy version, the role, the candidates (with their code's
-versions), the shapes and the thread count asked for. `mode` (the CLI's --kernel-probe) says how the cache is used:
+versions), the shapes, the thread count asked for and how the probe times (PROBE_VERSION). `mode` (the CLI's --kernel-probe) says how the cache is used:
   * "cached" (the default): use the cached choice, else measure and store it;
   * "refresh": measure again and store it (after a BLAS or CPU change threadpoolctl cannot see);
   * "bypass": measure, neither read nor write the cache (a read-only cache directory needs nothing else);
@@ -43,6 +43,7 @@ from .registry import REGISTRY, role_candidates
 MODES = ("cached", "refresh", "bypass", "off")
 ROLE_ROWS = {"target": (4,), "draft": (1,)}  # rows timed: a target verifies gamma + 1 (4 at gamma 3), a draft decodes 1
 # (a target's plain decoding is not its role: --compare and the bench time plain decoding with every kernel anyway)
+PROBE_VERSION = 2  # in every cache key: raised when how a candidate is timed changes (2: one prefill per timing)
 REPEATS = 2  # best of this many timed runs per (kernel, rows), after one untimed run (the first use probes/compiles)
 CACHE_FILE = "choices.json"
 PROBE_CONTEXT = 8  # cached tokens before a timed forward (time_forwards)
@@ -77,7 +78,7 @@ def blas_key():
 def machine_key(role, candidates, shapes, threads):
     """The cache key of a choice (module docstring): a JSON string. Each candidate is named with its code's version
     (registry.Kernel.version), so that a kernel made faster or slower is measured again."""
-    return json.dumps({"cpu": cpu_model(), "blas": blas_key(), "numpy": np.__version__, "role": role,
+    return json.dumps({"probe": PROBE_VERSION, "cpu": cpu_model(), "blas": blas_key(), "numpy": np.__version__, "role": role,
                        "candidates": [f"{c}/{REGISTRY[c].version}" if REGISTRY[c].version > 1 else c
                                       for c in candidates],
                        "shapes": [list(s) for s in shapes], "threads": threads}, sort_keys=True)
@@ -88,6 +89,13 @@ def time_forwards(name, threads, model, rows, repeats=REPEATS, clock=time.perf_c
     `threads`) after a PROBE_CONTEXT-token prefill (both cut to fit the model's n_ctx), best of `repeats` (after one
     untimed forward).
 
+    One prefill, then the forwards back to back, the cache rolled back to the context after each, as a decoding runs
+    them: a prefill multiplies through BLAS at the run's threads, and OpenBLAS's threads keep spinning for a while
+    after it, on the cores the next forward's threads need. A prefill before every timed forward made an AMD Zen 4
+    time "compiled-panels" at 25.4 ms for a distilgpt2 forward at two threads against 14.5 at one, where its forwards
+    back to back took 11.4-11.9 ms at two and 13.6-14.3 at one (a scratch run, not a command of the repo; the
+    bench's plain decodings agree: bench/results/issue24/README.md).
+
     Whole forwards, not the products alone: on a block or two of matrices (tens of MB, near an L3's size) the compiled
     kernel's one-row product timed faster than a GEMV that the same 3 GB model's forwards showed slower
     (bench/results/issue24/README.md), so only what a forward does is timed.
@@ -95,15 +103,15 @@ def time_forwards(name, threads, model, rows, repeats=REPEATS, clock=time.perf_c
     rows = min(rows, model.config.n_ctx)  # a model with a tiny context: what fits of it
     context = min(PROBE_CONTEXT, model.config.n_ctx - rows)
     ids = np.arange(context + rows) % model.config.n_vocab
-    best = float("inf")
+    cache, best = model.new_cache(), float("inf")
+    if context:
+        model.prefill(ids[:context], cache)
     for i in range(repeats + 1):
-        cache = model.new_cache()
-        if context:
-            model.prefill(ids[:context], cache)
         start = clock()
         model.forward(ids[context:], cache)
         if i:
             best = min(best, clock() - start)
+        cache.rollback(context)
     return best
 
 

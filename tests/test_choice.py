@@ -122,6 +122,13 @@ def test_the_key_names_the_cpu_the_blas_numpy_the_shapes_and_the_threads():
     key = json.loads(choice.machine_key("target", NUMPY_TARGET, [(16, 48)], 2))
     assert key["cpu"] == choice.cpu_model() and key["numpy"] == np.__version__ and key["blas"] == choice.blas_key()
     assert (key["role"], key["candidates"], key["shapes"], key["threads"]) == ("target", list(NUMPY_TARGET), [[16, 48]], 2)
+    assert key["probe"] == choice.PROBE_VERSION  # timings taken another way are measured again
+
+
+def test_a_new_way_of_timing_keys_the_choices_apart(monkeypatch):
+    before = choice.machine_key("target", NUMPY_TARGET, [(16, 48)], 2)
+    monkeypatch.setattr(choice, "PROBE_VERSION", choice.PROBE_VERSION + 1)
+    assert choice.machine_key("target", NUMPY_TARGET, [(16, 48)], 2) != before
 
 
 def test_the_key_names_a_kernels_code_version_once_it_changed(monkeypatch):
@@ -189,10 +196,13 @@ def test_the_real_measurement_times_forwards_with_the_clock_it_is_given():
     model = tiny_model().with_kernel("gemv-rows")
     seen = []
     forward = model.forward
+    prefill = model.prefill
     model.forward = lambda ids, cache: seen.append((len(ids), cache.length)) or forward(ids, cache)
+    model.prefill = lambda ids, cache: seen.append(("prefill", len(ids))) or prefill(ids, cache)
     seconds = choice.time_forwards("gemv-rows", 1, model, 2, repeats=3, clock=lambda: next(ticks))
     assert seconds == 1  # each timed forward reads the clock twice, one tick apart
-    assert seen == [(2, choice.PROBE_CONTEXT)] * 4  # one untimed, then 3 timed forwards of 2 rows after the prefill
+    # one prefill, then one untimed and 3 timed forwards of 2 rows back to back, each from the same context
+    assert seen == [("prefill", choice.PROBE_CONTEXT)] + [(2, choice.PROBE_CONTEXT)] * 4
 
 
 def test_load_chooses_each_roles_kernel_unless_one_is_given(tmp_path):
