@@ -20,7 +20,7 @@ import time
 import numpy as np
 
 from npspec import compiled
-from npspec.kernels import Workers
+from npspec.kernels import Workers, run_cuts
 from npspec.sources import SHAPES
 
 from . import common
@@ -63,7 +63,7 @@ def workers_products(threads):
         for x, w in zip(xs, ws):
             panels = kernel.panels(w)
             y = np.empty((x.shape[0], w.shape[1]), np.float32)
-            cuts = [len(panels) * i // threads for i in range(threads + 1)]
+            cuts = run_cuts(len(panels), threads)
             runs = list(zip(cuts, cuts[1:]))[::-1]
             workers.run([lambda a=a, b=b: product(x, panels, y, a, b) for a, b in runs])
             out.append(y)

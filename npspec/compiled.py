@@ -64,7 +64,7 @@ import types
 
 import numpy as np
 
-from .kernels import SPLIT_BYTES, check_threads
+from .kernels import SPLIT_BYTES, check_threads, run_cuts
 
 PANEL = 64  # columns per panel (module docstring): 8 AVX2 vectors; python -m bench.panels measured 32, 64 and 96
 NOTE_SECONDS = 0.5  # compiling (or loading the cache) longer than this is announced
@@ -329,7 +329,7 @@ class CompiledPanels:
         if threads == 1:
             self.product(x, panels, y, 0, count)
         else:
-            cuts = np.array([count * i // threads for i in range(threads + 1)], dtype=np.int64)
+            cuts = np.array(run_cuts(count, threads), dtype=np.int64)
             self.runs(x, panels, y, cuts, min(threads, self.most_threads))
         return y if b is None else y + b
 

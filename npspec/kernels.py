@@ -83,6 +83,12 @@ def panels(w, width):  # [d_in, d_out] -> [P, d_in, width], P = d_out // width; 
 THREADS_PER_CPU = 64  # the most threads a forward may ask for, per CPU this process may use (check_threads)
 
 
+def run_cuts(count, threads):  # -> [threads + 1] ints, 0 = cuts[0] <= ... <= cuts[threads] = count
+    """Where `count` panels are cut into `threads` runs of whole panels, as even as integers allow: run i is
+    [cuts[i], cuts[i + 1]). Every panel kernel's threads share a matrix out this way."""
+    return [count * i // threads for i in range(threads + 1)]
+
+
 def check_threads(threads, cpus=None):
     """`threads` as an int; raises ValueError unless it is a positive integer of at most THREADS_PER_CPU per CPU.
 
@@ -212,7 +218,7 @@ class PanelKernel:
         if threads == 1:
             self.products(x, ws, y)
         else:
-            cuts = [p * i // threads for i in range(threads + 1)]
+            cuts = run_cuts(p, threads)
             self.workers.run([lambda a=a, b=b: self.products(x, ws[a:b], y[a:b]) for a, b in zip(cuts, cuts[1:])])
         out = np.empty((n, d_out), dtype=np.float32)
         out[:, :main] = y[:, :n].transpose(1, 0, 2).reshape(n, main)
