@@ -79,8 +79,7 @@ def machine_key(role, candidates, shapes, threads):
     """The cache key of a choice (module docstring): a JSON string. Each candidate is named with its code's version
     (registry.Kernel.version), so that a kernel made faster or slower is measured again."""
     return json.dumps({"probe": PROBE_VERSION, "cpu": cpu_model(), "blas": blas_key(), "numpy": np.__version__, "role": role,
-                       "candidates": [f"{c}/{REGISTRY[c].version}" if REGISTRY[c].version > 1 else c
-                                      for c in candidates],
+                       "candidates": [f"{c}/{REGISTRY[c].version}" for c in candidates],
                        "shapes": [list(s) for s in shapes], "threads": threads}, sort_keys=True)
 
 

@@ -294,9 +294,10 @@ class CompiledPanels:
     threads: a positive int, the runs of whole panels a matrix of kernels.SPLIT_BYTES or more is cut into, shared out
     over min(threads, numba's NUMBA_NUM_THREADS) of numba's threads (module docstring); results never depend on it.
     note: passed to compiled_product. panel: columns per panel (the bench varies it). layers: numba's threading layers
-    to try (compiled_runs; the bench varies it). Each matrix is packed on its first product and its panels kept,
-    keyed by its memory (data address, shape, strides; the matrix itself is kept too, so that address is never reused
-    while the panels live). Raises ValueError for a bad thread count or without numba.
+    to try (compiled_runs; the bench varies it). Each matrix is packed on its first product and its panels kept with
+    how they are shared out (`plan`), keyed by its memory (data address, shape, strides; the matrix itself is kept
+    too, so that address is never reused while the panels live). Raises ValueError for a bad thread count or without
+    numba.
     """
 
     name = NAME
@@ -306,31 +307,39 @@ class CompiledPanels:
         self.panel = panel
         self.product = compiled_product(note)
         self.runs, self.most_threads = compiled_runs(note, layers) if self.threads > 1 else (None, 1)
-        self.packed = {}  # (address, shape, strides) -> (w, its panels)
+        self.packed = {}  # (address, shape, strides) -> (w, its panels, their cuts or None, numba threads)
 
     def prepare(self, matrices):
         """Pack each of `matrices` (`[d_in, d_out]` float32) now (registry.Kernel.prepare: a Model calls it when it is
         built, so that its first decoding forward does not pay for the packing)."""
         for w in matrices:
-            self.panels(w)
+            self.pack(w)
 
-    def panels(self, w):  # [d_in, d_out] -> [n_panels, d_in, panel], packed once per matrix
+    def pack(self, w):  # [d_in, d_out] -> (w, [n_panels, d_in, panel], [runs + 1] int64 or None, threads)
+        """w's entry in `self.packed`, made on its first call: its panels and how a product shares them out (`plan`)."""
         key = (w.__array_interface__["data"][0], w.shape, w.strides)
         if key not in self.packed:
-            self.packed[key] = (w, pack(w, self.panel))
-        return self.packed[key][1]
+            panels = pack(w, self.panel)
+            self.packed[key] = (w, panels, *self.plan(panels.shape[0], w.nbytes))
+        return self.packed[key]
+
+    def plan(self, count, nbytes):  # panels, bytes of the matrix -> ([runs + 1] int64 cuts or None, numba threads)
+        """How a product over `count` panels of an `nbytes` matrix is shared out: None (one call, this thread) below
+        kernels.SPLIT_BYTES or at one thread, else the cuts of min(threads, count) runs (kernels.run_cuts) and the
+        numba threads that take them (at most numba's NUMBA_NUM_THREADS)."""
+        runs = min(self.threads, count) if nbytes >= SPLIT_BYTES else 1
+        if runs == 1:
+            return None, 1
+        return np.array(run_cuts(count, runs), dtype=np.int64), min(runs, self.most_threads)
 
     def __call__(self, x, w, b=None):  # [n, d_in], [d_in, d_out], [d_out] -> [n, d_out]
         x = np.ascontiguousarray(x, dtype=np.float32)
-        panels = self.panels(w)
+        _, panels, cuts, threads = self.pack(w)
         y = np.empty((x.shape[0], w.shape[1]), dtype=np.float32)
-        count = panels.shape[0]
-        threads = min(self.threads, count) if w.nbytes >= SPLIT_BYTES else 1
-        if threads == 1:
-            self.product(x, panels, y, 0, count)
+        if cuts is None:
+            self.product(x, panels, y, 0, panels.shape[0])
         else:
-            cuts = np.array(run_cuts(count, threads), dtype=np.int64)
-            self.runs(x, panels, y, cuts, min(threads, self.most_threads))
+            self.runs(x, panels, y, cuts, threads)
         return y if b is None else y + b
 
     def __repr__(self):
