@@ -23,19 +23,20 @@ PROMPT_LENGTH = 16
 RANDOM_PROMPT = "The quick brown fox jumps over the lazy dog, and then the dog chases the fox around the"
 
 
-def get(name, seed=0, role="target", threads=1):
+def get(name, seed=0, role="target", threads=1, partner=None):
     """The Model called `name` (see the module docstring), decoding with `role`'s kernel and `threads`.
 
     role: "target" or "draft": the kernel is the role's, chosen as npspec.sources.load chooses it
     (npspec.sources.role_model: measured once per machine, with its threads); a shipped model's role is its name's.
-    threads: the kernel's worker threads.
+    threads: the kernel's worker threads. partner: None, or the draft Model a random target decodes beside (its
+    kernel is then timed in rounds with it, as `npspec generate` does).
     Raises ValueError for another name.
     """
     if name.startswith("shipped:"):
         return load(None, name.split(":", 1)[1], threads=threads)
     if name.startswith("random:"):
         model = random_model(name.split(":", 1)[1], seed=seed, threads=threads)
-        return role_model(model, role, threads)
+        return role_model(model, role, threads, partner=partner)
     raise ValueError(f"unknown benchmark model {name!r}: use shipped:target, shipped:draft or random:<shape>")
 
 

@@ -163,8 +163,8 @@ def controlled_rows(pair, new_tokens, a_values, gammas, repeats, threads, bandwi
 
     The models are warm from the AR run, so the speculative runs have no extra warm-up.
     """
-    target = models.get(f"random:{pair[0]}", seed=0, threads=threads)
     draft = models.get(f"random:{pair[1]}", seed=1, role="draft", threads=threads)
+    target = models.get(f"random:{pair[0]}", seed=0, threads=threads, partner=draft)  # timed in rounds beside it
     prompt = models.random_prompt()
     speeds, own = ar_speeds(target, [prompt], new_tokens, repeats, threads)
     ar = (speeds[target.kernel], own)

@@ -84,8 +84,8 @@ def shipped_rows(n_prompts, new_tokens, repeats, threads):
 
 
 def controlled_rows(new_tokens, a_values, repeats, threads, target_shape, draft_shape="distilgpt2"):
-    target = models.get(f"random:{target_shape}", seed=0, threads=threads)
     draft = models.get(f"random:{draft_shape}", seed=1, role="draft", threads=threads)
+    target = models.get(f"random:{target_shape}", seed=0, threads=threads, partner=draft)
     prompt = models.random_prompt()
     ar, ar_gens = fastest_ar(target, [prompt], new_tokens, repeats, threads, temperature=0)
     greedy = prompt + ar_gens[0].ids

@@ -7,7 +7,13 @@ machine of bench/results/earlier/ (so "gemm-blocks" verifies cheapest there) and
 kernels on AMD Zen 2 and 3 (so "gemv-panels" does; issue 24). So npspec never hard-codes the choice: `choose` times
 each candidate of a role (registry.role_candidates) in the model's own decoding forwards (with the rows the
 role multiplies: ROLE_ROWS), at the thread count asked for and at one thread (`thread_options`), and keeps the
-fastest pair (the sum of its best-of-REPEATS times). One thread is a candidate because every candidate shares a
+fastest pair (the sum of its best-of-REPEATS times). A target that decodes beside a draft model is timed in ROUNDS
+with that draft (`partner`): each timed span is the draft's one-token forwards, as many as the target verifies
+rows less one, then the target's forward, as speculative decoding alternates them on the same cores. Timed alone, a
+target on BLAS's threads can win and then lose in the loop: on an AMD Zen 4, "gemm-blocks" verified 4 rows of
+gpt2-large in 153.9 ms against 172.3 for "compiled-panels" alone, yet beside a compiled distilgpt2 draft (numba's
+threads) issue 24's command ran at 0.87x with it (bench/results/issue24/README.md): each kind of thread spins on
+the cores the other needs. One thread is a candidate because every candidate shares a
 forward's products over threads (npspec's own workers, or numba's for "compiled-panels"), and handing each of a
 forward's ~150 products to them can cost more than the second core gives: on an AMD Zen 5 virtual machine "compiled-panels" ran a one-token gpt2-large
 forward in 101.8 ms at one thread against 114.2 ms at two (bench/results/issue24/zen5/threads/), while on a Zen 4
@@ -17,7 +23,8 @@ The result is cached in npspec's cache directory (`choices.json` there: one JSON
 temporary file and renamed over the old one, under a filelock in the cache's `.locks/`, so a crash or a concurrent run never leaves it half
 written), keyed by everything the timing depends on (`machine_key`): the CPU model, the BLAS libraries numpy loaded
 (threadpoolctl: library, version, kernel set), the numpy version, the role, the candidates (with their code's
-versions), the shapes, the thread count asked for and how the probe times (PROBE_VERSION). `mode` (the CLI's --kernel-probe) says how the cache is used:
+versions), the shapes, the thread count asked for, the partner (its kernel, threads and shapes) and how the probe
+times (PROBE_VERSION). `mode` (the CLI's --kernel-probe) says how the cache is used:
   * "cached" (the default): use the cached choice, else measure and store it;
   * "refresh": measure again and store it (after a BLAS or CPU change threadpoolctl cannot see);
   * "bypass": measure, neither read nor write the cache (a read-only cache directory needs nothing else);
@@ -43,8 +50,10 @@ from .registry import REGISTRY, role_candidates
 MODES = ("cached", "refresh", "bypass", "off")
 ROLE_ROWS = {"target": (4,), "draft": (1,)}  # rows timed: a target verifies gamma + 1 (4 at gamma 3), a draft decodes 1
 # (a target's plain decoding is not its role: --compare and the bench time plain decoding with every kernel anyway)
-PROBE_VERSION = 2  # in every cache key: raised when how a candidate is timed changes (2: one prefill per timing)
-REPEATS = 2  # best of this many timed runs per (kernel, rows), after one untimed run (the first use probes/compiles)
+PROBE_VERSION = 3  # in every cache key: raised when how a candidate is timed changes (2: one prefill per timing;
+# 3: a target timed in rounds with its draft, best of 4)
+REPEATS = 4  # best of this many timed runs per (kernel, rows), after one untimed run (the first use probes/compiles);
+# 2 let one slow run decide near ties on a loaded virtual machine (the same gpt2-large forward took 88 to 141 ms there)
 CACHE_FILE = "choices.json"
 PROBE_CONTEXT = 8  # cached tokens before a timed forward (time_forwards)
 
@@ -69,24 +78,53 @@ def cpu_model(cpuinfo=Path("/proc/cpuinfo")):
     return platform.processor() or platform.machine()
 
 
-def blas_key():
-    """The BLAS libraries numpy loaded, as threadpoolctl sees them: [library, version, kernel set] each."""
-    return [[i.get("internal_api"), i.get("version"), i.get("architecture")] for i in threadpool_info()
-            if i.get("user_api") == "blas"]
+def blas_key(info=None, numpy_dir=None):
+    """numpy's BLAS, as threadpoolctl sees it: [[library, version, kernel set]]. info: threadpool_info()'s list (a
+    parameter for tests); numpy_dir: numpy's package directory (default: numpy's own).
+
+    Only the BLAS loaded from numpy's own files (its package or the `numpy.libs` beside it, as its wheels ship
+    OpenBLAS) counts: other libraries load theirs into the process too (numba imports scipy, whose wheel brings
+    another OpenBLAS), in an order that differs between runs, and a key that changed with them would measure the
+    same machine again. A numpy linked to a BLAS outside its own files (a distribution's or conda's) has none of
+    them: then every BLAS loaded counts, sorted."""
+    info = threadpool_info() if info is None else info
+    root = Path(numpy_dir or os.path.dirname(np.__file__)).resolve()
+    own = (root, root.with_name(root.name + ".libs"))
+    blas = [i for i in info if i.get("user_api") == "blas"]
+    mine = [i for i in blas if any(Path(i.get("filepath") or "/").resolve().is_relative_to(d) for d in own)]
+    return sorted(([i.get("internal_api"), i.get("version"), i.get("architecture")] for i in (mine or blas)), key=str)
 
 
-def machine_key(role, candidates, shapes, threads):
+def machine_key(role, candidates, shapes, threads, partner=None):
     """The cache key of a choice (module docstring): a JSON string. Each candidate is named with its code's version
-    (registry.Kernel.version), so that a kernel made faster or slower is measured again."""
+    (registry.Kernel.version), so that a kernel made faster or slower is measured again. partner: None, or the
+    [kernel/version, threads, shapes] of the model the candidates were timed in rounds with (model_shapes)."""
     return json.dumps({"probe": PROBE_VERSION, "cpu": cpu_model(), "blas": blas_key(), "numpy": np.__version__, "role": role,
                        "candidates": [f"{c}/{REGISTRY[c].version}" for c in candidates],
-                       "shapes": [list(s) for s in shapes], "threads": threads}, sort_keys=True)
+                       "shapes": [list(s) for s in shapes], "threads": threads, "partner": partner}, sort_keys=True)
 
 
-def time_forwards(name, threads, model, rows, repeats=REPEATS, clock=time.perf_counter):
+def model_shapes(model):  # Model -> [n_layer, n_embd, n_head, n_vocab]
+    """The shapes a model's forward time depends on, as machine_key names them."""
+    c = model.config
+    return [c.n_layer, c.n_embd, c.n_head, c.n_vocab]
+
+
+def partner_key(partner):  # Model or None -> [kernel/version, threads, [shapes]] or None
+    """How machine_key names the partner a role was timed beside (None: timed alone)."""
+    if partner is None:
+        return None
+    return [f"{partner.kernel}/{REGISTRY[partner.kernel].version}", partner.threads, model_shapes(partner)]
+
+
+def time_forwards(name, threads, model, rows, repeats=REPEATS, clock=time.perf_counter, partner=None):
     """Seconds of one decoding forward of `rows` tokens by `model` (a Model already decoding with kernel `name` and
     `threads`) after a PROBE_CONTEXT-token prefill (both cut to fit the model's n_ctx), best of `repeats` (after one
     untimed forward).
+
+    partner: None, or a Model (a draft, decoding with its own kernel) timed with it in rounds (module docstring):
+    it prefills the same context, and each timed span is `rows - 1` one-token forwards of the partner, then the
+    model's forward; both caches are rolled back after it. The partner's context is cut to its own n_ctx too.
 
     One prefill, then the forwards back to back, the cache rolled back to the context after each, as a decoding runs
     them: a prefill multiplies through BLAS at the run's threads, and OpenBLAS's threads keep spinning for a while
@@ -105,13 +143,33 @@ def time_forwards(name, threads, model, rows, repeats=REPEATS, clock=time.perf_c
     cache, best = model.new_cache(), float("inf")
     if context:
         model.prefill(ids[:context], cache)
+    draft = None if partner is None else partner_round(partner, context, rows - 1)
     for i in range(repeats + 1):
         start = clock()
+        if draft is not None:
+            draft()
         model.forward(ids[context:], cache)
         if i:
             best = min(best, clock() - start)
         cache.rollback(context)
     return best
+
+
+def partner_round(partner, context, steps):  # Model, ints -> a callable, called once per timed span
+    """The partner's part of a round (time_forwards): a callable running `steps` one-token forwards of `partner`
+    after its prefilled `context` tokens, then rolling its cache back to them; both cut to fit its n_ctx."""
+    steps = min(steps, partner.config.n_ctx)
+    context = min(context, partner.config.n_ctx - steps)
+    ids = np.arange(context + steps) % partner.config.n_vocab
+    cache = partner.new_cache()
+    if context:
+        partner.prefill(ids[:context], cache)
+
+    def run():
+        for i in range(context, context + steps):
+            partner.forward(ids[i : i + 1], cache)
+        cache.rollback(context)
+    return run
 
 
 class Choice(NamedTuple):
@@ -126,27 +184,31 @@ def thread_options(threads):
     return tuple(dict.fromkeys((threads, 1)))
 
 
-def measure_all(choices, model, rows, measure=time_forwards):
+def measure_all(choices, model, rows, measure=time_forwards, partner=None):
     """{Choice: summed best seconds over `rows`} for each of `choices`. measure(name, threads, candidate model, m) ->
-    seconds. Each choice's Model (model.with_kernel: the same weights) is built just before its timings and dropped
+    seconds, called with partner=`partner` too when one is given (time_forwards' rounds). Each choice's Model (model.with_kernel: the same weights) is built just before its timings and dropped
     after them, so that at most one compiled kernel's packed copy of the weights (npspec.compiled) exists at a time:
     for gpt2-xl's 6 GB, a second would be another 6 GB."""
     seconds = {}
     for c in choices:
         built = model.with_kernel(c.kernel, c.threads)
-        seconds[c] = sum(measure(c.kernel, c.threads, built, m) for m in rows)
+        extra = {} if partner is None else {"partner": partner}
+        seconds[c] = sum(measure(c.kernel, c.threads, built, m, **extra) for m in rows)
         del built
     return seconds
 
 
-def choose(role, model, threads, path=None, mode="cached", measure=time_forwards, candidates=None, note=None):
+def choose(role, model, threads, path=None, mode="cached", measure=time_forwards, candidates=None, note=None,
+           partner=None):
     """The Choice (kernel, threads) `role` ("target" or "draft") decodes `model` (an npspec.model.Model) with, when
     `threads` are asked for: the fastest candidate kernel at `threads` or at one thread (thread_options).
 
     path: the cache file (None: nothing cached, as "bypass"). mode: one of MODES (module docstring).
     measure: time_forwards' signature (a parameter so that tests can fake the timings: then no forward runs and no
     clock is read). candidates: default registry.role_candidates(role). note: None, or a function given one line
-    when a measurement runs. Raises ValueError for a bad role or mode.
+    when a measurement runs. partner: None, or the Model timed in rounds with each candidate (time_forwards: the
+    draft beside a target), decoding with its own kernel, which the cache key names. Raises ValueError for a bad
+    role or mode.
     """
     if mode not in MODES:
         raise ValueError(f"the kernel probe mode must be one of {', '.join(MODES)}, got {mode!r}")
@@ -154,17 +216,17 @@ def choose(role, model, threads, path=None, mode="cached", measure=time_forwards
     choices = [Choice(k, t) for k in candidates for t in thread_options(threads)]  # ties: the earlier one
     if len(choices) == 1 or mode == "off":
         return choices[0]
-    c = model.config
-    key = machine_key(role, candidates, [[c.n_layer, c.n_embd, c.n_head, c.n_vocab]], threads)
+    key = machine_key(role, candidates, [model_shapes(model)], threads, partner_key(partner))
     use_cache = path is not None and mode != "bypass"
     if use_cache and mode == "cached":
         hit = read_choices(path).get(key)
         if hit is not None and Choice(hit.get("kernel"), hit.get("threads")) in choices:
             return Choice(hit["kernel"], hit["threads"])
     if note is not None:
+        beside = "" if partner is None else f" beside its draft ({partner.kernel})"
         note(f"timing the {role}'s kernels {', '.join(candidates)} at {' and '.join(map(str, thread_options(threads)))} "
-             "thread(s) on this machine (once; --kernel-probe refresh times them again)")
-    seconds = measure_all(choices, model, ROLE_ROWS[role], measure)
+             f"thread(s){beside} on this machine (once; --kernel-probe refresh times them again)")
+    seconds = measure_all(choices, model, ROLE_ROWS[role], measure, partner)
     best = min(choices, key=lambda choice: seconds[choice])
     if use_cache:
         store_choice(path, key, {"kernel": best.kernel, "threads": best.threads, "rows": list(ROLE_ROWS[role]),

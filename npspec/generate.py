@@ -415,16 +415,18 @@ def probed(job, args, draft, threads, note=None):  # -> Job
     candidate on this machine, at `threads` or one, which may time them and write the cache's choices.json, as
     --kernel-probe says). Called once every
     check has passed, so that a refused command measures and writes nothing. --target-kernel / --draft-kernel stay
-    as given; a draft model the job does not use (gamma clamped to 0) is not measured. draft: load_draft's model.
+    as given; a draft model the job does not use (gamma clamped to 0) is not measured. The draft is chosen first,
+    then the target in rounds beside it (its partner), as they will decode. draft: load_draft's model.
     note: gets a compiled kernel's compile note."""
+    drafter = job.drafter
+    partner = draft if drafter is not None else None  # the draft model the job decodes beside (None: none)
+    if partner is not None and args.draft_kernel is None:
+        partner = role_model(draft, "draft", threads, probe=args.kernel_probe, note=note)
     target = job.target
     if args.target_kernel is None:
-        target = role_model(target, "target", threads, probe=args.kernel_probe, note=note)
-    drafter = job.drafter
-    if drafter is not None and draft is not None and args.draft_kernel is None:
-        chosen = role_model(draft, "draft", threads, probe=args.kernel_probe, note=note)
-        if chosen is not draft:
-            drafter = make_drafter(args, target, chosen)
+        target = role_model(target, "target", threads, probe=args.kernel_probe, note=note, partner=partner)
+    if partner is not draft:  # a re-chosen draft model: its drafter anew
+        drafter = make_drafter(args, target, partner)
     return replace(job, target=target, drafter=drafter)
 
 

@@ -126,6 +126,21 @@ def test_the_key_names_the_cpu_the_blas_numpy_the_shapes_and_the_threads():
     assert key["probe"] == choice.PROBE_VERSION  # timings taken another way are measured again
 
 
+def test_the_key_names_numpys_own_blas_not_those_other_libraries_load_in_any_order(tmp_path):
+    """numba imports scipy, whose wheel loads a second OpenBLAS: the key names numpy's (its package or numpy.libs)
+    whichever order threadpoolctl lists them in; a numpy linked to a BLAS outside its files keys every BLAS, sorted."""
+    numpy_dir = tmp_path / "site-packages" / "numpy"
+    ours = {"user_api": "blas", "internal_api": "openblas", "version": "0.3.31", "architecture": "SkylakeX",
+            "filepath": str(numpy_dir.with_name("numpy.libs") / "libscipy_openblas64_.so")}
+    scipys = {**ours, "version": "0.3.30", "filepath": str(tmp_path / "site-packages" / "scipy.libs" / "libopenblas.so")}
+    gomp = {"user_api": "openmp", "internal_api": "openmp", "version": None, "filepath": "/usr/lib/libgomp.so"}
+    for info in ([ours, scipys, gomp], [gomp, scipys, ours]):
+        assert choice.blas_key(info, numpy_dir) == [["openblas", "0.3.31", "SkylakeX"]]
+    mkl = {"user_api": "blas", "internal_api": "mkl", "version": "2024", "architecture": None, "filepath": "/opt/mkl.so"}
+    assert choice.blas_key([scipys, mkl], numpy_dir) == choice.blas_key([mkl, scipys], numpy_dir) \
+        == sorted([["openblas", "0.3.30", "SkylakeX"], ["mkl", "2024", None]], key=str)
+
+
 def test_a_new_way_of_timing_keys_the_choices_apart(monkeypatch):
     before = choice.machine_key("target", NUMPY_TARGET, [(16, 48)], 2)
     monkeypatch.setattr(choice, "PROBE_VERSION", choice.PROBE_VERSION + 1)
@@ -205,6 +220,43 @@ def test_the_real_measurement_times_forwards_with_the_clock_it_is_given():
     assert seconds == 1  # each timed forward reads the clock twice, one tick apart
     # one prefill, then one untimed and 3 timed forwards of 2 rows back to back, each from the same context
     assert seen == [("prefill", choice.PROBE_CONTEXT)] + [(2, choice.PROBE_CONTEXT)] * 4
+
+
+def test_a_target_beside_a_draft_is_timed_in_rounds_and_keyed_by_that_draft(tiny):
+    """A machine where the GEMM kernel verifies faster alone, but a round with a draft on other threads costs it
+    more (each kind of thread spinning on the other's cores): beside that draft the probe picks the GEMV kernel,
+    and the draft it was timed with is in the cache key."""
+    draft = tiny_model(seed=1).with_kernel("gemv-panels", 2)
+    seen = []
+
+    def measure(name, threads, model, rows, partner=None):
+        seen.append(partner)
+        alone = 1.0 if name == "gemm-blocks" else 1.2
+        return alone + (0.5 if partner is not None and name == "gemm-blocks" else 0.0)
+    assert choice.choose("target", tiny, 2, mode="bypass", measure=measure, candidates=NUMPY_TARGET).kernel \
+        == "gemm-blocks" and seen == [None] * 4
+    seen.clear()
+    assert choice.choose("target", tiny, 2, mode="bypass", measure=measure, candidates=NUMPY_TARGET,
+                         partner=draft).kernel == "gemv-panels" and seen == [draft] * 4
+    alone, beside = (json.loads(choice.machine_key("target", NUMPY_TARGET, [[1, 2, 3, 4]], 2, p))["partner"]
+                     for p in (None, choice.partner_key(draft)))
+    assert alone is None and beside == ["gemv-panels/" + str(REGISTRY["gemv-panels"].version), 2,
+                                        choice.model_shapes(draft)]
+
+
+def test_a_round_runs_the_drafts_one_token_forwards_then_the_verify_all_inside_the_timed_span():
+    ticks = iter(range(100))
+    target, draft = tiny_model().with_kernel("gemv-rows"), tiny_model(seed=1).with_kernel("gemv-rows")
+    seen = []
+    for name, model in (("target", target), ("draft", draft)):
+        forward, prefill = model.forward, model.prefill
+        model.forward = lambda ids, cache, f=forward, n=name: seen.append((n, len(ids), cache.length)) or f(ids, cache)
+        model.prefill = lambda ids, cache, f=prefill, n=name: seen.append((n, "prefill", len(ids))) or f(ids, cache)
+    clock = lambda: seen.append("clock") or next(ticks)
+    seconds = choice.time_forwards("gemv-rows", 1, target, 3, repeats=1, clock=clock, partner=draft)
+    c = choice.PROBE_CONTEXT
+    span = ["clock", ("draft", 1, c), ("draft", 1, c + 1), ("target", 3, c)]  # the untimed one: no second reading
+    assert seen == [("target", "prefill", c), ("draft", "prefill", c)] + span + span + ["clock"] and seconds == 1
 
 
 def test_load_chooses_each_roles_kernel_unless_one_is_given(tmp_path):

@@ -123,12 +123,15 @@ def load(spec=None, role="target", cache_dir=None, kernel=None, threads=1, progr
     return role_model(model, role, threads, cache_dir, probe, note)
 
 
-def role_model(model, role, threads, cache_dir=None, probe="cached", note=None):
+def role_model(model, role, threads, cache_dir=None, probe="cached", note=None, partner=None):
     """`model` decoding with `role`'s default kernel and threads: npspec.choice.choose over the role's candidates,
     for the model's shapes and `threads` asked for, cached in the cache directory's choices.json as `probe` says
     (see load); `model` itself when it already decodes so, else model.with_kernel (the same weights). note: gets a
-    compiled kernel's compile note. Raises ValueError for a bad role or probe mode."""
-    chosen = choose(role, model, threads, cache_root(cache_dir) / CACHE_FILE, probe)  # silent: repr and --json show it
+    compiled kernel's compile note. partner: None, or the draft Model (with its kernel chosen) that a target decodes
+    beside: the target's candidates are then timed in rounds with it (npspec.choice.time_forwards). Raises
+    ValueError for a bad role or probe mode."""
+    chosen = choose(role, model, threads, cache_root(cache_dir) / CACHE_FILE, probe,
+                    partner=partner)  # silent: repr and --json show it
     if chosen == (model.kernel, model.threads):
         return model
     return model.with_kernel(chosen.kernel, chosen.threads, note=note)
