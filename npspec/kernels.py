@@ -38,6 +38,7 @@ bench/verify_cost measures each for n = 1..16; bench/results/README.md says what
 
 import os
 import threading
+import weakref
 
 import numpy as np
 
@@ -120,40 +121,34 @@ class Workers:
     products run at the same time. Threads start on first use and are daemons (a worker blocked on
     its lock never keeps the interpreter alive). An exception in a job is raised again in the
     caller of `run`. Interrupting `run` (KeyboardInterrupt) leaves no job half-collected: the next
-    `run` first waits for every worker still busy.
+    `run` first waits for every worker still busy. The threads hold the locks and lists, not the
+    Workers object, so once nothing else holds it (a model left behind by with_kernel, a probe's
+    candidate) it is collected and its threads end (`stop_workers`).
     """
 
     def __init__(self, n):
         self.n = n
         self.go = [threading.Lock() for _ in range(n)]
         self.done = [threading.Lock() for _ in range(n)]
-        self.jobs, self.errors, self.busy = [None] * n, [None] * n, [False] * n
+        self.jobs, self.errors, self.busy = [None] * n, [None] * n, [False] * n  # changed in place only
         self.threads = []
 
     def start(self):
         for i in range(self.n):
             self.go[i].acquire()
             self.done[i].acquire()
-            t = threading.Thread(target=self.loop, args=(i,), name=f"npspec-{i}", daemon=True)
+            t = threading.Thread(target=work, args=(self.go[i], self.done[i], self.jobs, self.errors, i),
+                                 name=f"npspec-{i}", daemon=True)
             t.start()
             self.threads.append(t)
-
-    def loop(self, i):
-        while True:
-            self.go[i].acquire()
-            try:
-                self.jobs[i]()
-            except BaseException as e:  # raised again in run's thread
-                self.errors[i] = e
-            self.jobs[i] = None
-            self.done[i].release()
+        weakref.finalize(self, stop_workers, self.go, self.done, self.jobs, self.busy).atexit = False  # daemons
 
     def run(self, jobs):
         """Run `jobs` (at most n + 1 callables) at once: jobs[0] on the calling thread, the rest on the workers; wait for all."""
         if not self.threads:
             self.start()
         self.collect()  # a job left running by an interrupted run
-        self.errors = [None] * self.n  # and whatever it raised: that run is over
+        self.errors[:] = [None] * self.n  # and whatever it raised: that run is over
         for i, job in enumerate(jobs[1:]):
             self.jobs[i], self.busy[i] = job, True
             self.go[i].release()
@@ -162,7 +157,7 @@ class Workers:
         finally:
             self.collect()
         if errors := [e for e in self.errors if e is not None]:
-            self.errors = [None] * self.n
+            self.errors[:] = [None] * self.n
             raise errors[0]
 
     def collect(self):
@@ -170,6 +165,36 @@ class Workers:
             if self.busy[i]:
                 self.done[i].acquire()
                 self.busy[i] = False
+
+
+STOP = object()  # the job that ends a worker's thread (stop_workers)
+
+
+def work(go, done, jobs, errors, i):  # worker i's thread: its two locks, the shared job and error lists
+    """Worker i's loop (Workers): wait for `go`, run jobs[i], record what it raised in errors[i], release `done`;
+    return at the STOP job."""
+    while True:
+        go.acquire()
+        job = jobs[i]
+        if job is STOP:
+            return
+        try:
+            job()
+        except BaseException as e:  # raised again in run's thread
+            errors[i] = e
+        jobs[i] = job = None  # a job holds its kernel (and so this Workers): nothing keeps it while waiting
+        done.release()
+
+
+def stop_workers(go, done, jobs, busy):
+    """End every worker's thread (called when its Workers is collected): wait for a job still running, then hand
+    each the STOP job."""
+    for i in range(len(go)):
+        if busy[i]:
+            done[i].acquire()
+            busy[i] = False
+        jobs[i] = STOP
+        go[i].release()
 
 
 class PanelKernel:

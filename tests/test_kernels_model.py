@@ -5,6 +5,7 @@ kernel is chosen.
 """
 
 import copy
+import gc
 import threading
 
 import numpy as np
@@ -185,6 +186,29 @@ def test_an_interrupted_run_waits_for_its_workers_before_raising():
     order.append("raised")
     w.run([lambda: order.append("next"), lambda: order.append("next")])
     assert order == ["worker done", "raised", "next", "next"] and w.busy == [False]
+
+
+def test_workers_left_behind_end_their_threads():
+    """A Workers nothing holds any more is collected and its threads end: one whose last run was interrupted with a
+    job still running, and a panel kernel's left behind by with_kernel (a probe's candidate) once it shared a
+    product out."""
+    w, gate = Workers(2), threading.Event()
+
+    def caller():
+        raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt):
+        w.run([caller, lambda: gate.wait(5), lambda: None])
+    threading.Timer(0.05, gate.set).start()
+    model = tiny_model().with_kernel("gemv-panels", 2)
+    big = np.asfortranarray(np.ones((1024, 1025), np.float32))  # over SPLIT_BYTES: shared out to its worker
+    model.linear(np.ones((1, 1024), np.float32), big)
+    threads = w.threads + model.linear.workers.threads
+    assert len(threads) == 3 and all(t.is_alive() for t in threads)
+    del w, model
+    gc.collect()
+    for t in threads:
+        t.join(10)
+    assert not any(t.is_alive() for t in threads)
 
 
 @pytest.mark.parametrize("kernel, blas", [("gemm-blocks", 1), ("gemv-panels", 1), ("gemv-rows", 3), ("gemm", 3),
