@@ -7,7 +7,7 @@ machine of bench/results/earlier/ (so "gemm-blocks" verifies cheapest there) and
 kernels on AMD Zen 2 and 3 (so "gemv-panels" does; issue 24). So npspec never hard-codes the choice: `choose` times
 each candidate of a role (registry.role_candidates) in the model's own decoding forwards (with the rows the
 role multiplies: ROLE_ROWS), at the thread count asked for and at one thread (`thread_options`), and keeps the
-fastest pair (the sum of its best-of-REPEATS times). A target that decodes beside a draft model is timed in ROUNDS
+fastest pair (the sum of its median times over REPEATS runs). A target that decodes beside a draft model is timed in ROUNDS
 with that draft (`partner`): each timed span is the draft's one-token forwards, as many as the target verifies
 rows less one, then the target's forward, as speculative decoding alternates them on the same cores. Timed alone, a
 target on BLAS's threads can win and then lose in the loop: on an AMD Zen 4, "gemm-blocks" verified 4 rows of
@@ -50,10 +50,13 @@ from .registry import REGISTRY, role_candidates
 MODES = ("cached", "refresh", "bypass", "off")
 ROLE_ROWS = {"target": (4,), "draft": (1,)}  # rows timed: a target verifies gamma + 1 (4 at gamma 3), a draft decodes 1
 # (a target's plain decoding is not its role: --compare and the bench time plain decoding with every kernel anyway)
-PROBE_VERSION = 3  # in every cache key: raised when how a candidate is timed changes (2: one prefill per timing;
-# 3: a target timed in rounds with its draft, best of 4)
-REPEATS = 4  # best of this many timed runs per (kernel, rows), after one untimed run (the first use probes/compiles);
-# 2 let one slow run decide near ties on a loaded virtual machine (the same gpt2-large forward took 88 to 141 ms there)
+PROBE_VERSION = 4  # in every cache key: raised when how a candidate is timed changes (2: one prefill per timing;
+# 3: a target timed in rounds with its draft; 4: the median of REPEATS, not the best)
+REPEATS = 5  # the median of this many timed runs per (kernel, rows), after one untimed run (the first use compiles).
+# The median, not the best: decoding pays every forward, and on a noisy virtual machine the best run is far from the
+# typical one, by a different amount for each kernel (an AMD Zen 4 ran the same 4-row gpt2-large forward in 128.6 ms
+# at best and 199.1 ms as a median of 8; its probe's best rounds put gemm-blocks 7% ahead of gemv-panels, whose
+# verifies then ran 9% faster in the loop: bench/results/issue24/README.md)
 CACHE_FILE = "choices.json"
 PROBE_CONTEXT = 8  # cached tokens before a timed forward (time_forwards)
 
@@ -119,8 +122,8 @@ def partner_key(partner):  # Model or None -> [kernel/version, threads, [shapes]
 
 def time_forwards(name, threads, model, rows, repeats=REPEATS, clock=time.perf_counter, partner=None):
     """Seconds of one decoding forward of `rows` tokens by `model` (a Model already decoding with kernel `name` and
-    `threads`) after a PROBE_CONTEXT-token prefill (both cut to fit the model's n_ctx), best of `repeats` (after one
-    untimed forward).
+    `threads`) after a PROBE_CONTEXT-token prefill (both cut to fit the model's n_ctx): the median of `repeats`
+    (after one untimed forward).
 
     partner: None, or a Model (a draft, decoding with its own kernel) timed with it in rounds (module docstring):
     it prefills the same context, and each timed span is `rows - 1` one-token forwards of the partner, then the
@@ -140,7 +143,7 @@ def time_forwards(name, threads, model, rows, repeats=REPEATS, clock=time.perf_c
     rows = min(rows, model.config.n_ctx)  # a model with a tiny context: what fits of it
     context = min(PROBE_CONTEXT, model.config.n_ctx - rows)
     ids = np.arange(context + rows) % model.config.n_vocab
-    cache, best = model.new_cache(), float("inf")
+    cache, times = model.new_cache(), []
     if context:
         model.prefill(ids[:context], cache)
     draft = None if partner is None else partner_round(partner, context, rows - 1)
@@ -150,9 +153,9 @@ def time_forwards(name, threads, model, rows, repeats=REPEATS, clock=time.perf_c
             draft()
         model.forward(ids[context:], cache)
         if i:
-            best = min(best, clock() - start)
+            times.append(clock() - start)
         cache.rollback(context)
-    return best
+    return float(np.median(times))
 
 
 def partner_round(partner, context, steps):  # Model, ints -> a callable, called once per timed span
@@ -185,7 +188,7 @@ def thread_options(threads):
 
 
 def measure_all(choices, model, rows, measure=time_forwards, partner=None):
-    """{Choice: summed best seconds over `rows`} for each of `choices`. measure(name, threads, candidate model, m) ->
+    """{Choice: summed median seconds over `rows`} for each of `choices`. measure(name, threads, candidate model, m) ->
     seconds, called with partner=`partner` too when one is given (time_forwards' rounds). Each choice's Model (model.with_kernel: the same weights) is built just before its timings and dropped
     after them, so that at most one compiled kernel's packed copy of the weights (npspec.compiled) exists at a time:
     for gpt2-xl's 6 GB, a second would be another 6 GB."""

@@ -259,6 +259,13 @@ def test_a_round_runs_the_drafts_one_token_forwards_then_the_verify_all_inside_t
     assert seen == [("target", "prefill", c), ("draft", "prefill", c)] + span + span + ["clock"] and seconds == 1
 
 
+def test_the_probe_takes_the_median_of_its_timed_forwards_not_the_best():
+    """Decoding pays every forward: timed spans of 5, 1 and 3 s (after the untimed one) count as 3 s."""
+    readings = iter([0, 100, 105, 105, 106, 106, 109])  # untimed start, then (start, stop) per timed forward
+    model = tiny_model().with_kernel("gemv-rows")
+    assert choice.time_forwards("gemv-rows", 1, model, 1, repeats=3, clock=lambda: next(readings)) == 3
+
+
 def test_load_chooses_each_roles_kernel_unless_one_is_given(tmp_path):
     target = load(None, "target", cache_dir=tmp_path, probe="off")
     assert target.kernel == choice.role_candidates("target")[0]
