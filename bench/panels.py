@@ -61,7 +61,7 @@ def workers_products(threads):
     def run(xs, ws):
         out = []
         for x, w in zip(xs, ws):
-            panels = kernel.pack(w)[1]
+            panels = kernel.entry(w)[1]
             y = np.empty((x.shape[0], w.shape[1]), np.float32)
             cuts = run_cuts(len(panels), threads)
             runs = list(zip(cuts, cuts[1:]))[::-1]

@@ -7,22 +7,22 @@ machine of bench/results/earlier/ (so "gemm-blocks" verifies cheapest there) and
 kernels on AMD Zen 2 and 3 (so "gemv-panels" does; issue 24). So npspec never hard-codes the choice: `choose` times
 each candidate of a role (registry.role_candidates) in the model's own decoding forwards (with the rows the
 role multiplies: ROLE_ROWS), at the thread count asked for and at one thread (`thread_options`), and keeps the
-fastest pair (the sum of its median times over REPEATS runs). A target that decodes beside a draft model is timed in ROUNDS
-with that draft (`partner`): each timed span is the draft's one-token forwards, as many as the target verifies
-rows less one, then the target's forward, as speculative decoding alternates them on the same cores. Timed alone, a
-target on BLAS's threads can win and then lose in the loop: on an AMD Zen 4, "gemm-blocks" verified 4 rows of
-gpt2-large in 153.9 ms against 172.3 for "compiled-panels" alone, yet beside a compiled distilgpt2 draft (numba's
-threads) issue 24's command ran at 0.87x with it (bench/results/issue24/README.md): each kind of thread spins on
-the cores the other needs. One thread is a candidate because every candidate shares a
-forward's products over threads (npspec's own workers, or numba's for "compiled-panels"), and handing each of a
-forward's ~150 products to them can cost more than the second core gives: on an AMD Zen 5 virtual machine "compiled-panels" ran a one-token gpt2-large
-forward in 101.8 ms at one thread against 114.2 ms at two (bench/results/issue24/zen5/threads/), while on a Zen 4
-the same kernel verified 4 rows faster at two. A single pair is not timed.
+fastest pair (the sum of its median times over REPEATS runs). A target that decodes beside a draft model is timed
+in ROUNDS with that draft (`partner`): each timed span is the draft's one-token forwards, as many as the target
+verifies rows less one, then the target's forward, as speculative decoding alternates them on the same cores.
+Timed alone, a target on BLAS's threads can win and then lose in the loop: on an AMD Zen 4, "gemm-blocks" verified
+4 rows of gpt2-large in 153.9 ms against 172.3 for "compiled-panels" alone, yet beside a compiled distilgpt2 draft
+(numba's threads) issue 24's command ran at 0.87x with it (bench/results/issue24/README.md): each kind of thread
+spins on the cores the other needs. One thread is a candidate because every candidate shares a forward's products
+over threads (npspec's own workers, or numba's for "compiled-panels"), and handing each of a forward's ~150
+products to them can cost more than the second core gives: on an AMD Zen 5 virtual machine "compiled-panels" ran a
+one-token gpt2-large forward in 101.8 ms at one thread against 114.2 ms at two (bench/results/issue24/zen5/threads/),
+while on a Zen 4 the same kernel verified 4 rows faster at two. A single pair is not timed.
 
 The result is cached in npspec's cache directory (`choices.json` there: one JSON object, written whole to a
-temporary file and renamed over the old one, under a filelock in the cache's `.locks/`, so a crash or a concurrent run never leaves it half
-written), keyed by everything the timing depends on (`machine_key`): the CPU model, the BLAS libraries numpy loaded
-(threadpoolctl: library, version, kernel set), the numpy version, the role, the candidates (with their code's
+temporary file and renamed over the old one, under a filelock in the cache's `.locks/`, so a crash or a concurrent
+run never leaves it half written), keyed by everything the timing depends on (`machine_key`): the CPU model, numpy's
+own BLAS (`blas_key`; threadpoolctl: library, version, kernel set), the numpy version, the role, the candidates (with their code's
 versions), the shapes, the thread count asked for, the partner (its kernel, threads and shapes) and how the probe
 times (PROBE_VERSION). `mode` (the CLI's --kernel-probe) says how the cache is used:
   * "cached" (the default): use the cached choice, else measure and store it;
@@ -102,7 +102,8 @@ def machine_key(role, candidates, shapes, threads, partner=None):
     """The cache key of a choice (module docstring): a JSON string. Each candidate is named with its code's version
     (registry.Kernel.version), so that a kernel made faster or slower is measured again. partner: None, or the
     [kernel/version, threads, shapes] of the model the candidates were timed in rounds with (model_shapes)."""
-    return json.dumps({"probe": PROBE_VERSION, "cpu": cpu_model(), "blas": blas_key(), "numpy": np.__version__, "role": role,
+    return json.dumps({"probe": PROBE_VERSION, "cpu": cpu_model(), "blas": blas_key(), "numpy": np.__version__,
+                       "role": role,
                        "candidates": [f"{c}/{REGISTRY[c].version}" for c in candidates],
                        "shapes": [list(s) for s in shapes], "threads": threads, "partner": partner}, sort_keys=True)
 
@@ -189,7 +190,8 @@ def thread_options(threads):
 
 def measure_all(choices, model, rows, measure=time_forwards, partner=None):
     """{Choice: summed median seconds over `rows`} for each of `choices`. measure(name, threads, candidate model, m) ->
-    seconds, called with partner=`partner` too when one is given (time_forwards' rounds). Each choice's Model (model.with_kernel: the same weights) is built just before its timings and dropped
+    seconds, called with partner=`partner` too when one is given (time_forwards' rounds). Each choice's Model
+    (model.with_kernel: the same weights) is built just before its timings and dropped
     after them, so that at most one compiled kernel's packed copy of the weights (npspec.compiled) exists at a time:
     for gpt2-xl's 6 GB, a second would be another 6 GB."""
     seconds = {}

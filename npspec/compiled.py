@@ -313,9 +313,9 @@ class CompiledPanels:
         """Pack each of `matrices` (`[d_in, d_out]` float32) now (registry.Kernel.prepare: a Model calls it when it is
         built, so that its first decoding forward does not pay for the packing)."""
         for w in matrices:
-            self.pack(w)
+            self.entry(w)
 
-    def pack(self, w):  # [d_in, d_out] -> (w, [n_panels, d_in, panel], [runs + 1] int64 or None, threads)
+    def entry(self, w):  # [d_in, d_out] -> (w, [n_panels, d_in, panel], [runs + 1] int64 or None, threads)
         """w's entry in `self.packed`, made on its first call: its panels and how a product shares them out (`plan`)."""
         key = (w.__array_interface__["data"][0], w.shape, w.strides)
         if key not in self.packed:
@@ -334,7 +334,7 @@ class CompiledPanels:
 
     def __call__(self, x, w, b=None):  # [n, d_in], [d_in, d_out], [d_out] -> [n, d_out]
         x = np.ascontiguousarray(x, dtype=np.float32)
-        _, panels, cuts, threads = self.pack(w)
+        _, panels, cuts, threads = self.entry(w)
         y = np.empty((x.shape[0], w.shape[1]), dtype=np.float32)
         if cuts is None:
             self.product(x, panels, y, 0, panels.shape[0])

@@ -198,16 +198,16 @@ def test_numba_is_told_to_try_openmp_first_and_more_threads_than_it_has_share_it
 
 @needs_numba
 def test_each_matrix_is_packed_once_with_its_share_out_planned_once():
-    """CompiledPanels.pack: a matrix's panels, its runs' cuts and its thread count are made on its first product and
+    """CompiledPanels.entry: a matrix's panels, its runs' cuts and its thread count are made on its first product and
     reused (the hot path builds none of them); a small matrix, or one thread, runs as one call (no cuts)."""
     kernel = compiled.CompiledPanels(3)
     big, small = matrix(1280, 1283), matrix(64, 67)
     x = matrix(2, 1280, seed=3, order="C")
     kernel(x, big)
-    entry = kernel.pack(big)
+    entry = kernel.entry(big)
     count = -(-1283 // compiled.PANEL)
     assert entry[0] is big and entry[1].shape == (count, 1280, compiled.PANEL)
     assert entry[2].tolist() == [count * i // 3 for i in range(4)] and entry[3] == min(3, kernel.most_threads)
     kernel(x, big)
-    assert kernel.pack(big) is entry and len(kernel.packed) == 1
-    assert kernel.pack(small)[2:] == (None, 1) and compiled.CompiledPanels(1).pack(big)[2:] == (None, 1)
+    assert kernel.entry(big) is entry and len(kernel.packed) == 1
+    assert kernel.entry(small)[2:] == (None, 1) and compiled.CompiledPanels(1).entry(big)[2:] == (None, 1)
