@@ -1,30 +1,31 @@
 """Which kernel a role decodes with, on how many threads: the fastest of its candidates, measured on this machine,
 cached per machine.
 
-Imports npspec.registry; filelock, threadpoolctl (and is handed npspec.model.Model objects). Which invariant NumPy kernel is
-fastest depends on the BLAS: OpenBLAS' few-row GEMM over GPT-2's block matrices costs about a GEMV on the Intel
-machine of bench/results/earlier/ (so "gemm-blocks" verifies cheapest there) and about 3x a GEMV with its Haswell
-kernels on AMD Zen 2 and 3 (so "gemv-panels" does; issue 24). So npspec never hard-codes the choice: `choose` times
-each candidate of a role (registry.role_candidates) in the model's own decoding forwards (with the rows the
-role multiplies: ROLE_ROWS), at the thread count asked for and at one thread (`thread_options`), and keeps the
-fastest pair (the sum of its median times over REPEATS runs). A target that decodes beside a draft model is timed
-in ROUNDS with that draft (`partner`): each timed span is the draft's one-token forwards, as many as the target
-verifies rows less one, then the target's forward, as speculative decoding alternates them on the same cores.
-Timed alone, a target on BLAS's threads can win and then lose in the loop: on an AMD Zen 4, "gemm-blocks" verified
-4 rows of gpt2-large in 153.9 ms against 172.3 for "compiled-panels" alone, yet beside a compiled distilgpt2 draft
-(numba's threads) issue 24's command ran at 0.87x with it (bench/results/issue24/README.md): each kind of thread
-spins on the cores the other needs. One thread is a candidate because every candidate shares a forward's products
-over threads (npspec's own workers, or numba's for "compiled-panels"), and handing each of a forward's ~150
-products to them can cost more than the second core gives: on an AMD Zen 5 virtual machine "compiled-panels" ran a
-one-token gpt2-large forward in 101.8 ms at one thread against 114.2 ms at two (bench/results/issue24/zen5/threads/),
-while on a Zen 4 the same kernel verified 4 rows faster at two. A single pair is not timed.
+Imports npspec.registry, npspec.atomic (its locks and atomic writes); threadpoolctl (and is handed npspec.model.Model
+objects). Which invariant NumPy kernel is fastest depends on the BLAS: OpenBLAS' few-row GEMM over GPT-2's block
+matrices costs about a GEMV on the Intel machine of bench/results/earlier/ (so "gemm-blocks" verifies cheapest there)
+and about 3x a GEMV with its Haswell kernels on AMD Zen 2 and 3 (so "gemv-panels" does; issue 24). So npspec never
+hard-codes the choice: `choose` times each candidate of a role (registry.role_candidates) in the model's own decoding
+forwards (with the rows the role multiplies: ROLE_ROWS), at the thread count asked for and at one thread
+(`thread_options`), and keeps the fastest pair (the sum of its median times over REPEATS runs). A target that decodes
+beside a draft model is timed in ROUNDS with that draft (`partner`): each timed span is the draft's one-token
+forwards, as many as the target verifies rows less one, then the target's forward, as speculative decoding alternates
+them on the same cores. Timed alone, a target on BLAS's threads can win and then lose in the loop: on an AMD Zen 4,
+"gemm-blocks" verified 4 rows of gpt2-large in 153.9 ms against 172.3 for "compiled-panels" alone, yet beside a
+compiled distilgpt2 draft (numba's threads) issue 24's command ran at 0.87x with it (bench/results/issue24/README.md):
+each kind of thread spins on the cores the other needs. One thread is a candidate because every candidate shares a
+forward's products over threads (npspec's own workers, or numba's for "compiled-panels"), and handing each of a
+forward's ~150 products to them can cost more than the second core gives: on an AMD Zen 5 virtual machine
+"compiled-panels" ran a one-token gpt2-large forward in 101.8 ms at one thread against 114.2 ms at two
+(bench/results/issue24/zen5/threads/), while on a Zen 4 the same kernel verified 4 rows faster at two. A single pair
+is not timed.
 
-The result is cached in npspec's cache directory (`choices.json` there: one JSON object, written whole to a
-temporary file and renamed over the old one, under a filelock in the cache's `.locks/`, so a crash or a concurrent
-run never leaves it half written), keyed by everything the timing depends on (`machine_key`): the CPU model, numpy's
-own BLAS (`blas_key`; threadpoolctl: library, version, kernel set), the numpy version, the role, the candidates (with their code's
-versions), the shapes, the thread count asked for, the partner (its kernel, threads and shapes) and how the probe
-times (PROBE_VERSION). `mode` (the CLI's --kernel-probe) says how the cache is used:
+The result is cached in npspec's cache directory (`choices.json` there: one JSON object, written whole to a temporary
+file and renamed over the old one, under a filelock in the cache's `.locks/`, so a crash or a concurrent run never
+leaves it half written), keyed by everything the timing depends on (`machine_key`): the CPU model, numpy's own BLAS
+(`blas_key`; threadpoolctl: library, version, kernel set), the numpy version, the role, the candidates (with their
+code's versions), the shapes, the thread count asked for, the partner (its kernel, threads and shapes) and how the
+probe times (PROBE_VERSION). `mode` (the CLI's --kernel-probe) says how the cache is used:
   * "cached" (the default): use the cached choice, else measure and store it;
   * "refresh": measure again and store it (after a BLAS or CPU change threadpoolctl cannot see);
   * "bypass": measure, neither read nor write the cache (a read-only cache directory needs nothing else);
@@ -36,15 +37,15 @@ The result is a `Choice` (kernel, threads); repr(model) and `npspec generate --j
 import json
 import os
 import platform
-import tempfile
+import stat
 import time
 from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
-from filelock import FileLock
 from threadpoolctl import threadpool_info
 
+from .atomic import atomic_write, locked
 from .registry import REGISTRY, role_candidates
 
 MODES = ("cached", "refresh", "bypass", "off")
@@ -58,6 +59,8 @@ REPEATS = 5  # the median of this many timed runs per (kernel, rows), after one 
 # at best and 199.1 ms as a median of 8; its probe's best rounds put gemm-blocks 7% ahead of gemv-panels, whose
 # verifies then ran 9% faster in the loop: bench/results/issue24/README.md)
 CACHE_FILE = "choices.json"
+MAX_CACHE_BYTES = 4 << 20  # a larger choices.json is not read (a record is under 1 KB): measured again, then rewritten
+LOCK_SECONDS = 60  # how long a store waits for another process's lock on choices.json before skipping the cache
 PROBE_CONTEXT = 8  # cached tokens before a timed forward (time_forwards)
 
 
@@ -224,9 +227,8 @@ def choose(role, model, threads, path=None, mode="cached", measure=time_forwards
     key = machine_key(role, candidates, [model_shapes(model)], threads, partner_key(partner))
     use_cache = path is not None and mode != "bypass"
     if use_cache and mode == "cached":
-        hit = read_choices(path).get(key)
-        if hit is not None and Choice(hit.get("kernel"), hit.get("threads")) in choices:
-            return Choice(hit["kernel"], hit["threads"])
+        if (hit := cached_choice(read_choices(path).get(key))) in choices:
+            return hit
     if note is not None:
         beside = "" if partner is None else f" beside its draft ({partner.kernel})"
         note(f"timing the {role}'s kernels {', '.join(candidates)} at {' and '.join(map(str, thread_options(threads)))} "
@@ -239,33 +241,51 @@ def choose(role, model, threads, path=None, mode="cached", measure=time_forwards
     return best
 
 
+def cached_choice(record):  # a cache record -> Choice, or None if it is not a well-formed one
+    """The Choice a cached record names: an object with a kernel name and a thread count that is an int (not a
+    bool, whose True equals 1, nor a float), else None (measured again: a hand-edited or damaged record)."""
+    if not isinstance(record, dict) or not isinstance(record.get("kernel"), str):
+        return None
+    threads = record.get("threads")
+    return Choice(record["kernel"], threads) if type(threads) is int else None
+
+
 def read_choices(path):
-    """The cached choices {key: record} in `path` ({} if it is missing or unreadable: it is then measured again)."""
+    """The cached choices {key: record} in `path`; {} (then measured again) if it is missing, is not a regular file
+    (a FIFO would block the read, a device might never end), holds more than MAX_CACHE_BYTES, or is not a JSON
+    object (unreadable, damaged, nested too deep for the parser)."""
     try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, ValueError):
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return {}
+    try:
+        with os.fdopen(fd, "rb") as f:
+            info = os.fstat(f.fileno())
+            if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_CACHE_BYTES:
+                return {}
+            data = json.loads(f.read(MAX_CACHE_BYTES + 1))
+    except (OSError, ValueError, RecursionError):
         return {}
     return data if isinstance(data, dict) else {}
 
 
 def store_choice(path, key, record):
     """Add `record` under `key` to the cache file `path`: under its filelock, the whole file rewritten to a temporary
-    file and renamed over it. A cache that cannot be written is skipped (the choice is measured again next run)."""
+    file and renamed over it (npspec.atomic.atomic_write: only a regular file is replaced). A cache that cannot be
+    written (read-only, a symlink or directory in its place, a lock held past LOCK_SECONDS) is skipped: the choice
+    is measured again next run. Returns whether it was stored."""
     path = Path(path)
+
+    def write(tmp):
+        with open(tmp, "w") as f:
+            json.dump(data, f, indent=1, sort_keys=True)
     try:
         lock = path.parent / ".locks" / f"{path.name}.lock"  # beside the cache's other lock files
         lock.parent.mkdir(parents=True, exist_ok=True)
-        with FileLock(str(lock), timeout=60):
+        with locked(lock, timeout=LOCK_SECONDS):
             data = read_choices(path)
             data[key] = record
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-            try:
-                with os.fdopen(fd, "w") as f:
-                    json.dump(data, f, indent=1, sort_keys=True)
-                os.replace(tmp, path)
-            except BaseException:
-                os.unlink(tmp)
-                raise
-    except OSError:
+            atomic_write(path, write)
+    except OSError:  # filelock's Timeout is one too
         return False
     return True

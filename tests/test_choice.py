@@ -8,7 +8,10 @@ checks only when and where the choice is stored, never which kernel wins.
 import dataclasses
 import io
 import json
+import os
+import stat
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -192,6 +195,46 @@ def test_a_damaged_or_unwritable_cache_is_measured_again(tiny, tmp_path):
     assert choice.store_choice(blocked / choice.CACHE_FILE, "k", {"kernel": "gemm"}) is False  # no directory there
 
 
+@pytest.mark.parametrize("record", [5, "gemv-panels", [1], None, {"kernel": "gemv-panels"},
+                                    {"kernel": "gemv-panels", "threads": True}, {"kernel": "gemv-panels", "threads": 1.0},
+                                    {"kernel": ["gemv-panels"], "threads": 1}, {"kernel": "no-such-kernel", "threads": 1}])
+def test_a_malformed_cached_record_is_measured_again(tiny, tmp_path, record):
+    """A hand-edited record (not an object, threads a bool or a float, an unknown kernel) is a miss, not a crash or a
+    `threads=True` handed to the kernel: measured and replaced."""
+    path = tmp_path / choice.CACHE_FILE
+    key = choice.machine_key("target", NUMPY_TARGET, [choice.model_shapes(tiny)], 2)
+    path.write_text(json.dumps({key: record}))
+    assert choice.choose("target", tiny, 2, path, "cached", fake_machine(3.0), NUMPY_TARGET) == ("gemv-panels", 2)
+    stored = json.loads(path.read_text())[key]
+    assert (stored["kernel"], type(stored["threads"])) == ("gemv-panels", int)
+
+
+def test_a_cache_file_that_is_no_regular_small_json_object_reads_as_empty(tmp_path):
+    """A FIFO (a read would block), a device (a read might never end), a file over MAX_CACHE_BYTES, JSON nested past
+    the parser's recursion limit, a symlink: each reads as no cache, and a store skips what is not a regular file."""
+    fifo, deep, big, link = (tmp_path / name for name in ("fifo", "deep", "big", "link"))
+    os.mkfifo(fifo)
+    deep.write_text("[" * 100_000)
+    big.write_text(json.dumps({"k": "x" * choice.MAX_CACHE_BYTES}))
+    good = tmp_path / "good"
+    good.write_text(json.dumps({"k": {"kernel": "gemm", "threads": 1}}))
+    link.symlink_to(good)
+    for path in (fifo, Path("/dev/zero"), deep, big, link, tmp_path / "missing"):
+        assert choice.read_choices(path) == {}
+    assert choice.read_choices(good) == {"k": {"kernel": "gemm", "threads": 1}}
+    assert choice.store_choice(fifo, "k", {"kernel": "gemm", "threads": 1}) is False and stat.S_ISFIFO(fifo.lstat().st_mode)
+    assert choice.store_choice(link, "k", {}) is False and link.is_symlink() and good.read_text().startswith('{"k"')
+
+
+def test_a_stored_cache_gets_an_ordinary_files_mode(tmp_path):
+    """Not mkstemp's 0600: a cache directory shared by a group stays readable by it."""
+    path = tmp_path / choice.CACHE_FILE
+    assert choice.store_choice(path, "k", {"kernel": "gemm", "threads": 1})
+    mask = os.umask(0)
+    os.umask(mask)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~mask
+
+
 def test_concurrent_stores_keep_every_record(tmp_path):
     path = tmp_path / choice.CACHE_FILE
     threads = [threading.Thread(target=choice.store_choice, args=(path, f"k{i}", {"kernel": "gemm"})) for i in range(8)]
@@ -236,8 +279,11 @@ def test_a_target_beside_a_draft_is_timed_in_rounds_and_keyed_by_that_draft(tiny
     assert choice.choose("target", tiny, 2, mode="bypass", measure=measure, candidates=NUMPY_TARGET).kernel \
         == "gemm-blocks" and seen == [None] * 4
     seen.clear()
+    notes = []
     assert choice.choose("target", tiny, 2, mode="bypass", measure=measure, candidates=NUMPY_TARGET,
-                         partner=draft).kernel == "gemv-panels" and seen == [draft] * 4
+                         partner=draft, note=notes.append).kernel == "gemv-panels" and seen == [draft] * 4
+    assert len(notes) == 1 and "timing the target's kernels gemm-blocks, gemv-panels" in notes[0] \
+        and "beside its draft (gemv-panels)" in notes[0]
     alone, beside = (json.loads(choice.machine_key("target", NUMPY_TARGET, [[1, 2, 3, 4]], 2, p))["partner"]
                      for p in (None, choice.partner_key(draft)))
     assert alone is None and beside == ["gemv-panels/" + str(REGISTRY["gemv-panels"].version), 2,

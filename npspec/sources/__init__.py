@@ -103,7 +103,8 @@ def load(spec=None, role="target", cache_dir=None, kernel=None, threads=1, progr
     kernel: a name of npspec.registry, overriding the role's (no probe: then `threads` as given). threads: the
     threads asked for (a kernel's own workers, or BLAS's).
     probe: how the choice uses its cache, one of choice.MODES ("cached": measured once per machine, kept in
-    the cache directory's choices.json; "refresh", "bypass", "off": the role's first candidate, unmeasured).
+    the cache directory's choices.json; "refresh": measured again and kept; "bypass": measured, nothing kept;
+    "off": the role's first candidate, unmeasured).
     cache_dir: npspec's conversion cache (default: $NPSPEC_CACHE, else ~/.cache/npspec).
     progress: None (the default: nothing shown) or a bar factory such as npspec.progress.terminal_bars,
     for building, converting and loading.
@@ -124,14 +125,14 @@ def load(spec=None, role="target", cache_dir=None, kernel=None, threads=1, progr
 
 
 def role_model(model, role, threads, cache_dir=None, probe="cached", note=None, partner=None):
-    """`model` decoding with `role`'s default kernel and threads: npspec.choice.choose over the role's candidates,
-    for the model's shapes and `threads` asked for, cached in the cache directory's choices.json as `probe` says
-    (see load); `model` itself when it already decodes so, else model.with_kernel (the same weights). note: gets a
-    compiled kernel's compile note. partner: None, or the draft Model (with its kernel chosen) that a target decodes
-    beside: the target's candidates are then timed in rounds with it (npspec.choice.time_forwards). Raises
-    ValueError for a bad role or probe mode."""
-    chosen = choose(role, model, threads, cache_root(cache_dir) / CACHE_FILE, probe,
-                    partner=partner)  # silent: repr and --json show it
+    """`model` decoding with `role`'s default kernel and threads: npspec.choice.choose over the role's candidates, for
+    the model's shapes and `threads` asked for, cached in the cache directory's choices.json as `probe` says (see
+    load); `model` itself when it already decodes so, else model.with_kernel (the same weights). note: gets a compiled
+    kernel's compile note, and the probe's when it measures. partner: None, or the draft Model (with its kernel
+    chosen) that a target decodes beside: the target's candidates are then timed in rounds with it
+    (npspec.choice.time_forwards). Raises ValueError for a bad role or probe mode."""
+    chosen = choose(role, model, threads, cache_root(cache_dir) / CACHE_FILE, probe, note=note,
+                    partner=partner)  # says when it measures (seconds for a large model); repr and --json show it
     if chosen == (model.kernel, model.threads):
         return model
     return model.with_kernel(chosen.kernel, chosen.threads, note=note)
