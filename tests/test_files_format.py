@@ -139,10 +139,10 @@ def test_a_format_1_model_in_the_cache_is_rewritten_under_its_entry_lock(tmp_pat
     taken, real = [], cache.entry_lock
     monkeypatch.setattr(cache, "entry_lock", lambda root, final, **kw: taken.append(final) or real(root, final, **kw))
     notes = []
-    m = load(str(entry), cache_dir=tmp_path / "cache", note=notes.append)
+    m = load(str(entry), cache_dir=tmp_path / "cache", note=notes.append, probe="off")
     assert m.metadata["format_version"] == "2" and taken == [entry.resolve()]  # cache.entry_lock was held
     assert len(notes) == 1 and "rewrote it once as format 2" in notes[0]  # said through the caller's note, not printed
-    load(str(entry), cache_dir=tmp_path / "cache", note=notes.append)
+    load(str(entry), cache_dir=tmp_path / "cache", note=notes.append, probe="off")
     assert len(notes) == 1
 
 
