@@ -425,7 +425,7 @@ def probed(job, args, draft, threads, note=None):  # -> Job
     target = job.target
     if args.target_kernel is None:
         target = role_model(target, "target", threads, probe=args.kernel_probe, note=note, partner=partner)
-    if partner is not draft:  # a re-chosen draft model: its drafter anew
+    if partner is not None and partner is not draft:  # a re-chosen draft model: its drafter anew
         drafter = make_drafter(args, target, partner)
     return replace(job, target=target, drafter=drafter)
 

@@ -348,6 +348,18 @@ def test_the_command_probes_only_once_every_check_has_passed_and_as_kernel_probe
     assert (given["target_kernel"], given["draft_kernel"]) == ("gemv-rows", "gemm")
 
 
+def test_a_draft_model_the_job_does_not_use_is_neither_measured_nor_made_a_drafter(tmp_path, monkeypatch):
+    """--max-new-tokens 1 clamps gamma to 0: the job drops its drafter, the draft is not probed, the target is timed
+    alone, and decoding runs (a drafter rebuilt from no draft model raised TypeError)."""
+    monkeypatch.setenv("NPSPEC_CACHE", str(tmp_path))
+    out, err = io.StringIO(), io.StringIO()
+    status = main(["--temperature", "0", "--max-new-tokens", "1", "--json", "--quiet", "x"], out=out, err=err)
+    assert status == 0, err.getvalue()
+    stats = json.loads(out.getvalue())["stats"]
+    records = [json.loads(key) for key in choice.read_choices(tmp_path / choice.CACHE_FILE)]
+    assert stats["draft_kernel"] is None and [(r["role"], r["partner"]) for r in records] == [("target", None)]
+
+
 def test_a_model_with_a_tiny_context_is_timed_on_what_fits():
     model = tiny_model(n_ctx=4)
     assert choice.time_forwards("gemv-rows", 1, model, 4, repeats=1) > 0  # 4 rows, no prefill
