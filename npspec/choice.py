@@ -193,15 +193,14 @@ def thread_options(threads):
 
 def measure_all(choices, model, rows, measure=time_forwards, partner=None):
     """{Choice: summed median seconds over `rows`} for each of `choices`. measure(name, threads, candidate model, m) ->
-    seconds, called with partner=`partner` too when one is given (time_forwards' rounds). Each choice's Model
+    seconds, also given partner=`partner` (time_forwards: None times the candidate alone). Each choice's Model
     (model.with_kernel: the same weights) is built just before its timings and dropped
     after them, so that at most one compiled kernel's packed copy of the weights (npspec.compiled) exists at a time:
     for gpt2-xl's 6 GB, a second would be another 6 GB."""
     seconds = {}
     for c in choices:
         built = model.with_kernel(c.kernel, c.threads)
-        extra = {} if partner is None else {"partner": partner}
-        seconds[c] = sum(measure(c.kernel, c.threads, built, m, **extra) for m in rows)
+        seconds[c] = sum(measure(c.kernel, c.threads, built, m, partner=partner) for m in rows)
         del built
     return seconds
 

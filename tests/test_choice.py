@@ -28,11 +28,11 @@ NUMPY_TARGET = ("gemm-blocks", "gemv-panels")
 
 
 def fake_machine(gemm_rows_cost, calls=None, one_thread=1.5):
-    """A measure(name, threads, model, rows) for a machine where a forward's GEMVs take 1 s and a
+    """A measure(name, threads, model, rows, partner=None) for a machine where a forward's GEMVs take 1 s and a
     few-row GEMM `gemm_rows_cost` s whatever its rows (gemm-blocks pays it even for one row: it pads to 2 rows);
     gemv-panels pays one GEMV per row, a little under (the panels stay in cache for the next rows). At one thread
     every forward takes `one_thread` times as long (under 1: handing products to workers costs more than they gain)."""
-    def measure(name, threads, model, rows):
+    def measure(name, threads, model, rows, partner=None):
         if calls is not None:
             calls.append((name, threads, model.kernel, model.threads, rows))
         seconds = gemm_rows_cost if name == "gemm-blocks" else 1.0 + 0.25 * (rows - 1)
@@ -77,7 +77,7 @@ def test_the_probe_times_every_candidate_in_the_models_own_forwards_with_the_rol
 
 
 def test_one_candidate_or_mode_off_measures_nothing(tiny):
-    def measure(*args):
+    def measure(*args, **kwargs):
         raise AssertionError("measured")
     assert choice.choose("draft", tiny, 1, mode="cached", measure=measure, candidates=("gemv-panels",)) \
         == ("gemv-panels", 1)
