@@ -64,7 +64,7 @@ import types
 
 import numpy as np
 
-from .kernels import SPLIT_BYTES, check_threads, run_cuts
+from .kernels import check_threads, run_count, run_cuts
 
 PANEL = 64  # columns per panel (module docstring): 8 AVX2 vectors; python -m bench.panels measured 32, 64 and 96
 NOTE_SECONDS = 0.5  # compiling (or loading the cache) longer than this is announced
@@ -325,9 +325,9 @@ class CompiledPanels:
 
     def plan(self, count, nbytes):  # panels, bytes of the matrix -> ([runs + 1] int64 cuts or None, numba threads)
         """How a product over `count` panels of an `nbytes` matrix is shared out: None (one call, this thread) below
-        kernels.SPLIT_BYTES or at one thread, else the cuts of min(threads, count) runs (kernels.run_cuts) and the
+        kernels.SPLIT_BYTES or at one thread (kernels.run_count), else the cuts of those runs (kernels.run_cuts) and the
         numba threads that take them (at most numba's NUMBA_NUM_THREADS)."""
-        runs = min(self.threads, count) if nbytes >= SPLIT_BYTES else 1
+        runs = run_count(self.threads, count, nbytes)
         if runs == 1:
             return None, 1
         return np.array(run_cuts(count, runs), dtype=np.int64), min(runs, self.most_threads)

@@ -84,6 +84,13 @@ def panels(w, width):  # [d_in, d_out] -> [P, d_in, width], P = d_out // width; 
 THREADS_PER_CPU = 64  # the most threads a forward may ask for, per CPU this process may use (check_threads)
 
 
+def run_count(threads, count, nbytes):  # -> int in [1, min(threads, count)]
+    """How many runs a product cuts a matrix's `count` panels into: min(threads, count) for a matrix of
+    SPLIT_BYTES (`nbytes`) or more, else 1 (one call on the calling thread: a smaller matrix is not worth a
+    handoff). Every panel kernel's threads follow this rule."""
+    return min(threads, count) if nbytes >= SPLIT_BYTES else 1
+
+
 def run_cuts(count, threads):  # -> [threads + 1] ints, 0 = cuts[0] <= ... <= cuts[threads] = count
     """Where `count` panels are cut into `threads` runs of whole panels, as even as integers allow: run i is
     [cuts[i], cuts[i + 1]). Every panel kernel's threads share a matrix out this way."""
@@ -239,7 +246,7 @@ class PanelKernel:
         ws = panels(w, width)  # [P, d_in, width]
         p, main = ws.shape[0], ws.shape[0] * width
         y = np.empty((p, self.out_rows(n, d_in, width), width), dtype=np.float32)
-        threads = min(self.threads, p) if w.nbytes >= SPLIT_BYTES else 1
+        threads = run_count(self.threads, p, w.nbytes)
         if threads == 1:
             self.products(x, ws, y)
         else:
