@@ -13,11 +13,10 @@ Why that order is fixed by the code alone, and by nothing else:
     and the split of the columns choose WHICH elements a call computes and in what order the elements are visited,
     never how one element's sum is formed: no element's sum reads another element's partial sums.
   * Rows are handled 4 at a time (`tile4`: a weight loaded once serves the four rows; 2 or 3 rows left over are
-    padded with zero rows to a tile of 4) and a last single row alone (`tile1`), each against two panels at once
-    (two read streams); both add the products of one element in the order above (tile4 two k per pass, each
-    product's addition rounded on its own, tile1 one k per statement), so a row's bits do not depend on which tile
-    or which panel pair it falls in
-    (tests/test_compiled.py checks every position for M = 1..16 and the order itself against NumPy, step by step).
+    padded with zero rows to a tile of 4) and a last single row alone (`tile1`), one panel at a time; both add the
+    products of one element in the order above (k innermost, one statement per k and row), so a row's bits do not
+    depend on which tile it falls in (tests/test_compiled.py checks every position for M = 1..16 and the order
+    itself against NumPy, step by step).
   * The compiler vectorizes the loop over a panel's columns (8 columns per AVX2 instruction, 16 per AVX-512 one):
     different elements, each its own sum. It may not reorder a sum: numba compiles without fastmath, so LLVM gets no
     `reassoc` (which would let it regroup a sum) and no `contract` (which would fuse a product and its addition into
@@ -27,8 +26,12 @@ Why that order is fixed by the code alone, and by nothing else:
 Layout: a sum over k in increasing order vectorizes only across columns, so the kernel reads `w` as PANELS: the
 columns [p * PANEL, (p + 1) * PANEL) of w stored k-major, `panels[p, k, j] = w[k, p * PANEL + j]` (`pack`; the last
 panel padded with zero columns that are computed and dropped). A weight of each k is then contiguous with its
-panel's neighbours, every weight is read from memory once for all M rows (a panel is d_in * PANEL * 4 bytes: 320 KiB
-at d_in = 1280, in L2), and x[m, k] is one broadcast register for the whole panel. The model keeps its column-major
+panel's neighbours, and every weight is read from memory once for all M rows (a panel is d_in * PANEL * 4 bytes:
+320 KiB at d_in = 1280, which stays in the core's L2 cache for a second tile of rows). A tile keeps its 4 x PANEL
+partial sums in vector registers while k runs (`stack_scratch`: 16 of AVX-512's 32 registers at PANEL = 64), so
+its loop over k loads one panel row and four x[m, k] and stores nothing; the sums go to y once, at the end. On an
+AMD Zen 4 that made a 4-row gpt2-large forward cost 1.05 one-row forwards, against 1.31 when the partial sums went
+through memory at every k (bench/results/issue24/README.md). The model keeps its column-major
 matrices (the prefill's BLAS GEMM and the other kernels read them); this kernel packs each matrix the first time it
 multiplies it, or when a Model is built with it (registry.Kernel.prepare), and keeps the panels (a second copy of
 the matrices it multiplies: about the model's size again).
@@ -47,7 +50,8 @@ that are queued on them; the first product with threads > 1 loads the layer, whi
 (setting NUMBA_THREADING_LAYER picks another). GNU OpenMP is not fork-safe: a process forked (without exec) after that
 first product must not use this kernel with threads > 1 (numba stops it with a message). BLAS runs one thread in
 its forwards (registry.Kernel.blas_threads). The compiled loops release the GIL (`nogil`). PANEL was chosen by
-python -m bench.panels.
+python -m bench.panels: on a Zen 4, 32 columns were slower at every row count and 96 within a few per cent of 64
+(faster at 8 and 16 rows, slower at 2); 64 is the widest whose 4-row tile keeps its sums in AVX-512's registers.
 
 Compiling: the loop is compiled on first use with numba's on-disk cache (cache=True: numba's own locations, the
 `__pycache__` beside this file, else its user-wide cache, $NUMBA_CACHE_DIR when set), so the cost (seconds) is paid
@@ -66,7 +70,7 @@ import numpy as np
 
 from .kernels import check_threads, run_count, run_cuts
 
-PANEL = 64  # columns per panel (module docstring): 8 AVX2 vectors; python -m bench.panels measured 32, 64 and 96
+PANEL = 64  # columns per panel (module docstring): 4 AVX-512 vectors; python -m bench.panels measured 32, 64 and 96
 NOTE_SECONDS = 0.5  # compiling (or loading the cache) longer than this is announced
 NAME = "compiled-panels"
 ALIGN = 4096  # bytes: where each matrix's panels start (a page: a multiple of every vector and cache-line size)
@@ -105,91 +109,66 @@ def aligned_empty(shape, align=ALIGN):  # shape -> uninitialised float32, C orde
     return buffer[start : start + size].reshape(shape)
 
 
-def tile4(x, wa, wb, a):  # x [4, d_in], wa, wb [d_in, P] two panels, a [2, 4, P] zeroed -> a[g, r, j] += sums
-    """Four rows against two panels at once, the sums in the module docstring's order; each weight is loaded once for
-    the four rows, and the two panels are two read streams from memory (chosen over one stream per core and over
-    four: bench/results/issue24/README.md says how, and what it gained).
-
-    Two k per pass over the columns: an element gets k's product added, then k + 1's, each addition rounded to
-    float32 as in two passes (the parentheses are the order), but its partial sum is read and written once per two k
-    instead of once per k, which was what bounded the four rows' speed (issue 24's Zen 4 figures; four k per pass ran
-    out of vector registers and was slower). An odd last k gets a pass of its own."""
-    d_in, n = x.shape[1], wa.shape[1]
-    even = d_in - d_in % 2
-    for k in range(0, even, 2):
+def tile4(x, panel, out):  # x [4, d_in], panel [d_in, PANEL] -> out [rows <= 4, n <= PANEL] = the sums
+    """Four rows against one panel, the sums in the module docstring's order: k runs innermost, each k's PANEL weights
+    are loaded once for the four rows, and the 4 x PANEL partial sums stay in the CPU's vector registers for the
+    whole sum (`scratch`: an array on the stack, which the compiler keeps in registers; 16 of AVX-512's 32 at
+    PANEL = 64), so nothing but the weights and x goes to memory until the sums are stored into `out` (the first
+    rows and columns of the tile: a padded tile or a partial panel keeps fewer)."""
+    a = scratch(4, PANEL)
+    for r in range(4):
+        for j in range(PANEL):
+            a[r, j] = 0.0
+    for k in range(x.shape[1]):
         u0, u1, u2, u3 = x[0, k], x[1, k], x[2, k], x[3, k]
-        t0, t1, t2, t3 = x[0, k + 1], x[1, k + 1], x[2, k + 1], x[3, k + 1]
-        for j in range(n):
-            w, v, w1, v1 = wa[k, j], wb[k, j], wa[k + 1, j], wb[k + 1, j]
-            a[0, 0, j] = (a[0, 0, j] + u0 * w) + t0 * w1
-            a[0, 1, j] = (a[0, 1, j] + u1 * w) + t1 * w1
-            a[0, 2, j] = (a[0, 2, j] + u2 * w) + t2 * w1
-            a[0, 3, j] = (a[0, 3, j] + u3 * w) + t3 * w1
-            a[1, 0, j] = (a[1, 0, j] + u0 * v) + t0 * v1
-            a[1, 1, j] = (a[1, 1, j] + u1 * v) + t1 * v1
-            a[1, 2, j] = (a[1, 2, j] + u2 * v) + t2 * v1
-            a[1, 3, j] = (a[1, 3, j] + u3 * v) + t3 * v1
-    for k in range(even, d_in):
-        u0, u1, u2, u3 = x[0, k], x[1, k], x[2, k], x[3, k]
-        for j in range(n):
-            w, v = wa[k, j], wb[k, j]
-            a[0, 0, j] += u0 * w
-            a[0, 1, j] += u1 * w
-            a[0, 2, j] += u2 * w
-            a[0, 3, j] += u3 * w
-            a[1, 0, j] += u0 * v
-            a[1, 1, j] += u1 * v
-            a[1, 2, j] += u2 * v
-            a[1, 3, j] += u3 * v
+        for j in range(PANEL):
+            w = panel[k, j]
+            a[0, j] += u0 * w
+            a[1, j] += u1 * w
+            a[2, j] += u2 * w
+            a[3, j] += u3 * w
+    for r in range(out.shape[0]):
+        for j in range(out.shape[1]):
+            out[r, j] = a[r, j]
 
 
-def tile1(x, wa, wb, a):  # x [1, d_in], wa, wb [d_in, P] two panels, a [2, 4+, P] zeroed -> a[g, 0, j] += sums
-    """One row against two panels at once (two read streams), in the same order as tile4's rows."""
-    d_in, n = x.shape[1], wa.shape[1]
-    for k in range(d_in):
+def tile1(x, panel, out):  # x [1, d_in], panel [d_in, PANEL] -> out [1, n <= PANEL] = the sums
+    """One row against one panel, in the same order as tile4's rows, its PANEL sums in registers as there."""
+    a = scratch(1, PANEL)
+    for j in range(PANEL):
+        a[0, j] = 0.0
+    for k in range(x.shape[1]):
         u = x[0, k]
-        for j in range(n):
-            a[0, 0, j] += u * wa[k, j]
-            a[1, 0, j] += u * wb[k, j]
+        for j in range(PANEL):
+            a[0, j] += u * panel[k, j]
+    for j in range(out.shape[1]):
+        out[0, j] = a[0, j]
 
 
-def panels_product(x, panels, y, p0, p1):  # [M, d_in], [n_panels, d_in, P], out [M, d_out]; panels p0 <= p < p1
-    """y[:, p0 P : p1 P] (clipped to d_out) = x @ w over those panels, each element in the module docstring's order.
+def panels_product(x, panels, y, p0, p1):  # [M, d_in], [n_panels, d_in, PANEL], out [M, d_out]; panels p0 <= p < p1
+    """y[:, p0 PANEL : p1 PANEL] (clipped to d_out) = x @ w over those panels, each element in the module docstring's
+    order.
 
-    Panels go two at a time (a last odd panel is paired with itself, and its copy dropped). Rows go 4 at a time
-    (tile4); 2 or 3 rows left over are padded with zero rows to a tile of 4 (whose results are dropped: rows never
-    mix, so the padding changes no bit of the others), and a last single row goes through tile1.
+    Panel by panel, so that a panel is read from memory once and from the core's L2 cache for the row tiles after the
+    first. Rows go 4 at a time (tile4); 2 or 3 rows left over are padded with zero rows to a tile of 4 (whose sums are
+    dropped: rows never mix, so the padding changes no bit of the others), and a last single row goes through tile1.
     """
     m_rows, d_in = x.shape
-    width, d_out = panels.shape[2], y.shape[1]
-    a = np.empty((2, 4, width), dtype=np.float32)
+    d_out = y.shape[1]
     full = m_rows - m_rows % 4
     left = m_rows - full
     tail = np.zeros((4, d_in), dtype=np.float32)  # the padded last tile (2 or 3 rows)
     if left > 1:
         tail[:left] = x[full:]
-    for p in range(p0, p1, 2):
-        q = min(p + 1, p1 - 1)
+    for p in range(p0, p1):
+        n0 = p * PANEL
+        n1 = min(n0 + PANEL, d_out)
         for m in range(0, full, 4):
-            a[:, :, :] = 0.0
-            tile4(x[m : m + 4], panels[p], panels[q], a)
-            store(a, y, m, 4, p, q, width, d_out)
+            tile4(x[m : m + 4], panels[p], y[m : m + 4, n0:n1])
         if left > 1:
-            a[:, :, :] = 0.0
-            tile4(tail, panels[p], panels[q], a)
-            store(a, y, full, left, p, q, width, d_out)
+            tile4(tail, panels[p], y[full:, n0:n1])
         elif left == 1:
-            a[:, 0, :] = 0.0
-            tile1(x[full:], panels[p], panels[q], a)
-            store(a, y, full, 1, p, q, width, d_out)
-
-
-def store(a, y, m, rows, p, q, width, d_out):  # a [2, 4, P] -> y[m : m + rows] over panels p and q (q == p: once)
-    """Write the first `rows` sums of panels p and q (clipped to d_out) into y's rows m onwards."""
-    for g in range(2 if q > p else 1):
-        n0 = (p + g) * width
-        n = min(width, d_out - n0)
-        y[m : m + rows, n0 : n0 + n] = a[g, :rows, :n]
+            tile1(x[full:], panels[p], y[full:, n0:n1])
 
 
 def panels_runs(x, panels, y, cuts):  # [M, d_in], [n_panels, d_in, P], out [M, d_out], [runs + 1] int64
@@ -203,29 +182,67 @@ def panels_runs(x, panels, y, cuts):  # [M, d_in], [n_panels, d_in, P], out [M, 
 _compiled = {}  # the compiled dispatchers of this process (numba's, like its own caches), built on first use
 
 
-def compiled_product(note=None, njit=None):
-    """The compiled `panels_product(x, panels, y, p0, p1)`, built once per process (numba's disk cache makes later
-    processes load it).
+def numpy_scratch(rows, cols):  # -> [rows, cols] float32 (uninitialised)
+    """The tiles' scratch array where they run as plain Python (a stand-in njit in the tests): an ordinary array."""
+    return np.empty((rows, cols), dtype=np.float32)
+
+
+def stack_scratch(numba):  # -> numba intrinsic scratch(rows, cols) -> [rows, cols] float32 C array on the stack
+    """A numba intrinsic: `scratch(rows, cols)`, rows and cols compile-time ints, is an uninitialised float32 C-order
+    array in the calling function's own stack frame (one LLVM `alloca` of rows * cols floats in its entry block).
+    Unlike np.empty (a heap allocation LLVM cannot see into), the optimiser can see every use of it: once the loops
+    over its columns are unrolled and vectorized, it keeps the array in vector registers for as long as the loop over
+    k runs (tile4's accumulators). It may only be used inside the function that calls it."""
+    from numba.core import cgutils
+    from numba.np.arrayobj import populate_array
+
+    ints = numba.types.IntegerLiteral
+
+    @numba.extending.intrinsic
+    def scratch(typingctx, rows, cols):
+        if not (isinstance(rows, ints) and isinstance(cols, ints)):
+            return None  # numba then asks again with the arguments' literal values (PANEL, a global, is one)
+        r, c = rows.literal_value, cols.literal_value
+        array = numba.types.Array(numba.types.float32, 2, "C")
+
+        def codegen(context, builder, signature, args):
+            data = cgutils.alloca_once(builder, context.get_value_type(numba.types.float32), size=r * c)
+            out = context.make_array(array)(context, builder)
+            intp = context.get_value_type(numba.types.intp)
+            populate_array(out, data=data, shape=[intp(r), intp(c)], strides=[intp(4 * c), intp(4)],
+                           itemsize=intp(4), meminfo=None)
+            return out._getvalue()
+        return array(rows, cols), codegen
+    return scratch
+
+
+def compiled_product(note=None, njit=None, panel=PANEL):
+    """The compiled `panels_product(x, panels, y, p0, p1)` for panels of `panel` columns, built once per process and
+    width (numba's disk cache makes later processes load it; only PANEL's is cached on disk: numba's cache does not
+    tell the widths apart).
 
     note: None, or a function given a one-line message when compiling took over NOTE_SECONDS (not when numba's cache
     was loaded), and when no cache location is writable (then every process compiles). njit: numba.njit (a parameter
-    so that tests can give a stand-in). Raises ValueError (one line, with the fix) if numba is not installed.
+    so that tests can give a stand-in, with which the tiles run as plain Python over numpy_scratch). Raises ValueError
+    (one line, with the fix) if numba is not installed.
     """
-    if "product" in _compiled:
-        return _compiled["product"]
+    if ("product", panel) in _compiled:
+        return _compiled["product", panel]
     if njit is None:
         try:
             import numba  # lazily: the module docstring says why
         except ImportError:
             raise ValueError(f"kernel {NAME} needs numba: pip install 'npspec[fast]' (or pick a NumPy kernel "
                              "with --target-kernel / --draft-kernel)") from None
-        njit = numba.njit
+        njit, scratch = numba.njit, stack_scratch(numba)
+    else:
+        scratch = numpy_scratch
     start = time.perf_counter()  # after numba's import: what is announced is compiling (or loading the cache)
-    product, cached = jit_product(njit)
+    product, cached = jit_product(njit, {"scratch": scratch, "PANEL": panel}, disk=panel == PANEL)
     x = np.zeros((1, 2), dtype=np.float32)
-    product(x, np.zeros((1, 2, PANEL), dtype=np.float32), np.zeros((1, 1), dtype=np.float32), 0, 1)  # compiles
+    product(x, np.zeros((1, 2, panel), dtype=np.float32), np.zeros((1, 1), dtype=np.float32), 0, 1)  # compiles
     announce(note, time.perf_counter() - start, cached, product)
-    _compiled["product"], _compiled["cached"] = product, cached
+    _compiled["product", panel], _compiled["cached", panel] = product, cached
     return product
 
 
@@ -240,46 +257,47 @@ def announce(note, seconds, cached, dispatcher):
         note(f"kernel {NAME}: compiled in {seconds:.1f} s (once: numba caches it on disk)")  # a cache load is silent
 
 
-def jit_product(njit, **options):
-    """(compiled panels_product, whether numba caches it on disk): the tiles compiled first, then the loop that calls
-    them; without a writable cache location (numba's RuntimeError at decoration) compiled for this process only."""
-    for cache in (True, False):
+def jit_product(njit, names, disk=True):
+    """(compiled panels_product, whether numba caches it on disk): the tiles compiled first (with `names` among their
+    globals: scratch and PANEL), then the loop that calls them; on disk unless `disk` is False or no cache location
+    is writable (numba's RuntimeError at decoration: then compiled for this process only)."""
+    for cache in (True, False) if disk else (False,):
         try:
-            jit = njit(nogil=True, cache=cache, boundscheck=False, **options)
-            helpers = {f.__name__: jit(f) for f in (tile4, tile1, store)}
-            return jit(with_globals(panels_product, helpers)), cache
+            jit = njit(nogil=True, cache=cache, boundscheck=False)
+            helpers = {f.__name__: jit(with_globals(f, names)) for f in (tile4, tile1)}
+            return jit(with_globals(panels_product, {**helpers, **names})), cache
         except RuntimeError:  # numba: "cannot cache function ...: no locator available" (nowhere writable)
             if not cache:
                 raise
 
 
-def compiled_runs(note=None, layers=LAYERS):
+def compiled_runs(note=None, layers=LAYERS, panel=PANEL):
     """(`runs(x, panels, y, cuts, threads)`: the compiled panels_runs on `threads` of numba's threads, the most threads
-    it may be given: numba's NUMBA_NUM_THREADS), built once per process, announced through `note` as compiled_product
-    is.
+    it may be given: numba's NUMBA_NUM_THREADS), built once per process and panel width, announced through `note` as
+    compiled_product is.
 
     layers: numba's threading layers to try, in order (module docstring); one layer alone must load or numba raises.
     They are numba's setting for the whole process and count only until numba first starts its threads, so the
     first caller's order holds. Raises ValueError (one line, with the fix) without numba."""
-    if "runs" not in _compiled:
-        product = compiled_product(note)
+    if ("runs", panel) not in _compiled:
+        product = compiled_product(note, panel=panel)
         import numba  # lazily (module docstring); compiled_product has raised if numba is missing
         numba.config.THREADING_LAYER_PRIORITY = list(layers) + [n for n in LAYERS if n not in layers]
         if len(layers) == 1 and numba.config.THREADING_LAYER == "default":
             numba.config.THREADING_LAYER = layers[0]  # one layer asked for (the bench's --layer): that one or an error
         start = time.perf_counter()
-        cached = _compiled["cached"]
+        cached = _compiled["cached", panel]
         names = {"prange": numba.prange, "panels_product": product}
         compiled_ = numba.njit(parallel=True, nogil=True, cache=cached)(with_globals(panels_runs, names))
         x, cuts = np.zeros((1, 2), dtype=np.float32), np.array([0, 1], dtype=np.int64)
-        compiled_(x, np.zeros((1, 2, PANEL), dtype=np.float32), np.zeros((1, 1), dtype=np.float32), cuts)  # compiles
+        compiled_(x, np.zeros((1, 2, panel), dtype=np.float32), np.zeros((1, 1), dtype=np.float32), cuts)  # compiles
         announce(note, time.perf_counter() - start, cached, compiled_)
 
         def runs(x, panels, y, cuts, threads):  # numba's thread count is the calling thread's own setting
             numba.set_num_threads(threads)
             compiled_(x, panels, y, cuts)
-        _compiled["runs"] = runs, numba.config.NUMBA_NUM_THREADS
-    return _compiled["runs"]
+        _compiled["runs", panel] = runs, numba.config.NUMBA_NUM_THREADS
+    return _compiled["runs", panel]
 
 
 def with_globals(f, names):
@@ -305,8 +323,8 @@ class CompiledPanels:
     def __init__(self, threads=1, note=None, panel=PANEL, layers=LAYERS):
         self.threads = check_threads(threads)
         self.panel = panel
-        self.product = compiled_product(note)
-        self.runs, self.most_threads = compiled_runs(note, layers) if self.threads > 1 else (None, 1)
+        self.product = compiled_product(note, panel=panel)
+        self.runs, self.most_threads = compiled_runs(note, layers, panel) if self.threads > 1 else (None, 1)
         self.packed = {}  # (address, shape, strides) -> (w, its panels, their cuts or None, numba threads)
 
     def prepare(self, matrices):

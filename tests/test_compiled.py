@@ -74,8 +74,8 @@ def test_thread_counts_do_not_change_a_bit(d_in, d_out):
 def test_each_element_is_the_documented_sequential_sum():
     """The docstring's order, written out in NumPy float32 one step at a time: s = +0.0, then s = s + x[m, k] w[k, n]
     for k = 0, 1, ... in increasing order (separate float32 ufuncs: one rounding for the product, one for the sum).
-    7 rows (a tile of 4 and a padded tile of 3), 5 rows (4 and a single row), 1 row; an odd d_in, and three panels (a
-    pair, then a partial last panel paired with itself)."""
+    7 rows (a tile of 4 and a padded tile of 3), 5 rows (4 and a single row), 1 row; an odd d_in, and three panels
+    (two full ones, then a partial last one)."""
     d_in, d_out = 201, 150
     w, x = matrix(d_in, d_out, seed=6), matrix(7, d_in, seed=7, order="C")
     want = np.zeros((7, d_out), np.float32)
@@ -183,13 +183,36 @@ def test_a_quick_build_is_not_announced_and_no_fastmath_is_asked_for(monkeypatch
     assert notes == [] and all("fastmath" not in o and o["cache"] for o in njit.options)
 
 
+def test_a_panel_width_other_than_panel_is_compiled_in_memory_only(monkeypatch):
+    """numba's disk cache does not tell the widths apart (PANEL is a global the tiles read), so only PANEL's build is
+    cached; another width (the bench's) compiles for this process, silently, and computes the same products."""
+    monkeypatch.setattr(compiled, "_compiled", {})
+    notes, njit = [], FakeNjit(writable=True)
+    product = compiled.compiled_product(notes.append, njit=njit, panel=4)
+    assert [o["cache"] for o in njit.options] == [False] and notes == []
+    x, w = matrix(3, 9, seed=1, order="C"), matrix(9, 10)
+    y = np.empty((3, 10), np.float32)
+    product(x, compiled.pack(w, panel=4), y, 0, 3)
+    assert np.allclose(y, x @ w, atol=1e-5)
+
+
+@needs_numba
+def test_the_panel_width_does_not_change_a_bit():
+    w, x = matrix(1280, 1283), matrix(6, 1280, seed=2, order="C")
+    assert w.nbytes >= SPLIT_BYTES  # so that 3 threads really cut it into runs
+    want = compiled.CompiledPanels(1)(x, w)
+    for panel in (32, 96):
+        for threads in (1, 3):
+            assert np.array_equal(compiled.CompiledPanels(threads, panel=panel)(x, w), want), (panel, threads)
+
+
 @needs_numba
 def test_numba_is_told_to_try_openmp_first_and_more_threads_than_it_has_share_its_threads(monkeypatch):
     """The module docstring's threading: numba's layers in LAYERS' order (OpenMP first), and a thread count past
     numba's NUMBA_NUM_THREADS cut into that many runs, run on numba's threads, with the same bits."""
     import numba
     monkeypatch.setattr(numba.config, "THREADING_LAYER_PRIORITY", ["tbb", "omp", "workqueue"])
-    monkeypatch.setattr(compiled, "_compiled", {k: v for k, v in compiled._compiled.items() if k != "runs"})
+    monkeypatch.setattr(compiled, "_compiled", {k: v for k, v in compiled._compiled.items() if k[0] != "runs"})
     kernel = compiled.CompiledPanels(numba.config.NUMBA_NUM_THREADS + 5)
     assert numba.config.THREADING_LAYER_PRIORITY == list(compiled.LAYERS) and compiled.LAYERS[0] == "omp"
     assert kernel.most_threads == numba.config.NUMBA_NUM_THREADS
