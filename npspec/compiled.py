@@ -241,20 +241,22 @@ def compiled_product(note=None, njit=None, panel=PANEL):
     product, cached = jit_product(njit, {"scratch": scratch, "PANEL": panel}, disk=panel == PANEL)
     x = np.zeros((1, 2), dtype=np.float32)
     product(x, np.zeros((1, 2, panel), dtype=np.float32), np.zeros((1, 1), dtype=np.float32), 0, 1)  # compiles
-    announce(note, time.perf_counter() - start, cached, product)
+    announce(note, time.perf_counter() - start, cached, product, disk=panel == PANEL)
     _compiled["product", panel], _compiled["cached", panel] = product, cached
     return product
 
 
-def announce(note, seconds, cached, dispatcher):
+def announce(note, seconds, cached, dispatcher, disk=True):
     """Tell `note` (None: nobody) that compiling took `seconds` (over NOTE_SECONDS, not a load from numba's cache, which
-    is silent), or that it compiled in memory because no cache location was writable (`cached` False)."""
-    if note is not None and not cached:
+    is silent), or that it compiled in memory because no cache location was writable (`cached` False although `disk`
+    asked for numba's disk cache; a build with `disk` False, another panel width, is only announced when slow)."""
+    if note is not None and disk and not cached:
         note(f"kernel {NAME}: no writable cache location for numba, so it compiled in memory ({seconds:.1f} s, "
              "again in every process); set NUMBA_CACHE_DIR to a writable directory to compile once")
     elif note is not None and seconds > NOTE_SECONDS and not getattr(getattr(dispatcher, "stats", None),
                                                                      "cache_hits", 0):
-        note(f"kernel {NAME}: compiled in {seconds:.1f} s (once: numba caches it on disk)")  # a cache load is silent
+        once = "once: numba caches it on disk" if cached else f"for this process: only {PANEL}-column panels are cached"
+        note(f"kernel {NAME}: compiled in {seconds:.1f} s ({once})")  # a cache load is silent
 
 
 def jit_product(njit, names, disk=True):
@@ -291,7 +293,7 @@ def compiled_runs(note=None, layers=LAYERS, panel=PANEL):
         compiled_ = numba.njit(parallel=True, nogil=True, cache=cached)(with_globals(panels_runs, names))
         x, cuts = np.zeros((1, 2), dtype=np.float32), np.array([0, 1], dtype=np.int64)
         compiled_(x, np.zeros((1, 2, panel), dtype=np.float32), np.zeros((1, 1), dtype=np.float32), cuts)  # compiles
-        announce(note, time.perf_counter() - start, cached, compiled_)
+        announce(note, time.perf_counter() - start, cached, compiled_, disk=panel == PANEL)
 
         def runs(x, panels, y, cuts, threads):  # numba's thread count is the calling thread's own setting
             numba.set_num_threads(threads)
