@@ -237,11 +237,12 @@ def compiled_product(note=None, njit=None, panel=PANEL):
         njit, scratch = numba.njit, stack_scratch(numba)
     else:
         scratch = numpy_scratch
+    disk = panel == PANEL  # numba's cache keys a function by its code, not by the PANEL it was given
     start = time.perf_counter()  # after numba's import: what is announced is compiling (or loading the cache)
-    product, cached = jit_product(njit, {"scratch": scratch, "PANEL": panel}, disk=panel == PANEL)
+    product, cached = jit_product(njit, {"scratch": scratch, "PANEL": panel}, disk)
     x = np.zeros((1, 2), dtype=np.float32)
     product(x, np.zeros((1, 2, panel), dtype=np.float32), np.zeros((1, 1), dtype=np.float32), 0, 1)  # compiles
-    announce(note, time.perf_counter() - start, cached, product, disk=panel == PANEL)
+    announce(note, time.perf_counter() - start, cached, product, disk)
     _compiled["product", panel], _compiled["cached", panel] = product, cached
     return product
 
