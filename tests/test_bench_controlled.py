@@ -3,6 +3,7 @@ command line's measurements around a generation (npspec.harness): --compare and 
 
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -84,7 +85,11 @@ def test_generate_compare_prints_both_speeds_and_the_ratio():
     line = r.stderr.strip().splitlines()[-1]
     assert line.startswith("compare: speculative") and "plain" in line and "speedup" in line
     assert line.endswith("same output")  # greedy: speculative output == plain output
-    spec, plain, ratio = (float(w.rstrip("x,")) for w in line.split() if w[0].isdigit())
+    # the kernel's label may hold digits of its own ("gemm-blocks at 1 thread"): read the three numbers by place
+    found = re.fullmatch(r"compare: speculative ([\d.]+) tokens/s, plain ([\d.]+) tokens/s \(fastest plain decoding: "
+                         r"[^()]+\), speedup ([\d.]+)x, same output", line)
+    assert found, line
+    spec, plain, ratio = (float(g) for g in found.groups())
     assert abs(ratio - spec / plain) < 0.01 * ratio + 0.006  # the printed ratio is the printed speeds' ratio
     r = run_python("-m", "npspec.generate", "--compare", "--json", "--max-new-tokens", "6")
     c, stats = json.loads(r.stdout)["compare"], json.loads(r.stdout)["stats"]
