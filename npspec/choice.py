@@ -6,7 +6,8 @@ objects). Which invariant NumPy kernel is fastest depends on the BLAS: OpenBLAS'
 matrices costs about a GEMV on the Intel machine of bench/results/earlier/ (so "gemm-blocks" verifies cheapest there)
 and about 3x a GEMV with its Haswell kernels on AMD Zen 2 and 3 (so "gemv-panels" does; issue 24). So npspec never
 hard-codes the choice: `choose` times each candidate of a role (registry.role_candidates) in the model's own decoding
-forwards (with the rows the role multiplies: ROLE_ROWS), at the thread count asked for and at one thread
+forwards (with the rows the role multiplies: its verify's gamma + 1 for a target beside a drafter, one for a draft or a
+target decoding alone; ROLE_ROWS when the caller does not say), at the thread count asked for and at one thread
 (`thread_options`), and keeps the fastest pair (the sum of its median times over REPEATS runs). A target that decodes
 beside a draft model is timed in ROUNDS with that draft (`partner`): each timed span is the draft's one-token
 forwards, as many as the target verifies rows less one, then the target's forward, as speculative decoding alternates
@@ -24,7 +25,7 @@ The result is cached in npspec's cache directory (`choices.json` there: one JSON
 file and renamed over the old one, under a filelock in the cache's `.locks/`, so a crash or a concurrent run never
 leaves it half written), keyed by everything the timing depends on (`machine_key`): the CPU model, numpy's own BLAS
 (`blas_key`; threadpoolctl: library, version, kernel set), the numpy version, the role, the candidates (with their
-code's versions), the shapes, the thread count asked for, the partner (its kernel, threads and shapes) and how the
+code's versions), the shapes, the rows timed, the thread count asked for, the partner (its kernel, threads and shapes) and how the
 probe times (PROBE_VERSION). `mode` (the CLI's --kernel-probe) says how the cache is used:
   * "cached" (the default): use the cached choice, else measure and store it;
   * "refresh": measure again and store it (after a BLAS or CPU change threadpoolctl cannot see);
@@ -49,10 +50,10 @@ from .atomic import atomic_write, locked
 from .registry import REGISTRY, role_candidates
 
 MODES = ("cached", "refresh", "bypass", "off")
-ROLE_ROWS = {"target": (4,), "draft": (1,)}  # rows timed: a target verifies gamma + 1 (4 at gamma 3), a draft decodes 1
-# (a target's plain decoding is not its role: --compare and the bench time plain decoding with every kernel anyway)
-PROBE_VERSION = 4  # in every cache key: raised when how a candidate is timed changes (2: one prefill per timing;
-# 3: a target timed in rounds with its draft; 4: the median of REPEATS, not the best)
+ROLE_ROWS = {"target": (4,), "draft": (1,)}  # rows timed when choose is not told: a target verifies gamma + 1 (4 at
+# gamma 3), a draft decodes 1 (npspec generate tells it: the job's own verify rows, npspec.generate.verify_rows)
+PROBE_VERSION = 5  # in every cache key: raised when how a candidate is timed changes (2: one prefill per timing;
+# 3: a target timed in rounds with its draft; 4: the median of REPEATS, not the best; 5: the rows timed are the key's)
 REPEATS = 5  # the median of this many timed runs per (kernel, rows), after one untimed run (the first use compiles).
 # The median, not the best: decoding pays every forward, and on a noisy virtual machine the best run is far from the
 # typical one, by a different amount for each kernel (an AMD Zen 4 ran the same 4-row gpt2-large forward in 128.6 ms
@@ -101,14 +102,17 @@ def blas_key(info=None, numpy_dir=None):
     return sorted(([i.get("internal_api"), i.get("version"), i.get("architecture")] for i in (mine or blas)), key=str)
 
 
-def machine_key(role, candidates, shapes, threads, partner=None):
+def machine_key(role, candidates, shapes, threads, partner=None, rows=None):
     """The cache key of a choice (module docstring): a JSON string. Each candidate is named with its code's version
     (registry.Kernel.version), so that a kernel made faster or slower is measured again. partner: None, or the
-    [kernel/version, threads, shapes] of the model the candidates were timed in rounds with (model_shapes)."""
+    [kernel/version, threads, shapes] of the model the candidates were timed in rounds with (model_shapes).
+    rows: the row counts timed (default ROLE_ROWS[role]): a choice for 3-row verifies is not one for 5."""
+    rows = ROLE_ROWS[role] if rows is None else rows
     return json.dumps({"probe": PROBE_VERSION, "cpu": cpu_model(), "blas": blas_key(), "numpy": np.__version__,
                        "role": role,
                        "candidates": [f"{c}/{REGISTRY[c].version}" for c in candidates],
-                       "shapes": [list(s) for s in shapes], "threads": threads, "partner": partner}, sort_keys=True)
+                       "shapes": [list(s) for s in shapes], "rows": list(rows), "threads": threads,
+                       "partner": partner}, sort_keys=True)
 
 
 def model_shapes(model):  # Model -> [n_layer, n_embd, n_head, n_vocab]
@@ -206,7 +210,7 @@ def measure_all(choices, model, rows, measure=time_forwards, partner=None):
 
 
 def choose(role, model, threads, path=None, mode="cached", measure=time_forwards, candidates=None, note=None,
-           partner=None):
+           partner=None, rows=None):
     """The Choice (kernel, threads) `role` ("target" or "draft") decodes `model` (an npspec.model.Model) with, when
     `threads` are asked for: the fastest candidate kernel at `threads` or at one thread (thread_options).
 
@@ -214,16 +218,23 @@ def choose(role, model, threads, path=None, mode="cached", measure=time_forwards
     measure: time_forwards' signature (a parameter so that tests can fake the timings: then no forward runs and no
     clock is read). candidates: default registry.role_candidates(role). note: None, or a function given one line
     when a measurement runs. partner: None, or the Model timed in rounds with each candidate (time_forwards: the
-    draft beside a target), decoding with its own kernel, which the cache key names. Raises ValueError for a bad
-    role or mode.
+    draft beside a target), decoding with its own kernel, which the cache key names. rows: the row counts of the
+    role's forwards to time (a tuple of positive ints; default ROLE_ROWS[role]): a target verifying gamma drafts
+    multiplies gamma + 1 rows, and which kernel is fastest can change with them (bench/results/issue24/README.md:
+    gemm-blocks pays a few-row GEMM's price from 2 rows). Raises ValueError for a bad role, mode or rows.
     """
     if mode not in MODES:
         raise ValueError(f"the kernel probe mode must be one of {', '.join(MODES)}, got {mode!r}")
+    if role not in ROLE_ROWS:
+        raise ValueError(f"role must be 'target' or 'draft', got {role!r}")
+    rows = ROLE_ROWS[role] if rows is None else tuple(rows)
+    if not rows or not all(type(m) is int and m > 0 for m in rows):
+        raise ValueError(f"the rows to time must be positive ints, got {rows!r}")
     candidates = tuple(role_candidates(role) if candidates is None else candidates)
     choices = [Choice(k, t) for k in candidates for t in thread_options(threads)]  # ties: the earlier one
     if len(choices) == 1 or mode == "off":
         return choices[0]
-    key = machine_key(role, candidates, [model_shapes(model)], threads, partner_key(partner))
+    key = machine_key(role, candidates, [model_shapes(model)], threads, partner_key(partner), rows)
     use_cache = path is not None and mode != "bypass"
     if use_cache and mode == "cached":
         if (hit := cached_choice(read_choices(path).get(key))) in choices:
@@ -231,11 +242,12 @@ def choose(role, model, threads, path=None, mode="cached", measure=time_forwards
     if note is not None:
         beside = "" if partner is None else f" beside its draft ({partner.kernel})"
         note(f"timing the {role}'s kernels {', '.join(candidates)} at {' and '.join(map(str, thread_options(threads)))} "
-             f"thread(s){beside} on this machine (once; --kernel-probe refresh times them again)")
-    seconds = measure_all(choices, model, ROLE_ROWS[role], measure, partner)
+             f"thread(s), {'/'.join(map(str, rows))}-row forwards{beside}, on this machine (once; --kernel-probe refresh "
+             "times them again)")
+    seconds = measure_all(choices, model, rows, measure, partner)
     best = min(choices, key=lambda choice: seconds[choice])
     if use_cache:
-        store_choice(path, key, {"kernel": best.kernel, "threads": best.threads, "rows": list(ROLE_ROWS[role]),
+        store_choice(path, key, {"kernel": best.kernel, "threads": best.threads, "rows": list(rows),
                                  "seconds": [{"kernel": k, "threads": t, "seconds": v} for (k, t), v in seconds.items()]})
     return best
 

@@ -36,7 +36,7 @@ from .atomic import expand, replace_problem
 from .choice import MODES
 from .console import Parser, error_stream, parse, terminate_as_interrupt
 from .decode import (RULES, SCHEDULES, SIBLINGS, Generation, GenerationInterrupted, Options, SamplingParams, Stats,
-                     decode, prepare)
+                     decode, prepare, tree_depth)
 from .decode.drafters import (COMMANDS, TREE_DRAFTERS, DraftModelCache, DynamicTreeDrafter, ModelDrafter, TreeDrafter,
                               check_p_min)
 from .errors import CheckpointError
@@ -424,10 +424,20 @@ def probed(job, args, draft, threads, note=None):  # -> Job
         partner = role_model(draft, "draft", threads, probe=args.kernel_probe, note=note)
     target = job.target
     if args.target_kernel is None:
-        target = role_model(target, "target", threads, probe=args.kernel_probe, note=note, partner=partner)
+        target = role_model(target, "target", threads, probe=args.kernel_probe, note=note, partner=partner,
+                            rows=(verify_rows(job),))
     if partner is not None and partner is not draft:  # a re-chosen draft model: its drafter anew
         drafter = make_drafter(args, target, partner)
     return replace(job, target=target, drafter=drafter)
+
+
+def verify_rows(job):  # Job -> int
+    """The rows of the target's forward in one of the job's rounds, as first scheduled: a chain of gamma drafts is
+    verified with the last token as gamma + 1 rows, a tree with every node (drafter.tree_size at the first round's
+    depth, decode.tree_depth) and the root; 1 with no drafter (plain decoding). What the kernel probe times the target at (npspec.choice)."""
+    if job.drafter is None:
+        return 1
+    return job.drafter.tree_size(tree_depth(job.drafter, job.options.gamma, job.n_ctx, len(job.prompt))) + 1
 
 
 def kernels_used(target, drafter):

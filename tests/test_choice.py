@@ -17,7 +17,9 @@ import numpy as np
 import pytest
 
 from npspec import choice
-from npspec.generate import main
+from npspec.decode import Options, SamplingParams, prepare
+from npspec.decode.drafters import ModelDrafter, TreeDrafter
+from npspec.generate import main, verify_rows
 from npspec.harness import plain_label
 from npspec.registry import REGISTRY
 from npspec.sources import load
@@ -74,6 +76,38 @@ def test_the_probe_times_every_candidate_in_the_models_own_forwards_with_the_rol
     calls.clear()
     choice.choose("draft", tiny, 1, mode="bypass", measure=fake_machine(1.0, calls), candidates=NUMPY_TARGET)
     assert [c[4] for c in calls] == [1, 1]  # a draft multiplies one row
+
+
+def test_the_probe_times_the_rows_it_is_told_and_caches_each_row_count_apart(tiny, tmp_path):
+    # gemm-blocks pays one few-row GEMM (1.5 s) whatever the rows, gemv-panels 1 s plus 0.25 s a row: the cheaper
+    # kernel changes between a 2-row verify (gamma 1) and a 5-row one (gamma 4)
+    path, calls = tmp_path / choice.CACHE_FILE, []
+    machine = fake_machine(1.5, calls)
+    assert choice.choose("target", tiny, 1, path, "cached", machine, NUMPY_TARGET, rows=(2,)) == ("gemv-panels", 1)
+    assert {c[4] for c in calls} == {2}
+    calls.clear()
+    assert choice.choose("target", tiny, 1, path, "cached", machine, NUMPY_TARGET, rows=(5,)) == ("gemm-blocks", 1)
+    assert {c[4] for c in calls} == {5}  # not the 2-row record: measured at its own rows
+    records = json.loads(path.read_text())
+    assert sorted(r["rows"] for r in records.values()) == [[2], [5]]
+    calls.clear()
+    assert choice.choose("target", tiny, 1, path, "cached", machine, NUMPY_TARGET, rows=(2,)) == ("gemv-panels", 1)
+    assert calls == []  # each row count's record is found again
+    for bad in [(), (0,), (2.0,), (True,), (-3,)]:
+        with pytest.raises(ValueError, match="rows to time must be positive ints"):
+            choice.choose("target", tiny, 1, path, "cached", machine, NUMPY_TARGET, rows=bad)
+
+
+def test_the_target_is_probed_at_its_own_verify_rows(tiny):
+    # npspec generate times the target at the rows its rounds multiply: gamma + 1 for a chain, every node and the root
+    # for a tree, one for plain decoding; a gamma clamped by max_new_tokens is the clamped one's
+    def job(drafter, gamma, new=20):
+        return prepare(tiny, drafter, [1, 2, 3], Options(new, gamma, SamplingParams(0.0)))
+    assert [verify_rows(job(ModelDrafter(tiny), g)) for g in (1, 3, 6)] == [2, 4, 7]
+    assert verify_rows(job(ModelDrafter(tiny), 6, new=3)) == 3  # gamma clamped to max_new_tokens - 1 = 2
+    assert verify_rows(job(None, 4)) == verify_rows(job(ModelDrafter(tiny), 0)) == 1
+    assert verify_rows(job(TreeDrafter(tiny, (3, 2), "top-k"), 4)) == 1 + 3 + 3 * 2  # the tree's depth, not gamma's
+    assert verify_rows(job(TreeDrafter(tiny, (3, 2), "top-k"), 1)) == 1 + 3  # cut at gamma's depth
 
 
 def test_one_candidate_or_mode_off_measures_nothing(tiny):

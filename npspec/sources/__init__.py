@@ -124,15 +124,16 @@ def load(spec=None, role="target", cache_dir=None, kernel=None, threads=1, progr
     return role_model(model, role, threads, cache_dir, probe, note)
 
 
-def role_model(model, role, threads, cache_dir=None, probe="cached", note=None, partner=None):
+def role_model(model, role, threads, cache_dir=None, probe="cached", note=None, partner=None, rows=None):
     """`model` decoding with `role`'s default kernel and threads: npspec.choice.choose over the role's candidates, for
     the model's shapes and `threads` asked for, cached in the cache directory's choices.json as `probe` says (see
     load); `model` itself when it already decodes so, else model.with_kernel (the same weights). note: gets a compiled
     kernel's compile note, and the probe's when it measures. partner: None, or the draft Model (with its kernel
     chosen) that a target decodes beside: the target's candidates are then timed in rounds with it
-    (npspec.choice.time_forwards). Raises ValueError for a bad role or probe mode."""
+    (npspec.choice.time_forwards). rows: the row counts its forwards multiply, to time (None: choice.ROLE_ROWS).
+    Raises ValueError for a bad role, probe mode or rows."""
     chosen = choose(role, model, threads, cache_root(cache_dir) / CACHE_FILE, probe, note=note,
-                    partner=partner)  # says when it measures (seconds for a large model); repr and --json show it
+                    partner=partner, rows=rows)  # says when it measures (seconds for a large model); repr and --json show it
     if chosen == (model.kernel, model.threads):
         return model
     return model.with_kernel(chosen.kernel, chosen.threads, note=note)
