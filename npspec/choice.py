@@ -35,6 +35,7 @@ probe times (PROBE_VERSION). `mode` (the CLI's --kernel-probe) says how the cach
 The result is a `Choice` (kernel, threads); repr(model) and `npspec generate --json` show both.
 """
 
+import contextlib
 import json
 import os
 import platform
@@ -44,6 +45,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
+from filelock import Timeout
 from threadpoolctl import threadpool_info
 
 from .atomic import atomic_write, locked
@@ -217,8 +219,9 @@ def choose(role, model, threads, path=None, mode="cached", measure=time_forwards
     path: the cache file (None: nothing cached, as "bypass"). mode: one of MODES (module docstring).
     measure: time_forwards' signature (a parameter so that tests can fake the timings: then no forward runs and no
     clock is read). candidates: default registry.role_candidates(role). note: None, or a function given one line
-    when a measurement runs. partner: None, or the Model timed in rounds with each candidate (time_forwards: the
-    draft beside a target), decoding with its own kernel, which the cache key names. rows: the row counts of the
+    when a measurement runs, and when its result waits for or cannot be stored (store_choice). partner: None, or the
+    Model timed in rounds with each candidate (time_forwards: the draft beside a target), decoding with its own
+    kernel, which the cache key names. rows: the row counts of the
     role's forwards to time (a tuple of positive ints; default ROLE_ROWS[role]): a target verifying gamma drafts
     multiplies gamma + 1 rows, and which kernel is fastest can change with them (bench/results/issue24/README.md:
     gemm-blocks pays a few-row GEMM's price from 2 rows). Raises ValueError for a bad role, mode or rows.
@@ -248,7 +251,8 @@ def choose(role, model, threads, path=None, mode="cached", measure=time_forwards
     best = min(choices, key=lambda choice: seconds[choice])
     if use_cache:
         store_choice(path, key, {"kernel": best.kernel, "threads": best.threads, "rows": list(rows),
-                                 "seconds": [{"kernel": k, "threads": t, "seconds": v} for (k, t), v in seconds.items()]})
+                                 "seconds": [{"kernel": k, "threads": t, "seconds": v} for (k, t), v in seconds.items()]},
+                     note)
     return best
 
 
@@ -280,23 +284,39 @@ def read_choices(path):
     return data if isinstance(data, dict) else {}
 
 
-def store_choice(path, key, record):
+def store_choice(path, key, record, note=None):
     """Add `record` under `key` to the cache file `path`: under its filelock, the whole file rewritten to a temporary
     file and renamed over it (npspec.atomic.atomic_write: only a regular file is replaced). A cache that cannot be
     written (read-only, a symlink or directory in its place, a lock held past LOCK_SECONDS) is skipped: the choice
-    is measured again next run. Returns whether it was stored."""
+    is measured again next run. note: None, or called with one line when another process holds the lock (before
+    waiting for it) and when the cache is skipped (why, and the fix). Returns whether it was stored."""
     path = Path(path)
+    lock = path.parent / ".locks" / f"{path.name}.lock"  # beside the cache's other lock files
 
     def write(tmp):
         with open(tmp, "w") as f:
             json.dump(data, f, indent=1, sort_keys=True)
     try:
-        lock = path.parent / ".locks" / f"{path.name}.lock"  # beside the cache's other lock files
         lock.parent.mkdir(parents=True, exist_ok=True)
-        with locked(lock, timeout=LOCK_SECONDS):
+        with contextlib.ExitStack() as hold:
+            if not hold.enter_context(locked(lock, blocking=False)):
+                say(note, f"another process is writing the kernel choices: waiting for it (lock file {lock}, up to "
+                          f"{LOCK_SECONDS} s)")
+                hold.enter_context(locked(lock, timeout=LOCK_SECONDS))
             data = read_choices(path)
             data[key] = record
             atomic_write(path, write)
-    except OSError:  # filelock's Timeout is one too
+    except Timeout:
+        say(note, f"the kernel choice was not stored: another process still holds {lock} after {LOCK_SECONDS} s "
+                  "(it is measured again next run; if no npspec is running, delete that lock file)")
+        return False
+    except OSError as e:
+        say(note, f"the kernel choice was not stored in {path} ({e.strerror or e}): it is measured again next run; "
+                  "make the cache directory writable, set NPSPEC_CACHE to one that is, or pass --kernel-probe bypass")
         return False
     return True
+
+
+def say(note, line):  # note (None or a callable) gets `line`
+    if note is not None:
+        note(line)

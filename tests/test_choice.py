@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from npspec import choice
+from npspec.atomic import locked
 from npspec.decode import Options, SamplingParams, prepare
 from npspec.decode.drafters import ModelDrafter, TreeDrafter
 from npspec.generate import main, verify_rows
@@ -227,6 +228,32 @@ def test_a_damaged_or_unwritable_cache_is_measured_again(tiny, tmp_path):
     blocked = tmp_path / "file"
     blocked.write_text("")
     assert choice.store_choice(blocked / choice.CACHE_FILE, "k", {"kernel": "gemm"}) is False  # no directory there
+
+
+def test_a_choice_that_cannot_be_stored_says_why_and_the_fix(tiny, tmp_path):
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    notes = []
+    assert choice.choose("target", tiny, 2, blocked / choice.CACHE_FILE, "cached", fake_machine(3.0), NUMPY_TARGET,
+                         note=notes.append) == ("gemv-panels", 2)
+    assert notes[0].startswith("timing the target's kernels") and len(notes) == 2
+    assert notes[1].startswith(f"the kernel choice was not stored in {blocked / choice.CACHE_FILE} (")
+    assert "measured again next run" in notes[1] and "--kernel-probe bypass" in notes[1]
+
+
+def test_a_held_lock_is_announced_before_the_wait_and_skipped_after_it(tmp_path, monkeypatch):
+    monkeypatch.setattr(choice, "LOCK_SECONDS", 0.2)
+    path, notes = tmp_path / choice.CACHE_FILE, []
+    lock = tmp_path / ".locks" / f"{choice.CACHE_FILE}.lock"
+    lock.parent.mkdir()
+    with locked(lock) as held:
+        assert held
+        assert choice.store_choice(path, "k", {"kernel": "gemm", "threads": 1}, notes.append) is False
+    assert len(notes) == 2 and notes[0].startswith("another process is writing the kernel choices: waiting for it")
+    assert str(lock) in notes[0] and notes[1].startswith("the kernel choice was not stored: another process still holds")
+    assert not path.exists()
+    notes.clear()
+    assert choice.store_choice(path, "k", {"kernel": "gemm", "threads": 1}, notes.append) and notes == []  # free: silent
 
 
 @pytest.mark.parametrize("record", [5, "gemv-panels", [1], None, {"kernel": "gemv-panels"},
