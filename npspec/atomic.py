@@ -10,6 +10,8 @@ the kit's vectors, bench results):
   * `locked(lock_file)`: an exclusive lock held while a block runs, filelock's (an OS lock on Unix and
     Windows, released by the OS when its holder dies, even by SIGKILL); the lock file is removed when
     released. The conversion cache (npspec.sources.cache) uses the same.
+  * `remove_leftovers(path)`: under the lock every writer of `path` holds, the temporary files of an
+    atomic_write that a SIGKILL stopped are deleted (no handler runs for it).
   * `exchange(a, b)`: swap two directories in one step (Linux renameat2 RENAME_EXCHANGE), so that a
     reader of `b` always finds a complete directory; where the OS lacks it, two renames.
   * `public_mode(path)`: give a directory made by mkdtemp (mode 0700) the mode the umask gives a new one.
@@ -20,6 +22,7 @@ Imports filelock and the standard library only.
 import contextlib
 import ctypes
 import errno
+import glob
 import os
 import stat
 import tempfile
@@ -88,6 +91,19 @@ def atomic_write(path, write):
         if os.path.lexists(tmp):
             os.unlink(tmp)
         raise
+
+
+def remove_leftovers(path):
+    """Delete the temporary files that atomic_write(`path`) left behind when its process was killed before it could
+    clean up (SIGKILL, a power cut): the regular files `.NAME.*.tmp` beside `path`. Call it only while holding the
+    lock that every writer of `path` holds, so that no write is in progress. Returns how many were deleted."""
+    path = Path(path)
+    removed = 0
+    for tmp in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
+        if tmp.is_file() and not tmp.is_symlink():
+            tmp.unlink(missing_ok=True)
+            removed += 1
+    return removed
 
 
 def public_mode(path):

@@ -48,7 +48,7 @@ import numpy as np
 from filelock import Timeout
 from threadpoolctl import threadpool_info
 
-from .atomic import atomic_write, locked
+from .atomic import atomic_write, locked, remove_leftovers
 from .registry import REGISTRY, role_candidates
 
 MODES = ("cached", "refresh", "bypass", "off")
@@ -286,7 +286,8 @@ def read_choices(path):
 
 def store_choice(path, key, record, note=None):
     """Add `record` under `key` to the cache file `path`: under its filelock, the whole file rewritten to a temporary
-    file and renamed over it (npspec.atomic.atomic_write: only a regular file is replaced). A cache that cannot be
+    file and renamed over it (npspec.atomic.atomic_write: only a regular file is replaced; the temporary files of a
+    store killed mid-write are deleted first). A cache that cannot be
     written (read-only, a symlink or directory in its place, a lock held past LOCK_SECONDS) is skipped: the choice
     is measured again next run. note: None, or called with one line when another process holds the lock (before
     waiting for it) and when the cache is skipped (why, and the fix). Returns whether it was stored."""
@@ -303,6 +304,7 @@ def store_choice(path, key, record, note=None):
                 say(note, f"another process is writing the kernel choices: waiting for it (lock file {lock}, up to "
                           f"{LOCK_SECONDS} s)")
                 hold.enter_context(locked(lock, timeout=LOCK_SECONDS))
+            remove_leftovers(path)  # a store killed mid-write (SIGKILL) left its temporary file: no write runs now
             data = read_choices(path)
             data[key] = record
             atomic_write(path, write)

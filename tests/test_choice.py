@@ -307,6 +307,20 @@ def test_concurrent_stores_keep_every_record(tmp_path):
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
 
 
+def test_a_store_deletes_what_a_killed_store_left_and_nothing_else(tmp_path):
+    # SIGKILL runs no handler: atomic_write's temporary file stays until the next store, under the same lock, deletes it
+    path = tmp_path / choice.CACHE_FILE
+    left = tmp_path / f".{choice.CACHE_FILE}.k3x_9a2q.tmp"
+    left.write_text('{"half')
+    others = [tmp_path / name for name in (".other.json.abcdefgh.tmp", f"{choice.CACHE_FILE}.bak",
+                                           f".{choice.CACHE_FILE}.d.tmp2")]
+    for other in others:
+        other.write_text("keep")
+    assert choice.store_choice(path, "k", {"kernel": "gemm", "threads": 1})
+    assert not left.exists() and all(o.read_text() == "keep" for o in others)
+    assert json.loads(path.read_text()) == {"k": {"kernel": "gemm", "threads": 1}}
+
+
 def test_a_bad_mode_is_refused_in_one_line(tiny):
     with pytest.raises(ValueError, match="the kernel probe mode must be one of cached, refresh, bypass, off, got 'x'"):
         choice.choose("target", tiny, 1, mode="x", candidates=NUMPY_TARGET)
