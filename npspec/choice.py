@@ -244,14 +244,15 @@ def choose(role, model, threads, path=None, mode="cached", measure=time_forwards
             return hit
     if note is not None:
         beside = "" if partner is None else f" beside its draft ({partner.kernel})"
-        note(f"timing the {role}'s kernels {', '.join(candidates)} at {' and '.join(map(str, thread_options(threads)))} "
-             f"thread(s), {'/'.join(map(str, rows))}-row forwards{beside}, on this machine (once; --kernel-probe refresh "
-             "times them again)")
+        counts = " and ".join(map(str, thread_options(threads)))
+        note(f"timing the {role}'s kernels {', '.join(candidates)} at {counts} thread(s), "
+             f"{'/'.join(map(str, rows))}-row forwards{beside}, on this machine (once; --kernel-probe refresh times "
+             "them again)")
     seconds = measure_all(choices, model, rows, measure, partner)
     best = min(choices, key=lambda choice: seconds[choice])
     if use_cache:
-        store_choice(path, key, {"kernel": best.kernel, "threads": best.threads, "rows": list(rows),
-                                 "seconds": [{"kernel": k, "threads": t, "seconds": v} for (k, t), v in seconds.items()]},
+        timed = [{"kernel": k, "threads": t, "seconds": v} for (k, t), v in seconds.items()]
+        store_choice(path, key, {"kernel": best.kernel, "threads": best.threads, "rows": list(rows), "seconds": timed},
                      note)
     return best
 
