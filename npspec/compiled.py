@@ -224,16 +224,15 @@ def compiled_product(note=None, njit=None, panel=PANEL):
     note: None, or a function given a one-line message when compiling took over NOTE_SECONDS (not when numba's cache
     was loaded), and when no cache location is writable (then every process compiles). njit: numba.njit (a parameter
     so that tests can give a stand-in, with which the tiles run as plain Python over numpy_scratch). Raises ValueError
-    (one line, with the fix) if numba is not installed.
+    (one line, with the fix) if numba is not installed or does not import (import_problem).
     """
     if ("product", panel) in _compiled:
         return _compiled["product", panel]
     if njit is None:
         try:
             import numba  # lazily: the module docstring says why
-        except ImportError:
-            raise ValueError(f"kernel {NAME} needs numba: pip install 'npspec[fast]' (or pick a NumPy kernel "
-                             "with --target-kernel / --draft-kernel)") from None
+        except ImportError as e:
+            raise ValueError(import_problem(e, available())) from None
         njit, scratch = numba.njit, stack_scratch(numba)
     else:
         scratch = numpy_scratch
@@ -245,6 +244,18 @@ def compiled_product(note=None, njit=None, panel=PANEL):
     announce(note, time.perf_counter() - start, cached, product, disk)
     _compiled["product", panel], _compiled["cached", panel] = product, cached
     return product
+
+
+def import_problem(error, installed):  # ImportError, bool -> str
+    """The one-line message for numba's import failing with `error`: missing (`installed` False: nothing named numba
+    to import), or installed and broken (a numba built for another numpy or Python, a half-removed install), which
+    names numba's own first line of the error and a reinstall as the fix."""
+    other = "or pick a NumPy kernel with --target-kernel / --draft-kernel"
+    if not installed:
+        return f"kernel {NAME} needs numba: pip install 'npspec[fast]' ({other})"
+    first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+    return (f"kernel {NAME}: numba is installed but does not import ({first}); reinstall it with pip install "
+            f"--force-reinstall 'npspec[fast]' ({other})")
 
 
 def announce(note, seconds, cached, dispatcher, disk=True):

@@ -15,7 +15,7 @@ from npspec.kernels import SPLIT_BYTES
 from npspec.registry import REGISTRY
 from npspec.sources import random_model
 
-from conftest import tiny_model
+from conftest import run_python, tiny_model
 
 needs_numba = pytest.mark.skipif(not compiled.available(), reason="compiled-panels needs the 'fast' extra (numba)")
 M_MAX = 16
@@ -147,6 +147,21 @@ def test_greedy_identity_random_gpt2_with_compiled_kernels():
 def test_without_numba_the_kernel_says_how_to_install_it():
     assert compiled.available(lambda name: None) is False
     assert REGISTRY["compiled-panels"].extra == "fast" and REGISTRY["compiled-panels"].invariant
+
+
+def test_a_broken_numba_is_named_broken_with_its_error_not_missing(tmp_path):
+    # a numba that is installed but fails to import (built for another numpy): a stand-in package on PYTHONPATH
+    fake = tmp_path / "numba"
+    fake.mkdir()
+    (fake / "__init__.py").write_text('raise ImportError("Numba needs NumPy 2.3 or less. Got NumPy 9.0.\\nmore")\n')
+    r = run_python("-m", "npspec.generate", "--target-kernel", "compiled-panels", "--max-new-tokens", "2",
+                   env={"PYTHONPATH": str(tmp_path)})
+    assert r.returncode == 1 and r.stdout == ""
+    line, = r.stderr.strip().splitlines()
+    assert "kernel compiled-panels: numba is installed but does not import (Numba needs NumPy 2.3 or less. Got NumPy " \
+           "9.0.); reinstall it with pip install --force-reinstall 'npspec[fast]'" in line
+    assert compiled.import_problem(ImportError("x"), False).startswith("kernel compiled-panels needs numba: pip install")
+    assert "does not import (ImportError)" in compiled.import_problem(ImportError(""), True)
 
 
 class FakeNjit:
