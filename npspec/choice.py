@@ -23,7 +23,8 @@ is not timed.
 
 The result is cached in npspec's cache directory (`choices.json` there: one JSON object, written whole to a temporary
 file and renamed over the old one, under a filelock in the cache's `.locks/`, so a crash or a concurrent run never
-leaves it half written), keyed by everything the timing depends on (`machine_key`): the CPU model, numpy's own BLAS
+leaves it half written; the probe itself runs under a second lock, `probe.lock`, so that two processes probing at
+once wait for each other instead of timing each other's forwards), keyed by everything the timing depends on (`machine_key`): the CPU model, numpy's own BLAS
 (`blas_key`; threadpoolctl: library, version, kernel set), the numpy version, the role, the candidates (with their
 code's versions), the shapes, the rows timed, the thread count asked for, the partner (its kernel, threads and shapes) and how the
 probe times (PROBE_VERSION). `mode` (the CLI's --kernel-probe) says how the cache is used:
@@ -64,6 +65,7 @@ REPEATS = 5  # the median of this many timed runs per (kernel, rows), after one 
 CACHE_FILE = "choices.json"
 MAX_CACHE_BYTES = 4 << 20  # a larger choices.json is not read (a record is under 1 KB): measured again, then rewritten
 LOCK_SECONDS = 60  # how long a store waits for another process's lock on choices.json before skipping the cache
+PROBE_LOCK_SECONDS = 900  # how long a probe waits for another process's probe (probe_lock) before timing anyway
 PROBE_CONTEXT = 8  # cached tokens before a timed forward (time_forwards)
 
 
@@ -242,19 +244,45 @@ def choose(role, model, threads, path=None, mode="cached", measure=time_forwards
     if use_cache and mode == "cached":
         if (hit := cached_choice(read_choices(path).get(key))) in choices:
             return hit
-    if note is not None:
-        beside = "" if partner is None else f" beside its draft ({partner.kernel})"
-        counts = " and ".join(map(str, thread_options(threads)))
-        note(f"timing the {role}'s kernels {', '.join(candidates)} at {counts} thread(s), "
-             f"{'/'.join(map(str, rows))}-row forwards{beside}, on this machine (once; --kernel-probe refresh times "
-             "them again)")
-    seconds = measure_all(choices, model, rows, measure, partner)
-    best = min(choices, key=lambda choice: seconds[choice])
-    if use_cache:
-        timed = [{"kernel": k, "threads": t, "seconds": v} for (k, t), v in seconds.items()]
-        store_choice(path, key, {"kernel": best.kernel, "threads": best.threads, "rows": list(rows), "seconds": timed},
-                     note)
+    with probe_lock(path, note) if use_cache else contextlib.nullcontext():
+        if use_cache and mode == "cached":  # another process may have stored it while this one waited for the lock
+            if (hit := cached_choice(read_choices(path).get(key))) in choices:
+                return hit
+        if note is not None:
+            beside = "" if partner is None else f" beside its draft ({partner.kernel})"
+            counts = " and ".join(map(str, thread_options(threads)))
+            note(f"timing the {role}'s kernels {', '.join(candidates)} at {counts} thread(s), "
+                 f"{'/'.join(map(str, rows))}-row forwards{beside}, on this machine (once; --kernel-probe refresh "
+                 "times them again)")
+        seconds = measure_all(choices, model, rows, measure, partner)
+        best = min(choices, key=lambda choice: seconds[choice])
+        if use_cache:
+            timed = [{"kernel": k, "threads": t, "seconds": v} for (k, t), v in seconds.items()]
+            store_choice(path, key, {"kernel": best.kernel, "threads": best.threads, "rows": list(rows),
+                                     "seconds": timed}, note)
     return best
+
+
+@contextlib.contextmanager
+def probe_lock(path, note=None):
+    """Hold the probe's lock (`.locks/probe.lock` beside the cache file `path`) while this process times kernels, so
+    that two npspec processes probing at once do not time each other's forwards on the same cores. If another holds
+    it, say so through `note` and wait up to PROBE_LOCK_SECONDS, then time anyway (saying so). Where no lock file can
+    be made (a read-only cache directory), time without it."""
+    lock = Path(path).parent / ".locks" / "probe.lock"
+    with contextlib.ExitStack() as hold:
+        try:
+            lock.parent.mkdir(parents=True, exist_ok=True)
+            if not hold.enter_context(locked(lock, blocking=False)):
+                say(note, f"another npspec is timing kernels on this machine: waiting for it, so that neither times the "
+                          f"other (lock file {lock}, up to {PROBE_LOCK_SECONDS} s)")
+                hold.enter_context(locked(lock, timeout=PROBE_LOCK_SECONDS))
+        except Timeout:
+            say(note, f"{lock} is still held after {PROBE_LOCK_SECONDS} s: timing anyway (the other process's forwards "
+                      "may slow these; --kernel-probe refresh times them again later)")
+        except OSError:  # no lock file can be made here: time without one
+            pass
+        yield
 
 
 def cached_choice(record):  # a cache record -> Choice, or None if it is not a well-formed one

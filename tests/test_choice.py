@@ -307,6 +307,33 @@ def test_concurrent_stores_keep_every_record(tmp_path):
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
 
 
+def test_a_probe_waits_for_another_ones_and_uses_what_it_stored(tiny, tmp_path, monkeypatch):
+    # two processes probing at once would time each other's forwards: the second waits, then finds the first's record
+    path, notes, calls, result = tmp_path / choice.CACHE_FILE, [], [], []
+    lock = tmp_path / ".locks" / "probe.lock"
+    lock.parent.mkdir()
+    key = choice.machine_key("target", NUMPY_TARGET, [choice.model_shapes(tiny)], 2, None, (4,))
+    with locked(lock):
+        waiting = threading.Thread(target=lambda: result.append(choice.choose(
+            "target", tiny, 2, path, "cached", fake_machine(3.0, calls), NUMPY_TARGET, note=notes.append)))
+        waiting.start()
+        for _ in range(500):
+            if notes:
+                break
+            threading.Event().wait(0.01)
+        assert len(notes) == 1 and notes[0].startswith("another npspec is timing kernels on this machine: waiting")
+        assert choice.store_choice(path, key, {"kernel": "gemm-blocks", "threads": 1})  # the other probe's result
+    waiting.join(10)
+    assert result == [("gemm-blocks", 1)] and calls == []  # its record, nothing timed
+    # a probe still held past PROBE_LOCK_SECONDS: timed anyway, and said so
+    monkeypatch.setattr(choice, "PROBE_LOCK_SECONDS", 0.1)
+    notes.clear()
+    with locked(lock):
+        assert choice.choose("target", tiny, 2, path, "refresh", fake_machine(3.0, calls), NUMPY_TARGET,
+                             note=notes.append) == ("gemv-panels", 2)
+    assert calls and "is still held after 0.1 s: timing anyway" in notes[1]
+
+
 def test_a_store_deletes_what_a_killed_store_left_and_nothing_else(tmp_path):
     # SIGKILL runs no handler: atomic_write's temporary file stays until the next store, under the same lock, deletes it
     path = tmp_path / choice.CACHE_FILE
