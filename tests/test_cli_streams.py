@@ -80,7 +80,7 @@ def test_ctrl_c_ends_the_line_prints_the_summary_and_exits_130(long_context_mode
     # streamed: speculative, signalled once the prompt is echoed (the first byte, written after every check);
     # --json: plain (no --draft for this target), signalled after its note on stderr, as it starts decoding
     model = str(long_context_model)
-    argv = [*GENERATE, "ROMEO:", "--target", model, "--max-new-tokens", "59000"]
+    argv = [*GENERATE, "ROMEO:", "--target", model, "--max-new-tokens", "59000", "--kernel-probe", "off"]  # no note
     argv += ["--json"] if json_output else ["--draft", model, "--gamma", "3"]
     proc = subprocess.Popen([sys.executable, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT,
                             env={**os.environ, "OPENBLAS_NUM_THREADS": "1"})
