@@ -50,6 +50,7 @@ from filelock import Timeout
 from threadpoolctl import threadpool_info
 
 from .atomic import atomic_write, locked, remove_leftovers
+from .errors import KernelUnavailable
 from .registry import REGISTRY, role_candidates
 
 MODES = ("cached", "refresh", "bypass", "off")
@@ -199,15 +200,23 @@ def thread_options(threads):
     return tuple(dict.fromkeys((threads, 1)))
 
 
-def measure_all(choices, model, rows, measure=time_forwards, partner=None):
+def measure_all(choices, model, rows, measure=time_forwards, partner=None, note=None):
     """{Choice: summed median seconds over `rows`} for each of `choices`. measure(name, threads, candidate model, m) ->
     seconds, also given partner=`partner` (time_forwards: None times the candidate alone). Each choice's Model
     (model.with_kernel: the same weights) is built just before its timings and dropped
     after them, so that at most one compiled kernel's packed copy of the weights (npspec.compiled) exists at a time:
-    for gpt2-xl's 6 GB, a second would be another 6 GB."""
-    seconds = {}
+    for gpt2-xl's 6 GB, a second would be another 6 GB. A candidate that cannot be built here (KernelUnavailable: a
+    numba that does not import) is left out, and `note` (None or a callable) is told why."""
+    seconds, unavailable = {}, set()
     for c in choices:
-        built = model.with_kernel(c.kernel, c.threads)
+        if c.kernel in unavailable:
+            continue
+        try:
+            built = model.with_kernel(c.kernel, c.threads)
+        except KernelUnavailable as e:
+            unavailable.add(c.kernel)
+            say(note, f"{e}; the probe goes on without it")
+            continue
         seconds[c] = sum(measure(c.kernel, c.threads, built, m, partner=partner) for m in rows)
         del built
     return seconds
@@ -254,8 +263,10 @@ def choose(role, model, threads, path=None, mode="cached", measure=time_forwards
             note(f"timing the {role}'s kernels {', '.join(candidates)} at {counts} thread(s), "
                  f"{'/'.join(map(str, rows))}-row forwards{beside}, on this machine (once; --kernel-probe refresh "
                  "times them again)")
-        seconds = measure_all(choices, model, rows, measure, partner)
-        best = min(choices, key=lambda choice: seconds[choice])
+        seconds = measure_all(choices, model, rows, measure, partner, note)
+        if not seconds:
+            raise KernelUnavailable(f"none of the {role}'s kernels {', '.join(candidates)} can be built here")
+        best = min(seconds, key=lambda choice: seconds[choice])  # choices order: ties keep the earlier one
         if use_cache:
             timed = [{"kernel": k, "threads": t, "seconds": v} for (k, t), v in seconds.items()]
             store_choice(path, key, {"kernel": best.kernel, "threads": best.threads, "rows": list(rows),

@@ -68,6 +68,7 @@ import types
 
 import numpy as np
 
+from .errors import KernelUnavailable
 from .kernels import check_threads, run_count, run_cuts
 
 PANEL = 64  # columns per panel (module docstring): 4 AVX-512 vectors; python -m bench.panels measured 32, 64 and 96
@@ -224,7 +225,8 @@ def compiled_product(note=None, njit=None, panel=PANEL):
     note: None, or a function given a one-line message when compiling took over NOTE_SECONDS (not when numba's cache
     was loaded), and when no cache location is writable (then every process compiles). njit: numba.njit (a parameter
     so that tests can give a stand-in, with which the tiles run as plain Python over numpy_scratch). Raises ValueError
-    (one line, with the fix) if numba is not installed or does not import (import_problem).
+    (errors.KernelUnavailable: one line, with the fix) if numba is not installed or does not import
+    (import_problem).
     """
     if ("product", panel) in _compiled:
         return _compiled["product", panel]
@@ -232,7 +234,7 @@ def compiled_product(note=None, njit=None, panel=PANEL):
         try:
             import numba  # lazily: the module docstring says why
         except ImportError as e:
-            raise ValueError(import_problem(e, available())) from None
+            raise KernelUnavailable(import_problem(e, available())) from None
         njit, scratch = numba.njit, stack_scratch(numba)
     else:
         scratch = numpy_scratch

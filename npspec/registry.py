@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from . import compiled
+from .errors import KernelUnavailable
 from .kernels import GemmBlocks, GemvPanels, check_threads, gemm, gemm_panels, gemv_rows
 from .qkernels import dequant_gemm, dequant_panels
 
@@ -51,10 +52,11 @@ class Kernel:
 
     def build(self, threads=1, note=None):
         """The `linear(x, w, b=None)` callable with `threads`; note: gets one-line messages (compiled kernels).
-        Raises ValueError for a bad thread count, or (one line, with the fix) when the kernel's extra is missing."""
+        Raises ValueError for a bad thread count, or errors.KernelUnavailable (one line, with the fix) when the
+        kernel's extra is missing or broken."""
         check_threads(threads)
         if not self.available():
-            raise ValueError(f"kernel {self.name} needs the {self.extra!r} extra: pip install 'npspec[{self.extra}]' "
+            raise KernelUnavailable(f"kernel {self.name} needs the {self.extra!r} extra: pip install 'npspec[{self.extra}]' "
                              "(or pick another kernel)")
         return self.make(threads, note)
 

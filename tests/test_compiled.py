@@ -160,6 +160,13 @@ def test_a_broken_numba_is_named_broken_with_its_error_not_missing(tmp_path):
     line, = r.stderr.strip().splitlines()
     assert "kernel compiled-panels: numba is installed but does not import (Numba needs NumPy 2.3 or less. Got NumPy " \
            "9.0.); reinstall it with pip install --force-reinstall 'npspec[fast]'" in line
+    # left to the probe, the kernel drops out of the candidates, saying why: measured, or chosen unmeasured (off)
+    for probe in ("cached", "off"):
+        r = run_python("-m", "npspec.generate", "--max-new-tokens", "2", "--kernel-probe", probe, "ROMEO:",
+                       env={"PYTHONPATH": str(tmp_path), "NPSPEC_CACHE": str(tmp_path / f"cache-{probe}")})
+        assert r.returncode == 0 and r.stdout.startswith("ROMEO:"), r.stderr
+        assert "numba is installed but does not import" in r.stderr and "Traceback" not in r.stderr
+        assert ("the probe goes on without it" if probe == "cached" else "decodes with one of") in r.stderr
     assert compiled.import_problem(ImportError("x"), False).startswith("kernel compiled-panels needs numba: pip install")
     assert "does not import (ImportError)" in compiled.import_problem(ImportError(""), True)
 

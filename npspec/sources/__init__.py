@@ -28,14 +28,14 @@ from pathlib import Path
 
 from ..atomic import expand
 from ..choice import CACHE_FILE, choose
-from ..errors import CheckpointError
+from ..errors import CheckpointError, KernelUnavailable
 from ..files import load_model
 from ..tensors import params_tree
 from ..init import init_tensors
 from ..model import Model
 from ..quantize import parse_scheme
 from ..quantized import is_quantized, load_quantized, quantize_model
-from ..registry import ROLES, STATIC_DEFAULT
+from ..registry import ROLES, STATIC_DEFAULT, role_candidates
 from . import cache
 from .names import HUB_NAMES, SHAPES
 from .shipped import SHIPPED_PAIR, gpt2_tokenizer, shipped_dir
@@ -132,11 +132,20 @@ def role_model(model, role, threads, cache_dir=None, probe="cached", note=None, 
     chosen) that a target decodes beside: the target's candidates are then timed in rounds with it
     (npspec.choice.time_forwards). rows: the row counts its forwards multiply, to time (None: choice.ROLE_ROWS).
     Raises ValueError for a bad role, probe mode or rows."""
-    chosen = choose(role, model, threads, cache_root(cache_dir) / CACHE_FILE, probe, note=note,
-                    partner=partner, rows=rows)  # says when it measures (seconds for a large model); repr and --json show it
-    if chosen == (model.kernel, model.threads):
-        return model
-    return model.with_kernel(chosen.kernel, chosen.threads, note=note)
+    candidates = role_candidates(role)
+    while True:
+        chosen = choose(role, model, threads, cache_root(cache_dir) / CACHE_FILE, probe, note=note, partner=partner,
+                        rows=rows, candidates=candidates)  # says when it measures; repr and --json show the choice
+        if chosen == (model.kernel, model.threads):
+            return model
+        try:
+            return model.with_kernel(chosen.kernel, chosen.threads, note=note)
+        except KernelUnavailable as e:  # chosen unmeasured (cached, or --kernel-probe off) and it cannot be built here
+            candidates = tuple(c for c in candidates if c != chosen.kernel)
+            if not candidates:
+                raise
+            if note is not None:
+                note(f"{e}; the {role} decodes with one of {', '.join(candidates)}")
 
 
 def split_quantized(spec):
