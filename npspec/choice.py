@@ -24,10 +24,10 @@ is not timed.
 The result is cached in npspec's cache directory (`choices.json` there: one JSON object, written whole to a temporary
 file and renamed over the old one, under a filelock in the cache's `.locks/`, so a crash or a concurrent run never
 leaves it half written; the probe itself runs under a second lock, `probe.lock`, so that two processes probing at
-once wait for each other instead of timing each other's forwards), keyed by everything the timing depends on (`machine_key`): the CPU model, numpy's own BLAS
-(`blas_key`; threadpoolctl: library, version, kernel set), the numpy version, the role, the candidates (with their
-code's versions), the shapes, the rows timed, the thread count asked for, the partner (its kernel, threads and shapes) and how the
-probe times (PROBE_VERSION). `mode` (the CLI's --kernel-probe) says how the cache is used:
+once wait for each other instead of timing each other's forwards), keyed by everything the timing depends on
+(`machine_key`): the CPU model, numpy's own BLAS (`blas_key`; threadpoolctl: library, version, kernel set), the
+numpy version, the role, the candidates (with their code's versions), the shapes, the rows timed, the thread count
+asked for, the partner (its kernel, threads and shapes) and how the probe times (PROBE_VERSION). `mode` (the CLI's --kernel-probe) says how the cache is used:
   * "cached" (the default): use the cached choice, else measure and store it;
   * "refresh": measure again and store it (after a BLAS or CPU change threadpoolctl cannot see);
   * "bypass": measure, neither read nor write the cache (a read-only cache directory needs nothing else);
@@ -285,8 +285,8 @@ def probe_lock(path, note=None):
         try:
             lock.parent.mkdir(parents=True, exist_ok=True)
             if not hold.enter_context(locked(lock, blocking=False)):
-                say(note, f"another npspec is timing kernels on this machine: waiting for it, so that neither times the "
-                          f"other (lock file {lock}, up to {PROBE_LOCK_SECONDS} s)")
+                say(note, "another npspec is timing kernels on this machine: waiting for it, so that the two probes do "
+                          f"not time each other (lock file {lock}, up to {PROBE_LOCK_SECONDS} s)")
                 hold.enter_context(locked(lock, timeout=PROBE_LOCK_SECONDS))
         except Timeout:
             say(note, f"{lock} is still held after {PROBE_LOCK_SECONDS} s: timing anyway (the other process's forwards "

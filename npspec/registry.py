@@ -56,8 +56,8 @@ class Kernel:
         kernel's extra is missing or broken."""
         check_threads(threads)
         if not self.available():
-            raise KernelUnavailable(f"kernel {self.name} needs the {self.extra!r} extra: pip install 'npspec[{self.extra}]' "
-                             "(or pick another kernel)")
+            raise KernelUnavailable(f"kernel {self.name} needs the {self.extra!r} extra: "
+                                    f"pip install 'npspec[{self.extra}]' (or pick another kernel)")
         return self.make(threads, note)
 
     def blas_threads(self, threads):

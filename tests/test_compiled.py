@@ -167,7 +167,8 @@ def test_a_broken_numba_is_named_broken_with_its_error_not_missing(tmp_path):
         assert r.returncode == 0 and r.stdout.startswith("ROMEO:"), r.stderr
         assert "numba is installed but does not import" in r.stderr and "Traceback" not in r.stderr
         assert ("the probe goes on without it" if probe == "cached" else "decodes with one of") in r.stderr
-    assert compiled.import_problem(ImportError("x"), False).startswith("kernel compiled-panels needs numba: pip install")
+    missing = compiled.import_problem(ImportError("x"), False)
+    assert missing.startswith("kernel compiled-panels needs numba: pip install")
     assert "does not import (ImportError)" in compiled.import_problem(ImportError(""), True)
 
 
