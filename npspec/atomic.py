@@ -24,6 +24,7 @@ import ctypes
 import errno
 import glob
 import os
+import re
 import stat
 import tempfile
 from pathlib import Path
@@ -95,12 +96,14 @@ def atomic_write(path, write):
 
 def remove_leftovers(path):
     """Delete the temporary files that atomic_write(`path`) left behind when its process was killed before it could
-    clean up (SIGKILL, a power cut): the regular files `.NAME.*.tmp` beside `path`. Call it only while holding the
+    clean up (SIGKILL, a power cut): the regular files beside `path` named as its mkstemp names them, `.NAME.` then 8
+    of tempfile's random characters then `.tmp` (a user's `.NAME.backup.tmp` stays). Call it only while holding the
     lock that every writer of `path` holds, so that no write is in progress. Returns how many were deleted."""
     path = Path(path)
     removed = 0
+    ours = re.compile(rf"\.{re.escape(path.name)}\.[a-z0-9_]{{8}}\.tmp")
     for tmp in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
-        if tmp.is_file() and not tmp.is_symlink():
+        if ours.fullmatch(tmp.name) and tmp.is_file() and not tmp.is_symlink():
             tmp.unlink(missing_ok=True)
             removed += 1
     return removed

@@ -340,7 +340,7 @@ def test_a_store_deletes_what_a_killed_store_left_and_nothing_else(tmp_path):
     left = tmp_path / f".{choice.CACHE_FILE}.k3x_9a2q.tmp"
     left.write_text('{"half')
     others = [tmp_path / name for name in (".other.json.abcdefgh.tmp", f"{choice.CACHE_FILE}.bak",
-                                           f".{choice.CACHE_FILE}.d.tmp2")]
+                                           f".{choice.CACHE_FILE}.d.tmp2", f".{choice.CACHE_FILE}.backup.tmp")]
     for other in others:
         other.write_text("keep")
     assert choice.store_choice(path, "k", {"kernel": "gemm", "threads": 1})
