@@ -49,7 +49,7 @@ import numpy as np
 from filelock import Timeout
 from threadpoolctl import threadpool_info
 
-from .atomic import atomic_write, locked, remove_leftovers
+from .atomic import NotRegularFile, atomic_write, locked, remove_leftovers
 from .errors import KernelUnavailable
 from .registry import REGISTRY, role_candidates
 
@@ -351,6 +351,10 @@ def store_choice(path, key, record, note=None):
     except Timeout:
         say(note, f"the kernel choice was not stored: another process still holds {lock} after {LOCK_SECONDS} s "
                   "(it is measured again next run; if no npspec is running, delete that lock file)")
+        return False
+    except NotRegularFile as e:  # its message's first clause names what is there; its advice is for output files
+        say(note, f"the kernel choice was not stored: {str(e).split(';')[0]}; it is measured again next run; move that "
+                  "away, set NPSPEC_CACHE to another directory, or pass --kernel-probe bypass")
         return False
     except OSError as e:
         say(note, f"the kernel choice was not stored in {path} ({e.strerror or e}): it is measured again next run; "

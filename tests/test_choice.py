@@ -239,6 +239,13 @@ def test_a_choice_that_cannot_be_stored_says_why_and_the_fix(tiny, tmp_path):
     assert notes[0].startswith("timing the target's kernels") and len(notes) == 2
     assert notes[1].startswith(f"the kernel choice was not stored in {blocked / choice.CACHE_FILE} (")
     assert "measured again next run" in notes[1] and "--kernel-probe bypass" in notes[1]
+    taken = tmp_path / "taken" / choice.CACHE_FILE
+    taken.mkdir(parents=True)  # a directory where the file goes: named, with a fix that fits a cache
+    notes.clear()
+    assert choice.store_choice(taken, "k", {"kernel": "gemm", "threads": 1}, notes.append) is False
+    assert notes == [f"the kernel choice was not stored: {taken} is a directory, not a regular file; it is measured "
+                     "again next run; move that away, set NPSPEC_CACHE to another directory, or pass --kernel-probe "
+                     "bypass"]
 
 
 def test_a_held_lock_is_announced_before_the_wait_and_skipped_after_it(tmp_path, monkeypatch):
@@ -250,10 +257,12 @@ def test_a_held_lock_is_announced_before_the_wait_and_skipped_after_it(tmp_path,
         assert held
         assert choice.store_choice(path, "k", {"kernel": "gemm", "threads": 1}, notes.append) is False
     assert len(notes) == 2 and notes[0].startswith("another process is writing the kernel choices: waiting for it")
-    assert str(lock) in notes[0] and notes[1].startswith("the kernel choice was not stored: another process still holds")
+    assert str(lock) in notes[0]
+    assert notes[1].startswith("the kernel choice was not stored: another process still holds")
     assert not path.exists()
     notes.clear()
-    assert choice.store_choice(path, "k", {"kernel": "gemm", "threads": 1}, notes.append) and notes == []  # free: silent
+    assert choice.store_choice(path, "k", {"kernel": "gemm", "threads": 1}, notes.append)
+    assert notes == []  # the lock free: silent
 
 
 @pytest.mark.parametrize("record", [5, "gemv-panels", [1], None, {"kernel": "gemv-panels"},
