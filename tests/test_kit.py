@@ -1,6 +1,8 @@
 """The conformance kit (npspec.testing): it passes npspec's sampler and catches each classic bug;
 its enumeration cuts outputs as the loop does; its chi-square, strategies and table model."""
 
+import inspect
+import re
 from fractions import Fraction as F
 
 import numpy as np
@@ -326,27 +328,59 @@ def test_import_npspec_does_not_need_hypothesis():
     assert r.returncode == 0, r.stderr
 
 
+def acceptance_rule(source):  # transformers' _speculative_sampling source -> "strict", "non-strict" or None
+    """Which acceptance test transformers' sampler has, read from its source (independent of the kit): 5.24.0 and
+    earlier test `r_i <= probability_ratio`, 5.25.0 `r_i < probability_ratio`."""
+    if re.search(r"r_i\s*<=\s*probability_ratio", source):
+        return "non-strict"
+    if re.search(r"r_i\s*<\s*probability_ratio", source):
+        return "strict"
+    return None
+
+
+# what the kit must find for each rule (README quotes both)
+TRANSFORMERS_FINDINGS = {
+    # `r_i <= p_i / q_i` accepts at u == p/q (so also p(x) = 0 at u = 0), and it divides the residual by its mass
+    # when that is 0 (reached by the probe with u above p/q); nothing else is flagged
+    "non-strict": {"strict-u0-p0", "at-ratio", "one-hot-different", "disjoint-supports-2", "disjoint-supports-3",
+                   "residual-zero-mass-above-ratio"},
+    # `r_i < p_i / q_i` rejects at u == p/q, and then divides a residual of no mass by its sum (at and above p/q)
+    "strict": {"residual-zero-mass", "residual-zero-mass-above-ratio"},
+}
+
+
 @pytest.mark.oracle
 def test_the_kit_on_transformers_speculative_sampling():
-    """examples/kit_on_transformers.py, whose output README quotes: what the kit finds in transformers' sampler."""
+    """examples/kit_on_transformers.py, whose output README quotes: what the kit finds in transformers' sampler,
+    for the acceptance test the installed transformers has (read from its source, not from the kit)."""
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
+    from transformers.generation.utils import _speculative_sampling
+    rule = acceptance_rule(inspect.getsource(_speculative_sampling))
+    if rule is None:
+        pytest.skip("this transformers' _speculative_sampling has neither `r_i <= probability_ratio` nor "
+                    "`r_i < probability_ratio`: run examples/kit_on_transformers.py and add what it finds here")
     r = run_python(ROOT / "examples" / "kit_on_transformers.py")
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     split = lines.index("the whole round, on GPT-2's vocabulary (kit.check_round):")
     (head, verdict, *findings), (round_verdict, *round_findings) = lines[:split], lines[split + 1:]
     assert head.startswith("transformers ") and verdict == "the sampler FAILS:", r.stdout
-    # its non-strict `r_i <= p_i / q_i` accepts at u == p/q (so also p(x) = 0 at u = 0), and it divides the
-    # residual by its mass when that is 0 (reached by the probe with u above p/q); nothing else is flagged
-    assert {f.split("]")[0].strip(" [") for f in findings} == {
-        "strict-u0-p0", "at-ratio", "one-hot-different", "disjoint-supports-2", "disjoint-supports-3",
-        "residual-zero-mass-above-ratio"}, r.stdout
-    # the whole round (gamma drafts, GPT-2's vocabulary, rows that differ by position): the same non-strict test,
-    # found where an acceptance uniform of 0 meets a draft the target gives probability 0, and nothing else
-    # (its bonus comes from p, its rows are aligned, it tests the warped q it is given)
-    assert round_verdict == "the round FAILS:" and round_findings, r.stdout
-    assert all("on every trial it returns what a round with non-strict-test:" in f
-               and " / " not in f.split("round with", 1)[1] for f in round_findings), r.stdout
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert f"`{head}`" in readme, f"README quotes another version than {head!r}: rerun the example, update README"
+    assert {f.split("]")[0].strip(" [") for f in findings} == TRANSFORMERS_FINDINGS[rule], r.stdout
+    if rule == "non-strict":
+        # the whole round (gamma drafts, GPT-2's vocabulary, rows that differ by position): the same non-strict
+        # test, found where an acceptance uniform of 0 meets a draft the target gives probability 0, and nothing
+        # else (its bonus comes from p, its rows are aligned, it tests the warped q it is given)
+        assert round_verdict == "the round FAILS:" and round_findings, r.stdout
+        assert all("on every trial it returns what a round with non-strict-test:" in f
+                   and " / " not in f.split("round with", 1)[1] for f in round_findings), r.stdout
+    else:  # a round's residual never has zero mass on GPT-2's rows: nothing to find
+        assert round_verdict.startswith("the round matches the reference on all") and not round_findings, r.stdout
+
+
+@pytest.mark.parametrize("source, rule", [
+    ("    is_accepted = r_i <= probability_ratio\n", "non-strict"),
+    ("    is_accepted = r_i < probability_ratio\n", "strict"),
+    ("    is_accepted = probability_ratio > r_i\n", None)])
+def test_acceptance_rule_reads_the_comparison_from_the_source(source, rule):
+    assert acceptance_rule(source) == rule
