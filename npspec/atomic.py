@@ -116,7 +116,9 @@ def public_mode(path):
 
 @contextlib.contextmanager
 def locked(lock_file, blocking=True, timeout=-1):
-    """Hold an exclusive filelock on the file `lock_file` (created if missing, removed when released).
+    """Hold an exclusive filelock on the file `lock_file` (created if missing, and left in place when released:
+    filelock's Unix lock never deletes its file, so a process waiting on it never holds a lock on a deleted file
+    while a third locks a new one).
 
     Yields True when held; False when `blocking` is False and another process (or another lock object
     in this one) holds it. timeout: seconds to wait when blocking (-1: forever); filelock.Timeout is
