@@ -40,7 +40,7 @@ from .decode import (RULES, SCHEDULES, SIBLINGS, Generation, GenerationInterrupt
 from .decode.drafters import (COMMANDS, TREE_DRAFTERS, DraftModelCache, DynamicTreeDrafter, ModelDrafter, TreeDrafter,
                               check_p_min)
 from .errors import CheckpointError
-from .harness import compare_plain, comparison, simulated
+from .harness import compare_repeated, comparison, simulated, steered
 from .kernels import check_threads
 from .progress import bar, show_progress, terminal_bars
 from .qkernels import holds_codes
@@ -110,6 +110,10 @@ def build_parser(prog=PROG, out=None, err=None):
     ap.add_argument("--compare", action="store_true",
                     help="then run plain decoding with the same options (with the target's kernel, compiled-panels "
                          "when installed, gemv-rows and gemm) and print the speeds and the speedup over the fastest")
+    ap.add_argument("--compare-repeats", type=int, default=1, metavar="N",
+                    help="with --compare: decode speculatively and then plainly with each kernel, in turn, N times, "
+                         "and print the medians (default 1); where the machine's memory rate drifts (a virtual "
+                         "machine), 5 keeps the drift out of the speedup")
     ap.add_argument("--simulate-acceptance", type=float, default=None, metavar="A",
                     help="SIMULATION for timing random-weight drafts: run the draft's forwards for their cost but make "
                          "each proposal the target's greedy token with probability A (needs --temperature 0 and a "
@@ -293,11 +297,16 @@ def drafting_options(args):
 
 
 def check_output_args(args):
-    """Raise ValueError for output options that would do nothing: --trace without --json (--html needs no --trace),
-    and an --html FILE that cannot be written (checked before anything is printed)."""
+    """Raise ValueError for output options that would do nothing or cannot apply: --trace without --json (--html needs
+    no --trace), --compare-repeats without --compare or below 1, and an --html FILE that cannot be written (checked
+    before anything is printed)."""
     if args.trace and not args.json:
         raise ValueError("--trace adds a record per round to --json's output: add --json (or draw the rounds "
                          "with --html FILE)")
+    if args.compare_repeats < 1:
+        raise ValueError(f"--compare-repeats must be >= 1, got {args.compare_repeats}")
+    if args.compare_repeats != 1 and not args.compare:
+        raise ValueError("--compare-repeats repeats --compare's decodings: add --compare or drop it")
     if args.force and args.html is None:
         raise ValueError("--force replaces an existing --html FILE: add --html FILE or drop --force")
     if args.html is not None:
@@ -444,16 +453,31 @@ def kernels_used(target, drafter):
     """{"target_kernel", "target_threads", "draft_kernel", "draft_threads"}: the products the two models decode with
     and the threads of their forwards (draft None for both: no draft model). Called before --simulate-acceptance
     wraps the draft model."""
-    draft = drafter.model if isinstance(drafter, DraftModelCache) else None
+    draft = draft_model(drafter)
     return {"target_kernel": target.kernel, "target_threads": target.threads,
             "draft_kernel": None if draft is None else draft.kernel, "draft_threads": None if draft is None else draft.threads}
+
+
+def draft_model(drafter, default=None):
+    """The draft model a drafter decodes with (a DraftModelCache's), else `default` (an n-gram drafter, or none)."""
+    return drafter.model if isinstance(drafter, DraftModelCache) else default
+
+
+def rerun(job, args, reference=None):  # -> Job
+    """A Job that decodes as `job` (probed's, before --simulate-acceptance steers it) first does: a new drafter of
+    the same draft model (make_drafter: an empty cache) and a new random stream seeded with --seed, steered again
+    copying `reference` (npspec.harness.simulated's ids) with --simulate-acceptance. --compare-repeats decodes one per
+    repeat (npspec.harness.compare_repeated); its ids are the first run's."""
+    drafter = job.drafter and make_drafter(args, job.target, draft_model(job.drafter))
+    fresh = replace(job, drafter=drafter, rng=np.random.default_rng(args.seed))
+    return fresh if reference is None else steered(fresh, reference, args.simulate_acceptance, args.seed)
 
 
 def run(args, out=sys.stdout, err=sys.stderr, stdin=None):
     """Generate as `args` (build_parser's) say: the text to `out`, the summary and notes to `err`. Returns the
     Generation. Raises ValueError or CheckpointError, before anything is written to `out`, for anything that can
     be checked up front; Interrupted after printing what was generated when Ctrl-C stops the generation."""
-    job, prompt, kernels, progress, threads = prepared(args, err, stdin)
+    job, again, prompt, kernels, progress, threads = prepared(args, err, stdin)
     target = job.target
     color = out.isatty() and not args.no_color and not os.environ.get("NO_COLOR") and not args.json
     streamer = TextStreamer(target.tokenizer)
@@ -467,13 +491,13 @@ def run(args, out=sys.stdout, err=sys.stderr, stdin=None):
         except OSError as e:
             raise ValueError(f"cannot write --html {args.html} ({e.strerror or e}); pick a writable path") from e
         print(f"npspec.generate: wrote {args.html} (each round of the generation)", file=err)
-    plain = {}
+    specs, plain = [gen], {}
     if args.compare and not interrupted:  # the same prompt, options and seed, with the target alone
         try:
-            plain = compare_plain(job, args.seed, threads, progress)
+            specs, plain = compare_repeated(job, gen, again, args.seed, threads, args.compare_repeats, progress)
         except GenerationInterrupted:
             interrupted, plain = True, {}
-    report(args, out, err, gen, plain, target, kernels)
+    report(args, out, err, gen, specs, plain, target, kernels)
     if interrupted:
         raise Interrupted()
     return gen
@@ -481,8 +505,8 @@ def run(args, out=sys.stdout, err=sys.stderr, stdin=None):
 
 def prepared(args, err, stdin):
     """Every check, then the models, the drafter, the prompt, then the kernels: returns (the checked npspec.decode
-    Job, the prompt text, the kernels the two models decode with (kernels_used), the bar factory or None, the
-    threads asked for: thread_count).
+    Job, a function returning a Job that decodes as it does (rerun, for --compare-repeats), the prompt text, the
+    kernels the two models decode with (kernels_used), the bar factory or None, the threads asked for: thread_count).
 
     The options are checked (npspec.decode.types.Options, the drafting and output options) before any model loads,
     the pair and the prompt by npspec.decode.prepare once they are known, each once; only then are the default
@@ -512,10 +536,11 @@ def prepared(args, err, stdin):
         print(f"npspec.generate: note: no --draft for the target {args.target}, so it decodes plainly (the shipped "
               "draft is the shipped target's); add --draft SPEC or " + " or ".join(f"--draft {word}" for word in COMMANDS)
               + " to decode speculatively", file=err)
+    probed_job, reference = job, None
     if args.simulate_acceptance is not None:
-        job = simulated(job, args.simulate_acceptance, args.seed,
-                        lambda message: print(f"npspec.generate: note: {message}", file=err), progress)
-    return job, prompt, kernels, progress, threads
+        job, reference = simulated(job, args.simulate_acceptance, args.seed,
+                                   lambda message: print(f"npspec.generate: note: {message}", file=err), progress)
+    return job, lambda: rerun(probed_job, args, reference), prompt, kernels, progress, threads
 
 
 def generated(job, args, out, prompt, streamer, color, progress):
@@ -545,25 +570,28 @@ def generated(job, args, out, prompt, streamer, color, progress):
         return Generation([], Stats(stop_reason="interrupted")), True
 
 
-def report(args, out, err, gen, plain, target, kernels):
+def report(args, out, err, gen, specs, plain, target, kernels):
     """The --json object (its stats naming the kernels: kernels_used) to `out`, the summary and the --compare line to
-    `err` (the streamed text's end is written before --html and --compare run)."""
+    `err` (the streamed text's end is written before --html and --compare run). gen: the Generation streamed; specs,
+    plain: compare_repeated's speculative and plain runs (plain {}: no comparison)."""
     greedy = args.temperature == 0
     if args.json:
         obj = {"text": target.tokenizer.decode(gen.ids), "ids": gen.ids, "stats": {**gen.stats.as_dict(), **kernels}}
         if args.trace:
             obj["trace"] = gen.trace
         if plain:
-            obj["compare"] = comparison(gen, plain, greedy)
+            obj["compare"] = comparison(specs, plain, greedy)
         out.write(json.dumps(json_safe(obj), allow_nan=False) + "\n")
         out.flush()
     print(summary(gen.stats), file=err)
     if plain:
-        c = comparison(gen, plain, greedy)
+        c = comparison(specs, plain, greedy)
+        spread = (f" (median of {c['repeats']} in turn, {min(c['speedups']):.2f}x to {max(c['speedups']):.2f}x)"
+                  if c["repeats"] > 1 else "")
         print(f"compare: speculative {c['speculative_tokens_per_s']:.1f} tokens/s, plain "
               f"{c['plain_tokens_per_s']:.1f} tokens/s (fastest plain decoding: {c['plain_kernel']}), speedup "
-              f"{c['speedup']:.2f}x" + ("" if c["same_ids"] is None else ", same output" if c["same_ids"]
-                                         else ", DIFFERENT output"), file=err)
+              f"{c['speedup']:.2f}x{spread}" + ("" if c["same_ids"] is None else ", same output" if c["same_ids"]
+                                                 else ", DIFFERENT output"), file=err)
     elif args.compare:
         print("compare: interrupted before plain decoding finished", file=err)
 

@@ -1,11 +1,12 @@
 """The command line's measurements around a generation, kept out of the command itself: --compare (plain decoding
 with the same prompt, options and seed, timed with the target's kernel and threads and every plain baseline of
-npspec.registry) and
+npspec.registry, in turn with the speculative decoding --compare-repeats times) and
 --simulate-acceptance (a SIMULATION: the draft model's proposals steered by
 npspec.decode.drafters.ControlledDraft). Imports numpy, npspec.registry and npspec.decode.
 """
 
 from dataclasses import replace
+from statistics import median
 
 import numpy as np
 
@@ -21,21 +22,49 @@ def plain_job(job, target, rng):
                    rng=rng)
 
 
-def compare_plain(job, seed, threads, progress=None):  # -> {label: Generation}
-    """Plain decoding of the job's prompt with its options and a fresh generator seeded with `seed`, with the
-    target's own kernel and threads first, then each kernel of npspec.registry.plain_baselines (the compiled one when
-    installed, BLAS's) at the `threads` asked for, through Model.with_kernel; keyed by plain_label. progress: a bar
-    factory (npspec.progress) for each run, or None. Raises GenerationInterrupted on Ctrl-C."""
+def plain_models(job, threads):  # -> {label: Model}
+    """The models --compare decodes the job's prompt plainly with, keyed by plain_label: the target with its own
+    kernel and threads first, then each kernel of npspec.registry.plain_baselines (the compiled one when installed,
+    BLAS's) at the `threads` asked for, through Model.with_kernel."""
     target = job.target
     models = {plain_label(target, threads): target}
     for kernel in plain_baselines(target.kernel):
         models.setdefault(kernel, target.with_kernel(kernel, threads))
-    plain = {}
-    for label, model in models.items():
-        with bar(progress, f"--compare: plain decoding, {label}", job.options.max_new_tokens, "tok") as b:
-            plain[label] = decode(plain_job(job, model, np.random.default_rng(seed)),
-                                  on_emit=lambda new_ids, n: b.update(len(new_ids)))
-    return plain
+    return models
+
+
+def decode_plain(job, model, seed, label, progress=None):  # -> Generation
+    """One plain decoding of the job's prompt with its options by `model`, drawing from a fresh generator seeded with
+    `seed`, with a bar (from `progress`, a factory, or None) named after `label`. Raises GenerationInterrupted on
+    Ctrl-C."""
+    with bar(progress, f"--compare: plain decoding, {label}", job.options.max_new_tokens, "tok") as b:
+        return decode(plain_job(job, model, np.random.default_rng(seed)),
+                      on_emit=lambda new_ids, n: b.update(len(new_ids)))
+
+
+def compare_repeated(job, first, again, seed, threads, repeats, progress=None):  # -> ([Gen], {label: [Gen]})
+    """--compare, `repeats` times in turn (--compare-repeats): a speculative decoding, then one plain decoding of the
+    prompt with each of plain_models(job, threads) in that order, each drawing from a generator seeded with `seed`.
+    Each speculative run sits next to the plain runs it is divided by, so a memory rate that drifts over a minute (a
+    virtual machine's host) moves both sides of a repeat's ratio alike (bench/results/issue24/README.md: one command
+    gave 1.04x to 1.61x on one machine, its decodings run once each).
+
+    job: the speculative Job already decoded, giving `first` (the first repeat's Generation); again(): a Job that
+    decodes as `job` did (a fresh drafter and random stream: npspec.generate.rerun), called for each later repeat.
+    progress: a bar factory (npspec.progress) for each run, or None. Returns the speculative Generations and {label:
+    the plain Generations}, in order. Raises GenerationInterrupted on Ctrl-C.
+    """
+    models = plain_models(job, threads)
+    specs, plain = [first], {label: [] for label in models}
+    for r in range(repeats):
+        if r:
+            rerun = again()
+            with bar(progress, f"--compare: speculative decoding, run {r + 1} of {repeats}",
+                     rerun.options.max_new_tokens, "tok") as b:
+                specs.append(decode(rerun, on_emit=lambda new_ids, n: b.update(len(new_ids))))
+        for label, model in models.items():
+            plain[label].append(decode_plain(job, model, seed, label, progress))
+    return specs, plain
 
 
 def plain_label(model, threads):
@@ -46,35 +75,49 @@ def plain_label(model, threads):
     return f"{model.kernel} at {model.threads} thread{'' if model.threads == 1 else 's'}"
 
 
-def comparison(spec, plain, greedy):
-    """The speculative Generation `spec` against plain decoding: {label: Generation}, the target's own first
-    (compare_plain).
+def comparison(specs, plain, greedy):
+    """The speculative Generations `specs` (one per repeat of compare_repeated) against plain decoding: {label:
+    [Generation]}, one per repeat, the target's own first (plain_models).
 
-    `plain_tokens_per_s` and `speedup` are those of the FASTEST plain decoding (`plain_kernel`); `same_ids` (greedy
-    only) compares with plain decoding on the target's own kernel, whose bits the speculative rounds reproduce.
-    With temperature > 0 the two runs use the random stream differently, so their ids differ by design.
+    Each speed is the median over the repeats. `plain_kernel` is the kernel with the fastest median, and `speedup` the
+    median over repeats of the speculative run's tokens/s over that kernel's run in the same repeat (`speedups`, one
+    per repeat; with one repeat, the two speeds' ratio). `same_ids` (greedy only): every speculative run gave the ids of
+    every plain run on the target's own kernel, whose bits the speculative rounds reproduce. With temperature > 0 the
+    two decodings use the random stream differently, so their ids differ by design.
     """
-    s = spec.stats.tokens_per_s
-    best = max(plain, key=lambda k: plain[k].stats.tokens_per_s)
-    p = plain[best].stats.tokens_per_s
-    own = next(iter(plain))
-    return {"speculative_tokens_per_s": s, "plain_tokens_per_s": p, "plain_kernel": best,
-            "speedup": s / p if p > 0 else float("nan"), "plain_seconds": plain[best].stats.seconds,
-            "plain_by_kernel_tokens_per_s": {k: g.stats.tokens_per_s for k, g in plain.items()},
-            "same_ids": spec.ids == plain[own].ids if greedy else None}
+    rates = {k: [g.stats.tokens_per_s for g in runs] for k, runs in plain.items()}
+    best = max(rates, key=lambda k: median(rates[k]))
+    speedups = [s.stats.tokens_per_s / p if p > 0 else float("nan") for s, p in zip(specs, rates[best])]
+    own = plain[next(iter(plain))]
+    return {"speculative_tokens_per_s": median(g.stats.tokens_per_s for g in specs),
+            "plain_tokens_per_s": median(rates[best]), "plain_kernel": best, "speedup": median(speedups),
+            "plain_seconds": median(g.stats.seconds for g in plain[best]),
+            "plain_by_kernel_tokens_per_s": {k: median(r) for k, r in rates.items()},
+            "repeats": len(specs), "speedups": speedups,
+            "same_ids": all(s.ids == g.ids for s in specs for g in own) if greedy else None}
 
 
-def simulated(job, a, seed, note, progress=None):  # -> Job
-    """The job with its ModelDrafter's model wrapped in ControlledDraft with acceptance `a` (same p_min).
-
-    First decodes the prompt greedily with the target alone (also a warm-up), for the tokens the proposals
-    copy, with a bar from `progress` (a factory, or None); note(message) says that acceptance is simulated.
-    """
+def greedy_reference(job, progress=None):  # -> [int]
+    """The job's prompt ids followed by the target's greedy decoding of it (job.options.max_new_tokens tokens, the
+    target alone; also a warm-up), with a bar from `progress` (a factory, or None): the ids ControlledDraft copies."""
     greedy = Options(job.options.max_new_tokens, 0, SamplingParams(temperature=0.0))
     with bar(progress, "--simulate-acceptance: the target's greedy reference", greedy.max_new_tokens, "tok") as b:
         reference = decode(replace(plain_job(job, job.target, np.random.default_rng(0)), options=greedy),
                            on_emit=lambda new_ids, n: b.update(len(new_ids)))
+    return list(job.prompt) + reference.ids
+
+
+def steered(job, reference, a, seed):  # -> Job
+    """The job with its ModelDrafter's model wrapped in ControlledDraft with acceptance `a` (same p_min), copying
+    `reference` (greedy_reference's ids) and drawing its decisions from a generator seeded with `seed`."""
+    draft = ControlledDraft(job.drafter.model, reference, a, np.random.default_rng(seed))
+    return job.with_drafter(ModelDrafter(draft, p_min=job.drafter.p_min))
+
+
+def simulated(job, a, seed, note, progress=None):  # -> (Job, [int])
+    """(steered(job, reference, a, seed), reference), reference = greedy_reference(job, progress) (steered again for
+    each --compare-repeats run); note(message) says that acceptance is simulated."""
+    reference = greedy_reference(job, progress)
     note(f"SIMULATED acceptance: each draft token is the target's greedy token with probability {a:g} (the draft's "
          "forwards still run, for their cost)")
-    steered = ControlledDraft(job.drafter.model, list(job.prompt) + reference.ids, a, np.random.default_rng(seed))
-    return job.with_drafter(ModelDrafter(steered, p_min=job.drafter.p_min))
+    return steered(job, reference, a, seed), reference

@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 
 from bench.controlled import ControlledDraft, ControlledLookup
-from npspec.decode import speculative_generate
+from npspec import generate
+from npspec.decode import Generation, Stats, decode, speculative_generate
+from npspec.harness import comparison
 from npspec.registry import plain_baselines
 
 from conftest import run_python
@@ -99,6 +101,59 @@ def test_generate_compare_prints_both_speeds_and_the_ratio():
     assert own == stats["target_kernel"] or own == f"{stats['target_kernel']} at {stats['target_threads']} thread"
     assert set(by_kernel) == {own, *plain_baselines(stats["target_kernel"])}  # and compiled-panels, BLAS's GEMV, GEMM
     assert c["plain_tokens_per_s"] == max(by_kernel.values()) == by_kernel[c["plain_kernel"]]  # the fastest
+
+
+def test_generate_compare_repeats_prints_the_median_of_runs_in_turn():
+    r = run_python("-m", "npspec.generate", "--compare", "--compare-repeats", "3", "--temperature", "0",
+                   "--max-new-tokens", "8", "--json")
+    assert r.returncode == 0, r.stderr
+    c = json.loads(r.stdout)["compare"]
+    assert c["repeats"] == 3 and len(c["speedups"]) == 3 and c["same_ids"] is True
+    assert c["speedup"] == sorted(c["speedups"])[1]  # the median of the three repeats' ratios
+    line = r.stderr.strip().splitlines()[-1]
+    assert f"speedup {c['speedup']:.2f}x (median of 3 in turn, {min(c['speedups']):.2f}x to " in line, line
+    assert line.endswith("same output")
+
+
+def timed(ids, tokens_per_s):  # a Generation of `ids` decoded at tokens_per_s (its stats' seconds)
+    return Generation(ids, Stats(new_tokens=len(ids), seconds=len(ids) / tokens_per_s))
+
+
+def test_comparison_divides_each_repeat_by_the_plain_run_beside_it():
+    """Three repeats in which the machine slows by half in the second: the median of the paired ratios (2.0) is the
+    speedup, not a ratio of medians over different moments; the fastest plain kernel is the one with the fastest
+    median, and `same_ids` needs every speculative run to match every plain run of the target's own kernel."""
+    ids = [5, 6, 7, 8]
+    specs = [timed(ids, 40.0), timed(ids, 20.0), timed(ids, 44.0)]
+    plain = {"own": [timed(ids, 10.0), timed(ids, 5.0), timed(ids, 11.0)],
+             "other": [timed(ids, 20.0), timed(ids, 10.0), timed(ids, 20.0)]}
+    c = comparison(specs, plain, greedy=True)
+    assert c["plain_kernel"] == "other" and c["plain_tokens_per_s"] == 20.0
+    assert c["speedups"] == [2.0, 2.0, 2.2] and c["speedup"] == 2.0 and c["repeats"] == 3
+    assert c["speculative_tokens_per_s"] == 40.0 and c["plain_by_kernel_tokens_per_s"] == {"own": 10.0, "other": 20.0}
+    assert c["same_ids"] is True
+    assert comparison(specs, {**plain, "own": plain["own"][:2] + [timed([5, 6, 7, 9], 11.0)]}, True)["same_ids"] is False
+    assert comparison(specs[:1], {k: v[:1] for k, v in plain.items()}, True)["speedup"] == 40.0 / 20.0
+    assert comparison(specs, plain, greedy=False)["same_ids"] is None
+
+
+@pytest.mark.parametrize("extra", [["--temperature", "0", "--simulate-acceptance", "0.5"], ["--temperature", "0.9"]])
+def test_a_rerun_decodes_as_the_first_run_did(extra):
+    """--compare-repeats' later speculative runs (generate.rerun) repeat the first one exactly: the same ids, rounds,
+    acceptances and per-round drafts, with a steered draft too (its decisions drawn anew from the seed)."""
+    args = generate.build_parser().parse_args(["--gamma", "3", "--max-new-tokens", "24", "--quiet", "--seed", "4",
+                                               "--kernel-probe", "off", "--compare", *extra, "ROMEO:"])
+    job, again, *_ = generate.prepared(args, open("/dev/null", "w"), None)
+    runs = [decode(job, trace=True), decode(again(), trace=True), decode(again(), trace=True)]
+    assert runs[0].stats.rounds > 1 and runs[0].stats.rejected > 0  # rounds that reject: the draws matter
+
+    def untimed(trace):  # each round's record without its seconds
+        return [{k: v for k, v in record.items() if not k.startswith("seconds")} for record in trace]
+
+    for rerun in runs[1:]:
+        assert rerun.ids == runs[0].ids and untimed(rerun.trace) == untimed(runs[0].trace)
+        assert (rerun.stats.rounds, rerun.stats.accepted, rerun.stats.drafted) == \
+            (runs[0].stats.rounds, runs[0].stats.accepted, runs[0].stats.drafted)
 
 
 def test_simulated_acceptance_on_the_command_line_keeps_the_output_and_is_labelled():

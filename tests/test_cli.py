@@ -218,6 +218,8 @@ def test_an_unknown_kernel_is_a_usage_error():
     (["--simulate-acceptance", "0.7", "--temperature", "0", "--tree", "2,2"], ["steers a draft model's chain"]),
     (["--simulate-acceptance", "0.7", "--gamma", "0"], ["so --simulate-acceptance would do nothing"]),
     (["--trace"], ["--trace adds a record per round to --json's output: add --json"]),
+    (["--compare-repeats", "3"], ["--compare-repeats repeats --compare's decodings: add --compare or drop it"]),
+    (["--compare", "--compare-repeats", "0"], ["--compare-repeats must be >= 1, got 0"]),
     (["--target", "random:tiny", "--tree", "2,2"], ["--tree needs a drafter", "add --draft SPEC"]),
     (["--target", "random:tiny", "--compare", "--draft-p-min", "0.5"], ["--draft-p-min, --compare need a drafter"]),
     # a prompt that leaves no room for a new token (item 12): it ran, and printed "0 new tokens ... alpha nan"
