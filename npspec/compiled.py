@@ -5,23 +5,31 @@ module of npspec that touches numba. `pip install 'npspec[fast]'` installs it; w
 and npspec decodes with its NumPy kernels (npspec.registry).
 
 The contract: `y[m, n] = sum over k of x[m, k] * w[k, n]` for `x` `[M, d_in]` float32 and `w` `[d_in, d_out]`
-float32. Each element is the textbook sum, in this order and no other:
-  * s = +0.0; then s = s + x[m, k] * w[k, n] for k = 0, 1, ..., d_in - 1 in increasing k: one float32 product,
-    then one float32 addition, each correctly rounded (IEEE 754); y[m, n] = s.
+float32. Each element is a chain of fused multiply-adds, in this order and no other:
+  * s = +0.0; then s = fma(x[m, k], w[k, n], s) for k = 0, 1, ..., d_in - 1 in increasing k, where fma(a, b, c) is
+    IEEE 754's fusedMultiplyAdd in float32: a * b + c computed exactly, then rounded once (`numpy_fma` writes it out
+    in NumPy); y[m, n] = s.
 Why that order is fixed by the code alone, and by nothing else:
   * It is a function of d_in and the values x[m, :], w[:, n] only. The row count M, the other rows, the thread count
     and the split of the columns choose WHICH elements a call computes and in what order the elements are visited,
     never how one element's sum is formed: no element's sum reads another element's partial sums.
   * Rows are handled 4 at a time (`tile4`: a weight loaded once serves the four rows; 2 or 3 rows left over are
     padded with zero rows to a tile of 4) and a last single row alone (`tile1`), one panel at a time; both add the
-    products of one element in the order above (k innermost, one statement per k and row), so a row's bits do not
+    products of one element in the order above (k innermost, one fma per k and row), so a row's bits do not
     depend on which tile it falls in (tests/test_compiled.py checks every position for M = 1..16 and the order
     itself against NumPy, step by step).
-  * The compiler vectorizes the loop over a panel's columns (8 columns per AVX2 instruction, 16 per AVX-512 one):
-    different elements, each its own sum. It may not reorder a sum: numba compiles without fastmath, so LLVM gets no
-    `reassoc` (which would let it regroup a sum) and no `contract` (which would fuse a product and its addition into
-    one FMA, with one rounding fewer, in some code paths and not others). Those are the only LLVM flags that change
-    the results of these operations, and none is set.
+  * Every step is an explicit fma (`fused`: LLVM's `llvm.fma.f32`, which must round once wherever it runs): the
+    compiler vectorizes the loop over a panel's columns (8 columns per AVX2 instruction, 16 per AVX-512 one) into
+    FMA instructions, different elements, each its own chain, and a column left to scalar code gets the same single
+    rounding (on a CPU without FMA instructions LLVM calls the C library's `fmaf`, as exact and far slower; the
+    kernel probe then picks a NumPy kernel). It may not reorder a chain: numba compiles without fastmath, so LLVM
+    gets no `reassoc`, which would let it regroup a sum; `contract`, which would let it fuse a product and an
+    addition the code wrote apart, has nothing left to fuse. Those are the only LLVM flags that change the results
+    of these operations, and none is set.
+  * Why fused: the multiply and the addition written apart take two instructions per weight and row, and an AMD
+    Zen 4 (AVX-512 run on 256-bit pipes) then computed at most about 43 multiply-adds per nanosecond on two cores,
+    so a 5-row gpt2-large verify already cost more arithmetic than reading its weights (bench/results/issue24/
+    README.md, section `zen4-fma/`); one FMA instruction does both.
 
 Layout: a sum over k in increasing order vectorizes only across columns, so the kernel reads `w` as PANELS: the
 columns [p * PANEL, (p + 1) * PANEL) of w stored k-major, `panels[p, k, j] = w[k, p * PANEL + j]` (`pack`; the last
@@ -124,10 +132,10 @@ def tile4(x, panel, out):  # x [4, d_in], panel [d_in, PANEL] -> out [rows <= 4,
         u0, u1, u2, u3 = x[0, k], x[1, k], x[2, k], x[3, k]
         for j in range(PANEL):
             w = panel[k, j]
-            a[0, j] += u0 * w
-            a[1, j] += u1 * w
-            a[2, j] += u2 * w
-            a[3, j] += u3 * w
+            a[0, j] = fma(u0, w, a[0, j])
+            a[1, j] = fma(u1, w, a[1, j])
+            a[2, j] = fma(u2, w, a[2, j])
+            a[3, j] = fma(u3, w, a[3, j])
     for r in range(out.shape[0]):
         for j in range(out.shape[1]):
             out[r, j] = a[r, j]
@@ -141,7 +149,7 @@ def tile1(x, panel, out):  # x [1, d_in], panel [d_in, PANEL] -> out [1, n <= PA
     for k in range(x.shape[1]):
         u = x[0, k]
         for j in range(PANEL):
-            a[0, j] += u * panel[k, j]
+            a[0, j] = fma(u, panel[k, j], a[0, j])
     for j in range(out.shape[1]):
         out[0, j] = a[0, j]
 
@@ -178,6 +186,48 @@ def panels_runs(x, panels, y, cuts):  # [M, d_in], [n_panels, d_in, P], out [M, 
     changes no bit."""
     for i in prange(len(cuts) - 1):  # noqa: F821 (numba.prange, given by compiled_runs)
         panels_product(x, panels, y, cuts[i], cuts[i + 1])
+
+
+def numpy_fma(a, b, c):  # float32 arrays (or scalars), broadcast -> float32: a * b + c rounded once
+    """IEEE 754's fusedMultiplyAdd in float32, written out in NumPy: a * b + c computed exactly, then rounded once to
+    the nearest float32 (ties to even), for finite a, b, c whose result is finite. The tiles' fma where they run as
+    plain Python (a stand-in njit in the tests), and the reference tests/test_compiled.py holds the compiled
+    `llvm.fma.f32` to.
+
+    How it is exact: a float32 product has at most 48 significant bits, so a * b is exact in float64; the float64 sum
+    hi = a * b + c is rounded, and its error lo is exact too (Knuth's TwoSum), so the true value is hi + lo. Rounding
+    hi to float32 then rounds hi + lo correctly, unless hi fell exactly halfway between two float32 values while
+    lo is not 0: then the true value lies on lo's side of that midpoint, and the neighbour on that side is the answer
+    (rounding hi alone would round twice, and break the tie to even instead)."""
+    a, b, c = (np.asarray(v, dtype=np.float32).astype(np.float64) for v in (a, b, c))
+    p = a * b
+    hi = p + c
+    back = hi - p
+    lo = (p - (hi - back)) + (c - back)  # hi + lo == p + c exactly (TwoSum)
+    f = hi.astype(np.float32)
+    g = np.nextafter(f, np.where(hi > f, np.inf, -np.inf).astype(np.float32))  # f's neighbour on hi's side
+    tie = (hi != f) & (hi == (f.astype(np.float64) + g) / 2)  # hi exactly halfway between f and g
+    toward_g = np.sign(lo) == np.sign(g.astype(np.float64) - f)
+    return np.where(tie & (lo != 0) & toward_g, g, f).astype(np.float32)
+
+
+def fused(numba):  # -> numba intrinsic fma(a, b, c) -> float32, a * b + c rounded once
+    """A numba intrinsic: `fma(a, b, c)` for float32 a, b, c is one call of LLVM's `llvm.fma.f32` (IEEE 754
+    fusedMultiplyAdd: rounded once, whatever the target machine; an FMA instruction where the CPU has one, which
+    the loop vectorizer widens to whole vectors). Any other argument types are a typing error."""
+    from llvmlite import ir
+
+    f32 = numba.types.float32
+
+    @numba.extending.intrinsic
+    def fma(typingctx, a, b, c):
+        if not a == b == c == f32:
+            return None
+
+        def codegen(context, builder, signature, args):
+            return builder.call(builder.module.declare_intrinsic("llvm.fma", [ir.FloatType()] * 3), args)
+        return f32(a, b, c), codegen
+    return fma
 
 
 _compiled = {}  # the compiled dispatchers of this process (numba's, like its own caches), built on first use
@@ -224,8 +274,8 @@ def compiled_product(note=None, njit=None, panel=PANEL):
 
     note: None, or a function given a one-line message when compiling took over NOTE_SECONDS (not when numba's cache
     was loaded), and when no cache location is writable (then every process compiles). njit: numba.njit (a parameter
-    so that tests can give a stand-in, with which the tiles run as plain Python over numpy_scratch). Raises ValueError
-    (errors.KernelUnavailable: one line, with the fix) if numba is not installed or does not import
+    so that tests can give a stand-in, with which the tiles run as plain Python over numpy_scratch and numpy_fma).
+    Raises ValueError (errors.KernelUnavailable: one line, with the fix) if numba is not installed or does not import
     (import_problem).
     """
     if ("product", panel) in _compiled:
@@ -235,12 +285,12 @@ def compiled_product(note=None, njit=None, panel=PANEL):
             import numba  # lazily: the module docstring says why
         except ImportError as e:
             raise KernelUnavailable(import_problem(e, available())) from None
-        njit, scratch = numba.njit, stack_scratch(numba)
+        njit, scratch, fma = numba.njit, stack_scratch(numba), fused(numba)
     else:
-        scratch = numpy_scratch
+        scratch, fma = numpy_scratch, numpy_fma
     disk = panel == PANEL  # numba's cache keys a function by its code, not by the PANEL it was given
     start = time.perf_counter()  # after numba's import: what is announced is compiling (or loading the cache)
-    product, cached = jit_product(njit, {"scratch": scratch, "PANEL": panel}, disk)
+    product, cached = jit_product(njit, {"scratch": scratch, "fma": fma, "PANEL": panel}, disk)
     x = np.zeros((1, 2), dtype=np.float32)
     product(x, np.zeros((1, 2, panel), dtype=np.float32), np.zeros((1, 1), dtype=np.float32), 0, 1)  # compiles
     announce(note, time.perf_counter() - start, cached, product, disk)
@@ -275,7 +325,7 @@ def announce(note, seconds, cached, dispatcher, disk=True):
 
 def jit_product(njit, names, disk=True):
     """(compiled panels_product, whether numba caches it on disk): the tiles compiled first (with `names` among their
-    globals: scratch and PANEL), then the loop that calls them; on disk unless `disk` is False or no cache location
+    globals: scratch, fma and PANEL), then the loop that calls them; on disk unless `disk` is False or no cache location
     is writable (numba's RuntimeError at decoration: then compiled for this process only)."""
     for cache in (True, False) if disk else (False,):
         try:

@@ -468,7 +468,7 @@ def rerun(job, args, reference=None):  # -> Job
     the same draft model (make_drafter: an empty cache) and a new random stream seeded with --seed, steered again
     copying `reference` (npspec.harness.simulated's ids) with --simulate-acceptance. --compare-repeats decodes one per
     repeat (npspec.harness.compare_repeated); its ids are the first run's."""
-    drafter = job.drafter and make_drafter(args, job.target, draft_model(job.drafter))
+    drafter = None if job.drafter is None else make_drafter(args, job.target, draft_model(job.drafter))
     fresh = replace(job, drafter=drafter, rng=np.random.default_rng(args.seed))
     return fresh if reference is None else steered(fresh, reference, args.simulate_acceptance, args.seed)
 

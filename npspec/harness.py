@@ -79,11 +79,12 @@ def comparison(specs, plain, greedy):
     """The speculative Generations `specs` (one per repeat of compare_repeated) against plain decoding: {label:
     [Generation]}, one per repeat, the target's own first (plain_models).
 
-    Each speed is the median over the repeats. `plain_kernel` is the kernel with the fastest median, and `speedup` the
-    median over repeats of the speculative run's tokens/s over that kernel's run in the same repeat (`speedups`, one
-    per repeat; with one repeat, the two speeds' ratio). `same_ids` (greedy only): every speculative run gave the ids of
-    every plain run on the target's own kernel, whose bits the speculative rounds reproduce. With temperature > 0 the
-    two decodings use the random stream differently, so their ids differ by design.
+    Each speed is the median over the repeats (`tokens_per_s_by_repeat` keeps every run's). `plain_kernel` is the
+    kernel with the fastest median, and `speedup` the median over repeats of the speculative run's tokens/s over that
+    kernel's run in the same repeat (`speedups`, one per repeat; with one repeat, the two speeds' ratio). `same_ids`
+    (greedy only): every speculative run gave the ids of every plain run on the target's own kernel, whose bits the
+    speculative rounds reproduce. With temperature > 0 the two decodings use the random stream differently, so their
+    ids differ by design.
     """
     rates = {k: [g.stats.tokens_per_s for g in runs] for k, runs in plain.items()}
     best = max(rates, key=lambda k: median(rates[k]))
@@ -94,6 +95,7 @@ def comparison(specs, plain, greedy):
             "plain_seconds": median(g.stats.seconds for g in plain[best]),
             "plain_by_kernel_tokens_per_s": {k: median(r) for k, r in rates.items()},
             "repeats": len(specs), "speedups": speedups,
+            "tokens_per_s_by_repeat": {"speculative": [g.stats.tokens_per_s for g in specs], **rates},
             "same_ids": all(s.ids == g.ids for s in specs for g in own) if greedy else None}
 
 

@@ -72,7 +72,7 @@ def _plain(product):
 REGISTRY = {k.name: k for k in (
     Kernel("compiled-panels", True, lambda threads, note: compiled.CompiledPanels(threads, note), own_threads=True,
            extra="fast", available=compiled.available, prepare=lambda linear, matrices: linear.prepare(matrices),
-           version=2),  # 2: numba's threads (OpenMP) instead of npspec's workers
+           version=3),  # 2: numba's threads (OpenMP) instead of npspec's workers; 3: fused multiply-adds
     Kernel("gemm-blocks", True, lambda threads, note: GemmBlocks(threads), own_threads=True),
     Kernel("gemv-panels", True, lambda threads, note: GemvPanels(threads), own_threads=True),
     Kernel("gemv-rows", True, _plain(gemv_rows)),

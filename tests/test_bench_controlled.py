@@ -131,8 +131,11 @@ def test_comparison_divides_each_repeat_by_the_plain_run_beside_it():
     assert c["plain_kernel"] == "other" and c["plain_tokens_per_s"] == 20.0
     assert c["speedups"] == [2.0, 2.0, 2.2] and c["speedup"] == 2.0 and c["repeats"] == 3
     assert c["speculative_tokens_per_s"] == 40.0 and c["plain_by_kernel_tokens_per_s"] == {"own": 10.0, "other": 20.0}
+    assert c["tokens_per_s_by_repeat"] == {"speculative": [40.0, 20.0, 44.0], "own": [10.0, 5.0, 11.0],
+                                           "other": [20.0, 10.0, 20.0]}
     assert c["same_ids"] is True
-    assert comparison(specs, {**plain, "own": plain["own"][:2] + [timed([5, 6, 7, 9], 11.0)]}, True)["same_ids"] is False
+    other_ids = {**plain, "own": plain["own"][:2] + [timed([5, 6, 7, 9], 11.0)]}  # the last plain run differs
+    assert comparison(specs, other_ids, greedy=True)["same_ids"] is False
     assert comparison(specs[:1], {k: v[:1] for k, v in plain.items()}, True)["speedup"] == 40.0 / 20.0
     assert comparison(specs, plain, greedy=False)["same_ids"] is None
 

@@ -6,6 +6,8 @@ output equals greedy decoding on the shipped pair and on random:gpt2. Without nu
 (which need no numba) skips, saying why.
 """
 
+from fractions import Fraction
+
 import numpy as np
 import pytest
 
@@ -71,18 +73,65 @@ def test_thread_counts_do_not_change_a_bit(d_in, d_out):
 
 
 @needs_numba
-def test_each_element_is_the_documented_sequential_sum():
-    """The docstring's order, written out in NumPy float32 one step at a time: s = +0.0, then s = s + x[m, k] w[k, n]
-    for k = 0, 1, ... in increasing order (separate float32 ufuncs: one rounding for the product, one for the sum).
-    7 rows (a tile of 4 and a padded tile of 3), 5 rows (4 and a single row), 1 row; an odd d_in, and three panels
-    (two full ones, then a partial last one)."""
+def test_each_element_is_the_documented_chain_of_fused_multiply_adds():
+    """The docstring's order, written out in NumPy one step at a time: s = +0.0, then s = fma(x[m, k], w[k, n], s)
+    for k = 0, 1, ... in increasing order (numpy_fma: one rounding per step, the test below holds it to exact
+    arithmetic). 7 rows (a tile of 4 and a padded tile of 3), 5 rows (4 and a single row), 1 row; an odd d_in, and
+    three panels (two full ones, then a partial last one). A product and a sum rounded apart fail it."""
     d_in, d_out = 201, 150
     w, x = matrix(d_in, d_out, seed=6), matrix(7, d_in, seed=7, order="C")
-    want = np.zeros((7, d_out), np.float32)
+    want = unfused = np.zeros((7, d_out), np.float32)
     for k in range(d_in):
-        want = np.add(want, np.multiply(x[:, k : k + 1], w[k][None, :]))
+        want = compiled.numpy_fma(x[:, k : k + 1], w[k][None, :], want)
+        unfused = np.add(unfused, np.multiply(x[:, k : k + 1], w[k][None, :]))
+    assert not np.array_equal(want, unfused)  # the two orders of rounding differ here, so the check can tell them apart
     for m in (7, 5, 1):
         assert np.array_equal(compiled.CompiledPanels(1)(x[:m], w), want[:m]), f"M={m}"
+
+
+def nearest_float32(value):  # Fraction -> np.float32: the float32 nearest `value`, ties to an even significand
+    guess = np.float32(float(value))  # within one float32 step of the answer (float() rounds once more)
+    candidates = [np.nextafter(guess, np.float32(-np.inf)), guess, np.nextafter(guess, np.float32(np.inf))]
+    return min(candidates, key=lambda f: (abs(Fraction(float(f)) - value), int(f.view(np.uint32)) & 1))
+
+
+def fma_cases():  # (a, b, c) float32 triples: random ones, and ones where rounding twice gives the wrong float32
+    rng = np.random.default_rng(11)
+    a, b, c = (rng.standard_normal(3000).astype(np.float32) * np.float32(2.0) ** rng.integers(-20, 20, 3000)
+               for _ in range(3))
+    c[:1000] = -(a[:1000].astype(np.float64) * b[:1000]).astype(np.float32)  # cancellation: a * b + c near 0
+    f = np.float32
+    # 1 + 2^-23 + 2^-24 - 2^-54: float64 rounds the sum onto the float32 midpoint, whose tie-to-even is the wrong
+    # way up; and 1 + 2^-24 + 2^-54 (2^30 + 1 = 80581 x 13325), whose tie-to-even is the wrong way down
+    crafted = [(f(2.0 ** -24 * (1 + 2.0 ** -15)), f(1 - 2.0 ** -15), f(1 + 2.0 ** -23)),
+               (f(80581 * 2.0 ** -27), f(13325 * 2.0 ** -27), f(1.0)),
+               (f(-80581 * 2.0 ** -27), f(13325 * 2.0 ** -27), f(-1.0))]
+    return [*zip(a, b, c), *crafted], crafted
+
+
+def test_numpy_fma_rounds_the_exact_value_once():
+    """compiled.numpy_fma (the reference of the test above) against exact rational arithmetic: a * b + c rounded once
+    to the nearest float32, ties to even, on random triples (a third cancelling to near 0) and on three built so that
+    rounding to float64 first lands on a float32 midpoint: there the float64-then-float32 rounding is wrong, as the
+    last assertion shows, so the check can fail."""
+    cases, crafted = fma_cases()
+    a, b, c = (np.array(v, dtype=np.float32) for v in zip(*cases))
+    got = compiled.numpy_fma(a, b, c)
+    want = [nearest_float32(Fraction(float(x)) * Fraction(float(y)) + Fraction(float(z))) for x, y, z in cases]
+    assert [g.tobytes() for g in got] == [w.tobytes() for w in want]
+    twice = [np.float32(float(x) * float(y) + float(z)) for x, y, z in crafted]  # rounded to float64, then float32
+    assert all(t != w for t, w in zip(twice, want[-len(crafted):]))
+
+
+@needs_numba
+def test_the_compiled_fma_is_the_exact_one_on_the_hard_cases():
+    """The kernel's llvm.fma on the cases above, one element each (a [1, 1] product over d_in = 2: fma(a, b,
+    fma(c, 1, 0)) = fma(a, b, c), since fma(c, 1, +0) = c)."""
+    cases, _ = fma_cases()
+    for a, b, c in cases[-200:]:
+        x = np.array([[c, a]], dtype=np.float32)
+        w = np.asfortranarray(np.array([[1.0], [b]], dtype=np.float32))
+        assert compiled.CompiledPanels(1)(x, w)[0, 0].tobytes() == compiled.numpy_fma(a, b, c).tobytes(), (a, b, c)
 
 
 def test_pack_lays_each_panel_k_major_with_zero_columns_past_d_out():
