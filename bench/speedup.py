@@ -35,7 +35,7 @@ from npspec.decode import Stats, speculative_generate
 from . import common, models
 from .controlled import ControlledDraft
 from .minimal import MinimalDecoder
-from .verify_cost import time_forward
+from .verify_cost import time_forward, time_sweep
 
 FULL_PAIRS = [("gpt2-large", "distilgpt2"), ("gpt2-medium", "distilgpt2"), ("gpt2-large", "gpt2"),
               ("gpt2", "distilgpt2")]
@@ -99,8 +99,9 @@ def fastest(speeds):
 
 
 def forward_costs(target, draft, gammas, repeats, context):
-    """The target's forward seconds t[M] for M = 1..max(gammas) + 1, and c = t_draft(1) / t_target(1)."""
-    t = {m: time_forward(target, m, repeats, context) for m in range(1, max(gammas) + 2)}
+    """The target's forward seconds t[M] for M = 1..max(gammas) + 1 (medians, every M timed in turn: time_sweep),
+    and c = t_draft(1) / t_target(1)."""
+    t, _ = time_sweep(target, list(range(1, max(gammas) + 2)), repeats, context)
     return t, time_forward(draft, 1, repeats, context) / t[1]
 
 

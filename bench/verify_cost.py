@@ -3,7 +3,8 @@
 For each model, thread count, weight layout and kernel of npspec.registry (compiled-panels with the fast extra), the
 median time t(M) of
 one cached forward over M = 1..16 new tokens after a `--context`-token prefix, and
-v(M) = t(M) / t(1). Next to it the roofline measured in the same run: t_roof(M) = max(weight
+v(M) = t(M) / t(1), the median over passes that time every M in turn (time_sweep), so that a read rate that drifts
+during a kernel's sweep moves t(1) as much as t(16). Next to it the roofline measured in the same run: t_roof(M) = max(weight
 bytes / read bandwidth, FLOPs(M) / GEMM peak), the best a forward could do if it streamed the
 weights once at full bandwidth and computed at full GEMM speed; the read bandwidth is the best
 measured (common.best_read_rate: the probe, or the fastest forward's own rate), so no kernel sits
@@ -22,6 +23,7 @@ roofline fraction per model, threads, layout and kernel) and verify_cost.png.
 
 import argparse
 import sys
+import time
 
 import numpy as np
 
@@ -55,6 +57,30 @@ def time_forward(model, m, repeats, context, forward=None):
         cache.rollback(context)
 
     return common.median(common.time_call(once, repeats, warmup=1))
+
+
+def time_sweep(model, ms, repeats, context, forward=None):  # -> ({m: median seconds}, {m: median t(m) / t(ms[0])})
+    """Forwards over m new tokens for every m in `ms`, timed in turn: after one untimed pass, each of `repeats` passes
+    times one forward for every m (after `context` cached tokens, rolled back after each), so that a read rate that
+    drifts during the sweep (a virtual machine's host: bench/results/issue24/README.md) moves every m alike instead
+    of the last ones. Returns the median seconds of each m, and the median over passes of t(m) / t(ms[0]) in the same
+    pass (v(M) when ms[0] is 1). forward(ids, cache): default `model.forward`."""
+    forward = forward or model.forward
+    cache = model.new_cache()
+    model.prefill(np.random.default_rng(0).integers(0, model.config.n_vocab, context), cache)
+    ids = {m: np.random.default_rng(m).integers(0, model.config.n_vocab, m) for m in ms}
+    passes = []
+    for p in range(repeats + 1):
+        times = {}
+        for m in ms:
+            t0 = time.perf_counter()
+            forward(ids[m], cache)
+            times[m] = time.perf_counter() - t0
+            cache.rollback(context)
+        if p:  # the first pass warms up
+            passes.append(times)
+    return ({m: common.median([t[m] for t in passes]) for m in ms},
+            {m: common.median([t[m] / t[ms[0]] for t in passes]) for m in ms})
 
 
 def kernel_forward(params, config, kernel, threads):
@@ -95,20 +121,25 @@ def m_star(fma_rate, read_rate):
 
 def measure(model_names, threads, kernels, ms, repeats, context, quick=False):
     rows, summary, roof, fma_rate = [], [], {}, {}
+    # compiled-panels' rate first, for every thread count, before any BLAS GEMM: timed after a GEMM at one thread and
+    # another at two (the loop below), its two-thread product ran at 4.2 GFMA/s on an AMD Zen 4, a twenty-sixth of its
+    # rate here (bench/results/issue24/README.md, section zen4-fma/)
+    for n in threads if "compiled-panels" in kernels else ():
+        with common.blas_threads(n):
+            fma_rate[n] = panels_fma_rate(n)
+            common.log(f"threads {n}: compiled-panels {fma_rate[n] / 1e9:.1f} GFMA/s at {FMA_ROWS} rows")
     for n in threads:
         with common.blas_threads(n):  # --quick: smaller probes (the 256 MiB array may sit partly in cache)
             roof[n] = ((common.read_bandwidth(1 << 28, 3), common.gemm_peak(1024, 3)) if quick
                        else (common.read_bandwidth(), common.gemm_peak()))
             common.log(f"threads {n}: read bandwidth {roof[n][0] / 1e9:.1f} GB/s, "
                        f"GEMM peak {roof[n][1] / 1e9:.0f} GFLOP/s")
-            if "compiled-panels" in kernels:
-                fma_rate[n] = panels_fma_rate(n)
-                common.log(f"threads {n}: compiled-panels {fma_rate[n] / 1e9:.1f} GFMA/s at {FMA_ROWS} rows")
     m5 = 5 if 5 in ms else ms[-1]
     for name in common.steps(model_names, "verify cost, model"):
         model = models.get(name)
         nbytes = models.matrix_bytes(model)
-        t = {n: {} for n in threads}
+        t = {n: {} for n in threads}  # (layout, kernel) -> {M: median seconds}
+        ratios = {n: {} for n in threads}  # (layout, kernel) -> {M: median over passes of t(M) / t(1)}
         for layout, allowed in LAYOUT_KERNELS.items():
             timed = [k for k in kernels if k in allowed]
             if not timed:
@@ -118,9 +149,10 @@ def measure(model_names, threads, kernels, ms, repeats, context, quick=False):
                 with common.blas_threads(n):
                     for k in timed:
                         forward = kernel_forward(params, model.config, k, n)
-                        ts = t[n][layout, k] = {m: time_forward(model, m, repeats, context, forward) for m in ms}
+                        t[n][layout, k], ratios[n][layout, k] = time_sweep(model, ms, repeats, context, forward)
+                        ts = t[n][layout, k]
                         common.log(f"{name} threads {n} {layout:12s} {k:11s} t(1) {1e3 * ts[1]:8.2f} ms  "
-                                   + " ".join(f"{m}:{ts[m] / ts[1]:.2f}" for m in ms))
+                                   + " ".join(f"{m}:{ratios[n][layout, k][m]:.2f}" for m in ms))
             del params  # the row-major copy
             models.release()
         for n in threads:
@@ -134,13 +166,13 @@ def measure(model_names, threads, kernels, ms, repeats, context, quick=False):
                 common_cols = {"model": name, "threads": n, "layout": layout, "kernel": k,
                                "invariant": REGISTRY[k].invariant}
                 for m in ms:
-                    rows.append({**common_cols, "M": m, "seconds": ts[m], "v": ts[m] / ts[1], "vs_ar": ts[m] / t_ar,
+                    rows.append({**common_cols, "M": m, "seconds": ts[m], "v": ratios[n][layout, k][m], "vs_ar": ts[m] / t_ar,
                                  "roofline_seconds": t_roof[m], "roofline_v": t_roof[m] / t_roof[1],
                                  **({"panels_roofline_v": t_panels[m] / t_panels[1],
                                      "panels_m_star": m_star(fma_rate[n], bw)} if t_panels else {})})
                 summary.append({**common_cols, "weight_MB": nbytes / 1e6, "t1_ms": 1e3 * ts[1], "tok_s": 1 / ts[1],
                                 "read_GBps": bw / 1e9, "roofline_tok_s": 1 / t_roof[1], "of_roofline": t_roof[1] / ts[1],
-                                f"v{m5}": ts[m5] / ts[1], f"v{m5}_vs_ar": ts[m5] / t_ar,
+                                f"v{m5}": ratios[n][layout, k][m5], f"v{m5}_vs_ar": ts[m5] / t_ar,
                                 f"roofline_v{m5}": t_roof[m5] / t_roof[1],
                                 **({"panels_m_star": m_star(fma_rate[n], bw)} if n in fma_rate else {})})
         del model
@@ -214,7 +246,7 @@ def main(argv=None):
         run.meta[f"gemm_peak_GFLOPs_{n}_threads"] = f"{peak / 1e9:.0f}"
     for n, rate in fma_rate.items():
         run.meta[f"compiled_panels_GFMAs_{n}_threads"] = f"{rate / 1e9:.1f}"
-    note = ("v = t(M) / t(1) of the same kernel and layout; vs_ar = t(M) / the smallest t(1) of the model "
+    note = ("v = t(M) / t(1) of the same kernel and layout, the median over passes that time every M in turn; vs_ar = t(M) / the smallest t(1) of the model "
             "(the fastest one-token forward); "
             "roofline = max(weight bytes / read_GBps, FLOPs / GEMM peak), where read_GBps is the best read rate "
             "measured in this run (the bandwidth probe, or the model's fastest one-token forward if it read faster). "

@@ -26,10 +26,10 @@ Why that order is fixed by the code alone, and by nothing else:
     gets no `reassoc`, which would let it regroup a sum; `contract`, which would let it fuse a product and an
     addition the code wrote apart, has nothing left to fuse. Those are the only LLVM flags that change the results
     of these operations, and none is set.
-  * Why fused: the multiply and the addition written apart take two instructions per weight and row, and an AMD
-    Zen 4 (AVX-512 run on 256-bit pipes) then computed at most about 43 multiply-adds per nanosecond on two cores,
-    so a 5-row gpt2-large verify already cost more arithmetic than reading its weights (bench/results/issue24/
-    README.md, section `zen4-fma/`); one FMA instruction does both.
+  * Why fused: the multiply and the addition written apart take two instructions per weight and row, where one FMA
+    instruction does both. On an AMD Zen 4 (AVX-512 run on 256-bit pipes) that raised the kernel's rate at 32 rows
+    from 43 to 57 multiply-adds per nanosecond on one core, 84 to 110 on two (bench/results/issue24/README.md,
+    section `zen4-fma/`), so that more rows of a verify hide under the weights' read.
 
 Layout: a sum over k in increasing order vectorizes only across columns, so the kernel reads `w` as PANELS: the
 columns [p * PANEL, (p + 1) * PANEL) of w stored k-major, `panels[p, k, j] = w[k, p * PANEL + j]` (`pack`; the last

@@ -3,6 +3,7 @@
 
 import json
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -102,6 +103,39 @@ def test_verify_cost_smoke(tmp_path):
     assert max(fractions) <= 1 + 1e-9
     fastest = min(summary, key=lambda r: float(r["t1_ms"]))
     assert float(fastest["read_GBps"]) >= float(meta["read_bandwidth_GBps_1_threads"]) - 0.05
+
+
+def test_time_sweep_times_every_m_in_turn_and_divides_within_a_pass(monkeypatch):
+    """A fake model whose forward over m tokens takes m units of a clock that slows down by half after every forward:
+    within one pass of time_sweep every m is timed once, in turn, so each pass's t(m) / t(1) sees only the drift of
+    the forwards between them (run one m after another, t(3) would come a whole sweep later). The order of calls is
+    the sweep's: m = 1, 2, 3, then again."""
+    clock, calls, rate = [0.0], [], [1.0]
+
+    class Cache:
+        def rollback(self, n):
+            assert n == 4
+
+    class Fake:
+        config = SimpleNamespace(n_vocab=50)
+
+        def new_cache(self):
+            return Cache()
+
+        def prefill(self, ids, cache):
+            assert len(ids) == 4
+
+        def forward(self, ids, cache):
+            calls.append(len(ids))
+            clock[0] += len(ids) * rate[0]
+            rate[0] *= 1.5  # the machine slows down as the sweep goes on
+
+    monkeypatch.setattr(verify_cost.time, "perf_counter", lambda: clock[0])
+    seconds, v = verify_cost.time_sweep(Fake(), [1, 2, 3], repeats=3, context=4)
+    assert calls == [1, 2, 3] * 4  # a warm-up pass, then three timed ones
+    # in each pass t(m) = m * 1.5^(3p + m - 1): t(2) / t(1) = 3, t(3) / t(1) = 6.75 whatever the pass
+    assert v == {1: 1.0, 2: 3.0, 3: 6.75}
+    assert seconds[1] == 1.5 ** 6  # the median pass (the second timed one, p = 2)
 
 
 def test_best_read_rate_takes_the_faster_reading():
