@@ -593,7 +593,7 @@ def report(args, out, err, gen, specs, plain, target, kernels):
               f"{c['speedup']:.2f}x{spread}" + ("" if c["same_ids"] is None else ", same output" if c["same_ids"]
                                                  else ", DIFFERENT output"), file=err)
     elif args.compare:
-        print("compare: interrupted before plain decoding finished", file=err)
+        print("compare: interrupted before its decodings finished, so nothing is compared", file=err)
 
 
 def main(argv=None, prog=PROG, out=None, err=None):
