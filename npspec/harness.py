@@ -44,7 +44,8 @@ def decode_plain(job, model, seed, label, progress=None):  # -> Generation
 
 def compare_repeated(job, first, again, seed, threads, repeats, progress=None):  # -> ([Gen], {label: [Gen]})
     """--compare, `repeats` times in turn (--compare-repeats): a speculative decoding, then one plain decoding of the
-    prompt with each of plain_models(job, threads) in that order, each drawing from a generator seeded with `seed`.
+    prompt with each of plain_models(job, threads), the target's own kernel last, each drawing from a generator
+    seeded with `seed`.
     Each speculative run sits next to the plain runs it is divided by, so a memory rate that drifts over a minute (a
     virtual machine's host) moves both sides of a repeat's ratio alike (bench/results/issue24/README.md: one command
     gave 1.04x to 1.61x on one machine, its decodings run once each).
@@ -56,14 +57,17 @@ def compare_repeated(job, first, again, seed, threads, repeats, progress=None): 
     """
     models = plain_models(job, threads)
     specs, plain = [first], {label: [] for label in models}
+    own, *others = models  # the target's own kernel runs last, so that each later speculative run follows a decoding
+    # with it, as the first follows --simulate-acceptance's greedy reference: a run right after a BLAS-threaded one
+    # shares the cores with BLAS's spinning threads (npspec.blas)
     for r in range(repeats):
         if r:
             rerun = again()
             with bar(progress, f"--compare: speculative decoding, run {r + 1} of {repeats}",
                      rerun.options.max_new_tokens, "tok") as b:
                 specs.append(decode(rerun, on_emit=lambda new_ids, n: b.update(len(new_ids))))
-        for label, model in models.items():
-            plain[label].append(decode_plain(job, model, seed, label, progress))
+        for label in [*others, own]:
+            plain[label].append(decode_plain(job, models[label], seed, label, progress))
     return specs, plain
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from bench.controlled import ControlledDraft, ControlledLookup
-from npspec import generate
+from npspec import generate, harness
 from npspec.decode import Generation, Stats, decode, speculative_generate
 from npspec.harness import comparison
 from npspec.registry import plain_baselines
@@ -157,6 +157,26 @@ def test_a_rerun_decodes_as_the_first_run_did(extra):
         assert rerun.ids == runs[0].ids and untimed(rerun.trace) == untimed(runs[0].trace)
         assert (rerun.stats.rounds, rerun.stats.accepted, rerun.stats.drafted) == \
             (runs[0].stats.rounds, runs[0].stats.accepted, runs[0].stats.drafted)
+
+
+def test_compare_repeated_runs_each_speculative_decoding_after_the_targets_own_kernel(monkeypatch):
+    """The order of --compare-repeats' decodings: per repeat the speculative one (the first is given), then the plain
+    ones with the BLAS-threaded and compiled kernels, then with the target's own kernel, so that every speculative run
+    follows a decoding on the target's own kernel."""
+    args = generate.build_parser().parse_args(["--gamma", "3", "--max-new-tokens", "4", "--quiet", "--kernel-probe",
+                                               "off", "--compare", "--compare-repeats", "3", "ROMEO:"])
+    job, again, *_ = generate.prepared(args, open("/dev/null", "w"), None)
+    order = []
+
+    def fake_decode(job, on_emit=None, trace=False):
+        order.append("speculative" if job.drafter is not None else job.target.kernel)
+        return timed([1, 2], 10.0)
+
+    monkeypatch.setattr(harness, "decode", fake_decode)
+    specs, plain = harness.compare_repeated(job, timed([1, 2], 20.0), again, 0, 1, 3)
+    own, *others = (label.split(" at ")[0] for label in plain)  # the target's own kernel first in the table
+    assert order == [*others, own] + ["speculative", *others, own] * 2
+    assert len(specs) == 3 and all(len(runs) == 3 for runs in plain.values())
 
 
 def test_simulated_acceptance_on_the_command_line_keeps_the_output_and_is_labelled():
