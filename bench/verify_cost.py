@@ -4,8 +4,8 @@ For each model, thread count, weight layout and kernel of npspec.registry (compi
 median time t(M) of
 one cached forward over M = 1..16 new tokens after a `--context`-token prefix, and
 v(M) = t(M) / t(1), the median over passes that time every M in turn (time_sweep), so that a read rate that drifts
-during a kernel's sweep moves t(1) as much as t(16). Next to it the roofline measured in the same run: t_roof(M) = max(weight
-bytes / read bandwidth, FLOPs(M) / GEMM peak), the best a forward could do if it streamed the
+during a kernel's sweep moves t(1) as much as t(16). Next to it the roofline measured in the same run:
+t_roof(M) = max(weight bytes / read bandwidth, FLOPs(M) / GEMM peak), the best a forward could do if it streamed the
 weights once at full bandwidth and computed at full GEMM speed; the read bandwidth is the best
 measured (common.best_read_rate: the probe, or the fastest forward's own rate), so no kernel sits
 above it. Speculative decoding pays only where v(gamma + 1) stays well below gamma + 1.
@@ -41,22 +41,14 @@ LAYOUT_KERNELS = {"row-major": ("gemv-rows", "gemm"), "column-major": KERNELS}  
 
 
 def time_forward(model, m, repeats, context, forward=None):
-    """Median seconds of one forward over m new tokens after `context` cached ones (then rolled back).
+    """Median seconds of one forward over m new tokens after `context` cached ones (then rolled back): time_sweep
+    over the one row count m.
 
     forward(ids, cache): default `model.forward` (the model's kernel and threads). The cached
     prefix is filled once with `model.prefill`.
     """
-    forward = forward or model.forward
-    cache = model.new_cache()
-    rng = np.random.default_rng(m)
-    model.prefill(rng.integers(0, model.config.n_vocab, context), cache)
-    ids = rng.integers(0, model.config.n_vocab, m)
-
-    def once():
-        forward(ids, cache)
-        cache.rollback(context)
-
-    return common.median(common.time_call(once, repeats, warmup=1))
+    seconds, _ = time_sweep(model, [m], repeats, context, forward)
+    return seconds[m]
 
 
 def time_sweep(model, ms, repeats, context, forward=None):  # -> ({m: median seconds}, {m: median t(m) / t(ms[0])})
@@ -166,7 +158,8 @@ def measure(model_names, threads, kernels, ms, repeats, context, quick=False):
                 common_cols = {"model": name, "threads": n, "layout": layout, "kernel": k,
                                "invariant": REGISTRY[k].invariant}
                 for m in ms:
-                    rows.append({**common_cols, "M": m, "seconds": ts[m], "v": ratios[n][layout, k][m], "vs_ar": ts[m] / t_ar,
+                    rows.append({**common_cols, "M": m, "seconds": ts[m], "v": ratios[n][layout, k][m],
+                                 "vs_ar": ts[m] / t_ar,
                                  "roofline_seconds": t_roof[m], "roofline_v": t_roof[m] / t_roof[1],
                                  **({"panels_roofline_v": t_panels[m] / t_panels[1],
                                      "panels_m_star": m_star(fma_rate[n], bw)} if t_panels else {})})
@@ -246,7 +239,8 @@ def main(argv=None):
         run.meta[f"gemm_peak_GFLOPs_{n}_threads"] = f"{peak / 1e9:.0f}"
     for n, rate in fma_rate.items():
         run.meta[f"compiled_panels_GFMAs_{n}_threads"] = f"{rate / 1e9:.1f}"
-    note = ("v = t(M) / t(1) of the same kernel and layout, the median over passes that time every M in turn; vs_ar = t(M) / the smallest t(1) of the model "
+    note = ("v = t(M) / t(1) of the same kernel and layout, the median over passes that time every M in turn; "
+            "vs_ar = t(M) / the smallest t(1) of the model "
             "(the fastest one-token forward); "
             "roofline = max(weight bytes / read_GBps, FLOPs / GEMM peak), where read_GBps is the best read rate "
             "measured in this run (the bandwidth probe, or the model's fastest one-token forward if it read faster). "

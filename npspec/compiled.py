@@ -325,8 +325,8 @@ def announce(note, seconds, cached, dispatcher, disk=True):
 
 def jit_product(njit, names, disk=True):
     """(compiled panels_product, whether numba caches it on disk): the tiles compiled first (with `names` among their
-    globals: scratch, fma and PANEL), then the loop that calls them; on disk unless `disk` is False or no cache location
-    is writable (numba's RuntimeError at decoration: then compiled for this process only)."""
+    globals: scratch, fma and PANEL), then the loop that calls them; on disk unless `disk` is False or no cache
+    location is writable (numba's RuntimeError at decoration: then compiled for this process only)."""
     for cache in (True, False) if disk else (False,):
         try:
             jit = njit(nogil=True, cache=cache, boundscheck=False)
