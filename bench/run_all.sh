@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# The full benchmark run that produced bench/results/, then README's section (about 100 minutes on 2 cores).
+# The full benchmark run that produced bench/results/, then README's section (about 100 minutes on 2 cores of the
+# Intel machine of bench/results/README.md; on an AMD Zen 4 with the fast extra, its first command, verify_cost,
+# had not finished after 24 minutes: it was stopped there, inside gpt2-medium, before gpt2-large).
 # Run it on a quiet machine: the results record the 1-minute load average at the start of each command,
 # and this script prints when each command starts, so the log tells what took how long.
 # `bench/run_all.sh OUT` writes every table into the folder OUT instead (created if missing) and leaves
