@@ -1,6 +1,7 @@
 """Controlled acceptance (npspec.decode.drafters.controlled, which bench/controlled.py names for the bench) and the
 command line's measurements around a generation (npspec.harness): --compare and --simulate-acceptance."""
 
+import io
 import json
 import math
 import re
@@ -146,7 +147,7 @@ def test_a_rerun_decodes_as_the_first_run_did(extra):
     acceptances and per-round drafts, with a steered draft too (its decisions drawn anew from the seed)."""
     args = generate.build_parser().parse_args(["--gamma", "3", "--max-new-tokens", "24", "--quiet", "--seed", "4",
                                                "--kernel-probe", "off", "--compare", *extra, "ROMEO:"])
-    job, again, *_ = generate.prepared(args, open("/dev/null", "w"), None)
+    job, again, *_ = generate.prepared(args, io.StringIO(), None)
     runs = [decode(job, trace=True), decode(again(), trace=True), decode(again(), trace=True)]
     assert runs[0].stats.rounds > 1 and runs[0].stats.rejected > 0  # rounds that reject: the draws matter
 
@@ -165,7 +166,7 @@ def test_compare_repeated_runs_each_speculative_decoding_after_the_targets_own_k
     follows a decoding on the target's own kernel."""
     args = generate.build_parser().parse_args(["--gamma", "3", "--max-new-tokens", "4", "--quiet", "--kernel-probe",
                                                "off", "--compare", "--compare-repeats", "3", "ROMEO:"])
-    job, again, *_ = generate.prepared(args, open("/dev/null", "w"), None)
+    job, again, *_ = generate.prepared(args, io.StringIO(), None)
     order = []
 
     def fake_decode(job, on_emit=None, trace=False):
