@@ -13,8 +13,9 @@ Why that order is fixed by the code alone, and by nothing else:
   * It is a function of d_in and the values x[m, :], w[:, n] only. The row count M, the other rows, the thread count
     and the split of the columns choose WHICH elements a call computes and in what order the elements are visited,
     never how one element's sum is formed: no element's sum reads another element's partial sums.
-  * Rows are handled 4 at a time (`tile4`: a weight loaded once serves the four rows; 2 or 3 rows left over are
-    padded with zero rows to a tile of 4) and a last single row alone (`tile1`), one panel at a time; both add the
+  * Rows are handled 8 at a time (`tile8`: a weight loaded once serves eight rows), then 4 (`tile4`; 2 or 3 rows
+    left over are padded with zero rows to a tile of 4) and a last single row alone (`tile1`), one panel at a time;
+    all three add the
     products of one element in the order above (k innermost, one fma per k and row), so a row's bits do not
     depend on which tile it falls in (tests/test_compiled.py checks every position for M = 1..16 and the order
     itself against NumPy, step by step).
@@ -44,6 +45,20 @@ matrices (the prefill's BLAS GEMM and the other kernels read them); this kernel 
 multiplies it, or when a Model is built with it (registry.Kernel.prepare), and keeps the panels (a second copy of
 the matrices it multiplies: about the model's size again).
 npspec never writes a weight in place after loading, which this cache relies on.
+
+Two hints to the compiler and the CPU, neither of which can change a bit (they choose instructions and when a line
+of weights arrives, never an operation or its order):
+  * `wide_vectors()` asks LLVM for 512-bit vectors in each tile (`"prefer-vector-width"="512"`). LLVM's tuning for
+    Intel's AVX-512 CPUs prefers 256-bit vectors; a tile's 4 x 64 sums are then 32 of the 32 vector registers, and
+    LLVM spilled them to the stack at every k. On an Intel Sapphire Rapids (2 cores) the kernel multiplied at 31
+    multiply-adds per nanosecond at 32 rows, and a 4-row gpt2-large forward cost 1.5 one-row forwards. A CPU with
+    no 512-bit vectors (AVX2) gets its widest; an AMD Zen 4 was given 512-bit vectors already.
+  * `prefetch` asks the CPU for each cache line of the panel row AHEAD rows past the one being multiplied. A tile of
+    4 or 8 rows spends long enough on each row's arithmetic that the CPU's own prefetchers fell behind the read: on
+    the Sapphire Rapids, the products of a 4-row gpt2-large forward took 1.5 times those of one row, 1.1 with the
+    hint (AHEAD 16, 4 KiB ahead; 64 was slower). The last rows of a panel ask for the next panel's first ones.
+What they and tile8 do to whole forwards: `python -m bench.verify_cost --models random:gpt2-large --threads 2`
+(bench/results/issue24/README.md, section `intel/`).
 
 Threads: a product over a matrix of kernels.SPLIT_BYTES or more is cut into `threads` runs of whole panels, and the
 runs are shared out by numba's `prange` (`panels_runs`) on numba's own threads, the threading layer tried in the
@@ -80,6 +95,9 @@ from .errors import KernelUnavailable
 from .kernels import check_threads, run_count, run_cuts
 
 PANEL = 64  # columns per panel (module docstring): 4 AVX-512 vectors; python -m bench.panels measured 32, 64 and 96
+LINE = 16  # float32 weights in a 64-byte cache line: a tile asks for each line of a panel row once
+AHEAD = 16  # panel rows (of PANEL weights) a tile asks the CPU to fetch ahead of the row it multiplies (module docstring)
+VECTOR_BITS = 512  # the vector width the tiles ask LLVM to prefer (module docstring: why)
 NOTE_SECONDS = 0.5  # compiling (or loading the cache) longer than this is announced
 NAME = "compiled-panels"
 ALIGN = 4096  # bytes: where each matrix's panels start (a page: a multiple of every vector and cache-line size)
@@ -118,17 +136,53 @@ def aligned_empty(shape, align=ALIGN):  # shape -> uninitialised float32, C orde
     return buffer[start : start + size].reshape(shape)
 
 
+def tile8(x, panel, out):  # x [8, d_in], panel [d_in, PANEL] -> out [8, n <= PANEL] = the sums
+    """Eight rows against one panel, in two halves of PANEL / 2 columns, the sums in the module docstring's order: k
+    runs innermost, each k's weights of the half are loaded once for the eight rows, and the 8 x PANEL / 2 partial
+    sums stay in vector registers (16 of AVX-512's 32 at PANEL = 64), as in tile4. A weight serves eight rows where
+    tile4's serves four, so a verify of 8 or 16 rows does half the loads per multiply-add. The second half reads its
+    weights from the core's cache lines the first half's prefetches brought in (both halves ask for whole rows)."""
+    wide_vectors()
+    half = HALF
+    for h in range(2):
+        c0 = h * half
+        a = scratch(8, HALF)
+        for r in range(8):
+            for j in range(half):
+                a[r, j] = 0.0
+        for k in range(x.shape[1]):
+            for j in range(c0, c0 + half, LINE):
+                prefetch(panel, k + AHEAD, j)  # a line AHEAD rows on, asked for now: multiplied later
+            u0, u1, u2, u3, u4, u5, u6, u7 = x[0, k], x[1, k], x[2, k], x[3, k], x[4, k], x[5, k], x[6, k], x[7, k]
+            for j in range(half):
+                w = panel[k, c0 + j]
+                a[0, j] = fma(u0, w, a[0, j])
+                a[1, j] = fma(u1, w, a[1, j])
+                a[2, j] = fma(u2, w, a[2, j])
+                a[3, j] = fma(u3, w, a[3, j])
+                a[4, j] = fma(u4, w, a[4, j])
+                a[5, j] = fma(u5, w, a[5, j])
+                a[6, j] = fma(u6, w, a[6, j])
+                a[7, j] = fma(u7, w, a[7, j])
+        for r in range(8):
+            for j in range(max(0, min(half, out.shape[1] - c0))):
+                out[r, c0 + j] = a[r, j]
+
+
 def tile4(x, panel, out):  # x [4, d_in], panel [d_in, PANEL] -> out [rows <= 4, n <= PANEL] = the sums
     """Four rows against one panel, the sums in the module docstring's order: k runs innermost, each k's PANEL weights
     are loaded once for the four rows, and the 4 x PANEL partial sums stay in the CPU's vector registers for the
     whole sum (`scratch`: an array on the stack, which the compiler keeps in registers; 16 of AVX-512's 32 at
     PANEL = 64), so nothing but the weights and x goes to memory until the sums are stored into `out` (the first
     rows and columns of the tile: a padded tile or a partial panel keeps fewer)."""
+    wide_vectors()
     a = scratch(4, PANEL)
     for r in range(4):
         for j in range(PANEL):
             a[r, j] = 0.0
     for k in range(x.shape[1]):
+        for j in range(0, PANEL, LINE):
+            prefetch(panel, k + AHEAD, j)  # a line AHEAD rows on, asked for now: multiplied later
         u0, u1, u2, u3 = x[0, k], x[1, k], x[2, k], x[3, k]
         for j in range(PANEL):
             w = panel[k, j]
@@ -143,10 +197,13 @@ def tile4(x, panel, out):  # x [4, d_in], panel [d_in, PANEL] -> out [rows <= 4,
 
 def tile1(x, panel, out):  # x [1, d_in], panel [d_in, PANEL] -> out [1, n <= PANEL] = the sums
     """One row against one panel, in the same order as tile4's rows, its PANEL sums in registers as there."""
+    wide_vectors()
     a = scratch(1, PANEL)
     for j in range(PANEL):
         a[0, j] = 0.0
     for k in range(x.shape[1]):
+        for j in range(0, PANEL, LINE):
+            prefetch(panel, k + AHEAD, j)
         u = x[0, k]
         for j in range(PANEL):
             a[0, j] = fma(u, panel[k, j], a[0, j])
@@ -159,11 +216,13 @@ def panels_product(x, panels, y, p0, p1):  # [M, d_in], [n_panels, d_in, PANEL],
     order.
 
     Panel by panel, so that a panel is read from memory once and from the core's L2 cache for the row tiles after the
-    first. Rows go 4 at a time (tile4); 2 or 3 rows left over are padded with zero rows to a tile of 4 (whose sums are
-    dropped: rows never mix, so the padding changes no bit of the others), and a last single row goes through tile1.
+    first. Rows go 8 at a time (tile8), then 4 (tile4); 2 or 3 rows left over are padded with zero rows to a tile of 4
+    (whose sums are dropped: rows never mix, so the padding changes no bit of the others), and a last single row goes
+    through tile1.
     """
     m_rows, d_in = x.shape
     d_out = y.shape[1]
+    eights = m_rows - m_rows % 8
     full = m_rows - m_rows % 4
     left = m_rows - full
     tail = np.zeros((4, d_in), dtype=np.float32)  # the padded last tile (2 or 3 rows)
@@ -172,7 +231,9 @@ def panels_product(x, panels, y, p0, p1):  # [M, d_in], [n_panels, d_in, PANEL],
     for p in range(p0, p1):
         n0 = p * PANEL
         n1 = min(n0 + PANEL, d_out)
-        for m in range(0, full, 4):
+        for m in range(0, eights, 8):
+            tile8(x[m : m + 8], panels[p], y[m : m + 8, n0:n1])
+        for m in range(eights, full, 4):
             tile4(x[m : m + 4], panels[p], y[m : m + 4, n0:n1])
         if left > 1:
             tile4(tail, panels[p], y[full:, n0:n1])
@@ -228,6 +289,62 @@ def fused(numba):  # -> numba intrinsic fma(a, b, c) -> float32, a * b + c round
             return builder.call(builder.module.declare_intrinsic("llvm.fma", [ir.FloatType()] * 3), args)
         return f32(a, b, c), codegen
     return fma
+
+
+def cache_line(numba):  # -> numba intrinsic prefetch(a, i, j): asks the CPU for the cache line of a[i, j]
+    """A numba intrinsic: `prefetch(a, i, j)` for a 2-D array `a` and integers i, j is one call of LLVM's
+    `llvm.prefetch` (read, keep in all cache levels, data) at the address of a[i, j], from a's own strides. It is a
+    hint: it loads nothing into a variable, changes no value, and an address past a's end (a tile's last rows ask for
+    rows that are not there) neither faults nor is read by anything; where a CPU has no prefetch instruction LLVM
+    drops it."""
+    from llvmlite import ir
+    from numba.core import cgutils
+
+    @numba.extending.intrinsic
+    def prefetch(typingctx, a, i, j):
+        if not (isinstance(a, numba.types.Array) and a.ndim == 2 and all(isinstance(t, numba.types.Integer)
+                                                                          for t in (i, j))):
+            return None
+
+        def codegen(context, builder, signature, args):
+            array_type, (array, row, column) = signature.args[0], args
+            array = context.make_array(array_type)(context, builder, array)
+            index = [context.cast(builder, v, t, numba.types.intp) for v, t in zip((row, column), signature.args[1:])]
+            strides = cgutils.unpack_tuple(builder, array.strides, 2)
+            offset = builder.add(builder.mul(index[0], strides[0]), builder.mul(index[1], strides[1]))
+            byte = ir.IntType(8)
+            address = builder.gep(builder.bitcast(array.data, byte.as_pointer()), [offset])
+            i32 = ir.IntType(32)
+            hint = ir.FunctionType(ir.VoidType(), [byte.as_pointer(), i32, i32, i32])
+            call = builder.module.declare_intrinsic("llvm.prefetch", [byte.as_pointer()], hint)
+            builder.call(call, [address, i32(0), i32(3), i32(1)])  # read, keep everywhere, data cache
+            return context.get_dummy_value()
+        return numba.types.void(a, i, j), codegen
+    return prefetch
+
+
+def vector_width(numba, bits=VECTOR_BITS):  # -> numba intrinsic wide_vectors(): the caller prefers `bits` vectors
+    """A numba intrinsic: `wide_vectors()` marks the function that calls it with LLVM's `"prefer-vector-width"`
+    attribute set to `bits` (module docstring: why). It changes which instructions LLVM picks for the function, never
+    a result (each element is its own chain of fma's whatever the vector width); on a CPU without vectors that wide,
+    LLVM uses its widest. llvmlite's attribute sets name only LLVM's keyword attributes, so this string attribute is
+    added to the set as it is (printed into the IR as `"prefer-vector-width"="512"`)."""
+
+    @numba.extending.intrinsic
+    def wide_vectors(typingctx):
+        def codegen(context, builder, signature, args):
+            set.add(builder.function.attributes, f'"prefer-vector-width"="{bits}"')
+            return context.get_dummy_value()
+        return numba.types.void(), codegen
+    return wide_vectors
+
+
+def numpy_prefetch(a, i, j):  # the tiles' prefetch where they run as plain Python: nothing to ask for
+    """prefetch's stand-in for the plain-Python tiles (tests): a hint, so doing nothing is the same computation."""
+
+
+def numpy_wide_vectors():  # the tiles' wide_vectors where they run as plain Python: no vectors to choose
+    """wide_vectors' stand-in for the plain-Python tiles (tests): it chooses instructions, never values."""
 
 
 _compiled = {}  # the compiled dispatchers of this process (numba's, like its own caches), built on first use
@@ -286,11 +403,14 @@ def compiled_product(note=None, njit=None, panel=PANEL):
         except ImportError as e:
             raise KernelUnavailable(import_problem(e, available())) from None
         njit, scratch, fma = numba.njit, stack_scratch(numba), fused(numba)
+        prefetch, wide_vectors = cache_line(numba), vector_width(numba)
     else:
-        scratch, fma = numpy_scratch, numpy_fma
+        scratch, fma, prefetch, wide_vectors = numpy_scratch, numpy_fma, numpy_prefetch, numpy_wide_vectors
     disk = panel == PANEL  # numba's cache keys a function by its code, not by the PANEL it was given
     start = time.perf_counter()  # after numba's import: what is announced is compiling (or loading the cache)
-    product, cached = jit_product(njit, {"scratch": scratch, "fma": fma, "PANEL": panel}, disk)
+    names = {"scratch": scratch, "fma": fma, "prefetch": prefetch, "wide_vectors": wide_vectors, "PANEL": panel,
+             "HALF": panel // 2}
+    product, cached = jit_product(njit, names, disk)
     x = np.zeros((1, 2), dtype=np.float32)
     product(x, np.zeros((1, 2, panel), dtype=np.float32), np.zeros((1, 1), dtype=np.float32), 0, 1)  # compiles
     announce(note, time.perf_counter() - start, cached, product, disk)
@@ -330,7 +450,7 @@ def jit_product(njit, names, disk=True):
     for cache in (True, False) if disk else (False,):
         try:
             jit = njit(nogil=True, cache=cache, boundscheck=False)
-            helpers = {f.__name__: jit(with_globals(f, names)) for f in (tile4, tile1)}
+            helpers = {f.__name__: jit(with_globals(f, names)) for f in (tile8, tile4, tile1)}
             return jit(with_globals(panels_product, {**helpers, **names})), cache
         except RuntimeError:  # numba: "cannot cache function ...: no locator available" (nowhere writable)
             if not cache:

@@ -76,17 +76,38 @@ def test_thread_counts_do_not_change_a_bit(d_in, d_out):
 def test_each_element_is_the_documented_chain_of_fused_multiply_adds():
     """The docstring's order, written out in NumPy one step at a time: s = +0.0, then s = fma(x[m, k], w[k, n], s)
     for k = 0, 1, ... in increasing order (numpy_fma: one rounding per step, the test below holds it to exact
-    arithmetic). 7 rows (a tile of 4 and a padded tile of 3), 5 rows (4 and a single row), 1 row; an odd d_in, and
-    three panels (two full ones, then a partial last one). A product and a sum rounded apart fail it."""
+    arithmetic). 13 rows (a tile of 8, one of 4 and a single row), 12 (8 and 4), 11 (8 and a padded tile of 3), 7 rows
+    (a tile of 4 and a padded tile of 3), 5 rows (4 and a single row), 1 row; an odd d_in, and three panels (two full
+    ones, then a partial last one whose second half tile8 has no column of). A product and a sum rounded apart fail
+    it."""
     d_in, d_out = 201, 150
-    w, x = matrix(d_in, d_out, seed=6), matrix(7, d_in, seed=7, order="C")
-    want = unfused = np.zeros((7, d_out), np.float32)
+    w, x = matrix(d_in, d_out, seed=6), matrix(13, d_in, seed=7, order="C")
+    want = unfused = np.zeros((13, d_out), np.float32)
     for k in range(d_in):
         want = compiled.numpy_fma(x[:, k : k + 1], w[k][None, :], want)
         unfused = np.add(unfused, np.multiply(x[:, k : k + 1], w[k][None, :]))
     assert not np.array_equal(want, unfused)  # the two orders of rounding differ here, so the check can tell them apart
-    for m in (7, 5, 1):
+    for m in (13, 12, 11, 7, 5, 1):
         assert np.array_equal(compiled.CompiledPanels(1)(x[:m], w), want[:m]), f"M={m}"
+
+
+@needs_numba
+def test_the_tiles_ask_llvm_for_wide_vectors_and_the_cpu_for_the_rows_ahead():
+    """The module docstring's two hints reach the compiled code: each tile, compiled on its own (in memory: numba shows
+    no code it loaded from its disk cache), carries LLVM's prefer-vector-width attribute at VECTOR_BITS and calls
+    llvm.prefetch. They change no bit (the tests above run the kernel built with them)."""
+    import numba
+    names = {"scratch": compiled.stack_scratch(numba), "fma": compiled.fused(numba), "PANEL": compiled.PANEL,
+             "prefetch": compiled.cache_line(numba), "wide_vectors": compiled.vector_width(numba),
+             "HALF": compiled.PANEL // 2}
+    panel = compiled.pack(matrix(70, compiled.PANEL))[0]
+    for tile, rows in ((compiled.tile8, 8), (compiled.tile4, 4), (compiled.tile1, 1)):
+        jitted = numba.njit(nogil=True, boundscheck=False)(compiled.with_globals(tile, names))
+        x, y = matrix(rows, 70, seed=2, order="C"), np.empty((rows, compiled.PANEL), np.float32)
+        jitted(x, panel, y)
+        assert np.allclose(y, x @ panel, atol=1e-3), tile.__name__
+        code = "".join(jitted.inspect_llvm().values())
+        assert f'"prefer-vector-width"="{compiled.VECTOR_BITS}"' in code and "@llvm.prefetch" in code, tile.__name__
 
 
 def nearest_float32(value):  # Fraction -> np.float32: the float32 nearest `value`, ties to an even significand
