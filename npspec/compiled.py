@@ -56,7 +56,9 @@ of weights arrives, never an operation or its order):
   * `prefetch` asks the CPU for each cache line of the panel row AHEAD rows past the one being multiplied. A tile of
     4 or 8 rows spends long enough on each row's arithmetic that the CPU's own prefetchers fell behind the read: on
     the Sapphire Rapids, the products of a 4-row gpt2-large forward took 1.5 times those of one row, 1.1 with the
-    hint (AHEAD 16, 4 KiB ahead; 64 was slower). The last rows of a panel ask for the next panel's first ones.
+    hint. It asks for the line into the L2 cache (x86's prefetcht1), 32 rows (8 KiB) ahead: into L1 (prefetcht0)
+    at 16 or 8 rows ahead was slower at 8 and 16 rows, and 32 to 128 rows into L2 alike within the noise (scratch
+    runs, interleaved). The last rows of a panel ask for the next panel's first ones.
 What they and tile8 do to whole forwards: `python -m bench.verify_cost --models random:gpt2-large --threads 2`
 (bench/results/issue24/README.md, section `intel/`).
 
@@ -96,7 +98,7 @@ from .kernels import check_threads, run_count, run_cuts
 
 PANEL = 64  # columns per panel (module docstring): 4 AVX-512 vectors; python -m bench.panels measured 32, 64 and 96
 LINE = 16  # float32 weights in a 64-byte cache line: a tile asks for each line of a panel row once
-AHEAD = 16  # panel rows (of PANEL weights) a tile asks the CPU to fetch ahead of the row it multiplies (module docstring)
+AHEAD = 32  # panel rows (of PANEL weights) a tile asks the CPU to fetch ahead of the row it multiplies (module docstring)
 VECTOR_BITS = 512  # the vector width the tiles ask LLVM to prefer (module docstring: why)
 NOTE_SECONDS = 0.5  # compiling (or loading the cache) longer than this is announced
 NAME = "compiled-panels"
@@ -293,7 +295,8 @@ def fused(numba):  # -> numba intrinsic fma(a, b, c) -> float32, a * b + c round
 
 def cache_line(numba):  # -> numba intrinsic prefetch(a, i, j): asks the CPU for the cache line of a[i, j]
     """A numba intrinsic: `prefetch(a, i, j)` for a 2-D array `a` and integers i, j is one call of LLVM's
-    `llvm.prefetch` (read, keep in all cache levels, data) at the address of a[i, j], from a's own strides. It is a
+    `llvm.prefetch` (read, locality 2: into the L2 cache, x86's prefetcht1; data) at the address of a[i, j], from a's
+    own strides. It is a
     hint: it loads nothing into a variable, changes no value, and an address past a's end (a tile's last rows ask for
     rows that are not there) neither faults nor is read by anything; where a CPU has no prefetch instruction LLVM
     drops it."""
@@ -317,7 +320,7 @@ def cache_line(numba):  # -> numba intrinsic prefetch(a, i, j): asks the CPU for
             i32 = ir.IntType(32)
             hint = ir.FunctionType(ir.VoidType(), [byte.as_pointer(), i32, i32, i32])
             call = builder.module.declare_intrinsic("llvm.prefetch", [byte.as_pointer()], hint)
-            builder.call(call, [address, i32(0), i32(3), i32(1)])  # read, keep everywhere, data cache
+            builder.call(call, [address, i32(0), i32(2), i32(1)])  # read, locality 2 (L2), data cache
             return context.get_dummy_value()
         return numba.types.void(a, i, j), codegen
     return prefetch
