@@ -8,7 +8,8 @@ and about 3x a GEMV with its Haswell kernels on AMD Zen 2 and 3 (so "gemv-panels
 hard-codes the choice: `choose` times each candidate of a role (registry.role_candidates) in the model's own decoding
 forwards (with the rows the role multiplies: its verify's gamma + 1 for a target beside a drafter, one for a draft or a
 target decoding alone; ROLE_ROWS when the caller does not say), at the thread count asked for and at one thread
-(`thread_options`), and keeps the fastest pair (the sum of its median times over REPEATS runs). A target that decodes
+(`thread_options`), and keeps the fastest pair (the sum of its median times over REPEATS runs, the mean of two passes
+over the candidates in opposite orders: measure_all). A target that decodes
 beside a draft model is timed in ROUNDS with that draft (`partner`): each timed span is the draft's one-token
 forwards, as many as the target verifies rows less one, then the target's forward, as speculative decoding alternates
 them on the same cores. Timed alone, a target on BLAS's threads can win and then lose in the loop: on an AMD Zen 4,
@@ -56,8 +57,9 @@ from .registry import REGISTRY, role_candidates
 MODES = ("cached", "refresh", "bypass", "off")
 ROLE_ROWS = {"target": (4,), "draft": (1,)}  # rows timed when choose is not told: a target verifies gamma + 1 (4 at
 # gamma 3), a draft decodes 1 (npspec generate tells it: the job's own verify rows, npspec.generate.verify_rows)
-PROBE_VERSION = 5  # in every cache key: raised when how a candidate is timed changes (2: one prefill per timing;
-# 3: a target timed in rounds with its draft; 4: the median of REPEATS, not the best; 5: the rows timed are the key's)
+PROBE_VERSION = 6  # in every cache key: raised when how a candidate is timed changes (2: one prefill per timing;
+# 3: a target timed in rounds with its draft; 4: the median of REPEATS, not the best; 5: the rows timed are the key's;
+# 6: two passes in opposite orders, measure_all)
 REPEATS = 5  # the median of this many timed runs per (kernel, rows), after one untimed run (the first use compiles).
 # The median, not the best: decoding pays every forward, and on a noisy virtual machine the best run is far from the
 # typical one, by a different amount for each kernel (an AMD Zen 4 ran the same 4-row gpt2-large forward in 128.6 ms
@@ -201,25 +203,35 @@ def thread_options(threads):
 
 
 def measure_all(choices, model, rows, measure=time_forwards, partner=None, note=None):
-    """{Choice: summed median seconds over `rows`} for each of `choices`. measure(name, threads, candidate model, m) ->
-    seconds, also given partner=`partner` (time_forwards: None times the candidate alone). Each choice's Model
-    (model.with_kernel: the same weights) is built just before its timings and dropped
+    """{Choice: seconds} for each of `choices`: the mean of its two passes' timings, each the sum over `rows` of
+    measure(name, threads, candidate model, m) -> seconds, also given partner=`partner` (time_forwards: None times
+    the candidate alone).
+
+    Two passes, the second in the reverse order (A B C, then C B A), so that every candidate's mean sits at
+    the same time of the probe on average: a machine whose speed drifts linearly while the probe runs moves every
+    candidate's mean alike, and the first candidate timed no longer pays alone for what the process did before it
+    (converting or loading weights). Timed in one pass on an Intel Sapphire Rapids, issue 24's target picked
+    "compiled-panels" in one fresh cache and "gemm-blocks" in another (their rounds 0.1% apart), and its command then
+    ran at 1.43x and at 1.05x (bench/results/issue24/README.md, section `intel/`).
+    Each choice's Model (model.with_kernel: the same weights) is built just before its timings and dropped
     after them, so that at most one compiled kernel's packed copy of the weights (npspec.compiled) exists at a time:
     for gpt2-xl's 6 GB, a second would be another 6 GB. A candidate that cannot be built here (KernelUnavailable: a
-    numba that does not import) is left out, and `note` (None or a callable) is told why."""
-    seconds, unavailable = {}, set()
-    for c in choices:
-        if c.kernel in unavailable:
-            continue
-        try:
-            built = model.with_kernel(c.kernel, c.threads)
-        except KernelUnavailable as e:
-            unavailable.add(c.kernel)
-            say(note, f"{e}; the probe goes on without it")
-            continue
-        seconds[c] = sum(measure(c.kernel, c.threads, built, m, partner=partner) for m in rows)
-        del built
-    return seconds
+    numba that does not import) is left out, and `note` (None or a callable) is told why, once."""
+    choices = list(choices)
+    timings, unavailable = {c: [] for c in choices}, set()
+    for order in (choices, choices[::-1]):
+        for c in order:
+            if c.kernel in unavailable:
+                continue
+            try:
+                built = model.with_kernel(c.kernel, c.threads)
+            except KernelUnavailable as e:
+                unavailable.add(c.kernel)
+                say(note, f"{e}; the probe goes on without it")
+                continue
+            timings[c].append(sum(measure(c.kernel, c.threads, built, m, partner=partner) for m in rows))
+            del built
+    return {c: sum(t) / len(t) for c, t in timings.items() if t}  # in choices' order: ties keep the earlier one
 
 
 def choose(role, model, threads, path=None, mode="cached", measure=time_forwards, candidates=None, note=None,

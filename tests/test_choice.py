@@ -72,11 +72,38 @@ def test_the_probe_picks_one_thread_where_handing_products_to_workers_costs_more
 def test_the_probe_times_every_candidate_in_the_models_own_forwards_with_the_roles_rows(tiny):
     calls = []
     choice.choose("target", tiny, 3, mode="bypass", measure=fake_machine(1.0, calls), candidates=NUMPY_TARGET)
-    # each candidate's forwards: the model itself with that kernel and thread count, one candidate at a time
-    assert calls == [(k, t, k, t, m) for k in NUMPY_TARGET for t in (3, 1) for m in choice.ROLE_ROWS["target"]]
+    # each candidate's forwards: the model itself with that kernel and thread count, one candidate at a time, in two
+    # passes, the second in the reverse order (choice.measure_all)
+    one_pass = [(k, t, k, t, m) for k in NUMPY_TARGET for t in (3, 1) for m in choice.ROLE_ROWS["target"]]
+    assert calls == one_pass + one_pass[::-1]
     calls.clear()
     choice.choose("draft", tiny, 1, mode="bypass", measure=fake_machine(1.0, calls), candidates=NUMPY_TARGET)
-    assert [c[4] for c in calls] == [1, 1]  # a draft multiplies one row
+    assert [c[4] for c in calls] == [1, 1, 1, 1]  # a draft multiplies one row
+
+
+def drifting_machine(slowdown, calls):
+    """A measure where two candidates are as fast as each other, on a machine that runs `slowdown` times slower at
+    each timing than at the one before (the probe's calls counted in `calls`)."""
+    def measure(name, threads, model, rows, partner=None):
+        calls.append(name)
+        return slowdown ** len(calls)
+    return measure
+
+
+def test_a_machine_that_slows_while_the_probe_runs_does_not_pick_the_first_candidate():
+    """Timed in one pass, a machine that slows steadily makes the first candidate look fastest; the second pass, in the
+    reverse order, gives each candidate the same mean time position: a linear drift then moves every candidate's mean
+    alike. Two equally fast candidates, on a machine 0.1% slower at each timing: their means over both passes
+    differ by the drift's curvature only, a hundredth of the one-pass gap."""
+    class Stub:  # a model whose with_kernel builds nothing
+        def with_kernel(self, kernel, threads):
+            return self
+    choices = [choice.Choice("a", 1), choice.Choice("b", 1)]
+    calls = []
+    seconds = choice.measure_all(choices, Stub(), (4,), drifting_machine(1.001, calls))
+    one_pass_gap = 1.001 ** 2 - 1.001  # b timed right after a, in one pass
+    assert calls == ["a", "b", "b", "a"]
+    assert abs(seconds[choices[0]] - seconds[choices[1]]) < one_pass_gap / 100
 
 
 def test_the_probe_times_the_rows_it_is_told_and_caches_each_row_count_apart(tiny, tmp_path):
@@ -388,11 +415,11 @@ def test_a_target_beside_a_draft_is_timed_in_rounds_and_keyed_by_that_draft(tiny
         alone = 1.0 if name == "gemm-blocks" else 1.2
         return alone + (0.5 if partner is not None and name == "gemm-blocks" else 0.0)
     assert choice.choose("target", tiny, 2, mode="bypass", measure=measure, candidates=NUMPY_TARGET).kernel \
-        == "gemm-blocks" and seen == [None] * 4
+        == "gemm-blocks" and seen == [None] * 8  # 4 choices, timed in two passes
     seen.clear()
     notes = []
     assert choice.choose("target", tiny, 2, mode="bypass", measure=measure, candidates=NUMPY_TARGET,
-                         partner=draft, note=notes.append).kernel == "gemv-panels" and seen == [draft] * 4
+                         partner=draft, note=notes.append).kernel == "gemv-panels" and seen == [draft] * 8
     assert len(notes) == 1 and "timing the target's kernels gemm-blocks, gemv-panels" in notes[0] \
         and "beside its draft (gemv-panels)" in notes[0]
     alone, beside = (json.loads(choice.machine_key("target", NUMPY_TARGET, [[1, 2, 3, 4]], 2, p))["partner"]
