@@ -142,8 +142,9 @@ def tile8(x, panel, out):  # x [8, d_in], panel [d_in, PANEL] -> out [8, n <= PA
     """Eight rows against one panel, in two halves of PANEL / 2 columns, the sums in the module docstring's order: k
     runs innermost, each k's weights of the half are loaded once for the eight rows, and the 8 x PANEL / 2 partial
     sums stay in vector registers (16 of AVX-512's 32 at PANEL = 64), as in tile4. A weight serves eight rows where
-    tile4's serves four, so a verify of 8 or 16 rows does half the loads per multiply-add. The second half reads its
-    weights from the core's cache lines the first half's prefetches brought in (both halves ask for whole rows)."""
+    tile4's serves four, so a verify of 8 or 16 rows does half the loads per multiply-add. A panel row's two halves
+    are different cache lines (PANEL / 2 = 32 weights are two lines), and each half asks for its own lines ahead, so
+    the two halves read the panel from memory once between them."""
     wide_vectors()
     half = HALF
     for h in range(2):
@@ -296,10 +297,9 @@ def fused(numba):  # -> numba intrinsic fma(a, b, c) -> float32, a * b + c round
 def cache_line(numba):  # -> numba intrinsic prefetch(a, i, j): asks the CPU for the cache line of a[i, j]
     """A numba intrinsic: `prefetch(a, i, j)` for a 2-D array `a` and integers i, j is one call of LLVM's
     `llvm.prefetch` (read, locality 2: into the L2 cache, x86's prefetcht1; data) at the address of a[i, j], from a's
-    own strides. It is a
-    hint: it loads nothing into a variable, changes no value, and an address past a's end (a tile's last rows ask for
-    rows that are not there) neither faults nor is read by anything; where a CPU has no prefetch instruction LLVM
-    drops it."""
+    own strides. It is a hint: it loads nothing into a variable and changes no value. A tile's last AHEAD rows ask for
+    the next panel's first rows, and the last panel's for addresses past the array's end, which a prefetch neither
+    faults on nor reads into anything; where a CPU has no prefetch instruction LLVM drops it."""
     from llvmlite import ir
     from numba.core import cgutils
 
@@ -396,8 +396,10 @@ def compiled_product(note=None, njit=None, panel=PANEL):
     was loaded), and when no cache location is writable (then every process compiles). njit: numba.njit (a parameter
     so that tests can give a stand-in, with which the tiles run as plain Python over numpy_scratch and numpy_fma).
     Raises ValueError (errors.KernelUnavailable: one line, with the fix) if numba is not installed or does not import
-    (import_problem).
+    (import_problem), and for an odd `panel` (tile8 splits a panel in two halves).
     """
+    if panel % 2:
+        raise ValueError(f"a panel of compiled-panels has an even number of columns (tile8 halves it), got {panel}")
     if ("product", panel) in _compiled:
         return _compiled["product", panel]
     if njit is None:

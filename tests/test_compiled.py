@@ -289,6 +289,12 @@ def test_a_panel_width_other_than_panel_is_compiled_in_memory_only(monkeypatch):
     assert np.allclose(y, x @ w, atol=1e-5)
 
 
+def test_an_odd_panel_width_is_refused_in_one_line(monkeypatch):
+    monkeypatch.setattr(compiled, "_compiled", {})
+    with pytest.raises(ValueError, match=r"^a panel of compiled-panels has an even number of columns .* got 5$"):
+        compiled.compiled_product(njit=FakeNjit(writable=True), panel=5)
+
+
 @needs_numba
 def test_the_panel_width_does_not_change_a_bit():
     w, x = matrix(1280, 1283), matrix(6, 1280, seed=2, order="C")
