@@ -2,9 +2,11 @@
 # The full benchmark run: every bench command, then README's Performance section. Its arguments are cut to what one
 # hour on 2 cores holds (issue 24: under 60 minutes): verify_cost at 2 threads on the four random GPT-2 shapes,
 # speedup on the two pairs and the gammas and acceptances issue 24's targets name, drafters and trees at a = 0.7,
-# verification on 8 prompts x 2 seeds; each command's own defaults (`python -m bench.NAME`) still run the wider sweeps.
-# bench/results/ (not earlier/) was written by the longer run before this cut (100 minutes on the Intel machine of
-# bench/results/README.md); bench/results/issue24/intel/run_all/ by this one, with the time each command took.
+# verification on 8 prompts x 2 seeds, quantized at half its sample sizes; each command's own defaults
+# (`python -m bench.NAME`) still run the wider sweeps. bench/results/ (not earlier/) was written by the longer run
+# before this cut (100 minutes on the Intel machine of bench/results/README.md); bench/results/issue24/intel/run_all/
+# by this cut with quantized's full samples (60 min 55 s, 12.5 of them quantized's; issue24/README.md, section
+# `intel/`, has each command's time).
 # Run it on a quiet machine: the results record the 1-minute load average at the start of each command,
 # and this script prints when each command starts, so the log tells what took how long.
 # `bench/run_all.sh OUT` writes every table into the folder OUT instead (created if missing) and leaves
@@ -27,7 +29,7 @@ step bench.memory
 step bench.load
 step bench.profile
 step bench.threads
-step bench.quantized
+step bench.quantized --windows 24 --starts 48 --seeds 2
 step bench.qspeed --repeats 3
 step bench.primitives --repeats 3
 if [ ${#out[@]} -eq 0 ]; then step bench.report; fi
