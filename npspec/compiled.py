@@ -387,6 +387,16 @@ def stack_scratch(numba):  # -> numba intrinsic scratch(rows, cols) -> [rows, co
     return scratch
 
 
+def tile_names(numba, panel=PANEL):  # numba module or None, int -> {name: object} the tiles' code reads
+    """The globals the tiles are compiled with: numba's intrinsics (scratch, fma, prefetch, wide_vectors), or with
+    `numba` None their plain-Python stand-ins (numpy_scratch, ...), and the panel's width and half width."""
+    if numba is None:
+        helpers = (numpy_scratch, numpy_fma, numpy_prefetch, numpy_wide_vectors)
+    else:
+        helpers = (stack_scratch(numba), fused(numba), cache_line(numba), vector_width(numba))
+    return {**dict(zip(("scratch", "fma", "prefetch", "wide_vectors"), helpers)), "PANEL": panel, "HALF": panel // 2}
+
+
 def compiled_product(note=None, njit=None, panel=PANEL):
     """The compiled `panels_product(x, panels, y, p0, p1)` for panels of `panel` columns, built once per process and
     width (numba's disk cache makes later processes load it; only PANEL's is cached on disk: numba's cache does not
@@ -407,14 +417,11 @@ def compiled_product(note=None, njit=None, panel=PANEL):
             import numba  # lazily: the module docstring says why
         except ImportError as e:
             raise KernelUnavailable(import_problem(e, available())) from None
-        njit, scratch, fma = numba.njit, stack_scratch(numba), fused(numba)
-        prefetch, wide_vectors = cache_line(numba), vector_width(numba)
+        njit, names = numba.njit, tile_names(numba, panel)
     else:
-        scratch, fma, prefetch, wide_vectors = numpy_scratch, numpy_fma, numpy_prefetch, numpy_wide_vectors
+        names = tile_names(None, panel)
     disk = panel == PANEL  # numba's cache keys a function by its code, not by the PANEL it was given
     start = time.perf_counter()  # after numba's import: what is announced is compiling (or loading the cache)
-    names = {"scratch": scratch, "fma": fma, "prefetch": prefetch, "wide_vectors": wide_vectors, "PANEL": panel,
-             "HALF": panel // 2}
     product, cached = jit_product(njit, names, disk)
     x = np.zeros((1, 2), dtype=np.float32)
     product(x, np.zeros((1, 2, panel), dtype=np.float32), np.zeros((1, 1), dtype=np.float32), 0, 1)  # compiles

@@ -97,9 +97,7 @@ def test_the_tiles_ask_llvm_for_wide_vectors_and_the_cpu_for_the_rows_ahead():
     no code it loaded from its disk cache), carries LLVM's prefer-vector-width attribute at VECTOR_BITS and calls
     llvm.prefetch. They change no bit (the tests above run the kernel built with them)."""
     import numba
-    names = {"scratch": compiled.stack_scratch(numba), "fma": compiled.fused(numba), "PANEL": compiled.PANEL,
-             "prefetch": compiled.cache_line(numba), "wide_vectors": compiled.vector_width(numba),
-             "HALF": compiled.PANEL // 2}
+    names = compiled.tile_names(numba)
     panel = compiled.pack(matrix(70, compiled.PANEL))[0]
     for tile, rows in ((compiled.tile8, 8), (compiled.tile4, 4), (compiled.tile1, 1)):
         jitted = numba.njit(nogil=True, boundscheck=False)(compiled.with_globals(tile, names))
