@@ -5,8 +5,8 @@
 # verification on 8 prompts x 2 seeds, quantized at half its sample sizes; each command's own defaults
 # (`python -m bench.NAME`) still run the wider sweeps. bench/results/ (not earlier/) was written by the longer run
 # before this cut (100 minutes on the Intel machine of bench/results/README.md); bench/results/issue24/intel/run_all/
-# by this cut with quantized's full samples (60 min 55 s, 12.5 of them quantized's; issue24/README.md, section
-# `intel/`, has each command's time).
+# by this cut with quantized's full samples (60 min 55 s, 12.5 of them quantized's, 7.2 at half samples: about
+# 55.6 minutes in all; issue24/README.md, section `intel/`, has each command's time).
 # Run it on a quiet machine: the results record the 1-minute load average at the start of each command,
 # and this script prints when each command starts, so the log tells what took how long.
 # `bench/run_all.sh OUT` writes every table into the folder OUT instead (created if missing) and leaves
