@@ -146,18 +146,17 @@ def tile8(x, panel, out):  # x [8, d_in], panel [d_in, PANEL] -> out [8, n <= PA
     are different cache lines (PANEL / 2 = 32 weights are two lines), and each half asks for its own lines ahead, so
     the two halves read the panel from memory once between them."""
     wide_vectors()
-    half = HALF
     for h in range(2):
-        c0 = h * half
+        c0 = h * HALF
         a = scratch(8, HALF)
         for r in range(8):
-            for j in range(half):
+            for j in range(HALF):
                 a[r, j] = 0.0
         for k in range(x.shape[1]):
-            for j in range(c0, c0 + half, LINE):
+            for j in range(c0, c0 + HALF, LINE):
                 prefetch(panel, k + AHEAD, j)  # a line AHEAD rows on, asked for now: multiplied later
             u0, u1, u2, u3, u4, u5, u6, u7 = x[0, k], x[1, k], x[2, k], x[3, k], x[4, k], x[5, k], x[6, k], x[7, k]
-            for j in range(half):
+            for j in range(HALF):
                 w = panel[k, c0 + j]
                 a[0, j] = fma(u0, w, a[0, j])
                 a[1, j] = fma(u1, w, a[1, j])
@@ -168,7 +167,7 @@ def tile8(x, panel, out):  # x [8, d_in], panel [d_in, PANEL] -> out [8, n <= PA
                 a[6, j] = fma(u6, w, a[6, j])
                 a[7, j] = fma(u7, w, a[7, j])
         for r in range(8):
-            for j in range(max(0, min(half, out.shape[1] - c0))):
+            for j in range(max(0, min(HALF, out.shape[1] - c0))):
                 out[r, c0 + j] = a[r, j]
 
 
@@ -404,7 +403,7 @@ def compiled_product(note=None, njit=None, panel=PANEL):
 
     note: None, or a function given a one-line message when compiling took over NOTE_SECONDS (not when numba's cache
     was loaded), and when no cache location is writable (then every process compiles). njit: numba.njit (a parameter
-    so that tests can give a stand-in, with which the tiles run as plain Python over numpy_scratch and numpy_fma).
+    so that tests can give a stand-in, with which the tiles run as plain Python over tile_names(None)'s stand-ins).
     Raises ValueError (errors.KernelUnavailable: one line, with the fix) if numba is not installed or does not import
     (import_problem), and for an odd `panel` (tile8 splits a panel in two halves).
     """
