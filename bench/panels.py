@@ -8,9 +8,13 @@ sit in the cache, for M = 1, 2, 3, 4, 8, 16 rows: the best-of-`--repeats` second
   * the same compiled loop over 64-column panels on npspec's own worker threads (npspec.kernels.Workers, what the
     kernel ran before it took numba's threads: `workers-64`);
   * OpenBLAS' GEMV over the same matrices for one row (the bandwidth reference, BLAS with the run's threads).
+And (table panels_split) one-row products over matrices of 192 KiB to 4 MiB, as many copies as fill 400 MB (40 MB
+with --quick) so that they come from memory, each product one call on the calling thread or cut into the run's
+threads' runs: where sharing a matrix out starts to pay (npspec.compiled.SPLIT_BYTES).
 The compiled configurations run with BLAS at one thread and are interleaved per repeat, so a change in the machine's
 load hits all alike; the GEMV runs after them, in its own pass, because OpenBLAS' idle threads spin for a while
-after a call and would take a core from the next configuration. Writes panels.csv/.md; bench/results/README.md says
+after a call and would take a core from the next configuration. Writes panels.csv/.md and
+panels_split.csv/.md; bench/results/README.md says
 what was chosen and why.
 """
 
@@ -105,6 +109,31 @@ def measure(shape, threads, repeats, layer=compiled.LAYERS[0]):
     return rows
 
 
+SPLIT_SHAPES = ((128, 384), (256, 768), (512, 512), (384, 1152), (768, 768), (512, 1536), (1024, 1024))
+
+
+def measure_split(threads, repeats, total_bytes):
+    """Rows of the panels_split table (module docstring): for each [d_in, d_out] of SPLIT_SHAPES, the best-of-`repeats`
+    seconds per product of one row over copies of such a matrix, in one call and cut into `threads` runs."""
+    kernel, rng, rows = compiled.CompiledPanels(threads), np.random.default_rng(2), []
+    for d_in, d_out in SPLIT_SHAPES:
+        ws = [np.asfortranarray(rng.standard_normal((d_in, d_out), dtype=np.float32))
+              for _ in range(min(4096, max(1, total_bytes // (4 * d_in * d_out))))]
+        x, y = rng.standard_normal((1, d_in), dtype=np.float32), np.empty((1, d_out), np.float32)
+        panels = [kernel.entry(w)[1] for w in ws]
+        cuts = np.array(run_cuts(len(panels[0]), threads), dtype=np.int64)
+        ways = {"one call": lambda xs, ps: [kernel.product(x, p, y, 0, len(p)) for x, p in zip(xs, ps)],
+                f"{threads} runs": lambda xs, ps: [kernel.runs(x, p, y, cuts, threads) for x, p in zip(xs, ps)]}
+        with common.blas_threads(1):
+            best = best_of(ways, [x] * len(panels), panels, repeats) if threads > 1 else {}
+        for way, s in best.items():
+            rows.append({"d_in": d_in, "d_out": d_out, "KiB": 4 * d_in * d_out // 1024, "threads": threads, "way": way,
+                         "us": 1e6 * s / len(panels), "load_average": common.load_average()})
+            common.log(f"{d_in}x{d_out} {way:8s} {1e6 * s / len(panels):8.1f} us a product")
+        kernel.packed.clear()
+    return rows
+
+
 def options(ap):
     ap.add_argument("--shape", default=None, help="GPT-2 shape (default gpt2-large; --quick: gpt2)")
     ap.add_argument("--repeats", type=int, default=7, help="timed runs per configuration, best kept (default 7)")
@@ -119,8 +148,11 @@ def main(argv=None):
         return 1
     shape = run.args.shape or ("gpt2" if run.args.quick else "gpt2-large")
     rows = measure(shape, run.threads[0], run.args.repeats, run.args.layer)
+    split = measure_split(run.threads[0], run.args.repeats, (40 if run.args.quick else 400) << 20)
     return common.finish(run, [common.Table("panels", rows, f"compiled-panels: panel widths and threads ({shape})",
-                                            __doc__.split("\n\n")[1].replace("\n", " "))])
+                                            __doc__.split("\n\n")[1].replace("\n", " ")),
+                               common.Table("panels_split", split, "compiled-panels: one call or shared out, one row",
+                                            measure_split.__doc__.replace("\n", " "))])
 
 
 if __name__ == "__main__":

@@ -62,9 +62,14 @@ of weights arrives, never an operation or its order):
 What they and tile8 do to whole forwards: `python -m bench.verify_cost --models random:gpt2-large --threads 2`
 (bench/results/issue24/README.md, section `intel/`).
 
-Threads: a product over a matrix of kernels.SPLIT_BYTES or more is cut into `threads` runs of whole panels, and the
+Threads: a product over a matrix of SPLIT_BYTES or more is cut into `threads` runs of whole panels, and the
 runs are shared out by numba's `prange` (`panels_runs`) on numba's own threads, the threading layer tried in the
-order of LAYERS: OpenMP first. Why numba's threads and not npspec's own workers (kernels.Workers, which the NumPy
+order of LAYERS: OpenMP first. SPLIT_BYTES (512 KiB) is an eighth of the NumPy kernels' kernels.SPLIT_BYTES: handing
+a product to numba's spinning threads costs a few microseconds, and one core alone reads memory at about half the
+rate two do, so a matrix read from memory is worth sharing out from a few hundred KiB. On the Intel Sapphire Rapids
+of bench/results/ (2 threads, one row), a 192 KiB matrix took 11.4 us alone and 12.6 shared, 768 KiB 55 and 35,
+gpt2's 2.3 MiB c_proj 160 and 98 (it was not shared at 4 MiB: gpt2's one-token forward then took 1.2 times
+gemv-rows' instead of 0.92); `python -m bench.panels --split` times it. Why numba's threads and not npspec's own workers (kernels.Workers, which the NumPy
 panel kernels use): a gpt2-large forward hands out 145 products, with layer norms and attention between them, and a
 worker that waits on a lock sleeps, so its vCPU must be woken for every product; OpenMP's threads spin for a while
 after a parallel region before they sleep, so the next product starts at once. On an AMD Zen 4 that made whole
@@ -100,6 +105,7 @@ PANEL = 64  # columns per panel (module docstring): 4 AVX-512 vectors; python -m
 LINE = 16  # float32 weights in a 64-byte cache line: a tile asks for each line of a panel row once
 AHEAD = 32  # panel rows (of PANEL weights) a tile asks the CPU to fetch ahead of the row it multiplies (module docstring)
 VECTOR_BITS = 512  # the vector width the tiles ask LLVM to prefer (module docstring: why)
+SPLIT_BYTES = 512 << 10  # a matrix this large is shared out to the threads (module docstring: why not kernels')
 NOTE_SECONDS = 0.5  # compiling (or loading the cache) longer than this is announced
 NAME = "compiled-panels"
 ALIGN = 4096  # bytes: where each matrix's panels start (a page: a multiple of every vector and cache-line size)
@@ -506,7 +512,7 @@ def with_globals(f, names):
 class CompiledPanels:
     """The "compiled-panels" kernel `linear(x, w, b=None)`: `[n, d_in], [d_in, d_out], [d_out] -> [n, d_out]` float32.
 
-    threads: a positive int, the runs of whole panels a matrix of kernels.SPLIT_BYTES or more is cut into, shared out
+    threads: a positive int, the runs of whole panels a matrix of SPLIT_BYTES or more is cut into, shared out
     over min(threads, numba's NUMBA_NUM_THREADS) of numba's threads (module docstring); results never depend on it.
     note: passed to compiled_product. panel: columns per panel (the bench varies it). layers: numba's threading layers
     to try (compiled_runs; the bench varies it). Each matrix is packed on its first product and its panels kept with
@@ -540,9 +546,9 @@ class CompiledPanels:
 
     def plan(self, count, nbytes):  # panels, bytes of the matrix -> ([runs + 1] int64 cuts or None, numba threads)
         """How a product over `count` panels of an `nbytes` matrix is shared out: None (one call, this thread) below
-        kernels.SPLIT_BYTES or at one thread (kernels.run_count), else the cuts of those runs (kernels.run_cuts) and the
+        SPLIT_BYTES or at one thread (kernels.run_count), else the cuts of those runs (kernels.run_cuts) and the
         numba threads that take them (at most numba's NUMBA_NUM_THREADS)."""
-        runs = run_count(self.threads, count, nbytes)
+        runs = run_count(self.threads, count, nbytes, SPLIT_BYTES)
         if runs == 1:
             return None, 1
         return np.array(run_cuts(count, runs), dtype=np.int64), min(runs, self.most_threads)

@@ -84,11 +84,12 @@ def panels(w, width):  # [d_in, d_out] -> [P, d_in, width], P = d_out // width; 
 THREADS_PER_CPU = 64  # the most threads a forward may ask for, per CPU this process may use (check_threads)
 
 
-def run_count(threads, count, nbytes):  # -> int in [1, min(threads, count)]
+def run_count(threads, count, nbytes, split_bytes=SPLIT_BYTES):  # -> int in [1, min(threads, count)]
     """How many runs a product cuts a matrix's `count` panels into: min(threads, count) for a matrix of
-    SPLIT_BYTES (`nbytes`) or more, else 1 (one call on the calling thread: a smaller matrix is not worth a
-    handoff). Every panel kernel's threads follow this rule."""
-    return min(threads, count) if nbytes >= SPLIT_BYTES else 1
+    `split_bytes` (`nbytes`) or more, else 1 (one call on the calling thread: a smaller matrix is not worth a
+    handoff). Every panel kernel's threads follow this rule; SPLIT_BYTES is the NumPy kernels' threshold (a
+    handoff to npspec's workers wakes a sleeping thread), npspec.compiled has its own (numba's threads spin)."""
+    return min(threads, count) if nbytes >= split_bytes else 1
 
 
 def run_cuts(count, threads):  # -> [threads + 1] ints, 0 = cuts[0] <= ... <= cuts[threads] = count

@@ -56,11 +56,16 @@ def test_verify_cost_times_compiled_panels_and_marks_its_m_star(tmp_path):
 @needs_numba
 def test_bench_panels_times_every_configuration_on_the_same_matrices(tmp_path, monkeypatch):
     monkeypatch.setattr(panels, "ROWS", (1, 3))
+    monkeypatch.setattr(panels, "SPLIT_SHAPES", ((64, 128), (128, 256)))
     assert panels.main(["--quick", "--out", str(tmp_path), "--shape", "tiny", "--repeats", "1"]) == 0
     rows, _ = read_table(tmp_path / "panels.csv")
     ways = {r["way"] for r in rows}
     assert {f"{compiled.LAYERS[0]}-{p}" for p in panels.WIDTHS} | {"workers-64", "blas-gemv"} <= ways
     assert {r["M"] for r in rows if r["way"] == "blas-gemv"} == {"1"}
+    split, _ = read_table(tmp_path / "panels_split.csv")
+    assert sorted((r["d_in"], r["d_out"], r["way"]) for r in split) == sorted(
+        (str(d_in), str(d_out), way) for d_in, d_out in panels.SPLIT_SHAPES for way in ("one call", "2 runs"))
+    assert all(float(r["us"]) > 0 for r in split)
 
 
 @needs_numba

@@ -11,9 +11,8 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from npspec import compiled
+from npspec import compiled, kernels
 from npspec.decode import speculative_generate
-from npspec.kernels import SPLIT_BYTES
 from npspec.registry import REGISTRY
 from npspec.sources import random_model
 
@@ -65,7 +64,7 @@ def test_a_row_does_not_depend_on_what_the_other_rows_hold():
 @pytest.mark.parametrize("d_in, d_out", [(768, 3072), (3072, 768), (1280, 1283)])
 def test_thread_counts_do_not_change_a_bit(d_in, d_out):
     w = matrix(d_in, d_out)
-    assert w.nbytes >= SPLIT_BYTES  # so the columns are really shared out
+    assert w.nbytes >= compiled.SPLIT_BYTES  # so the columns are really shared out
     x = matrix(M_MAX, d_in, seed=5, order="C")
     want = compiled.CompiledPanels(1)(x, w)
     for threads in (2, 3, 7, 64):
@@ -296,7 +295,7 @@ def test_an_odd_panel_width_is_refused_in_one_line(monkeypatch):
 @needs_numba
 def test_the_panel_width_does_not_change_a_bit():
     w, x = matrix(1280, 1283), matrix(6, 1280, seed=2, order="C")
-    assert w.nbytes >= SPLIT_BYTES  # so that 3 threads really cut it into runs
+    assert w.nbytes >= compiled.SPLIT_BYTES  # so that 3 threads really cut it into runs
     want = compiled.CompiledPanels(1)(x, w)
     for panel in (32, 96):
         for threads in (1, 3):
@@ -314,7 +313,7 @@ def test_numba_is_told_to_try_openmp_first_and_more_threads_than_it_has_share_it
     assert numba.config.THREADING_LAYER_PRIORITY == list(compiled.LAYERS) and compiled.LAYERS[0] == "omp"
     assert kernel.most_threads == numba.config.NUMBA_NUM_THREADS
     w, x = matrix(1280, 1283), matrix(5, 1280, seed=3, order="C")
-    assert w.nbytes >= SPLIT_BYTES and np.array_equal(kernel(x, w), compiled.CompiledPanels(1)(x, w))
+    assert w.nbytes >= compiled.SPLIT_BYTES and np.array_equal(kernel(x, w), compiled.CompiledPanels(1)(x, w))
 
 @needs_numba
 def test_each_matrix_is_packed_once_with_its_share_out_planned_once():
@@ -331,3 +330,14 @@ def test_each_matrix_is_packed_once_with_its_share_out_planned_once():
     kernel(x, big)
     assert kernel.entry(big) is entry and len(kernel.packed) == 1
     assert kernel.entry(small)[2:] == (None, 1) and compiled.CompiledPanels(1).entry(big)[2:] == (None, 1)
+
+
+@needs_numba
+def test_a_matrix_is_shared_out_from_the_compiled_kernels_own_threshold():
+    """compiled.SPLIT_BYTES, not the NumPy kernels' kernels.SPLIT_BYTES: one byte below it a product is one call on
+    this thread, at it the panels are cut into runs; gpt2's smallest block matrix (c_proj, 768 x 768) is shared out."""
+    kernel = compiled.CompiledPanels(3)
+    assert kernel.plan(10, compiled.SPLIT_BYTES - 1) == (None, 1)
+    cuts, threads = kernel.plan(10, compiled.SPLIT_BYTES)
+    assert cuts.tolist() == [0, 3, 6, 10] and threads == min(3, kernel.most_threads)
+    assert compiled.SPLIT_BYTES < kernels.SPLIT_BYTES and 768 * 768 * 4 >= compiled.SPLIT_BYTES
