@@ -13,12 +13,11 @@ Why that order is fixed by the code alone, and by nothing else:
   * It is a function of d_in and the values x[m, :], w[:, n] only. The row count M, the other rows, the thread count
     and the split of the columns choose WHICH elements a call computes and in what order the elements are visited,
     never how one element's sum is formed: no element's sum reads another element's partial sums.
-  * Rows are handled 8 at a time (`tile8`: a weight loaded once serves eight rows), then 4 (`tile4`; 2 or 3 rows
-    left over are padded with zero rows to a tile of 4) and a last single row alone (`tile1`), one panel at a time;
-    all three add the
-    products of one element in the order above (k innermost, one fma per k and row), so a row's bits do not
-    depend on which tile it falls in (tests/test_compiled.py checks every position for M = 1..16 and the order
-    itself against NumPy, step by step).
+  * Rows are handled 8 at a time (`tile8`: a weight loaded once serves eight rows), and the last 1 to 7 in one tile
+    of 1, 4, 6 or 8 rows (`tile1`, `tile4`, `tile6`, `tile8`; the rows padded with zero rows to its size), one
+    panel at a time; all four add the products of one element in the order above (k innermost, one fma per k and
+    row), so a row's bits do not depend on which tile it falls in (tests/test_compiled.py checks every position for
+    M = 1..16 and the order itself against NumPy, step by step, in every tile).
   * Every step is an explicit fma (`fused`: LLVM's `llvm.fma.f32`, which must round once wherever it runs): the
     compiler vectorizes the loop over a panel's columns (8 columns per AVX2 instruction, 16 per AVX-512 one) into
     FMA instructions, different elements, each its own chain, and a column left to scalar code gets the same single
@@ -102,6 +101,7 @@ from .errors import KernelUnavailable
 from .kernels import check_threads, run_count, run_cuts
 
 PANEL = 64  # columns per panel (module docstring): 4 AVX-512 vectors; python -m bench.panels measured 32, 64 and 96
+TAIL = (0, 1, 4, 4, 4, 6, 6, 8)  # the tile that takes the last 0..7 rows (panels_product), by rows left
 LINE = 16  # float32 weights in a 64-byte cache line: a tile asks for each line of a panel row once
 AHEAD = 32  # panel rows (of PANEL weights) a tile asks the CPU to fetch ahead of the row it multiplies (module docstring)
 VECTOR_BITS = 512  # the vector width the tiles ask LLVM to prefer (module docstring: why)
@@ -144,13 +144,13 @@ def aligned_empty(shape, align=ALIGN):  # shape -> uninitialised float32, C orde
     return buffer[start : start + size].reshape(shape)
 
 
-def tile8(x, panel, out):  # x [8, d_in], panel [d_in, PANEL] -> out [8, n <= PANEL] = the sums
+def tile8(x, panel, out):  # x [8, d_in], panel [d_in, PANEL] -> out [rows <= 8, n <= PANEL] = the sums
     """Eight rows against one panel, in two halves of PANEL / 2 columns, the sums in the module docstring's order: k
     runs innermost, each k's weights of the half are loaded once for the eight rows, and the 8 x PANEL / 2 partial
     sums stay in vector registers (16 of AVX-512's 32 at PANEL = 64), as in tile4. A weight serves eight rows where
     tile4's serves four, so a verify of 8 or 16 rows does half the loads per multiply-add. A panel row's two halves
     are different cache lines (PANEL / 2 = 32 weights are two lines), and each half asks for its own lines ahead, so
-    the two halves read the panel from memory once between them."""
+    the two halves read the panel from memory once between them. A padded tile of 7 rows keeps only out's rows."""
     wide_vectors()
     for h in range(2):
         c0 = h * HALF
@@ -172,9 +172,36 @@ def tile8(x, panel, out):  # x [8, d_in], panel [d_in, PANEL] -> out [8, n <= PA
                 a[5, j] = fma(u5, w, a[5, j])
                 a[6, j] = fma(u6, w, a[6, j])
                 a[7, j] = fma(u7, w, a[7, j])
-        for r in range(8):
+        for r in range(out.shape[0]):
             for j in range(max(0, min(HALF, out.shape[1] - c0))):
                 out[r, c0 + j] = a[r, j]
+
+
+def tile6(x, panel, out):  # x [6, d_in], panel [d_in, PANEL] -> out [rows <= 6, n <= PANEL] = the sums
+    """Six rows against one panel, as tile4 (k innermost, each k's PANEL weights loaded once for the six rows), its
+    6 x PANEL partial sums in 24 of AVX-512's 32 vector registers, one for a panel row's weights and six for the rows'
+    x[m, k]: the most rows a whole panel row serves in one pass with no sum spilled. A verify of 5 or 6 rows (gamma 4
+    or 5) then reads each panel once, where a tile of 4 and a second one read it twice."""
+    wide_vectors()
+    a = scratch(6, PANEL)
+    for r in range(6):
+        for j in range(PANEL):
+            a[r, j] = 0.0
+    for k in range(x.shape[1]):
+        for j in range(0, PANEL, LINE):
+            prefetch(panel, k + AHEAD, j)  # a line AHEAD rows on, asked for now: multiplied later
+        u0, u1, u2, u3, u4, u5 = x[0, k], x[1, k], x[2, k], x[3, k], x[4, k], x[5, k]
+        for j in range(PANEL):
+            w = panel[k, j]
+            a[0, j] = fma(u0, w, a[0, j])
+            a[1, j] = fma(u1, w, a[1, j])
+            a[2, j] = fma(u2, w, a[2, j])
+            a[3, j] = fma(u3, w, a[3, j])
+            a[4, j] = fma(u4, w, a[4, j])
+            a[5, j] = fma(u5, w, a[5, j])
+    for r in range(out.shape[0]):
+        for j in range(out.shape[1]):
+            out[r, j] = a[r, j]
 
 
 def tile4(x, panel, out):  # x [4, d_in], panel [d_in, PANEL] -> out [rows <= 4, n <= PANEL] = the sums
@@ -224,29 +251,29 @@ def panels_product(x, panels, y, p0, p1):  # [M, d_in], [n_panels, d_in, PANEL],
     order.
 
     Panel by panel, so that a panel is read from memory once and from the core's L2 cache for the row tiles after the
-    first. Rows go 8 at a time (tile8), then 4 (tile4); 2 or 3 rows left over are padded with zero rows to a tile of 4
-    (whose sums are dropped: rows never mix, so the padding changes no bit of the others), and a last single row goes
-    through tile1.
+    first. Rows go 8 at a time (tile8), and the last 1 to 7 in one tile (TAIL: tile1, tile4, tile6 or tile8), padded
+    with zero rows to its size; the padded rows' sums are dropped, and rows never mix, so the padding changes no bit of
+    the others.
     """
     m_rows, d_in = x.shape
     d_out = y.shape[1]
-    eights = m_rows - m_rows % 8
-    full = m_rows - m_rows % 4
-    left = m_rows - full
-    tail = np.zeros((4, d_in), dtype=np.float32)  # the padded last tile (2 or 3 rows)
-    if left > 1:
-        tail[:left] = x[full:]
+    full = m_rows - m_rows % 8
+    size = TAIL[m_rows - full]
+    tail = np.zeros((size, d_in), dtype=np.float32)  # the last tile's rows, padded
+    tail[: m_rows - full] = x[full:]
     for p in range(p0, p1):
         n0 = p * PANEL
         n1 = min(n0 + PANEL, d_out)
-        for m in range(0, eights, 8):
+        for m in range(0, full, 8):
             tile8(x[m : m + 8], panels[p], y[m : m + 8, n0:n1])
-        for m in range(eights, full, 4):
-            tile4(x[m : m + 4], panels[p], y[m : m + 4, n0:n1])
-        if left > 1:
+        if size == 8:
+            tile8(tail, panels[p], y[full:, n0:n1])
+        elif size == 6:
+            tile6(tail, panels[p], y[full:, n0:n1])
+        elif size == 4:
             tile4(tail, panels[p], y[full:, n0:n1])
-        elif left == 1:
-            tile1(x[full:], panels[p], y[full:, n0:n1])
+        elif size == 1:
+            tile1(tail, panels[p], y[full:, n0:n1])
 
 
 def panels_runs(x, panels, y, cuts):  # [M, d_in], [n_panels, d_in, P], out [M, d_out], [runs + 1] int64
@@ -394,12 +421,13 @@ def stack_scratch(numba):  # -> numba intrinsic scratch(rows, cols) -> [rows, co
 
 def tile_names(numba, panel=PANEL):  # numba module or None, int -> {name: object} the tiles' code reads
     """The globals the tiles are compiled with: numba's intrinsics (scratch, fma, prefetch, wide_vectors), or with
-    `numba` None their plain-Python stand-ins (numpy_scratch, ...), and the panel's width and half width."""
+    `numba` None their plain-Python stand-ins (numpy_scratch, ...), the panel's width and half width, and TAIL."""
     if numba is None:
         helpers = (numpy_scratch, numpy_fma, numpy_prefetch, numpy_wide_vectors)
     else:
         helpers = (stack_scratch(numba), fused(numba), cache_line(numba), vector_width(numba))
-    return {**dict(zip(("scratch", "fma", "prefetch", "wide_vectors"), helpers)), "PANEL": panel, "HALF": panel // 2}
+    names = dict(zip(("scratch", "fma", "prefetch", "wide_vectors"), helpers))
+    return {**names, "PANEL": panel, "HALF": panel // 2, "TAIL": TAIL}
 
 
 def compiled_product(note=None, njit=None, panel=PANEL):
@@ -467,7 +495,7 @@ def jit_product(njit, names, disk=True):
     for cache in (True, False) if disk else (False,):
         try:
             jit = njit(nogil=True, cache=cache, boundscheck=False)
-            helpers = {f.__name__: jit(with_globals(f, names)) for f in (tile8, tile4, tile1)}
+            helpers = {f.__name__: jit(with_globals(f, names)) for f in (tile8, tile6, tile4, tile1)}
             return jit(with_globals(panels_product, {**helpers, **names})), cache
         except RuntimeError:  # numba: "cannot cache function ...: no locator available" (nowhere writable)
             if not cache:

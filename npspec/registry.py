@@ -73,7 +73,8 @@ REGISTRY = {k.name: k for k in (
     Kernel("compiled-panels", True, lambda threads, note: compiled.CompiledPanels(threads, note), own_threads=True,
            extra="fast", available=compiled.available, prepare=lambda linear, matrices: linear.prepare(matrices),
            version=5),  # 2: numba's threads (OpenMP) instead of npspec's workers; 3: fused multiply-adds;
-    # 4: 8-row tiles, prefetched panel rows, 512-bit vectors asked for; 5: matrices from 512 KiB shared out (npspec.compiled)
+    # 4: 8-row tiles, prefetched panel rows, 512-bit vectors asked for; 5: matrices from 512 KiB shared out, 6-row
+    # tiles (npspec.compiled)
     Kernel("gemm-blocks", True, lambda threads, note: GemmBlocks(threads), own_threads=True),
     Kernel("gemv-panels", True, lambda threads, note: GemvPanels(threads), own_threads=True),
     Kernel("gemv-rows", True, _plain(gemv_rows)),

@@ -75,18 +75,19 @@ def test_thread_counts_do_not_change_a_bit(d_in, d_out):
 def test_each_element_is_the_documented_chain_of_fused_multiply_adds():
     """The docstring's order, written out in NumPy one step at a time: s = +0.0, then s = fma(x[m, k], w[k, n], s)
     for k = 0, 1, ... in increasing order (numpy_fma: one rounding per step, the test below holds it to exact
-    arithmetic). 13 rows (a tile of 8, one of 4 and a single row), 12 (8 and 4), 11 (8 and a padded tile of 3), 7 rows
-    (a tile of 4 and a padded tile of 3), 5 rows (4 and a single row), 1 row; an odd d_in, and three panels (two full
-    ones, then a partial last one whose second half tile8 has no column of). A product and a sum rounded apart fail
-    it."""
+    arithmetic). Every last tile after the tiles of 8 (compiled.TAIL): 15 rows (8, then 7 in a padded tile of 8),
+    14 and 13 (a tile of 6, padded at 13), 12 and 11 (a tile of 4, padded at 11), 9 (a single row), 8, and 6, 5, 4,
+    2 and 1 alone; an odd d_in, and three panels (two full ones, then a partial last one whose second half tile8 has
+    no column of). A product and a sum rounded apart fail it."""
     d_in, d_out = 201, 150
-    w, x = matrix(d_in, d_out, seed=6), matrix(13, d_in, seed=7, order="C")
-    want = unfused = np.zeros((13, d_out), np.float32)
+    w, x = matrix(d_in, d_out, seed=6), matrix(15, d_in, seed=7, order="C")
+    want = unfused = np.zeros((15, d_out), np.float32)
     for k in range(d_in):
         want = compiled.numpy_fma(x[:, k : k + 1], w[k][None, :], want)
         unfused = np.add(unfused, np.multiply(x[:, k : k + 1], w[k][None, :]))
     assert not np.array_equal(want, unfused)  # the two orders of rounding differ here, so the check can tell them apart
-    for m in (13, 12, 11, 7, 5, 1):
+    assert {compiled.TAIL[m % 8] for m in (15, 14, 13, 12, 11, 9, 8)} == {8, 6, 4, 1, 0}
+    for m in (15, 14, 13, 12, 11, 9, 8, 6, 5, 4, 2, 1):
         assert np.array_equal(compiled.CompiledPanels(1)(x[:m], w), want[:m]), f"M={m}"
 
 
@@ -98,7 +99,7 @@ def test_the_tiles_ask_llvm_for_wide_vectors_and_the_cpu_for_the_rows_ahead():
     import numba
     names = compiled.tile_names(numba)
     panel = compiled.pack(matrix(70, compiled.PANEL))[0]
-    for tile, rows in ((compiled.tile8, 8), (compiled.tile4, 4), (compiled.tile1, 1)):
+    for tile, rows in ((compiled.tile8, 8), (compiled.tile6, 6), (compiled.tile4, 4), (compiled.tile1, 1)):
         jitted = numba.njit(nogil=True, boundscheck=False)(compiled.with_globals(tile, names))
         x, y = matrix(rows, 70, seed=2, order="C"), np.empty((rows, compiled.PANEL), np.float32)
         jitted(x, panel, y)
