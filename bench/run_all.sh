@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # The full benchmark run: every bench command, then README's Performance section. Its arguments are cut to what one
 # hour on 2 cores holds (issue 24: under 60 minutes): verify_cost at 2 threads on the four random GPT-2 shapes,
-# speedup on the two pairs and the gammas and acceptances issue 24's targets name, drafters and trees at a = 0.7,
-# verification on 8 prompts x 2 seeds, quantized at half its sample sizes; each command's own defaults
+# speedup on the pairs and the gammas and acceptances issue 24's targets name (and gpt2's, for its plain decoding),
+# drafters and trees at a = 0.7, verification on 8 prompts x 2 seeds, quantized at half its sample sizes; each
+# command's own defaults
 # (`python -m bench.NAME`) still run the wider sweeps. bench/results/ (not earlier/) was written by the longer run
 # before this cut (100 minutes on the Intel machine of bench/results/README.md); bench/results/issue24/intel/run_all/
 # by this cut with quantized's full samples (60 min 55 s, 12.5 of them quantized's, 7.2 at half samples: about
-# 55.6 minutes in all; issue24/README.md, section `intel/`, has each command's time).
+# 55.6 minutes in all; issue24/README.md, section `intel/`, has each command's time); bench/results/issue24/intel2/
+# run_all/ by this script as it stands, in 58 min 59 s on a slower host (section `intel2/`).
 # Run it on a quiet machine: the results record the 1-minute load average at the start of each command,
 # and this script prints when each command starts, so the log tells what took how long.
 # `bench/run_all.sh OUT` writes every table into the folder OUT instead (created if missing) and leaves
@@ -19,7 +21,7 @@ cd "$(dirname "$0")/.."
 step() { echo "run_all: $(date -u +%H:%M:%S) python -m $* ${out[*]:-}" >&2; python -m "$@" "${out[@]}"; }
 step bench.verify_cost --max-m 16 --threads 2 --models random:distilgpt2,random:gpt2,random:gpt2-medium,random:gpt2-large
 step bench.panels
-step bench.speedup --pairs gpt2-large/distilgpt2,gpt2-medium/distilgpt2 --gammas 2,3,4 --a 0.7,0.9
+step bench.speedup --pairs gpt2-large/distilgpt2,gpt2-medium/distilgpt2,gpt2/distilgpt2 --gammas 2,3,4 --a 0.7,0.9
 step bench.compare
 step bench.drafters --repeats 1 --a 0.7 --gammas 2,3,4
 step bench.trees --repeats 1 --a 0.7

@@ -63,13 +63,14 @@ What they and tile8 do to whole forwards: `python -m bench.verify_cost --models 
 
 Threads: a product over a matrix of SPLIT_BYTES or more is cut into `threads` runs of whole panels, and the
 runs are shared out by numba's `prange` (`panels_runs`) on numba's own threads, the threading layer tried in the
-order of LAYERS: OpenMP first. SPLIT_BYTES (512 KiB) is an eighth of the NumPy kernels' kernels.SPLIT_BYTES: handing
-a product to numba's spinning threads costs a few microseconds, and one core alone reads memory at about half the
-rate two do, so a matrix read from memory is worth sharing out from a few hundred KiB. On the Intel Sapphire Rapids
-of bench/results/ (2 threads, one row), a 192 KiB matrix took 11.4 us alone and 12.6 shared, 768 KiB 55 and 35,
-gpt2's 2.3 MiB c_proj 160 and 98 (it was not shared at 4 MiB: gpt2's one-token forward then took 1.2 times
-gemv-rows' instead of 0.92); `python -m bench.panels --split` times it. Why numba's threads and not npspec's own workers (kernels.Workers, which the NumPy
-panel kernels use): a gpt2-large forward hands out 145 products, with layer norms and attention between them, and a
+order of LAYERS: OpenMP first. SPLIT_BYTES (512 KiB) is an eighth of the NumPy kernels' kernels.SPLIT_BYTES:
+handing a product to numba's spinning threads costs a few microseconds, and one core alone reads memory at about
+half the rate two do, so a matrix read from memory is worth sharing out from a few hundred KiB (`python -m
+bench.panels`, its table panels_split, times one row's product both ways on matrices of 192 KiB to 4 MiB). At
+4 MiB gpt2's and distilgpt2's 768 x 768 c_proj (2.25 MiB) ran on one core, and on the Intel Sapphire Rapids of
+bench/results/ gpt2's one-token forward took 21.5 ms against 18.3 with gemv-rows (bench/results/issue24/README.md,
+section `intel2/`). Why numba's threads and not npspec's own workers (kernels.Workers, which the NumPy panel
+kernels use): a gpt2-large forward hands out 145 products, with layer norms and attention between them, and a
 worker that waits on a lock sleeps, so its vCPU must be woken for every product; OpenMP's threads spin for a while
 after a parallel region before they sleep, so the next product starts at once. On an AMD Zen 4 that made whole
 forwards faster at 1, 4 and 8 rows (bench/results/issue24/README.md; `python -m bench.panels` times both ways). A
