@@ -10,7 +10,7 @@ sit in the cache, for M = 1, 2, 3, 4, 8, 16 rows: the best-of-`--repeats` second
   * OpenBLAS' GEMV over the same matrices for one row (the bandwidth reference, BLAS with the run's threads).
 And (table panels_split) one-row products over matrices of 192 KiB to 4 MiB, as many copies as fill 400 MB (40 MB
 with --quick) so that they come from memory, each product one call on the calling thread or cut into the run's
-threads' runs: where sharing a matrix out starts to pay (npspec.compiled.SPLIT_BYTES).
+threads' runs (with more than one thread): where sharing a matrix out starts to pay (npspec.compiled.SPLIT_BYTES).
 The compiled configurations run with BLAS at one thread and are interleaved per repeat, so a change in the machine's
 load hits all alike; the GEMV runs after them, in its own pass, because OpenBLAS' idle threads spin for a while
 after a call and would take a core from the next configuration. Writes panels.csv/.md and
@@ -114,7 +114,7 @@ SPLIT_SHAPES = ((128, 384), (256, 768), (512, 512), (384, 1152), (768, 768), (51
 
 def measure_split(threads, repeats, total_bytes):
     """Rows of the panels_split table (module docstring): for each [d_in, d_out] of SPLIT_SHAPES, the best-of-`repeats`
-    seconds per product of one row over copies of such a matrix, in one call and cut into `threads` runs."""
+    seconds per product of one row over copies of such a matrix, in one call and cut into `threads` (> 1) runs."""
     kernel, rng, rows = compiled.CompiledPanels(threads), np.random.default_rng(2), []
     for d_in, d_out in SPLIT_SHAPES:
         ws = [np.asfortranarray(rng.standard_normal((d_in, d_out), dtype=np.float32))
@@ -125,7 +125,7 @@ def measure_split(threads, repeats, total_bytes):
         ways = {"one call": lambda xs, ps: [kernel.product(x, p, y, 0, len(p)) for x, p in zip(xs, ps)],
                 f"{threads} runs": lambda xs, ps: [kernel.runs(x, p, y, cuts, threads) for x, p in zip(xs, ps)]}
         with common.blas_threads(1):
-            best = best_of(ways, [x] * len(panels), panels, repeats) if threads > 1 else {}
+            best = best_of(ways, [x] * len(panels), panels, repeats)
         for way, s in best.items():
             rows.append({"d_in": d_in, "d_out": d_out, "KiB": 4 * d_in * d_out // 1024, "threads": threads, "way": way,
                          "us": 1e6 * s / len(panels), "load_average": common.load_average()})
@@ -148,11 +148,13 @@ def main(argv=None):
         return 1
     shape = run.args.shape or ("gpt2" if run.args.quick else "gpt2-large")
     rows = measure(shape, run.threads[0], run.args.repeats, run.args.layer)
-    split = measure_split(run.threads[0], run.args.repeats, (40 if run.args.quick else 400) << 20)
-    return common.finish(run, [common.Table("panels", rows, f"compiled-panels: panel widths and threads ({shape})",
-                                            __doc__.split("\n\n")[1].replace("\n", " ")),
-                               common.Table("panels_split", split, "compiled-panels: one call or shared out, one row",
-                                            measure_split.__doc__.replace("\n", " "))])
+    tables = [common.Table("panels", rows, f"compiled-panels: panel widths and threads ({shape})",
+                           __doc__.split("\n\n")[1].replace("\n", " "))]
+    if run.threads[0] > 1:  # one thread shares nothing out
+        split = measure_split(run.threads[0], run.args.repeats, (40 if run.args.quick else 400) << 20)
+        tables.append(common.Table("panels_split", split, "compiled-panels: one call or shared out, one row",
+                                   measure_split.__doc__.replace("\n", " ")))
+    return common.finish(run, tables)
 
 
 if __name__ == "__main__":

@@ -69,6 +69,13 @@ def test_bench_panels_times_every_configuration_on_the_same_matrices(tmp_path, m
 
 
 @needs_numba
+def test_bench_panels_on_one_thread_writes_no_split_table(tmp_path, monkeypatch):
+    monkeypatch.setattr(panels, "ROWS", (1,))
+    assert panels.main(["--quick", "--out", str(tmp_path), "--shape", "tiny", "--repeats", "1", "--threads", "1"]) == 0
+    assert (tmp_path / "panels.csv").is_file() and not (tmp_path / "panels_split.csv").exists()
+
+
+@needs_numba
 @pytest.mark.parametrize("threads", [1, 2, 3])
 def test_bench_panels_workers_variant_gives_the_kernel_s_bits(threads):
     """bench.panels times the compiled loop on npspec's own workers beside the kernel; it must compute the same
