@@ -57,9 +57,9 @@ from .registry import REGISTRY, role_candidates
 MODES = ("cached", "refresh", "bypass", "off")
 ROLE_ROWS = {"target": (4,), "draft": (1,)}  # rows timed when choose is not told: a target verifies gamma + 1 (4 at
 # gamma 3), a draft decodes 1 (npspec generate tells it: the job's own verify rows, npspec.generate.verify_rows)
-PROBE_VERSION = 6  # in every cache key: raised when how a candidate is timed changes (2: one prefill per timing;
+PROBE_VERSION = 7  # in every cache key: raised when how a candidate is timed changes (2: one prefill per timing;
 # 3: a target timed in rounds with its draft; 4: the median of REPEATS, not the best; 5: the rows timed are the key's;
-# 6: two passes in opposite orders, measure_all)
+# 6: two passes in opposite orders, measure_all; 7: the prefill on one BLAS thread, time_forwards)
 REPEATS = 5  # the median of this many timed runs per (kernel, rows), after one untimed run (the first use compiles).
 # The median, not the best: decoding pays every forward, and on a noisy virtual machine the best run is far from the
 # typical one, by a different amount for each kernel (an AMD Zen 4 ran the same 4-row gpt2-large forward in 128.6 ms
@@ -144,12 +144,16 @@ def time_forwards(name, threads, model, rows, repeats=REPEATS, clock=time.perf_c
     it prefills the same context, and each timed span is `rows - 1` one-token forwards of the partner, then the
     model's forward; both caches are rolled back after it. The partner's context is cut to its own n_ctx too.
 
-    One prefill, then the forwards back to back, the cache rolled back to the context after each, as a decoding runs
-    them: a prefill multiplies through BLAS at the run's threads, and OpenBLAS's threads keep spinning for a while
-    after it, on the cores the next forward's threads need. A prefill before every timed forward made an AMD Zen 4
-    time "compiled-panels" at 25.4 ms for a distilgpt2 forward at two threads against 14.5 at one, where its forwards
-    back to back took 11.4-11.9 ms at two and 13.6-14.3 at one (a scratch run, not a command of the repo; the
-    bench's plain decodings agree: bench/results/issue24/README.md).
+    One prefill, on ONE BLAS thread, then the forwards back to back, the cache rolled back to the context after each,
+    as a decoding runs them. A threaded BLAS call leaves OpenBLAS's threads spinning for a while after it (about
+    0.1 s here), on the cores the next forward's threads need, and the probe times no more than that:
+      * a prefill before every timed forward made an AMD Zen 4 time "compiled-panels" at 25.4 ms for a distilgpt2
+        forward at two threads against 14.5 at one, where its forwards back to back took 11.4-11.9 ms at two and
+        13.6-14.3 at one (bench/results/issue24/README.md);
+      * one prefill at two BLAS threads, on an Intel Sapphire Rapids, made the next four distilgpt2 forwards at two
+        threads take 26-43 ms, and the rest 15-16 ms; the median of five then kept the draft on one thread (22-25 ms),
+        and issue 24's command ran its draft at 27 ms a forward (bench/results/issue24/README.md, section `intel3/`).
+    A decoding pays that once, after its prompt's prefill; the probe would pay it in every timing.
 
     Whole forwards, not the products alone: on a block or two of matrices (tens of MB, near an L3's size) the compiled
     kernel's one-row product timed faster than a GEMV that the same 3 GB model's forwards showed slower
@@ -160,7 +164,7 @@ def time_forwards(name, threads, model, rows, repeats=REPEATS, clock=time.perf_c
     ids = np.arange(context + rows) % model.config.n_vocab
     cache, times = model.new_cache(), []
     if context:
-        model.prefill(ids[:context], cache)
+        model.prefill(ids[:context], cache, threads=1)  # on one BLAS thread: none left spinning (docstring)
     draft = None if partner is None else partner_round(partner, context, rows - 1)
     for i in range(repeats + 1):
         start = clock()
@@ -181,7 +185,7 @@ def partner_round(partner, context, steps):  # Model, ints -> a callable, called
     ids = np.arange(context + steps) % partner.config.n_vocab
     cache = partner.new_cache()
     if context:
-        partner.prefill(ids[:context], cache)
+        partner.prefill(ids[:context], cache, threads=1)  # as time_forwards' own
 
     def run():
         for i in range(context, context + steps):

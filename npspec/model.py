@@ -89,14 +89,16 @@ class Model:
         with self.blas.limit(self.blas_threads):
             return gpt2_tree(ids, parents, self.params, self.config, cache, self.linear)
 
-    def prefill(self, ids, cache):  # [n_new] -> [n_new, n_vocab] float32
+    def prefill(self, ids, cache, threads=None):  # [n_new] -> [n_new, n_vocab] float32
         """Logits for `ids` fed after `cache.length` with one GEMM per product and masked attention over all rows.
 
         The fast path for a prompt or a validation window; not batch invariant, so it is used
         only where its rows need not match one-token forwards (a prefill both decoders share).
         With a quantized kernel, one GEMM per dequantized panel (qkernels.dequant_gemm).
+        threads: BLAS's threads for this prefill (a positive int; default: the model's `threads`). The kernel probe
+        passes 1 (npspec.choice.time_forwards: OpenBLAS's threads spin for a while after a threaded call).
         """
-        with self.blas.limit(self.threads):
+        with self.blas.limit(self.threads if threads is None else threads):
             return gpt2(ids, self.params, self.config, cache, self.spec.prefill, attention_masked)
 
     @property

@@ -391,16 +391,17 @@ def test_a_bad_mode_is_refused_in_one_line(tiny):
 
 def test_the_real_measurement_times_forwards_with_the_clock_it_is_given():
     ticks = iter(range(100))
-    model = tiny_model().with_kernel("gemv-rows")
+    model = tiny_model().with_kernel("gemv-rows", 2)
     seen = []
     forward = model.forward
     prefill = model.prefill
     model.forward = lambda ids, cache: seen.append((len(ids), cache.length)) or forward(ids, cache)
-    model.prefill = lambda ids, cache: seen.append(("prefill", len(ids))) or prefill(ids, cache)
-    seconds = choice.time_forwards("gemv-rows", 1, model, 2, repeats=3, clock=lambda: next(ticks))
+    model.prefill = lambda ids, cache, threads=None: seen.append(("prefill", len(ids), threads)) or prefill(ids, cache)
+    seconds = choice.time_forwards("gemv-rows", 2, model, 2, repeats=3, clock=lambda: next(ticks))
     assert seconds == 1  # each timed forward reads the clock twice, one tick apart
-    # one prefill, then one untimed and 3 timed forwards of 2 rows back to back, each from the same context
-    assert seen == [("prefill", choice.PROBE_CONTEXT)] + [(2, choice.PROBE_CONTEXT)] * 4
+    # one prefill on ONE BLAS thread (none left spinning into the timings), then one untimed and 3 timed forwards of
+    # 2 rows back to back, each from the same context
+    assert seen == [("prefill", choice.PROBE_CONTEXT, 1)] + [(2, choice.PROBE_CONTEXT)] * 4
 
 
 def test_a_target_beside_a_draft_is_timed_in_rounds_and_keyed_by_that_draft(tiny):
@@ -430,17 +431,19 @@ def test_a_target_beside_a_draft_is_timed_in_rounds_and_keyed_by_that_draft(tiny
 
 def test_a_round_runs_the_drafts_one_token_forwards_then_the_verify_all_inside_the_timed_span():
     ticks = iter(range(100))
-    target, draft = tiny_model().with_kernel("gemv-rows"), tiny_model(seed=1).with_kernel("gemv-rows")
+    target, draft = tiny_model().with_kernel("gemv-rows", 2), tiny_model(seed=1).with_kernel("gemv-rows", 2)
     seen = []
     for name, model in (("target", target), ("draft", draft)):
         forward, prefill = model.forward, model.prefill
         model.forward = lambda ids, cache, f=forward, n=name: seen.append((n, len(ids), cache.length)) or f(ids, cache)
-        model.prefill = lambda ids, cache, f=prefill, n=name: seen.append((n, "prefill", len(ids))) or f(ids, cache)
+        model.prefill = lambda ids, cache, threads=None, f=prefill, n=name: (
+            seen.append((n, "prefill", len(ids), threads)) or f(ids, cache))
     clock = lambda: seen.append("clock") or next(ticks)
-    seconds = choice.time_forwards("gemv-rows", 1, target, 3, repeats=1, clock=clock, partner=draft)
+    seconds = choice.time_forwards("gemv-rows", 2, target, 3, repeats=1, clock=clock, partner=draft)
     c = choice.PROBE_CONTEXT
     span = ["clock", ("draft", 1, c), ("draft", 1, c + 1), ("target", 3, c)]  # the untimed one: no second reading
-    assert seen == [("target", "prefill", c), ("draft", "prefill", c)] + span + span + ["clock"] and seconds == 1
+    assert seen == [("target", "prefill", c, 1), ("draft", "prefill", c, 1)] + span + span + ["clock"] \
+        and seconds == 1  # both prefills on one BLAS thread
 
 
 def test_the_probe_takes_the_median_of_its_timed_forwards_not_the_best():

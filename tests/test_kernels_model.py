@@ -4,6 +4,7 @@ tests/test_kernels.py checks the products and the batch-invariance contract; tes
 kernel is chosen.
 """
 
+import contextlib
 import copy
 import gc
 import threading
@@ -34,6 +35,21 @@ def test_every_kernel_gives_the_prefills_logits(tiny, name):
     assert m.invariant == (name not in ("gemm", "gemm-panels")) == REGISTRY[name].invariant
     out = m.forward(ids, m.new_cache())
     np.testing.assert_allclose(out, ref, rtol=0, atol=1e-5 * np.abs(ref).max())
+
+
+def test_a_prefill_runs_blas_at_the_models_threads_or_at_the_threads_it_is_given(tiny):
+    limits = []
+
+    class Blas:  # a BlasThreads that records each limit and runs nothing of the real BLAS's thread API
+        def limit(self, n):
+            limits.append(n)
+            return contextlib.nullcontext()
+    m = Model(tiny.config, tiny.params, kernel="gemv-panels", threads=3, blas=Blas())
+    ids = np.arange(1, 5)
+    m.prefill(ids, m.new_cache())
+    m.prefill(ids, m.new_cache(), threads=1)
+    m.forward(ids[:1], m.new_cache())
+    assert limits == [3, 1, 1]  # the model's threads, the threads given, a panel kernel's forward: BLAS on one
 
 
 def test_the_registry_builds_each_named_product_and_says_what_it_is():
