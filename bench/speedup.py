@@ -35,7 +35,7 @@ from npspec.decode import Stats, speculative_generate
 from . import common, models
 from .controlled import ControlledDraft
 from .minimal import MinimalDecoder
-from .verify_cost import time_forward, time_sweep
+from .verify_cost import PAUSE, time_forward, time_sweep
 
 FULL_PAIRS = [("gpt2-large", "distilgpt2"), ("gpt2-medium", "distilgpt2"), ("gpt2-large", "gpt2"),
               ("gpt2", "distilgpt2")]
@@ -69,28 +69,38 @@ def median_run(run, repeats, warmup=True):
     return common.median(speeds), gens
 
 
-def ar_speeds(target, prompts, new_tokens, repeats, threads):
+def ar_speeds(target, prompts, new_tokens, repeats, threads, pause=PAUSE):
     """Plain greedy decoding of `target` with every kernel of AR_KERNELS and with bench.minimal's decoder.
 
     Returns ({name: median tokens/s}, the Generations of the target's own kernel). Each kernel
     runs with `threads` (its own workers, or BLAS's: npspec.blas), and the target's own kernel also at its own
-    thread count when the probe chose another (npspec.choice; named by npspec.harness.plain_label); a pause before
-    each lets the BLAS threads of the previous run fall asleep. The minimal decoder's time counts its decoding
-    steps only (not its prompt), which favours it.
+    thread count when the probe chose another (npspec.choice; named by npspec.harness.plain_label). The decoders
+    run in turn: a warm-up pass, then `repeats` passes that each decode once with every one of them, so that the
+    host's drift moves them alike (bench.verify_cost.time_sweeps: timed one after another on an Intel Sapphire
+    Rapids, gpt2-medium decoded at 13.0 tokens/s with the kernel whose one-token forward was fastest and 17.8 with
+    `gemm`, bench/results/issue24/README.md, section `intel2/`); `pause` seconds before each decoding let the BLAS
+    threads of the previous one fall asleep. The minimal decoder's time counts its decoding steps only (not its
+    prompt), which favours it.
     """
-    speeds, own = {}, None
     runs = {kernel: target.with_kernel(kernel, threads) for kernel in AR_KERNELS}
     if target.threads != threads:
         runs[plain_label(target, threads)] = target
-    for name, model in runs.items():
-        time.sleep(0.5)
-        speed, gens = median_run(runner(model, None, prompts, new_tokens, 0), repeats)
-        speeds[name] = speed
-        own = gens if name == target.kernel else own
+    decoders = {name: runner(model, None, prompts, new_tokens, 0) for name, model in runs.items()}
     minimal = MinimalDecoder(target)
-    runs = [[minimal.generate(list(p), new_tokens) for p in prompts] for _ in range(repeats + 1)][1:]
-    speeds["minimal"] = common.median([len(prompts) * new_tokens / sum(t for _, t in run) for run in runs])
-    return speeds, own
+    decoders["minimal"] = lambda: [minimal.generate(list(p), new_tokens) for p in prompts]
+    speeds, own = {name: [] for name in decoders}, None
+    for p in range(repeats + 1):  # the first pass warms up
+        for name, decode in decoders.items():
+            time.sleep(pause)
+            out = decode()
+            if name == "minimal":
+                speed = len(prompts) * new_tokens / sum(t for _, t in out)
+            else:
+                speed = pooled(out).tokens_per_s
+                own = out if name == target.kernel else own
+            if p:
+                speeds[name].append(speed)
+    return {name: common.median(v) for name, v in speeds.items()}, own
 
 
 def fastest(speeds):

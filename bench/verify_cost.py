@@ -3,8 +3,8 @@
 For each model, thread count, weight layout and kernel of npspec.registry (compiled-panels with the fast extra), the
 median time t(M) of
 one cached forward over M = 1..16 new tokens after a `--context`-token prefix, and
-v(M) = t(M) / t(1), the median over passes that time every M in turn (time_sweep), so that a read rate that drifts
-during a kernel's sweep moves t(1) as much as t(16). Next to it the roofline measured in the same run:
+v(M) = t(M) / t(1), the median over passes that time every M of every kernel in turn (time_sweeps), so that a read
+rate that drifts during the sweep moves t(1) as much as t(16), and every kernel alike. Next to it the roofline measured in the same run:
 t_roof(M) = max(weight bytes / read bandwidth, FLOPs(M) / GEMM peak), the best a forward could do if it streamed the
 weights once at full bandwidth and computed at full GEMM speed; the read bandwidth is the best
 measured (common.best_read_rate: the probe, or the fastest forward's own rate), so no kernel sits
@@ -56,23 +56,41 @@ def time_sweep(model, ms, repeats, context, forward=None):  # -> ({m: median sec
     times one forward for every m (after `context` cached tokens, rolled back after each), so that a read rate that
     drifts during the sweep (a virtual machine's host: bench/results/issue24/README.md) moves every m alike instead
     of the last ones. Returns the median seconds of each m, and the median over passes of t(m) / t(ms[0]) in the same
-    pass (v(M) when ms[0] is 1). forward(ids, cache): default `model.forward`."""
-    forward = forward or model.forward
+    pass (v(M) when ms[0] is 1). forward(ids, cache): default `model.forward`. time_sweeps with one forward."""
+    return time_sweeps(model, ms, repeats, context, {None: forward or model.forward})[None]
+
+
+PAUSE = 0.5  # seconds before each forward's part of a pass when several are swept in turn (time_sweeps): a BLAS
+# kernel's threads spin for a while after its forwards, on the cores the next kernel's threads need (npspec.choice)
+
+
+def time_sweeps(model, ms, repeats, context, forwards, pause=PAUSE):
+    """time_sweep for several forwards at once, in turn: each pass times every forward of `forwards` ({key:
+    forward(ids, cache)}) over every m of `ms`, so that the host's drift during the sweeps moves every forward alike
+    and "the fastest one-token forward" compares forwards timed in the same minutes. Swept one kernel after another
+    on an Intel Sapphire Rapids, gpt2-large's one-token forward took 151.8 to 178.9 ms with five kernels and 128.7 ms
+    with `gemm`, timed last, while plain decoding in the same run was fastest with compiled-panels
+    (bench/results/issue24/README.md, section `intel2/`). With more than one forward, `pause` seconds pass
+    before each forward's part of a pass. Returns {key: ({m: median seconds}, {m: median t(m) / t(ms[0])})}.
+    One cache, its `context` tokens filled once by `model.prefill`, serves every forward."""
     cache = model.new_cache()
     model.prefill(np.random.default_rng(0).integers(0, model.config.n_vocab, context), cache)
     ids = {m: np.random.default_rng(m).integers(0, model.config.n_vocab, m) for m in ms}
-    passes = []
+    passes = {key: [] for key in forwards}
     for p in range(repeats + 1):
-        times = {}
-        for m in ms:
-            t0 = time.perf_counter()
-            forward(ids[m], cache)
-            times[m] = time.perf_counter() - t0
-            cache.rollback(context)
-        if p:  # the first pass warms up
-            passes.append(times)
-    return ({m: common.median([t[m] for t in passes]) for m in ms},
-            {m: common.median([t[m] / t[ms[0]] for t in passes]) for m in ms})
+        for key, forward in forwards.items():
+            if len(forwards) > 1:
+                time.sleep(pause)
+            times = {}
+            for m in ms:
+                t0 = time.perf_counter()
+                forward(ids[m], cache)
+                times[m] = time.perf_counter() - t0
+                cache.rollback(context)
+            if p:  # the first pass warms up
+                passes[key].append(times)
+    return {key: ({m: common.median([t[m] for t in runs]) for m in ms},
+                  {m: common.median([t[m] / t[ms[0]] for t in runs]) for m in ms}) for key, runs in passes.items()}
 
 
 def kernel_forward(params, config, kernel, threads):
@@ -132,21 +150,19 @@ def measure(model_names, threads, kernels, ms, repeats, context, quick=False):
         nbytes = models.matrix_bytes(model)
         t = {n: {} for n in threads}  # (layout, kernel) -> {M: median seconds}
         ratios = {n: {} for n in threads}  # (layout, kernel) -> {M: median over passes of t(M) / t(1)}
-        for layout, allowed in LAYOUT_KERNELS.items():
-            timed = [k for k in kernels if k in allowed]
-            if not timed:
-                continue
-            params = models.row_major(model.params) if layout == "row-major" else model.params
-            for n in threads:
-                with common.blas_threads(n):
-                    for k in timed:
-                        forward = kernel_forward(params, model.config, k, n)
-                        t[n][layout, k], ratios[n][layout, k] = time_sweep(model, ms, repeats, context, forward)
-                        ts = t[n][layout, k]
-                        common.log(f"{name} threads {n} {layout:12s} {k:11s} t(1) {1e3 * ts[1]:8.2f} ms  "
-                                   + " ".join(f"{m}:{ratios[n][layout, k][m]:.2f}" for m in ms))
-            del params  # the row-major copy
-            models.release()
+        timed = [(layout, k) for layout, allowed in LAYOUT_KERNELS.items() for k in kernels if k in allowed]
+        params = {layout: models.row_major(model.params) if layout == "row-major" else model.params
+                  for layout in dict.fromkeys(layout for layout, _ in timed)}  # a row-major copy if one is timed
+        for n in threads:
+            with common.blas_threads(n):  # every kernel in turn within each pass (time_sweeps)
+                forwards = {(layout, k): kernel_forward(params[layout], model.config, k, n) for layout, k in timed}
+                for key, (ts, vs) in time_sweeps(model, ms, repeats, context, forwards).items():
+                    t[n][key], ratios[n][key] = ts, vs
+                    common.log(f"{name} threads {n} {key[0]:12s} {key[1]:11s} t(1) {1e3 * ts[1]:8.2f} ms  "
+                               + " ".join(f"{m}:{vs[m]:.2f}" for m in ms))
+                del forwards  # compiled-panels' packed copy
+        del params  # the row-major copy
+        models.release()
         for n in threads:
             t_ar = min(v[1] for v in t[n].values())  # the fastest one-token forward
             bw, peak = common.best_read_rate(roof[n][0], nbytes, t_ar), roof[n][1]

@@ -105,6 +105,78 @@ def test_verify_cost_smoke(tmp_path):
     assert float(fastest["read_GBps"]) >= float(meta["read_bandwidth_GBps_1_threads"]) - 0.05
 
 
+def test_ar_speeds_decode_with_every_kernel_in_turn_within_each_pass(monkeypatch):
+    """Plain decodings in passes: a warm-up pass, then each pass decodes once with every kernel and the minimal
+    decoder, in turn, a pause before each; the speeds are each decoder's median over the timed passes, and the
+    target's own kernel's Generations come back with them."""
+    order, pauses = [], []
+
+    class Target:
+        kernel, threads = "k2", 2
+
+        def with_kernel(self, kernel, threads):
+            assert threads == 2
+            return kernel
+
+    class Minimal:
+        def __init__(self, target):
+            pass
+
+        def generate(self, prompt, n_new):
+            order.append("minimal")
+            return [0] * n_new, 0.5 * len(order)
+
+    def runner(model, draft, prompts, new_tokens, gamma):
+        assert draft is None and gamma == 0
+        return lambda: order.append(model) or [f"{model} pass {len(pauses) // 3}"]
+    monkeypatch.setattr(speedup, "AR_KERNELS", ("k1", "k2"))
+    monkeypatch.setattr(speedup, "runner", runner)
+    monkeypatch.setattr(speedup, "MinimalDecoder", Minimal)
+    monkeypatch.setattr(speedup, "pooled", lambda gens: SimpleNamespace(tokens_per_s=len(order)))
+    monkeypatch.setattr(speedup.time, "sleep", pauses.append)
+    speeds, own = speedup.ar_speeds(Target(), [[1, 2]], 4, repeats=3, threads=2, pause=0.125)
+    assert order == ["k1", "k2", "minimal"] * 4 and pauses == [0.125] * 12
+    # speeds: len(order) when each decoding ended, passes 1-3 (k1: 4, 7, 10; k2: 5, 8, 11); minimal: 4 tokens in
+    # 0.5 * len(order) s (6, 9, 12: 4/3, 8/9, 2/3)
+    assert speeds == {"k1": 7, "k2": 8, "minimal": 4 / 4.5} and own == ["k2 pass 3"]
+
+
+def test_time_sweeps_time_every_forward_in_turn_within_each_pass_after_a_pause(monkeypatch):
+    """Two forwards on a clock that slows down by half after every forward: each pass times forward "a" over every m,
+    then "b", after a pause before each, so both see the drift of one pass: "b" (twice as slow as "a") comes out
+    2 x 1.5^2 times slower, where sweeping "a" through every pass before "b" would have added the drift of 8."""
+    clock, calls, rate, pauses = [0.0], [], [1.0], []
+
+    class Cache:
+        def rollback(self, n):
+            assert n == 4
+
+    class Fake:
+        config = SimpleNamespace(n_vocab=50)
+
+        def new_cache(self):
+            return Cache()
+
+        def prefill(self, ids, cache):
+            assert len(ids) == 4
+
+    def forward(key, cost):
+        def run(ids, cache):
+            calls.append((key, len(ids)))
+            clock[0] += cost * len(ids) * rate[0]
+            rate[0] *= 1.5
+        return run
+    monkeypatch.setattr(verify_cost.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(verify_cost.time, "sleep", pauses.append)
+    swept = verify_cost.time_sweeps(Fake(), [1, 2], repeats=3, context=4,
+                                    forwards={"a": forward("a", 1), "b": forward("b", 2)}, pause=0.25)
+    assert calls == [("a", 1), ("a", 2), ("b", 1), ("b", 2)] * 4 and pauses == [0.25] * 8
+    (ta, va), (tb, vb) = swept["a"], swept["b"]
+    assert va == vb == {1: 1.0, 2: 3.0}  # t(2) / t(1) within a pass: 2 rows, one drift step later
+    assert tb[1] / ta[1] == 2 * 1.5 ** 2  # b's pass part starts two forwards after a's
+    assert verify_cost.time_sweep(Fake(), [1], 1, 4, forward("c", 1))[0][1] > 0 and len(pauses) == 8  # one: no pause
+
+
 def test_time_sweep_times_every_m_in_turn_and_divides_within_a_pass(monkeypatch):
     """A fake model whose forward over m tokens takes m units of a clock that slows down by half after every forward:
     within one pass of time_sweep every m is timed once, in turn, so each pass's t(m) / t(1) sees only the drift of
