@@ -5,8 +5,8 @@ npspec.testing`) takes its streams from its `main(argv, out=None, err=None)` and
 nothing replaces `sys.stdout` or `sys.stderr`.
   * `error_stream(err)`: stderr, or os.devnull when it is closed (`2>&-`), so that an error, a note or
     argparse's usage is dropped rather than printed to stdout (print(file=None) writes to stdout).
-  * `Parser`: argparse's parser writing help and version to the command's `out` and usage errors to its
-    `err`, and letting a failed write raise (argparse itself drops the OSError, so `--help > /dev/full`
+  * `Parser`: argparse's parser writing help and version to the command's `out` and a usage error to its
+    `err` as one line (the usage itself is in --help), and letting a failed write raise (argparse itself drops the OSError, so `--help > /dev/full`
     used to exit 0).
   * `parse(parser, argv, err, name)`: (args, None), or (None, the exit status) for --help and --version (0,
     or 1 with one line on `err` if stdout could not take them) and usage errors (2).
@@ -42,9 +42,9 @@ class Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
         self.out, self.err = out, err
 
-    def error(self, message):  # argparse's print_usage(None) would write the usage to STDOUT when stderr is closed
-        self._print_message(self.format_usage(), TO_ERR)
-        self.exit(2, f"{self.prog}: error: {message}\n")
+    def error(self, message):  # one line on the command's stderr, status 2 (argparse's own also prints the usage,
+        # and would print it to STDOUT when stderr is closed)
+        self.exit(2, f"{self.prog}: error: {message}; `{self.prog} --help` lists the options\n")
 
     def exit(self, status=0, message=None):
         if message:

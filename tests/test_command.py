@@ -62,6 +62,15 @@ def test_exit_status_and_message(argv, status, says, tmp_path, capfd):
     assert says in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize("argv", [["generate", "--gamma", "abc"], ["generate", "--no-such-option"],
+                                  ["generate", "--verify", "nosuch"], ["convert"], ["nosuch"]])
+def test_a_usage_error_is_one_line_that_points_at_help(argv, capfd):
+    assert cli.main(argv) == 2
+    out, err = capfd.readouterr()
+    assert out == "" and err.count("\n") == 1 and err.startswith("npspec") and ": error: " in err
+    assert err.rstrip().endswith("--help` lists the options"), err
+
+
 @pytest.mark.parametrize("argv, usage", [((*NPSPEC, "generate"), "usage: npspec generate "),
                                          ((*NPSPEC, "convert"), "usage: npspec convert "),
                                          (GENERATE, "usage: python -m npspec.generate "),
