@@ -38,7 +38,7 @@ def best_seconds(f, calls):
 def products_against_forward(model, calls, context=32):
     """{forward_ms, products_ms, around_ms}: a one-token forward, and its own products replayed alone (module doc)."""
     cache = model.new_cache()
-    model.prefill(np.arange(context), cache)
+    model.prefill(np.arange(context), cache, threads=1)  # on one BLAS thread: none left spinning into the timings
     ids, recorded, linear = np.arange(1, 2), [], model.linear
 
     def spy(x, w, b=None):
@@ -102,7 +102,7 @@ def loop_against_forwards(model, prompt, tokens, calls):
 def profile_forward(model, m, calls, context=32):
     """The top of a cProfile listing (own time) of `calls` model.forward calls over m tokens, and seconds per call."""
     cache = model.new_cache()
-    model.prefill(np.arange(context), cache)
+    model.prefill(np.arange(context), cache, threads=1)  # on one BLAS thread: none left spinning into the timings
     ids = np.arange(1, m + 1)
 
     def run():

@@ -52,8 +52,8 @@ def handoff_seconds(n=5000):
 def spin_rows(target, draft, threads, repeats, context=32):
     """Verify seconds alone, after a "gemv-rows" draft forward, after a "gemv-panels" draft forward (with `threads`)."""
     tcache, dcache = target.new_cache(), draft.new_cache()
-    target.prefill(np.arange(context), tcache)
-    draft.prefill(np.arange(context), dcache)
+    target.prefill(np.arange(context), tcache, threads=1)  # on one BLAS thread: only the draft's forwards spin
+    draft.prefill(np.arange(context), dcache, threads=1)
     drafts = {kernel: draft.with_kernel(kernel, threads) for kernel in DRAFT_KERNELS}
 
     def verify():

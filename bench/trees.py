@@ -33,7 +33,7 @@ def verify_cost(model, parents, repeats, context):
     rows = [-1] + [p + 1 if p >= 0 else 0 for p in parents]
     rng = np.random.default_rng(0)
     cache = model.new_cache()
-    model.prefill(rng.integers(0, model.config.n_vocab, context), cache)
+    model.prefill(rng.integers(0, model.config.n_vocab, context), cache, threads=1)  # none left spinning (time_sweeps)
     ids = rng.integers(0, model.config.n_vocab, len(rows))
 
     def tree():

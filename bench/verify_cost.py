@@ -72,9 +72,12 @@ def time_sweeps(model, ms, repeats, context, forwards, pause=PAUSE):
     with `gemm`, timed last, while plain decoding in the same run was fastest with compiled-panels
     (bench/results/issue24/README.md, section `intel2/`). With more than one forward, `pause` seconds pass
     before each forward's part of a pass. Returns {key: ({m: median seconds}, {m: median t(m) / t(ms[0])})}.
-    One cache, its `context` tokens filled once by `model.prefill`, serves every forward."""
+    One cache, its `context` tokens filled once by `model.prefill` on ONE BLAS thread, serves every forward: a
+    threaded prefill left OpenBLAS's threads spinning into the first forwards timed after it (npspec.choice.
+    time_forwards), which for a draft's one-token forwards was every pass (bench/results/issue24/README.md, section
+    `intel3/`: distilgpt2 timed at 0.22 of a gpt2-large forward, and at 1.22 of a gpt2 one)."""
     cache = model.new_cache()
-    model.prefill(np.random.default_rng(0).integers(0, model.config.n_vocab, context), cache)
+    model.prefill(np.random.default_rng(0).integers(0, model.config.n_vocab, context), cache, threads=1)
     ids = {m: np.random.default_rng(m).integers(0, model.config.n_vocab, m) for m in ms}
     passes = {key: [] for key in forwards}
     for p in range(repeats + 1):

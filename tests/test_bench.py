@@ -157,8 +157,8 @@ def test_time_sweeps_time_every_forward_in_turn_within_each_pass_after_a_pause(m
         def new_cache(self):
             return Cache()
 
-        def prefill(self, ids, cache):
-            assert len(ids) == 4
+        def prefill(self, ids, cache, threads=None):
+            assert len(ids) == 4 and threads == 1  # on one BLAS thread: none left spinning into the timings
 
     def forward(key, cost):
         def run(ids, cache):
@@ -194,8 +194,8 @@ def test_time_sweep_times_every_m_in_turn_and_divides_within_a_pass(monkeypatch)
         def new_cache(self):
             return Cache()
 
-        def prefill(self, ids, cache):
-            assert len(ids) == 4
+        def prefill(self, ids, cache, threads=None):
+            assert len(ids) == 4 and threads == 1  # on one BLAS thread: none left spinning into the timings
 
         def forward(self, ids, cache):
             calls.append(len(ids))
