@@ -69,38 +69,67 @@ def median_run(run, repeats, warmup=True):
     return common.median(speeds), gens
 
 
-def ar_speeds(target, prompts, new_tokens, repeats, threads, pause=PAUSE):
-    """Plain greedy decoding of `target` with every kernel of AR_KERNELS and with bench.minimal's decoder.
-
-    Returns ({name: median tokens/s}, the Generations of the target's own kernel). Each kernel
-    runs with `threads` (its own workers, or BLAS's: npspec.blas), and the target's own kernel also at its own
-    thread count when the probe chose another (npspec.choice; named by npspec.harness.plain_label). The decoders
-    run in turn: a warm-up pass, then `repeats` passes that each decode once with every one of them, so that the
-    host's drift moves them alike (bench.verify_cost.time_sweeps: timed one after another on an Intel Sapphire
-    Rapids, gpt2-medium decoded at 13.0 tokens/s with the kernel whose one-token forward was fastest and 17.8 with
-    `gemm`, bench/results/issue24/README.md, section `intel2/`); `pause` seconds before each decoding let the BLAS
-    threads of the previous one fall asleep. The minimal decoder's time counts its decoding steps only (not its
-    prompt), which favours it.
-    """
+def plain_decoders(target, prompts, new_tokens, threads):
+    """{name: decode() -> (tokens/s, Generations or None)}: one plain greedy decoding of every prompt with each kernel
+    of AR_KERNELS at `threads` (its own workers, or BLAS's: npspec.blas), with the target's own kernel also at its
+    own thread count when the probe chose another (npspec.choice; named by npspec.harness.plain_label), and with
+    bench.minimal's decoder ("minimal", no Generations; its time counts its decoding steps only, not its prompt,
+    which favours it). tokens/s pools the prompts: all new tokens over all seconds."""
     runs = {kernel: target.with_kernel(kernel, threads) for kernel in AR_KERNELS}
     if target.threads != threads:
         runs[plain_label(target, threads)] = target
-    decoders = {name: runner(model, None, prompts, new_tokens, 0) for name, model in runs.items()}
+    decoders = {}
+    for name, model in runs.items():
+        run = runner(model, None, prompts, new_tokens, 0)
+        decoders[name] = lambda run=run: (lambda gens: (pooled(gens).tokens_per_s, gens))(run())
     minimal = MinimalDecoder(target)
-    decoders["minimal"] = lambda: [minimal.generate(list(p), new_tokens) for p in prompts]
-    speeds, own = {name: [] for name in decoders}, None
+
+    def decode_minimal():
+        out = [minimal.generate(list(p), new_tokens) for p in prompts]
+        return len(prompts) * new_tokens / sum(t for _, t in out), None
+    decoders["minimal"] = decode_minimal
+    return decoders
+
+
+def ar_speeds(decoders, own, repeats, pause=PAUSE):
+    """The plain decodings of plain_decoders, timed: ({name: median tokens/s}, the Generations of decoder `own`, the
+    target's own kernel). The decoders run in turn: a warm-up pass, then `repeats` passes that each decode once with
+    every one of them, so that the host's drift moves them alike (bench.verify_cost.time_sweeps: timed one after
+    another on an Intel Sapphire Rapids, gpt2-medium decoded at 13.0 tokens/s with the kernel whose one-token forward
+    was fastest and 17.8 with `gemm`, bench/results/issue24/README.md, section `intel2/`); `pause` seconds before each
+    decoding let the BLAS threads of the previous one fall asleep.
+    """
+    speeds, gens = {name: [] for name in decoders}, None
     for p in range(repeats + 1):  # the first pass warms up
         for name, decode in decoders.items():
             time.sleep(pause)
-            out = decode()
-            if name == "minimal":
-                speed = len(prompts) * new_tokens / sum(t for _, t in out)
-            else:
-                speed = pooled(out).tokens_per_s
-                own = out if name == target.kernel else own
+            speed, out = decode()
+            gens = out if name == own else gens
             if p:
                 speeds[name].append(speed)
-    return {name: common.median(v) for name, v in speeds.items()}, own
+    return {name: common.median(v) for name, v in speeds.items()}, gens
+
+
+def paired_runs(spec, plain, repeats, warmup=True, pause=PAUSE):
+    """A row's speculative runs, each followed at once by a plain decoding with the fastest plain decoder, so that each
+    ratio divides two runs a few seconds apart: timed in separate blocks minutes apart, the host's drift moved a
+    row's speedup by more than its acceptance did (bench/results/issue24/README.md, section `intel3/`).
+
+    spec(): the row's Generations; plain(): (tokens/s, Generations or None), one of plain_decoders. A warm-up
+    speculative run first unless warmup=False; `pause` seconds before every run (ar_speeds). Returns (median
+    speculative tokens/s, the last run's Generations, median plain tokens/s of the pairs, median over the pairs of
+    speculative / plain tokens/s)."""
+    if warmup:
+        spec()
+    speeds, plains, ratios, gens = [], [], [], None
+    for _ in range(repeats):
+        time.sleep(pause)
+        gens = spec()
+        speeds.append(pooled(gens).tokens_per_s)
+        time.sleep(pause)
+        plains.append(plain()[0])
+        ratios.append(speeds[-1] / plains[-1])
+    return common.median(speeds), gens, common.median(plains), common.median(ratios)
 
 
 def fastest(speeds):
@@ -119,18 +148,19 @@ def speedup_row(names, a, gamma, threads, ar, spec, t, c, speeds):
     """A row of the speedup table.
 
     names: (target, draft) as shown; a: the controlled acceptance, None for the real one;
-    ar, spec: (median tokens/s, Generations) of the target's own AR and the speculative runs;
+    ar: (median tokens/s, Generations) of the target's own AR; spec: paired_runs' result for the row;
     t, c: forward_costs; speeds: ar_speeds' tokens/s of every plain decoding. `speedup` is over the
-    FASTEST of them, `speedup_vs_target_ar` over the target's own kernel.
+    FASTEST of them, decoded right after each speculative run (paired_runs: `paired_ar_tok_s` is its median there),
+    `speedup_vs_target_ar` over the target's own kernel's median in ar_speeds.
     """
-    (ar_speed, ar_gens), (speed, gens) = ar, spec
+    (ar_speed, ar_gens), (speed, gens, paired_speed, ratio) = ar, spec
     best_name, best_speed = fastest(speeds)
     s, v = pooled(gens), t[gamma + 1] / t[1]
     forwards = gamma * c + v  # a round's cost in target one-token forwards
     return {"target": names[0], "draft": names[1], "acceptance": "real" if a is None else "controlled",
             "a": "" if a is None else a, "gamma": gamma, "threads": threads, "alpha": s.alpha,
             "tokens_per_round": s.tokens_per_round, "fastest_ar": best_name, "fastest_ar_tok_s": best_speed,
-            "ar_tok_s": ar_speed, "spec_tok_s": speed, "speedup": speed / best_speed,
+            "paired_ar_tok_s": paired_speed, "ar_tok_s": ar_speed, "spec_tok_s": speed, "speedup": ratio,
             "speedup_vs_target_ar": speed / ar_speed,
             "predicted_speedup": predicted_speedup(s.alpha if a is None else a, gamma, c, v),
             "identical": [g.ids for g in gens] == [g.ids for g in ar_gens],
@@ -157,12 +187,13 @@ def ar_row(shape, model, threads, speeds, bandwidth):
 def shipped_rows(n_prompts, new_tokens, gammas, repeats, threads):
     target, draft = models.get("shipped:target", threads=threads), models.get("shipped:draft", threads=threads)
     prompts = models.validation_prompts(models.validation_ids(target.tokenizer), n_prompts)
-    speeds, own = ar_speeds(target, prompts, new_tokens, repeats, threads)
-    ar = (speeds[target.kernel], own)
+    decoders = plain_decoders(target, prompts, new_tokens, threads)
+    speeds, own = ar_speeds(decoders, target.kernel, repeats)
+    ar, plain = (speeds[target.kernel], own), decoders[fastest(speeds)[0]]
     t, c = forward_costs(target, draft, gammas, max(repeats, 5), models.PROMPT_LENGTH + new_tokens // 2)
     rows = []
     for gamma in common.steps(gammas, "shipped pair, gamma"):
-        spec = median_run(runner(target, draft, prompts, new_tokens, gamma), repeats)
+        spec = paired_runs(runner(target, draft, prompts, new_tokens, gamma), plain, repeats)
         rows.append(speedup_row(("shipped target", "shipped draft"), None, gamma, threads, ar, spec, t, c, speeds))
         common.log(f"shipped gamma {gamma}: AR {ar[0]:.1f} tok/s, spec {spec[0]:.1f} tok/s "
                    f"({rows[-1]['speedup']:.2f}x), alpha {rows[-1]['alpha']:.3f}")
@@ -177,15 +208,16 @@ def controlled_rows(pair, new_tokens, a_values, gammas, repeats, threads, bandwi
     draft = models.get(f"random:{pair[1]}", seed=1, role="draft", threads=threads)
     target = models.get(f"random:{pair[0]}", seed=0, threads=threads, partner=draft)  # timed in rounds beside it
     prompt = models.random_prompt()
-    speeds, own = ar_speeds(target, [prompt], new_tokens, repeats, threads)
-    ar = (speeds[target.kernel], own)
+    decoders = plain_decoders(target, [prompt], new_tokens, threads)
+    speeds, own = ar_speeds(decoders, target.kernel, repeats)
+    ar, plain = (speeds[target.kernel], own), decoders[fastest(speeds)[0]]
     t, c = forward_costs(target, draft, gammas, repeats, len(prompt) + new_tokens // 2)
     greedy = prompt + ar[1][0].ids
     rows = []
     for a in common.steps(a_values, f"{pair[0]}/{pair[1]}, acceptance"):
         for gamma in gammas:
             steered = ControlledDraft(draft, greedy, a, np.random.default_rng(1000 * gamma + int(100 * a)))
-            spec = median_run(runner(target, steered, [prompt], new_tokens, gamma), repeats, warmup=False)
+            spec = paired_runs(runner(target, steered, [prompt], new_tokens, gamma), plain, repeats, warmup=False)
             rows.append(speedup_row((f"random:{pair[0]}", f"random:{pair[1]}"), a, gamma, threads, ar, spec, t, c,
                                     speeds))
             common.log(f"{pair[0]}/{pair[1]} a {a} gamma {gamma}: {rows[-1]['speedup']:.2f}x "
@@ -199,7 +231,7 @@ def controlled_rows(pair, new_tokens, a_values, gammas, repeats, threads, bandwi
 def plain_ar_row(shape, new_tokens, repeats, threads, bandwidth):
     """The AR table's row of a shape that is no pair's target: random:<shape> decoding alone, as a target would."""
     model = models.get(f"random:{shape}", threads=threads)
-    speeds, _ = ar_speeds(model, [models.random_prompt()], new_tokens, repeats, threads)
+    speeds, _ = ar_speeds(plain_decoders(model, [models.random_prompt()], new_tokens, threads), model.kernel, repeats)
     row = ar_row(shape, model, threads, speeds, bandwidth)
     del model
     models.release()
@@ -290,7 +322,9 @@ def main(argv=None):
             "is the target's greedy token with probability a (bench/controlled.py), the draft's real forward still "
             "runs. predicted_speedup = E[tokens/round] / (gamma c + v) (npspec.evaluate.predicted_speedup) at alpha "
             "= a (controlled) or the measured alpha (real), c = t_draft(1)/t_target(1), "
-            "v = t_target(gamma+1)/t_target(1), measured in the same run. Median of the timed runs after a warm-up. "
+            "v = t_target(gamma+1)/t_target(1), measured in the same run. speedup: the median over the row's runs of "
+            "its tokens/s over that of a plain decoding with the fastest plain decoder (fastest_ar), run right after "
+            "it (paired_ar_tok_s: their median). Medians of the timed runs after a warm-up. "
             "identical: greedy output equal to AR decoding.")
     return common.finish(run, [
         common.Table("speedup", rows, "Speculative vs AR decoding (greedy)", note),

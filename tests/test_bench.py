@@ -134,11 +134,31 @@ def test_ar_speeds_decode_with_every_kernel_in_turn_within_each_pass(monkeypatch
     monkeypatch.setattr(speedup, "MinimalDecoder", Minimal)
     monkeypatch.setattr(speedup, "pooled", lambda gens: SimpleNamespace(tokens_per_s=len(order)))
     monkeypatch.setattr(speedup.time, "sleep", pauses.append)
-    speeds, own = speedup.ar_speeds(Target(), [[1, 2]], 4, repeats=3, threads=2, pause=0.125)
+    decoders = speedup.plain_decoders(Target(), [[1, 2]], 4, threads=2)
+    assert order == []  # nothing decodes until ar_speeds runs them
+    speeds, own = speedup.ar_speeds(decoders, "k2", repeats=3, pause=0.125)
     assert order == ["k1", "k2", "minimal"] * 4 and pauses == [0.125] * 12
     # speeds: len(order) when each decoding ended, passes 1-3 (k1: 4, 7, 10; k2: 5, 8, 11); minimal: 4 tokens in
     # 0.5 * len(order) s (6, 9, 12: 4/3, 8/9, 2/3)
     assert speeds == {"k1": 7, "k2": 8, "minimal": 4 / 4.5} and own == ["k2 pass 3"]
+
+
+def test_paired_runs_follow_each_speculative_run_with_a_plain_one_and_take_the_median_ratio(monkeypatch):
+    """A row's speculative runs alternate with plain decodings (a pause before each), after one speculative warm-up;
+    the speedup is the median of the pairs' ratios, not the ratio of the medians."""
+    order, pauses = [], []
+    spec_speeds, plain_speeds = iter([99, 10, 30, 20]), iter([5, 20, 16])  # 99: the warm-up, not timed
+
+    def spec():
+        order.append("spec")
+        return next(spec_speeds)
+    monkeypatch.setattr(speedup, "pooled", lambda speed: SimpleNamespace(tokens_per_s=speed))
+    monkeypatch.setattr(speedup.time, "sleep", pauses.append)
+    speed, gens, plain, ratio = speedup.paired_runs(spec, lambda: order.append("plain") or (next(plain_speeds), None),
+                                                    repeats=3, pause=0.25)
+    assert order == ["spec"] + ["spec", "plain"] * 3 and pauses == [0.25] * 6
+    # pairs (10, 5), (30, 20), (20, 16): ratios 2, 1.5, 1.25, median 1.5; the medians' ratio would be 20 / 16
+    assert (speed, gens, plain, ratio) == (20, 20, 16, 1.5)
 
 
 def test_time_sweeps_time_every_forward_in_turn_within_each_pass_after_a_pause(monkeypatch):
