@@ -114,7 +114,7 @@ def paired_runs(spec, plain, repeats, warmup=True, pause=PAUSE):
     """A row's speculative runs, each followed at once by a plain decoding with the fastest plain decoder, so that each
     ratio divides two runs seconds apart, not a row's runs by a plain block timed minutes before it, across the host's
     drift (bench/results/issue24/README.md, section `intel3/`: gpt2-large's rounds at a = 0.9 and gamma 4 took 278
-    ms, against 246 predicted from the same block's a = 0.7, gamma 3 rounds and the forwards' measured costs).
+    ms, against about 247 expected from the same block's a = 0.7, gamma 3 rounds and the forwards' measured costs).
 
     spec(): the row's Generations; plain(): (tokens/s, Generations or None), one of plain_decoders. A warm-up
     speculative run first unless warmup=False; `pause` seconds before every run (ar_speeds). Returns (median
