@@ -27,13 +27,16 @@ def test_speedup_row_pools_the_runs_and_predicts_with_the_library_model():
     target, draft = pair()
     prompts = [[1, 2, 3], [4, 5]]
     ar = speedup.median_run(speedup.runner(target, None, prompts, 8, 0), repeats=1)
-    spec = speedup.median_run(speedup.runner(target, draft, prompts, 8, 2), repeats=1)
+    spec = speedup.paired_runs(speedup.runner(target, draft, prompts, 8, 2), lambda: (3 * ar[0], None), repeats=1,
+                               pause=0)
     t, c = {1: 1.0, 2: 1.2, 3: 1.5}, 0.25
     speeds = {"gemm-blocks": ar[0], "gemv-rows": 2 * ar[0], "minimal": ar[0] / 2}
     row = speedup.speedup_row(("t", "d"), None, 2, 1, ar, spec, t, c, speeds)
     stats = [g.stats for g in spec[1]]
     assert row["fastest_ar"] == "gemv-rows" and row["fastest_ar_tok_s"] == 2 * ar[0]
-    assert row["speedup"] == spec[0] / (2 * ar[0]) and row["speedup_vs_target_ar"] == spec[0] / ar[0]
+    # the speedup divides by the plain decoding run beside the row's runs (here 3x the target's own), not the block's
+    assert row["paired_ar_tok_s"] == 3 * ar[0] and row["speedup"] == spec[0] / (3 * ar[0])
+    assert row["speedup_vs_target_ar"] == spec[0] / ar[0]
     assert row["identical"] is True  # greedy speculative == greedy AR on every prompt
     assert row["alpha"] == sum(s.accepted for s in stats) / sum(s.accepted + s.rejected for s in stats)
     assert row["predicted_speedup"] == predicted_speedup(row["alpha"], 2, c, 1.5)
