@@ -4,7 +4,8 @@ For each model, thread count, weight layout and kernel of npspec.registry (compi
 median time t(M) of
 one cached forward over M = 1..16 new tokens after a `--context`-token prefix, and
 v(M) = t(M) / t(1), the median over passes that time every M of every kernel in turn (time_sweeps), so that a read
-rate that drifts during the sweep moves t(1) as much as t(16), and every kernel alike. Next to it the roofline measured in the same run:
+rate that drifts during the sweep moves t(1) as much as t(16), and every kernel alike. Next to it the roofline
+measured in the same run:
 t_roof(M) = max(weight bytes / read bandwidth, FLOPs(M) / GEMM peak), the best a forward could do if it streamed the
 weights once at full bandwidth and computed at full GEMM speed; the read bandwidth is the best
 measured (common.best_read_rate: the probe, or the fastest forward's own rate), so no kernel sits

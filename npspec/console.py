@@ -6,8 +6,8 @@ nothing replaces `sys.stdout` or `sys.stderr`.
   * `error_stream(err)`: stderr, or os.devnull when it is closed (`2>&-`), so that an error, a note or
     argparse's usage is dropped rather than printed to stdout (print(file=None) writes to stdout).
   * `Parser`: argparse's parser writing help and version to the command's `out` and a usage error to its
-    `err` as one line (the usage itself is in --help), and letting a failed write raise (argparse itself drops the OSError, so `--help > /dev/full`
-    used to exit 0).
+    `err` as one line (the usage itself is in --help), and letting a failed write raise (argparse itself drops
+    the OSError, so `--help > /dev/full` used to exit 0).
   * `parse(parser, argv, err, name)`: (args, None), or (None, the exit status) for --help and --version (0,
     or 1 with one line on `err` if stdout could not take them) and usage errors (2).
   * `terminate_as_interrupt()`: SIGTERM raised as a KeyboardInterrupt (Terminated) while a command works,
