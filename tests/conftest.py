@@ -8,6 +8,7 @@ npspec.testing.ScriptedRng; the one enumeration oracle is npspec.testing.
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -26,6 +27,13 @@ from npspec.sources import load
 
 settings.register_profile("npspec", deadline=None, print_blob=True)
 settings.load_profile("npspec")
+
+# Ctrl-C reaches the children the signal tests start: a shell starts a background job (`pytest &`) with SIGINT
+# ignored, children inherit that, and Python then never installs its KeyboardInterrupt handler, so a child sent
+# SIGINT ran on to the end (tests/test_convert_out.py, tests/test_hostile_signals.py timed out). A handler here
+# (not SIG_IGN) is reset to the default in every child that execs.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = ROOT / "weights" / "shakespeare"
