@@ -160,7 +160,8 @@ def measure(model_names, threads, kernels, ms, repeats, context, quick=False):
         for n in threads:
             with common.blas_threads(n):  # every kernel in turn within each pass (time_sweeps)
                 forwards = {(layout, k): kernel_forward(params[layout], model.config, k, n) for layout, k in timed}
-                for key, (ts, vs) in time_sweeps(model, ms, repeats, context, forwards).items():
+                pause = 0.0 if quick else PAUSE  # --quick: a smoke run (the tests'), its figures not read
+                for key, (ts, vs) in time_sweeps(model, ms, repeats, context, forwards, pause).items():
                     t[n][key], ratios[n][key] = ts, vs
                     common.log(f"{name} threads {n} {key[0]:12s} {key[1]:11s} t(1) {1e3 * ts[1]:8.2f} ms  "
                                + " ".join(f"{m}:{vs[m]:.2f}" for m in ms))
