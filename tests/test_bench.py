@@ -164,24 +164,29 @@ def test_paired_runs_follow_each_speculative_run_with_a_plain_one_and_take_the_m
     assert (speed, gens, plain, ratio) == (20, 20, 16, 1.5)
 
 
+class SweptCache:  # the cache the time_sweep tests' fake model hands out: rolled back to its 4-token context
+    def rollback(self, n):
+        assert n == 4
+
+
+class SweptModel:
+    """A fake model for time_sweep(s): a 4-token context, prefilled on one BLAS thread, and no forward of its own."""
+
+    config = SimpleNamespace(n_vocab=50)
+
+    def new_cache(self):
+        return SweptCache()
+
+    def prefill(self, ids, cache, threads=None):
+        assert len(ids) == 4 and threads == 1  # on one BLAS thread: none left spinning into the timings
+
+
 def test_time_sweeps_time_every_forward_in_turn_within_each_pass_after_a_pause(monkeypatch):
     """Two forwards on a clock that slows down by half after every forward: each pass times forward "a" over every m,
     then "b", after a pause before each, so both see the drift of one pass: "b" (twice as slow as "a") comes out
     2 x 1.5^2 times slower, where sweeping "a" through every pass before "b" would have added the drift of 8."""
     clock, calls, rate, pauses = [0.0], [], [1.0], []
 
-    class Cache:
-        def rollback(self, n):
-            assert n == 4
-
-    class Fake:
-        config = SimpleNamespace(n_vocab=50)
-
-        def new_cache(self):
-            return Cache()
-
-        def prefill(self, ids, cache, threads=None):
-            assert len(ids) == 4 and threads == 1  # on one BLAS thread: none left spinning into the timings
 
     def forward(key, cost):
         def run(ids, cache):
@@ -191,13 +196,13 @@ def test_time_sweeps_time_every_forward_in_turn_within_each_pass_after_a_pause(m
         return run
     monkeypatch.setattr(verify_cost.time, "perf_counter", lambda: clock[0])
     monkeypatch.setattr(verify_cost.time, "sleep", pauses.append)
-    swept = verify_cost.time_sweeps(Fake(), [1, 2], repeats=3, context=4,
+    swept = verify_cost.time_sweeps(SweptModel(), [1, 2], repeats=3, context=4,
                                     forwards={"a": forward("a", 1), "b": forward("b", 2)}, pause=0.25)
     assert calls == [("a", 1), ("a", 2), ("b", 1), ("b", 2)] * 4 and pauses == [0.25] * 8
     (ta, va), (tb, vb) = swept["a"], swept["b"]
     assert va == vb == {1: 1.0, 2: 3.0}  # t(2) / t(1) within a pass: 2 rows, one drift step later
     assert tb[1] / ta[1] == 2 * 1.5 ** 2  # b's pass part starts two forwards after a's
-    assert verify_cost.time_sweep(Fake(), [1], 1, 4, forward("c", 1))[0][1] > 0 and len(pauses) == 8  # one: no pause
+    assert verify_cost.time_sweep(SweptModel(), [1], 1, 4, forward("c", 1))[0][1] > 0 and len(pauses) == 8  # one: no pause
 
 
 def test_time_sweep_times_every_m_in_turn_and_divides_within_a_pass(monkeypatch):
@@ -207,19 +212,7 @@ def test_time_sweep_times_every_m_in_turn_and_divides_within_a_pass(monkeypatch)
     the sweep's: m = 1, 2, 3, then again."""
     clock, calls, rate = [0.0], [], [1.0]
 
-    class Cache:
-        def rollback(self, n):
-            assert n == 4
-
-    class Fake:
-        config = SimpleNamespace(n_vocab=50)
-
-        def new_cache(self):
-            return Cache()
-
-        def prefill(self, ids, cache, threads=None):
-            assert len(ids) == 4 and threads == 1  # on one BLAS thread: none left spinning into the timings
-
+    class Fake(SweptModel):
         def forward(self, ids, cache):
             calls.append(len(ids))
             clock[0] += len(ids) * rate[0]
