@@ -78,10 +78,12 @@ def plain_decoders(target, prompts, new_tokens, threads):
     runs = {kernel: target.with_kernel(kernel, threads) for kernel in AR_KERNELS}
     if target.threads != threads:
         runs[plain_label(target, threads)] = target
-    decoders = {}
-    for name, model in runs.items():
-        run = runner(model, None, prompts, new_tokens, 0)
-        decoders[name] = lambda run=run: (lambda gens: (pooled(gens).tokens_per_s, gens))(run())
+    def speed(run):  # a runner -> decode() -> (tokens/s, its Generations)
+        def decode():
+            gens = run()
+            return pooled(gens).tokens_per_s, gens
+        return decode
+    decoders = {name: speed(runner(model, None, prompts, new_tokens, 0)) for name, model in runs.items()}
     minimal = MinimalDecoder(target)
 
     def decode_minimal():
