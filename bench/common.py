@@ -207,6 +207,20 @@ def time_call(f, repeats, warmup=1):
     return sorted(times)
 
 
+def in_turn(calls, repeats, pause=0.0):
+    """{name: f} -> {name: [what f() returned in each timed round]}: a warm-up round, then `repeats` rounds, each
+    calling every f once, in turn, `pause` seconds after the call before it (so that BLAS threads a threaded call
+    left spinning fall asleep), so that a machine whose speed drifts moves every f alike."""
+    results = {name: [] for name in calls}
+    for i in range(repeats + 1):
+        for name, f in calls.items():
+            time.sleep(pause)
+            out = f()
+            if i:
+                results[name].append(out)
+    return results
+
+
 def median(xs):
     return float(np.median(xs))
 

@@ -85,16 +85,16 @@ def unsynchronised_pass(mats, x, n):
 
 def interleaved(passes, repeats, pause=0.0):
     """{name: (f, blas threads)} -> {name: median seconds}: one warm-up each, then `repeats` rounds, each timing
-    every pass once in turn (after `pause` seconds, so that BLAS threads left spinning by a threaded call sleep)."""
-    times = {name: [] for name in passes}
-    for i in range(repeats + 1):
-        for name, (f, blas) in passes.items():
-            time.sleep(pause)
+    every pass once in turn (after `pause` seconds, so that BLAS threads left spinning by a threaded call sleep:
+    common.in_turn)."""
+    def timed(f, blas):  # -> a call returning f()'s seconds, run with `blas` BLAS threads
+        def run():
             with common.blas_threads(blas):
                 t0 = time.perf_counter()
                 f()
-                if i:
-                    times[name].append(time.perf_counter() - t0)
+                return time.perf_counter() - t0
+        return run
+    times = common.in_turn({name: timed(f, blas) for name, (f, blas) in passes.items()}, repeats, pause)
     return {name: common.median(v) for name, v in times.items()}
 
 

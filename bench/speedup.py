@@ -99,17 +99,10 @@ def ar_speeds(decoders, own, repeats, pause=PAUSE):
     every one of them, so that the host's drift moves them alike (bench.verify_cost.time_sweeps: timed one after
     another on an Intel Sapphire Rapids, gpt2-medium decoded at 13.0 tokens/s with the kernel whose one-token forward
     was fastest and 17.8 with `gemm`, bench/results/issue24/README.md, section `intel2/`); `pause` seconds before each
-    decoding let the BLAS threads of the previous one fall asleep.
+    decoding let the BLAS threads of the previous one fall asleep (common.in_turn).
     """
-    speeds, gens = {name: [] for name in decoders}, None
-    for p in range(repeats + 1):  # the first pass warms up
-        for name, decode in decoders.items():
-            time.sleep(pause)
-            speed, out = decode()
-            gens = out if name == own else gens
-            if p:
-                speeds[name].append(speed)
-    return {name: common.median(v) for name, v in speeds.items()}, gens
+    runs = common.in_turn(decoders, repeats, pause)  # {name: [(tokens/s, Generations)] of the timed passes}
+    return {name: common.median([speed for speed, _ in r]) for name, r in runs.items()}, runs[own][-1][1]
 
 
 def paired_runs(spec, plain, repeats, warmup=True, pause=PAUSE):

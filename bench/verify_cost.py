@@ -149,6 +149,7 @@ def measure(model_names, threads, kernels, ms, repeats, context, quick=False):
             common.log(f"threads {n}: read bandwidth {roof[n][0] / 1e9:.1f} GB/s, "
                        f"GEMM peak {roof[n][1] / 1e9:.0f} GFLOP/s")
     m5 = 5 if 5 in ms else ms[-1]
+    pause = 0.0 if quick else PAUSE  # between kernels (time_sweeps); --quick: a smoke run, its figures not read
     for name in common.steps(model_names, "verify cost, model"):
         model = models.get(name)
         nbytes = models.matrix_bytes(model)
@@ -160,7 +161,6 @@ def measure(model_names, threads, kernels, ms, repeats, context, quick=False):
         for n in threads:
             with common.blas_threads(n):  # every kernel in turn within each pass (time_sweeps)
                 forwards = {(layout, k): kernel_forward(params[layout], model.config, k, n) for layout, k in timed}
-                pause = 0.0 if quick else PAUSE  # --quick: a smoke run (the tests'), its figures not read
                 for key, (ts, vs) in time_sweeps(model, ms, repeats, context, forwards, pause).items():
                     t[n][key], ratios[n][key] = ts, vs
                     common.log(f"{name} threads {n} {key[0]:12s} {key[1]:11s} t(1) {1e3 * ts[1]:8.2f} ms  "
