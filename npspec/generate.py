@@ -493,10 +493,8 @@ def run(args, out=sys.stdout, err=sys.stderr, stdin=None):
         print(f"npspec.generate: wrote {args.html} (each round of the generation)", file=err)
     specs, plain = [gen], {}
     if args.compare and not interrupted:  # the same prompt, options and seed, with the target alone
-        try:
-            specs, plain = compare_repeated(job, gen, again, args.seed, threads, args.compare_repeats, progress)
-        except GenerationInterrupted:
-            interrupted, plain = True, {}
+        specs, plain, finished = compare_repeated(job, gen, again, args.seed, threads, args.compare_repeats, progress)
+        interrupted = not finished  # Ctrl-C in a turn: the finished turns are still compared
     report(args, out, err, gen, specs, plain, target, kernels)
     if interrupted:
         raise Interrupted()
@@ -573,14 +571,15 @@ def generated(job, args, out, prompt, streamer, color, progress):
 def report(args, out, err, gen, specs, plain, target, kernels):
     """The --json object (its stats naming the kernels: kernels_used) to `out`, the summary and the --compare line to
     `err` (the streamed text's end is written before --html and --compare run). gen: the Generation streamed; specs,
-    plain: compare_repeated's speculative and plain runs (plain {}: no comparison)."""
+    plain: compare_repeated's speculative and plain runs of the finished turns (plain {}: no comparison); fewer
+    turns than --compare-repeats asked (Ctrl-C) are said on `err` and in the object's `repeats` and `repeats_asked`."""
     greedy = args.temperature == 0
     if args.json:
         obj = {"text": target.tokenizer.decode(gen.ids), "ids": gen.ids, "stats": {**gen.stats.as_dict(), **kernels}}
         if args.trace:
             obj["trace"] = gen.trace
         if plain:
-            obj["compare"] = comparison(specs, plain, greedy)
+            obj["compare"] = {**comparison(specs, plain, greedy), "repeats_asked": args.compare_repeats}
         out.write(json.dumps(json_safe(obj), allow_nan=False) + "\n")
         out.flush()
     print(summary(gen.stats), file=err)
@@ -592,6 +591,9 @@ def report(args, out, err, gen, specs, plain, target, kernels):
               f"{c['plain_tokens_per_s']:.1f} tokens/s (fastest plain decoding: {c['plain_kernel']}), speedup "
               f"{c['speedup']:.2f}x{spread}" + ("" if c["same_ids"] is None else ", same output" if c["same_ids"]
                                                  else ", DIFFERENT output"), file=err)
+        if c["repeats"] < args.compare_repeats:
+            print(f"compare: Ctrl-C stopped turn {c['repeats'] + 1} of {args.compare_repeats}; the line above "
+                  f"compares the {c['repeats']} finished", file=err)
     elif args.compare:
         print("compare: interrupted before its decodings finished, so nothing is compared", file=err)
 

@@ -10,7 +10,7 @@ from statistics import median
 
 import numpy as np
 
-from .decode import Options, SamplingParams, decode
+from .decode import GenerationInterrupted, Options, SamplingParams, decode
 from .decode.drafters import ControlledDraft, ModelDrafter
 from .progress import bar
 from .registry import plain_baselines
@@ -42,7 +42,7 @@ def decode_plain(job, model, seed, label, progress=None):  # -> Generation
                       on_emit=lambda new_ids, n: b.update(len(new_ids)))
 
 
-def compare_repeated(job, first, again, seed, threads, repeats, progress=None):  # -> ([Gen], {label: [Gen]})
+def compare_repeated(job, first, again, seed, threads, repeats, progress=None):  # -> ([Gen], {label: [Gen]}, bool)
     """--compare, `repeats` times in turn (--compare-repeats): a speculative decoding, then one plain decoding of the
     prompt with each of plain_models(job, threads), the target's own kernel last, each drawing from a generator
     seeded with `seed`.
@@ -53,22 +53,30 @@ def compare_repeated(job, first, again, seed, threads, repeats, progress=None): 
     job: the speculative Job already decoded, giving `first` (the first repeat's Generation); again(): a Job that
     decodes as `job` did (a fresh drafter and random stream: npspec.generate.rerun), called for each later repeat.
     progress: a bar factory (npspec.progress) for each run, or None. Returns the speculative Generations and {label:
-    the plain Generations}, in order. Raises GenerationInterrupted on Ctrl-C.
+    the plain Generations} of the repeats that finished, in order, and whether all `repeats` did: Ctrl-C
+    (GenerationInterrupted) during a repeat drops that repeat's runs and keeps the finished ones ({} for the plain
+    runs when none finished).
     """
     models = plain_models(job, threads)
-    specs, plain = [first], {label: [] for label in models}
+    specs, plain = [], {label: [] for label in models}
     own, *others = models  # the target's own kernel runs last, so that each later speculative run follows a decoding
     # with it, as the first follows --simulate-acceptance's greedy reference: a run right after a BLAS-threaded one
     # shares the cores with BLAS's spinning threads (npspec.blas)
-    for r in range(repeats):
-        if r:
-            rerun = again()
-            with bar(progress, f"--compare: speculative decoding, run {r + 1} of {repeats}",
-                     rerun.options.max_new_tokens, "tok") as b:
-                specs.append(decode(rerun, on_emit=lambda new_ids, n: b.update(len(new_ids))))
-        for label in [*others, own]:
-            plain[label].append(decode_plain(job, models[label], seed, label, progress))
-    return specs, plain
+    try:
+        for r in range(repeats):
+            spec = first
+            if r:
+                rerun = again()
+                with bar(progress, f"--compare: speculative decoding, run {r + 1} of {repeats}",
+                         rerun.options.max_new_tokens, "tok") as b:
+                    spec = decode(rerun, on_emit=lambda new_ids, n: b.update(len(new_ids)))
+            runs = {label: decode_plain(job, models[label], seed, label, progress) for label in [*others, own]}
+            specs.append(spec)
+            for label, run in runs.items():
+                plain[label].append(run)
+    except GenerationInterrupted:
+        return specs or [first], plain if specs else {}, False
+    return specs, plain, True
 
 
 def plain_label(model, threads):

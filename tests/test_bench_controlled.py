@@ -11,7 +11,7 @@ import pytest
 
 from bench.controlled import ControlledDraft, ControlledLookup
 from npspec import generate, harness
-from npspec.decode import Generation, Stats, decode, speculative_generate
+from npspec.decode import Generation, GenerationInterrupted, Stats, decode, speculative_generate
 from npspec.harness import comparison
 from npspec.registry import plain_baselines
 
@@ -174,10 +174,62 @@ def test_compare_repeated_runs_each_speculative_decoding_after_the_targets_own_k
         return timed([1, 2], 10.0)
 
     monkeypatch.setattr(harness, "decode", fake_decode)
-    specs, plain = harness.compare_repeated(job, timed([1, 2], 20.0), again, 0, 1, 3)
+    specs, plain, finished = harness.compare_repeated(job, timed([1, 2], 20.0), again, 0, 1, 3)
     own, *others = (label.split(" at ")[0] for label in plain)  # the target's own kernel first in the table
     assert order == [*others, own] + ["speculative", *others, own] * 2
-    assert len(specs) == 3 and all(len(runs) == 3 for runs in plain.values())
+    assert finished and len(specs) == 3 and all(len(runs) == 3 for runs in plain.values())
+
+
+@pytest.mark.parametrize("turn, step", [(0, 1), (1, 0), (2, -1), (None, None)])
+def test_ctrl_c_in_compare_repeated_keeps_the_turns_that_finished(monkeypatch, turn, step):
+    """Ctrl-C in turn `turn` (0-based; a turn is a speculative decoding, the first one given, then one plain decoding
+    per plain model), at its decoding `step` (-1: its last), drops that turn's runs and keeps the finished turns
+    whole: none when the first turn's plain runs did not all end (plain {}: nothing to compare), all three when no
+    turn is stopped (turn None)."""
+    args = generate.build_parser().parse_args(["--gamma", "3", "--max-new-tokens", "4", "--quiet", "--kernel-probe",
+                                               "off", "--compare", "--compare-repeats", "3", "ROMEO:"])
+    job, again, *_ = generate.prepared(args, io.StringIO(), None)
+    count = len(harness.plain_models(job, 1))  # plain decodings a turn
+    size = count if turn == 0 else count + 1
+    start = 0 if turn in (0, None) else count + (turn - 1) * (count + 1)
+    stop_at = None if turn is None else start + step % size
+    calls = []
+
+    def fake_decode(job, on_emit=None, trace=False):
+        calls.append(job)
+        if len(calls) - 1 == stop_at:
+            raise GenerationInterrupted(timed([1], 10.0))
+        return timed([1, 2], 20.0 if job.drafter is not None else 10.0)
+
+    monkeypatch.setattr(harness, "decode", fake_decode)
+    specs, plain, finished = harness.compare_repeated(job, timed([1, 2], 20.0), again, 0, 1, 3)
+    turns = 3 if turn is None else turn
+    assert finished == (turn is None) and len(specs) == max(turns, 1)
+    assert plain == {} if turns == 0 else all(len(runs) == turns for runs in plain.values())
+    assert len(calls) == (stop_at + 1 if turn is not None else count + 2 * (count + 1))
+
+
+def test_ctrl_c_in_compare_reports_the_finished_turns(monkeypatch):
+    """npspec generate --compare --compare-repeats 3, Ctrl-C in the second turn (its first plain decoding, the fifth
+    decoding of --compare): the first turn is compared on stderr and in --json (repeats 1 of repeats_asked 3), and
+    the command still ends as interrupted (exit 130)."""
+    calls = []
+
+    def fake_decode(job, on_emit=None, trace=False):
+        calls.append(job)
+        if len(calls) == 5:  # the second turn's first plain decoding
+            raise GenerationInterrupted(timed([1], 10.0))
+        return timed([1, 2], 20.0 if job.drafter is not None else 10.0)
+
+    monkeypatch.setattr(harness, "decode", fake_decode)
+    out, err = io.StringIO(), io.StringIO()
+    status = generate.main(["--gamma", "3", "--max-new-tokens", "4", "--quiet", "--kernel-probe", "off", "--temperature",
+                            "0", "--json", "--compare", "--compare-repeats", "3", "ROMEO:"], out=out, err=err)
+    obj = json.loads(out.getvalue())  # the first turn's speculative run is the command's own (decoded for real)
+    compared = obj["compare"]
+    assert status == 130 and compared["repeats"] == 1 and compared["repeats_asked"] == 3
+    assert compared["speedups"] == [pytest.approx(obj["stats"]["tokens_per_s"] / 10.0)], compared
+    assert "Ctrl-C stopped turn 2 of 3; the line above compares the 1 finished" in err.getvalue(), err.getvalue()
 
 
 def test_simulated_acceptance_on_the_command_line_keeps_the_output_and_is_labelled():
