@@ -6,7 +6,7 @@
     python -m bench.memory        # load time and peak RSS of a converted gpt2-large
     python -m bench.profile       # where a gpt2-large forward's time goes (cProfile)
     python -m bench.threads       # what a thread handoff and OpenBLAS' spinning threads cost
-    python -m bench.report        # rewrite README.md's Performance section from bench/results/
+    python -m bench.report        # rewrite README.md's Performance section from the run it quotes (--results)
 
 Every measuring command takes --quick, --out and --threads (bench.common.command_line). Full runs
 write to bench/results/ (committed). `--quick` runs a small version in under 3 minutes and

@@ -1,9 +1,12 @@
 """python -m bench.report: rewrite README.md's Performance section from the committed results.
 
-The section between `<!-- bench:start -->` and `<!-- bench:end -->` is generated from
-bench/results/*.csv (written by bench.verify_cost, bench.speedup and bench.memory), so every
-figure README quotes comes from one of npspec's own commands, with the machine stated.
-`--check` only compares (exit status 1 if README.md is stale).
+The section between `<!-- bench:start -->` and `<!-- bench:end -->` is generated from one whole
+run's folder of tables (bench/run_all.sh's: bench/results/ itself, or the folder it was given), so
+every figure README quotes comes from one of npspec's own commands, with the machine stated. The
+section names the folder it was generated from (`--results FOLDER`, repository-relative), and a
+later run of this command without --results reads that same folder again (`source`): README stays
+on the run it quotes until it is pointed at another. `--check` only compares (exit status 1 if
+README.md is stale).
 
 Results written before npspec named its kernels (npspec.registry) say "strategy" where
 bench now says "kernel", and use the old names; `current` reads both (OLD_NAMES), so committed
@@ -12,6 +15,7 @@ results are never rewritten to be reported.
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -20,7 +24,9 @@ from npspec.evaluate import predicted_speedup
 from . import common
 
 START, END = "<!-- bench:start -->", "<!-- bench:end -->"
-README = Path(__file__).resolve().parent.parent / "README.md"
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+SOURCE = re.compile(r"`python -m bench\.report --results ([^`\s]+)`")  # how the section names its folder
 # verify_cost's old column and values -> today's: matmul strategies became kernels, layouts got plain names
 OLD_COLUMNS = {"strategy": "kernel"}
 OLD_NAMES = {"rows": "gemv-rows", "panels": "gemv-panels", "panels-gemm": "gemm-panels",  # "gemm" kept its name
@@ -190,9 +196,21 @@ def newest(results, name):
     return next((p for p in (Path(results) / name, Path(results) / EARLIER / name) if p.is_file()), None)
 
 
-def shown(path):
-    """How the README names a results file: `bench/results/NAME` or `bench/results/earlier/NAME`."""
+def shown(path, root=ROOT):
+    """How the README names a results file or folder: its path from the repository's root (`root`), such as
+    `bench/results/NAME` or `bench/results/issue24/intel4/run_all/NAME`; a path outside the repository (a test's
+    temporary folder) as `bench/results/NAME`, or `bench/results/earlier/NAME` in a folder called earlier."""
+    path = Path(path).resolve()
+    if path.is_relative_to(root):
+        return path.relative_to(root).as_posix()
     return f"bench/results/{path.parent.name + '/' if path.parent.name == EARLIER else ''}{path.name}"
+
+
+def source(text, root=ROOT):
+    """The results folder README's section `text` says it was generated from (`SOURCE`, relative to `root`), or
+    bench/results/ when it names none (a section written before it named its folder)."""
+    found = SOURCE.search(text)
+    return root / found.group(1) if found else common.RESULTS
 
 
 def provenance(path):
@@ -206,8 +224,8 @@ def section(results=common.RESULTS):
     lines = ["Measured by `python -m bench.verify_cost`, `python -m bench.speedup`, `python -m bench.drafters`, "
              "`python -m bench.trees`, `python -m bench.verification`, `python -m bench.memory` and "
              "`python -m bench.load` "
-             "(figures copied by `python -m bench.report` from `bench/results/`, which also explains where each "
-             "target is met or missed and why: `bench/results/README.md`)."]
+             f"(figures copied by `python -m bench.report --results {shown(results)}` from that one run's tables; "
+             "`bench/results/README.md` says which run that is, and where each target is met or missed and why)."]
     meta = None
     if (ar := newest(results, "speedup_ar.csv")) is not None:
         rows, meta = common.read_table(ar)
@@ -434,12 +452,16 @@ def rewrite(text, body):
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m bench.report", description=__doc__.split("\n")[0])
     ap.add_argument("--readme", default=str(README), help="the README to rewrite (default: the repository's)")
-    ap.add_argument("--results", default=str(common.RESULTS), help="results folder (default bench/results/)")
+    ap.add_argument("--results", default=None,
+                    help="one run's results folder (default: the folder the README's section names, else bench/results/)")
     ap.add_argument("--check", action="store_true", help="exit 1 if the README's section is stale; write nothing")
     args = ap.parse_args(argv)
     path = Path(args.readme)
     text = path.read_text(encoding="utf-8")
-    new = rewrite(text, section(args.results))
+    results = Path(args.results) if args.results is not None else source(text)
+    if not results.is_dir():
+        ap.error(f"--results {results}: no such folder; give the folder a bench run wrote its tables into")
+    new = rewrite(text, section(results))
     if args.check:
         if new != text:
             print(f"{path}: the Performance section is stale; run python -m bench.report", file=sys.stderr)

@@ -13,7 +13,7 @@
 # Run it on a quiet machine: the results record the 1-minute load average at the start of each command,
 # and this script prints when each command starts, so the log tells what took how long.
 # `bench/run_all.sh OUT` writes every table into the folder OUT instead (created if missing) and leaves
-# README.md alone: bench.report rewrites README's section from bench/results/ only.
+# README.md alone: `python -m bench.report --results OUT` then points README's Performance section at that run.
 set -euo pipefail
 if [ $# -gt 1 ]; then echo "run_all: takes at most one argument, the output folder; got $#" >&2; exit 2; fi
 out=()
@@ -35,5 +35,5 @@ step bench.threads
 step bench.quantized --windows 24 --starts 48 --seeds 2
 step bench.qspeed --repeats 3
 step bench.primitives --repeats 3
-if [ ${#out[@]} -eq 0 ]; then step bench.report; fi
+if [ ${#out[@]} -eq 0 ]; then step bench.report --results bench/results; fi   # README then quotes this run
 echo "run_all: $(date -u +%H:%M:%S) done" >&2

@@ -10,7 +10,7 @@ import pytest
 
 from bench import common, models, primitives, quantized, speedup, verify_cost
 from bench.common import RESULTS
-from bench.report import (END, README, START, drafter_targets, newest, provenance, rewrite, section, shown,
+from bench.report import (END, README, ROOT, START, drafter_targets, newest, provenance, rewrite, section, shown, source,
                           speedup_model_check, verify_curves)
 from npspec.evaluate import expected_acceptance, predicted_speedup, validation_loss
 
@@ -251,7 +251,7 @@ def test_report_reads_old_and_new_result_names_alike(tmp_path):
     for folder, rows in ((old, old_rows), (new, new_rows)):
         folder.mkdir()
         common.write_table(folder, "verify_cost_summary", rows, meta, "Verify cost summary")
-    assert section(old) == section(new)
+    assert section(old).replace(shown(old), shown(new)) == section(new)  # each names its own folder
     # columns: gemv-panels, gemv-rows (row-major), gemm (row-major); gemm-panels is not reported
     assert "| gpt2 | 12.00 | 10.00 | 11.00 | 3.50 | 1.50 | 2.50 | 1.00 |" in section(new)
 
@@ -338,9 +338,25 @@ def test_report_rewrites_only_between_markers():
 
 
 def test_readme_performance_section_is_generated_from_committed_results():
-    """README quotes only figures bench/ wrote: its section must equal what bench.report generates."""
+    """README quotes only figures bench/ wrote: its section must equal what bench.report generates from the one
+    run's folder the section names."""
     text = README.read_text(encoding="utf-8")
-    assert rewrite(text, section()) == text, "README.md is stale: run python -m bench.report"
+    folder = source(text)
+    assert folder.is_dir() and folder.is_relative_to(RESULTS), folder
+    assert rewrite(text, section(folder)) == text, "README.md is stale: run python -m bench.report"
+
+
+def test_report_names_the_folder_it_read_and_reads_it_again(tmp_path):
+    """The section says which folder it came from, repository-relative, and `source` finds that folder in it; a
+    section that names none is bench/results/'s (the sections written before they named their folder)."""
+    run = RESULTS / "issue24" / "intel3" / "run_all"  # a whole run_all.sh run, committed
+    body = section(run)
+    assert "`python -m bench.report --results bench/results/issue24/intel3/run_all`" in body
+    assert "`bench/results/issue24/intel3/run_all/compare.json`" in body  # each file by its own path
+    assert source(f"{START}\n{body}\n{END}") == run and source("no folder named") == RESULTS
+    assert shown(ROOT / "README.md") == "README.md"
+    r = run_python("-m", "bench.report", "--check", "--results", tmp_path / "missing")
+    assert r.returncode == 2 and "no such folder" in r.stderr, r.stderr
 
 
 QUICK = [("bench.verify_cost", ["verify_cost.csv", "verify_cost_summary.md"]),
@@ -407,7 +423,9 @@ def test_readme_introduction_says_when_it_pays_with_committed_figures():
     readme = README.read_text(encoding="utf-8")
     intro = readme[:readme.index("## Quick start")]
     assert "pays only when the target streams its weights" in intro and "fits in the CPU's" in intro
-    rows, _ = common.read_table(RESULTS / "speedup.csv")
+    run = source(readme)  # the run README's Performance section quotes
+    assert f"`{shown(run / 'speedup.md')}`" in intro
+    rows, _ = common.read_table(run / "speedup.csv")
 
     def speedup_of(target, draft, a, gamma):
         [row] = [r for r in rows if (r["target"], r["draft"], r["a"], r["gamma"]) == (target, draft, a, gamma)]
@@ -419,7 +437,7 @@ def test_readme_introduction_says_when_it_pays_with_committed_figures():
                    speedup_of("random:gpt2-medium", "random:distilgpt2", "0.7", "3"),
                    speedup_of("shipped target", "shipped draft", "", "1")):
         assert figure in intro, figure
-    compare = json.loads((RESULTS / "compare.json").read_text())["result"]["compare"]
+    compare = json.loads((run / "compare.json").read_text())["result"]["compare"]
     assert f"{compare['speedup']:.2f}x" in intro
     [command] = [line for line in intro.splitlines() if line.startswith("npspec generate")]
     assert "--simulate-acceptance" in command and "--compare" in command
