@@ -35,6 +35,12 @@ asked for, the partner (its kernel, threads and shapes) and how the probe times 
   * "off": no measurement: the role's first candidate at the threads asked for (registry.role_candidates;
     reproducible runs and tests).
 The result is a `Choice` (kernel, threads); repr(model) and `npspec generate --json` show both.
+
+Then `choose_prefill` measures how long a prompt the chosen kernel prefills faster than the GEMM does (a Model's
+`prefill_rows`), cached the same way under its own key. A decoding's prefill by BLAS GEMM at two threads cost gpt2 a
+15-id prompt's 134 ms plus about 70 ms of its first compiled forwards, slowed by OpenBLAS's spinning threads, where the
+compiled kernel's own 15-row forward costs about two one-token forwards (bench/results/issue24/README.md); on a BLAS
+with a fast few-row GEMM the GEMM may win, so that length is measured too.
 """
 
 import contextlib
@@ -70,6 +76,12 @@ MAX_CACHE_BYTES = 4 << 20  # a larger choices.json is not read (a record is unde
 LOCK_SECONDS = 60  # how long a store waits for another process's lock on choices.json before skipping the cache
 PROBE_LOCK_SECONDS = 900  # how long a probe waits for another process's probe (probe_lock) before timing anyway
 PROBE_CONTEXT = 8  # cached tokens before a timed forward (time_forwards)
+PREFILL_LENGTHS = (32, 8, 2)  # the prompt lengths choose_prefill times, longest first: the probe's budget, not a
+# property of any BLAS (a longer prompt keeps the GEMM prefill; each step down is a quarter of the last). Timing 64 ids
+# too took gpt2-large's probe 13.5 s on an Intel Sapphire Rapids, where the two ways were within 2% at 64
+PREFILL_AFTER = 3  # the one-token forwards timed after each prefill (time_prefill)
+PREFILL_REPEATS = 3  # time_prefill's median of this many
+PAUSE = 0.2  # seconds before each timed prefill: the previous one's BLAS threads fall asleep (time_prefill)
 
 
 def cpu_model(cpuinfo=Path("/proc/cpuinfo")):
@@ -265,14 +277,8 @@ def choose(role, model, threads, path=None, mode="cached", measure=time_forwards
     if len(choices) == 1 or mode == "off":
         return choices[0]
     key = machine_key(role, candidates, [model_shapes(model)], threads, partner_key(partner), rows)
-    use_cache = path is not None and mode != "bypass"
-    if use_cache and mode == "cached":
-        if (hit := cached_choice(read_choices(path).get(key))) in choices:
-            return hit
-    with probe_lock(path, note) if use_cache else contextlib.nullcontext():
-        if use_cache and mode == "cached":  # another process may have stored it while this one waited for the lock
-            if (hit := cached_choice(read_choices(path).get(key))) in choices:
-                return hit
+
+    def run():  # -> (Choice, its cache record)
         if note is not None:
             beside = "" if partner is None else f" beside its draft ({partner.kernel})"
             counts = " and ".join(map(str, thread_options(threads)))
@@ -283,11 +289,95 @@ def choose(role, model, threads, path=None, mode="cached", measure=time_forwards
         if not seconds:
             raise KernelUnavailable(f"none of the {role}'s kernels {', '.join(candidates)} can be built here")
         best = min(seconds, key=lambda choice: seconds[choice])  # choices order: ties keep the earlier one
+        timed = [{"kernel": k, "threads": t, "seconds": v} for (k, t), v in seconds.items()]
+        return best, {"kernel": best.kernel, "threads": best.threads, "rows": list(rows), "seconds": timed}
+    return probed(path, mode, key, lambda record: hit if (hit := cached_choice(record)) in choices else None, run, note)
+
+
+def probed(path, mode, key, parse, run, note=None):
+    """A measured value, through the cache file `path` as `mode` says (module docstring; "off" is the caller's):
+    parse(the record cached under `key`) when that is not None and mode is "cached", else run() -> (value, record),
+    its record stored under `key` unless mode is "bypass" or path is None. The measurement holds probe_lock, and
+    reads the cache again once it has it: another process may have stored the value while this one waited."""
+    use_cache = path is not None and mode != "bypass"
+    if use_cache and mode == "cached" and (hit := parse(read_choices(path).get(key))) is not None:
+        return hit
+    with probe_lock(path, note) if use_cache else contextlib.nullcontext():
+        if use_cache and mode == "cached" and (hit := parse(read_choices(path).get(key))) is not None:
+            return hit
+        value, record = run()
         if use_cache:
-            timed = [{"kernel": k, "threads": t, "seconds": v} for (k, t), v in seconds.items()]
-            store_choice(path, key, {"kernel": best.kernel, "threads": best.threads, "rows": list(rows),
-                                     "seconds": timed}, note)
-    return best
+            store_choice(path, key, record, note)
+    return value
+
+
+def time_prefill(model, length, by_kernel, repeats=PREFILL_REPEATS, clock=time.perf_counter, sleep=time.sleep):
+    """Seconds a decoding by `model` (a Model) takes to start: a prefill of `length` ids into a fresh cache, then
+    PREFILL_AFTER one-token forwards (cut to fit its n_ctx), the median of `repeats`, each after sleep(PAUSE).
+
+    by_kernel: the prefill runs as a decoding forward (model.with_prefill_rows(length)), else as the GEMM at the
+    model's threads (prefill_rows 0). The forwards after it count because a threaded BLAS call leaves OpenBLAS's
+    threads spinning for a while (about 0.1 s on an Intel Sapphire Rapids) on the cores a compiled kernel's threads
+    need next: after a 15-id GEMM prefill of gpt2 at two threads, its first two compiled forwards took 65 and 57 ms,
+    then 27 (bench/results/issue24/README.md). The pause lets the previous timing's threads fall asleep first."""
+    subject = model.with_prefill_rows(length if by_kernel else 0)
+    after = max(0, min(PREFILL_AFTER, model.config.n_ctx - length))
+    ids = np.arange(length + after) % model.config.n_vocab
+    times = []
+    for _ in range(repeats):
+        sleep(PAUSE)
+        cache = subject.new_cache()
+        start = clock()
+        subject.prefill(ids[:length], cache)
+        for i in range(length, length + after):
+            subject.forward(ids[i : i + 1], cache)
+        times.append(clock() - start)
+    return float(np.median(times))
+
+
+def prefill_crossover(model, lengths=PREFILL_LENGTHS, measure=time_prefill):  # -> (int, {length: [s, s]})
+    """(the longest of `lengths` whose prompt `model` starts faster by its kernel than by the GEMM, else 0;
+    {length: [seconds by the kernel, seconds by the GEMM]} for each length timed).
+
+    Lengths are tried longest first (cut to those under the model's n_ctx), and the first that the kernel wins ends
+    the search: a decoding kernel reads every weight once per 16 rows or so, so its prefill grows with the prompt
+    faster than a GEMM's, and where it wins at a length it wins at every shorter one (the assumption this rests on;
+    no BLAS property is written down). measure: time_prefill's signature (model, length, by_kernel) -> seconds, a
+    parameter so that tests can fake the timings."""
+    timed = {}
+    for n in sorted({n for n in lengths if n < model.config.n_ctx}, reverse=True):
+        timed[n] = [measure(model, n, True), measure(model, n, False)]
+        if timed[n][0] < timed[n][1]:
+            return n, timed
+    return 0, timed
+
+
+def choose_prefill(model, path=None, mode="cached", measure=time_prefill, note=None, lengths=PREFILL_LENGTHS):
+    """The prefill_rows `model` (a Model, with the kernel and threads it decodes with) starts a decoding fastest
+    with: prefill_crossover's length, measured on this machine and cached in `path` as `mode` says (module
+    docstring; "off": 0, every prefill a GEMM, as before npspec measured it), keyed by the kernel, its threads and
+    the model's shapes. note: None, or a function given one line when it measures. Raises ValueError for a bad
+    mode."""
+    if mode not in MODES:
+        raise ValueError(f"the kernel probe mode must be one of {', '.join(MODES)}, got {mode!r}")
+    if mode == "off":
+        return 0
+    lengths = tuple(lengths)
+    key = machine_key("prefill", [model.kernel], [model_shapes(model)], model.threads, rows=lengths)
+
+    def run():  # -> (rows, its cache record)
+        fits = sorted({n for n in lengths if n < model.config.n_ctx}, reverse=True)  # as prefill_crossover tries them
+        say(note, f"timing prompts of {'/'.join(map(str, fits))} ids prefilled by {model.kernel} and by the GEMM, "
+                  "on this machine (once; --kernel-probe refresh times them again)")
+        rows, timed = prefill_crossover(model, lengths, measure)
+        return rows, {"prefill_rows": rows, "seconds": {str(n): {"kernel": k, "gemm": g} for n, (k, g) in timed.items()}}
+    return probed(path, mode, key, cached_prefill_rows, run, note)
+
+
+def cached_prefill_rows(record):  # a cache record -> int, or None if it is not a well-formed one
+    """The prefill_rows a cached record names: an int >= 0 (not a bool), else None (measured again)."""
+    rows = record.get("prefill_rows") if isinstance(record, dict) else None
+    return rows if type(rows) is int and rows >= 0 else None
 
 
 @contextlib.contextmanager

@@ -96,10 +96,10 @@ def build_parser(prog=PROG, out=None, err=None):
                          "one-token product on npspec's own threads; dequant-panels keeps a quantized draft's int8 "
                          "codes, npspec.qkernels)")
     ap.add_argument("--kernel-probe", choices=MODES, default="cached",
-                    help="how the default kernels are chosen (npspec.choice), once every check has passed: cached "
-                         "(measured once per machine and model shape, kept in npspec's cache), refresh (measure "
-                         "again), bypass (measure, cache nothing), off (no measurement: the first candidate) "
-                         "(default cached)")
+                    help="how the default kernels, and the longest prompt each prefills itself, are chosen "
+                         "(npspec.choice), once every check has passed: cached (measured once per machine and model "
+                         "shape, kept in npspec's cache), refresh (measure again), bypass (measure, cache nothing), "
+                         "off (no measurement: the first candidate, every prompt prefilled by GEMM) (default cached)")
     ap.add_argument("--json", action="store_true", help="print one JSON object: text, ids, stats")
     ap.add_argument("--trace", action="store_true",
                     help="with --json: add a record per round (drafted ids, accepted count, corrected or bonus id)")
@@ -450,12 +450,13 @@ def verify_rows(job):  # Job -> int
 
 
 def kernels_used(target, drafter):
-    """{"target_kernel", "target_threads", "draft_kernel", "draft_threads"}: the products the two models decode with
-    and the threads of their forwards (draft None for both: no draft model). Called before --simulate-acceptance
-    wraps the draft model."""
+    """{"target_kernel", "target_threads", "target_prefill_rows", and the same for "draft_"}: the products the two
+    models decode with, the threads of their forwards, and the longest prompt each prefills with its kernel
+    (Model.prefill_rows; draft None for all three: no draft model). Called before --simulate-acceptance wraps the
+    draft model."""
     draft = draft_model(drafter)
-    return {"target_kernel": target.kernel, "target_threads": target.threads,
-            "draft_kernel": None if draft is None else draft.kernel, "draft_threads": None if draft is None else draft.threads}
+    return {"target_kernel": target.kernel, "target_threads": target.threads, "target_prefill_rows": target.prefill_rows,
+            **{f"draft_{k}": None if draft is None else getattr(draft, k) for k in ("kernel", "threads", "prefill_rows")}}
 
 
 def draft_model(drafter, default=None):

@@ -2,9 +2,14 @@
 
 Imports npspec.gpt2 (the math), npspec.kernels (the column-major layout), npspec.qkernels (int8 codes) and
 npspec.registry (the kernels by name); no I/O. `Model` is THE one place a kernel is held: an explicit constructor
-argument that `repr(model)` shows, changed only by `with_kernel`, which returns a new Model over the same weights.
-Which kernel a role decodes with by default is npspec.registry's and npspec.choice's business (npspec.sources.load).
+argument that `repr(model)` shows, changed only by `with_kernel`, which returns a new Model over the same weights; so is
+the longest prompt its kernel prefills (`prefill_rows`, changed by `with_prefill_rows`). Which kernel a role decodes
+with by default, and that length, are npspec.registry's and npspec.choice's business (npspec.sources.load).
 """
+
+import copy
+
+import numpy as np
 
 from .blas import BlasThreads
 from .gpt2 import KVCache, attention, attention_masked, gpt2, gpt2_tree
@@ -28,14 +33,18 @@ class Model:
     in a decoding forward). Results never depend on it.
     blas: an npspec.blas.BlasThreads to share (default: a new one).
     note: None, or a function given one-line messages while the kernel is built (a compiled kernel's compile time).
+    prefill_rows: the longest prompt (in ids, an int >= 0) that `prefill` runs as a decoding forward, with the kernel
+    and its threads; longer ones run the prefill GEMM (default 0: every prefill). Which is faster depends on the
+    BLAS and the kernel, so npspec.sources.load measures it for a role (npspec.choice.choose_prefill).
     The block matrices are stored column-major (kernels.column_major), in place, one matrix at
     a time, whatever the kernel: the NumPy kernels read that layout, so changing to one of them never
     copies the weights; "compiled-panels" packs its own copy once, here (registry.Kernel.prepare). Raises ValueError for an unknown kernel, a bad thread count, or int8
-    codes with a kernel that cannot read them, a kernel whose extra is not installed.
+    codes with a kernel that cannot read them, a kernel whose extra is not installed, or prefill_rows that is not
+    an int >= 0.
     """
 
     def __init__(self, config, params, tokenizer=None, source="", kernel=STATIC_DEFAULT, threads=1, metadata=None,
-                 blas=None, note=None):
+                 blas=None, note=None, prefill_rows=0):
         self.config = config
         self.params = column_major(params)
         self.tokenizer = tokenizer
@@ -51,16 +60,27 @@ class Model:
         self.spec.prepare(self.linear, [lin["w"] for lin in block_linears(self.params)] + [self.params["wte"].T])
         self.blas = blas or BlasThreads()
         self.blas_threads = self.spec.blas_threads(threads)
+        self.prefill_rows = check_prefill_rows(prefill_rows)
 
     def __repr__(self):
         c = self.config
         return (f"Model(source={self.source!r}, n_layer={c.n_layer}, n_embd={c.n_embd}, n_vocab={c.n_vocab}, "
-                f"kernel={self.kernel!r}, threads={self.threads})")
+                f"kernel={self.kernel!r}, threads={self.threads}, prefill_rows={self.prefill_rows})")
 
     def with_kernel(self, kernel, threads=None, note=None):
-        """The same model (same weight arrays, no copy) decoding with `kernel` and `threads` (default: this model's)."""
-        return Model(self.config, self.params, self.tokenizer, self.source, kernel,
-                     self.threads if threads is None else threads, self.metadata, self.blas, note)
+        """The same model (same weight arrays, no copy) decoding with `kernel` and `threads` (default: this model's).
+        Its prefill_rows is this model's for the same kernel and threads, else 0: it was measured for them."""
+        threads = self.threads if threads is None else threads
+        same = (kernel, threads) == (self.kernel, self.threads)
+        return Model(self.config, self.params, self.tokenizer, self.source, kernel, threads, self.metadata, self.blas,
+                     note, self.prefill_rows if same else 0)
+
+    def with_prefill_rows(self, prefill_rows):
+        """This model (the same weights and built kernel: nothing packed again) with `prefill_rows` (see Model).
+        Raises ValueError unless it is an int >= 0."""
+        other = copy.copy(self)
+        other.prefill_rows = check_prefill_rows(prefill_rows)
+        return other
 
     @property
     def invariant(self):
@@ -90,14 +110,20 @@ class Model:
             return gpt2_tree(ids, parents, self.params, self.config, cache, self.linear)
 
     def prefill(self, ids, cache, threads=None):  # [n_new] -> [n_new, n_vocab] float32
-        """Logits for `ids` fed after `cache.length` with one GEMM per product and masked attention over all rows.
+        """Logits for `ids` fed after `cache.length`, for a prompt or a validation window: at most `prefill_rows`
+        ids run as one decoding forward (`forward`: the kernel, per-row attention), more with one GEMM per product
+        (the kernel's `prefill`; with a quantized kernel, one GEMM per dequantized panel, qkernels.dequant_gemm) and
+        masked attention over all rows.
 
-        The fast path for a prompt or a validation window; not batch invariant, so it is used
-        only where its rows need not match one-token forwards (a prefill both decoders share).
-        With a quantized kernel, one GEMM per dequantized panel (qkernels.dequant_gemm).
-        threads: BLAS's threads for this prefill (a positive int; default: the model's `threads`). The kernel probe
-        passes 1 (npspec.choice.time_forwards: OpenBLAS's threads spin for a while after a threaded call).
+        The GEMM is not batch invariant, so a prefill is used only where its rows need not match one-token forwards
+        (a prefill both decoders share). For a short prompt it can cost more than the kernel's forward, and OpenBLAS's
+        threads spin for a while after a threaded call, on the cores a compiled kernel's threads need next
+        (npspec.choice.choose_prefill measures both).
+        threads: BLAS's threads for a GEMM prefill (a positive int; default: the model's `threads`). The kernel probe
+        passes 1 (npspec.choice.time_forwards).
         """
+        if len(ids) <= self.prefill_rows:
+            return self.forward(ids, cache)
         with self.blas.limit(self.threads if threads is None else threads):
             return gpt2(ids, self.params, self.config, cache, self.spec.prefill, attention_masked)
 
@@ -109,6 +135,14 @@ class Model:
     def n_bytes(self):
         """Bytes of all weight arrays."""
         return sum(a.nbytes for a in leaves(self.params))
+
+
+def check_prefill_rows(n):
+    """n as an int if it is an int >= 0 (a numpy integer too, not a bool), else ValueError in one line."""
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
+        raise ValueError(f"prefill_rows must be an int >= 0 (the longest prompt the decoding kernel prefills), "
+                         f"got {n!r}")
+    return int(n)
 
 
 def leaves(tree):

@@ -481,10 +481,17 @@ def test_the_command_probes_only_once_every_check_has_passed_and_as_kernel_probe
     assert all(stats[f"{role}_kernel"] in choice.role_candidates(role) for role in ("target", "draft"))
     off = generate("--kernel-probe", "off")[1]
     assert [off["target_kernel"], off["draft_kernel"]] == [choice.role_candidates(r)[0] for r in ("target", "draft")]
+    assert (off["target_prefill_rows"], off["draft_prefill_rows"]) == (0, 0)  # unmeasured: every prefill a GEMM
     status, stats = generate()  # cached: each role with more than one candidate measured once and stored
-    records = {json.loads(key)["role"]: (r["kernel"], r["threads"]) for key, r in choice.read_choices(path).items()}
+    stored = {key: r for key, r in choice.read_choices(path).items()}
+    records = {json.loads(key)["role"]: (r["kernel"], r["threads"]) for key, r in stored.items()
+               if json.loads(key)["role"] != "prefill"}
     assert status == 0 and records == {role: (stats[f"{role}_kernel"], stats[f"{role}_threads"])
                                        for role in ("target", "draft")}  # 2 threads and 1: always timed
+    prefills = {(*json.loads(key)["candidates"], json.loads(key)["threads"], r["prefill_rows"])
+                for key, r in stored.items() if json.loads(key)["role"] == "prefill"}
+    assert all((f"{stats[f'{role}_kernel']}/{REGISTRY[stats[f'{role}_kernel']].version}", stats[f"{role}_threads"],
+                stats[f"{role}_prefill_rows"]) in prefills for role in ("target", "draft"))  # each model's, as chosen
     status, given = generate("--target-kernel", "gemv-rows", "--draft-kernel", "gemm")
     assert (given["target_kernel"], given["draft_kernel"]) == ("gemv-rows", "gemm")
 
@@ -498,7 +505,8 @@ def test_a_draft_model_the_job_does_not_use_is_neither_measured_nor_made_a_draft
     assert status == 0, err.getvalue()
     stats = json.loads(out.getvalue())["stats"]
     records = [json.loads(key) for key in choice.read_choices(tmp_path / choice.CACHE_FILE)]
-    assert stats["draft_kernel"] is None and [(r["role"], r["partner"]) for r in records] == [("target", None)]
+    assert stats["draft_kernel"] is None and stats["draft_prefill_rows"] is None
+    assert sorted((r["role"], r["partner"]) for r in records) == [("prefill", None), ("target", None)]
 
 
 def test_a_model_with_a_tiny_context_is_timed_on_what_fits():
@@ -512,3 +520,119 @@ def test_a_plain_decoding_is_named_by_its_kernel_and_by_its_threads_when_they_di
     assert plain_label(model, 2) == "gemv-panels"
     assert plain_label(model, 4) == "gemv-panels at 2 threads"
     assert plain_label(model.with_kernel("gemv-panels", 1), 2) == "gemv-panels at 1 thread"
+
+
+# ---- how long a prompt the chosen kernel prefills (choose_prefill), with faked timings ----
+
+def fake_prefills(kernel_per_id, gemm_start, calls=None):
+    """A measure(model, length, by_kernel) for a machine where a decoding starts in 0.1 s + kernel_per_id s per
+    prompt id by the kernel, and in gemm_start + 0.001 s per id by the GEMM (its threads' spin included)."""
+    def measure(model, length, by_kernel):
+        if calls is not None:
+            calls.append((length, by_kernel))
+        return 0.1 + kernel_per_id * length if by_kernel else gemm_start + 0.001 * length
+    return measure
+
+
+@pytest.mark.parametrize("kernel_per_id, gemm_start, n_ctx, rows, timed", [
+    (0.001, 0.3, 128, 32, [32]),         # the kernel wins at the longest length: nothing shorter is timed
+    (0.01, 0.2, 128, 8, [32, 8]),        # a GEMM faster at 32 ids (0.42 s against 0.232), slower at 8
+    (0.01, 0.05, 128, 0, [32, 8, 2]),    # a BLAS whose GEMM starts a decoding faster at every length
+    (0.001, 0.3, 10, 8, [8]),            # a context of 10: only the lengths under it
+])
+def test_the_prefill_probe_keeps_the_longest_prompt_the_kernel_starts_faster_than_the_gemm(kernel_per_id, gemm_start,
+                                                                                        n_ctx, rows, timed):
+    calls = []
+    model = tiny_model(n_ctx=n_ctx)
+    found, seconds = choice.prefill_crossover(model, choice.PREFILL_LENGTHS, fake_prefills(kernel_per_id, gemm_start,
+                                                                                          calls))
+    assert found == rows and calls == [(n, by_kernel) for n in timed for by_kernel in (True, False)]
+    assert seconds == {n: [0.1 + kernel_per_id * n, gemm_start + 0.001 * n] for n in timed}
+
+
+def test_the_prefill_probe_is_cached_per_kernel_threads_and_shapes_refreshed_bypassed_or_off(tiny, tmp_path):
+    path, calls, lines = tmp_path / choice.CACHE_FILE, [], []
+    measure = fake_prefills(0.01, 0.2, calls)
+    model = tiny.with_kernel("gemv-panels", threads=2)
+    assert choice.choose_prefill(model, path, "off", measure) == 0 and not calls and not path.exists()
+    assert choice.choose_prefill(model, path, "bypass", measure) == 8 and calls and not path.exists()
+    calls.clear()
+    assert choice.choose_prefill(model, path, "cached", measure, note=lines.append) == 8 and len(calls) == 2
+    assert lines == ["timing prompts of 8/2 ids prefilled by gemv-panels and by the GEMM, on this machine (once; "
+                     "--kernel-probe refresh times them again)"]  # 32 does not fit under the tiny model's 32 positions
+    key, record = next(iter(choice.read_choices(path).items()))
+    assert json.loads(key)["role"] == "prefill" and json.loads(key)["candidates"] == ["gemv-panels/1"]
+    assert json.loads(key)["threads"] == 2 and record["prefill_rows"] == 8 and set(record["seconds"]) == {"8"}
+    calls.clear()
+    assert choice.choose_prefill(model, path, "cached", measure) == 8 and not calls  # read, not measured
+    assert choice.choose_prefill(model, path, "refresh", fake_prefills(0.01, 0.05, calls)) == 0 and calls
+    assert choice.choose_prefill(model, path, "cached", measure) == 0  # what refresh stored
+    calls.clear()
+    assert choice.choose_prefill(model.with_kernel("gemv-panels", threads=1), path, "cached", measure) == 8 and calls
+    assert len(choice.read_choices(path)) == 2  # another thread count, another record
+    with pytest.raises(ValueError, match="kernel probe mode"):
+        choice.choose_prefill(model, path, "sometimes", measure)
+
+
+@pytest.mark.parametrize("record", [{"prefill_rows": -1}, {"prefill_rows": True}, {"prefill_rows": 4.0}, [4], {}])
+def test_a_malformed_prefill_record_is_measured_again(tiny, tmp_path, record):
+    path, calls = tmp_path / choice.CACHE_FILE, []
+    key = choice.machine_key("prefill", [tiny.kernel], [choice.model_shapes(tiny)], tiny.threads,
+                             rows=choice.PREFILL_LENGTHS)
+    choice.store_choice(path, key, record)
+    assert choice.choose_prefill(tiny, path, "cached", fake_prefills(0.01, 0.2, calls)) == 8 and calls
+
+
+class PrefillRecorder:
+    """A Model's stand-in for time_prefill: records each prefill's length and route, each forward, each cache."""
+
+    def __init__(self, seen, n_ctx=32, prefill_rows=0):
+        self.seen, self.prefill_rows = seen, prefill_rows
+        self.config = dataclasses.make_dataclass("Config", ["n_ctx", "n_vocab"])(n_ctx, 67)
+
+    def with_prefill_rows(self, n):
+        return PrefillRecorder(self.seen, self.config.n_ctx, n)
+
+    def new_cache(self):
+        self.seen.append("cache")
+
+    def prefill(self, ids, cache):
+        self.seen.append(("prefill", len(ids), "kernel" if len(ids) <= self.prefill_rows else "gemm"))
+
+    def forward(self, ids, cache):
+        self.seen.append(("forward", len(ids)))
+
+
+def test_a_timed_prefill_starts_a_decoding_after_a_pause_and_counts_the_forwards_after_it():
+    """Each timing: a pause (the last one's BLAS threads fall asleep), a fresh cache, the clock, the prefill by the
+    route asked for, PREFILL_AFTER one-token forwards (where spinning threads cost), the clock; the median counts."""
+    seen = []
+    readings = iter([0, 5, 10, 11, 20, 23])  # spans of 5, 1 and 3 s: the median is 3
+    clock = lambda: seen.append("clock") or next(readings)
+    sleep = lambda s: seen.append(("sleep", s))
+    for by_kernel, route in ((True, "kernel"), (False, "gemm")):
+        seen.clear()
+        readings = iter([0, 5, 10, 11, 20, 23])
+        assert choice.time_prefill(PrefillRecorder(seen), 4, by_kernel, repeats=3, clock=clock, sleep=sleep) == 3
+        one = [("sleep", choice.PAUSE), "cache", "clock", ("prefill", 4, route)] + \
+            [("forward", 1)] * choice.PREFILL_AFTER + ["clock"]
+        assert seen == one * 3
+    seen.clear()
+    readings = iter([0, 1])
+    choice.time_prefill(PrefillRecorder(seen, n_ctx=5), 4, True, repeats=1, clock=clock, sleep=sleep)
+    assert seen.count(("forward", 1)) == 1  # the forwards after it cut to the context
+
+
+def test_load_gives_a_role_the_cached_prefill_of_its_chosen_kernel_and_none_with_probe_off(tmp_path):
+    """The kernel's choice and its prefill's, stored as a probe would have: load reads both and measures nothing."""
+    off = load(None, "draft", cache_dir=tmp_path, probe="off")
+    assert off.prefill_rows == 0 and not (tmp_path / choice.CACHE_FILE).exists()
+    path, lines = tmp_path / choice.CACHE_FILE, []
+    candidates = choice.role_candidates("draft")
+    kernel = candidates[-1]
+    choice.store_choice(path, choice.machine_key("draft", candidates, [choice.model_shapes(off)], 1),
+                        {"kernel": kernel, "threads": 1})
+    choice.store_choice(path, choice.machine_key("prefill", [kernel], [choice.model_shapes(off)], 1,
+                                                 rows=choice.PREFILL_LENGTHS), {"prefill_rows": 16})
+    model = load(None, "draft", cache_dir=tmp_path, note=lines.append)
+    assert (model.kernel, model.threads, model.prefill_rows) == (kernel, 1, 16) and not lines

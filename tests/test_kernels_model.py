@@ -110,9 +110,50 @@ def test_check_threads_takes_numpy_integers():
 
 
 def test_model_repr_shows_the_kernel(tiny):
-    assert repr(tiny) == "Model(source='tiny', n_layer=2, n_embd=16, n_vocab=67, kernel='gemm-blocks', threads=1)"
-    assert "kernel='gemm', threads=2)" in repr(tiny.with_kernel("gemm", threads=2))
-    assert "kernel='gemv-panels', threads=1)" in repr(tiny_model(role="draft"))
+    assert repr(tiny) == ("Model(source='tiny', n_layer=2, n_embd=16, n_vocab=67, kernel='gemm-blocks', threads=1, "
+                          "prefill_rows=0)")
+    assert "kernel='gemm', threads=2, prefill_rows=0)" in repr(tiny.with_kernel("gemm", threads=2))
+    assert "kernel='gemv-panels', threads=1, prefill_rows=0)" in repr(tiny_model(role="draft"))
+    assert repr(tiny.with_prefill_rows(16)).endswith("threads=1, prefill_rows=16)")
+
+
+def test_a_prompt_up_to_prefill_rows_runs_as_a_decoding_forward_and_a_longer_one_as_the_gemm(tiny):
+    """With a panel kernel, a forward runs BLAS on one thread and the GEMM prefill on the model's three: the limits
+    show which ran, and the logits and caches are the forward's, bit for bit, or the GEMM prefill's."""
+    limits = []
+
+    class Blas:  # records each limit, runs nothing of the real BLAS's thread API
+        def limit(self, n):
+            limits.append(n)
+            return contextlib.nullcontext()
+    gemm_only = Model(tiny.config, tiny.params, kernel="gemv-panels", threads=3, blas=Blas())
+    m = Model(tiny.config, tiny.params, kernel="gemv-panels", threads=3, blas=Blas(), prefill_rows=4)
+    ids = np.arange(1, 6)
+    for n, route in ((4, 1), (5, 3), (1, 1)):
+        limits.clear()
+        cache, ref_cache, gemm_cache = m.new_cache(), m.new_cache(), m.new_cache()
+        out = m.prefill(ids[:n], cache)
+        assert limits == [route]
+        ref = m.forward(ids[:n], ref_cache) if route == 1 else gemm_only.prefill(ids[:n], ref_cache)
+        assert np.array_equal(out, ref) and np.array_equal(cache.k, ref_cache.k) and cache.length == n
+    one_by_one = m.new_cache()
+    rows = np.concatenate([m.forward(ids[i : i + 1], one_by_one) for i in range(4)])
+    assert np.array_equal(m.prefill(ids[:4], m.new_cache()), rows)  # an invariant kernel's rows: one-token forwards
+    gemm = gemm_only.prefill(ids[:4], gemm_only.new_cache())
+    assert not np.array_equal(gemm, rows)  # the GEMM's bits differ here, so the routes above are told apart
+
+
+def test_with_prefill_rows_shares_the_built_kernel_and_with_kernel_keeps_it_only_for_the_same_kernel_and_threads(tiny):
+    m = tiny.with_kernel("gemv-panels", threads=2).with_prefill_rows(np.int64(16))
+    assert m.prefill_rows == 16 and type(m.prefill_rows) is int and m.kernel == "gemv-panels" and m.threads == 2
+    assert m.linear is not tiny.linear and m.with_prefill_rows(4).linear is m.linear and m.prefill_rows == 16
+    assert m.with_kernel("gemv-panels").prefill_rows == 16 and m.with_kernel("gemv-panels", threads=2).prefill_rows == 16
+    assert m.with_kernel("gemv-rows").prefill_rows == 0 and m.with_kernel("gemv-panels", threads=1).prefill_rows == 0
+    for bad in (-1, True, 1.5, "4", None):
+        with pytest.raises(ValueError, match=r"prefill_rows must be an int >= 0 .*, got"):
+            m.with_prefill_rows(bad)
+        with pytest.raises(ValueError, match="prefill_rows must be an int >= 0"):
+            Model(tiny.config, tiny.params, prefill_rows=bad)
 
 
 def test_with_kernel_shares_the_arrays(tiny):

@@ -165,7 +165,8 @@ def cli_runs():
                      err=err)
         obj = json.loads(out.getvalue())
         compare = obj.pop("compare", None)
-        for key in ("target_kernel", "draft_kernel", "target_threads", "draft_threads"):  # pinned kernels, the CPUs
+        for key in [f"{role}_{k}" for role in ("target", "draft") for k in ("kernel", "threads", "prefill_rows")]:
+            # pinned kernels, the CPUs, the machine's prefill (npspec.choice.choose_prefill)
             obj["stats"].pop(key, None)
         obj = timeless(obj)
         if compare is not None:

@@ -27,7 +27,7 @@ import re
 from pathlib import Path
 
 from ..atomic import expand
-from ..choice import CACHE_FILE, choose
+from ..choice import CACHE_FILE, choose, choose_prefill
 from ..errors import CheckpointError, KernelUnavailable
 from ..files import load_model
 from ..tensors import params_tree
@@ -131,21 +131,24 @@ def role_model(model, role, threads, cache_dir=None, probe="cached", note=None, 
     kernel's compile note, and the probe's when it measures. partner: None, or the draft Model (with its kernel
     chosen) that a target decodes beside: the target's candidates are then timed in rounds with it
     (npspec.choice.time_forwards). rows: the row counts its forwards multiply, to time (None: choice.ROLE_ROWS).
-    Raises ValueError for a bad role, probe mode or rows."""
-    candidates = role_candidates(role)
+    Then the longest prompt that kernel prefills faster than the GEMM (Model.prefill_rows: npspec.choice.
+    choose_prefill, cached the same way; 0 with probe "off"). Raises ValueError for a bad role, probe mode or rows."""
+    path, candidates = cache_root(cache_dir) / CACHE_FILE, role_candidates(role)
     while True:
-        chosen = choose(role, model, threads, cache_root(cache_dir) / CACHE_FILE, probe, note=note, partner=partner,
-                        rows=rows, candidates=candidates)  # says when it measures; repr and --json show the choice
-        if chosen == (model.kernel, model.threads):
-            return model
+        chosen = choose(role, model, threads, path, probe, note=note, partner=partner, rows=rows,
+                        candidates=candidates)  # says when it measures; repr and --json show the choice
         try:
-            return model.with_kernel(chosen.kernel, chosen.threads, note=note)
+            if chosen != (model.kernel, model.threads):
+                model = model.with_kernel(chosen.kernel, chosen.threads, note=note)
+            break
         except KernelUnavailable as e:  # chosen unmeasured (cached, or --kernel-probe off) and it cannot be built here
             candidates = tuple(c for c in candidates if c != chosen.kernel)
             if not candidates:
                 raise
             if note is not None:
                 note(f"{e}; the {role} decodes with one of {', '.join(candidates)}")
+    prefill_rows = choose_prefill(model, path, probe, note=note)
+    return model if prefill_rows == model.prefill_rows else model.with_prefill_rows(prefill_rows)
 
 
 def split_quantized(spec):
