@@ -9,8 +9,12 @@ gemm-blocks, gemv-rows and compiled-panels when installed), with the run's threa
     tokens with the model's prefill and forwards timed where they are called: per token, the loop's seconds, the
     prefill's share, the forwards', and the rest (sampling, bookkeeping), next to a one-token forward timed alone;
   * a cProfile listing (own time) of the one-token forwards of the first kernel; the BLAS calls have no Python
-    frame of their own: their time is the own time of the function that calls np.matmul (the kernel).
-Writes profile.md (the listings) and profile.csv/.md's tables (profile_forward, profile_loop).
+    frame of their own: their time is the own time of the function that calls np.matmul (the kernel);
+  * a decoding's start, for each kernel with its own threads: the prompt's prefill (PROMPTS ids, all but the last)
+    and START_TOKENS one-token forwards, with the prefill by the GEMM (Model.prefill_rows 0) and by the kernel
+    (prefill_rows covering the prompt), in turn with a pause, the median of `--calls`; beside it the prefill_rows
+    the kernel probe measures here (npspec.choice.choose_prefill, nothing cached).
+Writes profile.md (the listings) and profile.csv/.md's tables (profile_forward, profile_loop, profile_start).
 """
 
 import cProfile
@@ -22,12 +26,16 @@ from pathlib import Path
 
 import numpy as np
 
+from npspec.choice import choose_prefill
 from npspec.decode import speculative_generate
 from npspec.registry import REGISTRY
 
 from . import common, models
+from .verify_cost import PAUSE
 
 KERNELS = tuple(k for k in ("gemm-blocks", "gemv-rows", "compiled-panels") if REGISTRY[k].available())
+PROMPTS = (4, 16, 48)  # prompt lengths (ids) whose decoding start start_by_route times
+START_TOKENS = 8  # one-token forwards after the prefill in each timed start: where spinning BLAS threads cost
 
 
 def best_seconds(f, calls):
@@ -99,6 +107,28 @@ def loop_against_forwards(model, prompt, tokens, calls):
             "forward_alone_ms": 1e3 * alone}
 
 
+def start_by_route(model, length, tokens, calls, pause=PAUSE):
+    """{gemm_ms, kernel_ms, ratio}: the medians of `calls` decoding starts of a `length`-id prompt by `model` (the
+    prefill of all ids but the last into a fresh cache, then `tokens` one-token forwards), its prefill by the GEMM
+    (prefill_rows 0) and by the kernel, in turn after a warm-up round, `pause` seconds before each (common.in_turn);
+    ratio: gemm_ms / kernel_ms."""
+    ids = np.arange(length + tokens) % model.config.n_vocab
+
+    def start(subject):
+        def run():
+            cache = subject.new_cache()
+            t0 = time.perf_counter()
+            subject.prefill(ids[: length - 1], cache)
+            for i in range(length - 1, length - 1 + tokens):
+                subject.forward(ids[i : i + 1], cache)
+            return time.perf_counter() - t0
+        return run
+    times = common.in_turn({"gemm": start(model.with_prefill_rows(0)),
+                            "kernel": start(model.with_prefill_rows(length))}, calls, pause)
+    gemm, kernel = 1e3 * common.median(times["gemm"]), 1e3 * common.median(times["kernel"])
+    return {"gemm_ms": gemm, "kernel_ms": kernel, "ratio": gemm / kernel}
+
+
 def profile_forward(model, m, calls, context=32):
     """The top of a cProfile listing (own time) of `calls` model.forward calls over m tokens, and seconds per call."""
     cache = model.new_cache()
@@ -122,8 +152,8 @@ def profile_forward(model, m, calls, context=32):
     return text[text.index("ncalls"):].rstrip(), stats.total_tt / calls
 
 
-def summary_lines(forward_rows, loop_rows):
-    """The two decompositions as markdown tables (ms), the summary at the top of profile.md."""
+def summary_lines(forward_rows, loop_rows, start_rows):
+    """The two decompositions and the decoding starts as markdown tables (ms), the summary at the top of profile.md."""
     lines = ["", "## A one-token forward against its own products replayed alone (best of --calls, ms)", "",
              "| kernel | forward | its products alone | around the products | products |", "|---|---|---|---|---|"]
     lines += [f"| {r['kernel']} | {r['forward_ms']:.1f} | {r['products_ms']:.1f} | {r['around_ms']:.1f} | "
@@ -134,6 +164,12 @@ def summary_lines(forward_rows, loop_rows):
     lines += [f"| {r['kernel']} | {r['loop_ms_per_token']:.1f} | {r['prefill_ms_per_token']:.1f} | "
               f"{r['forwards_ms_per_token']:.1f} | {r['rest_ms_per_token']:.2f} | {r['loop_forward_median_ms']:.1f}, "
               f"{r['loop_forward_min_ms']:.1f} | {r['forward_alone_ms']:.1f} |" for r in loop_rows]
+    lines += ["", f"## A decoding's start: the prompt's prefill and {START_TOKENS} one-token forwards, the prefill by the "
+              "GEMM or by the kernel (median of --calls, ms)", "",
+              "| kernel | prompt ids | by the GEMM | by the kernel | GEMM / kernel | probe's prefill_rows |",
+              "|---|---|---|---|---|---|"]
+    lines += [f"| {r['kernel']} | {r['prompt']} | {r['gemm_ms']:.1f} | {r['kernel_ms']:.1f} | {r['ratio']:.2f} | "
+              f"{r['prefill_rows']} |" for r in start_rows]
     return lines
 
 
@@ -151,7 +187,7 @@ def main(argv=None):
     kernels = run.args.kernels.split(",")
     base = models.get(name, threads=n)
     prompt = models.random_prompt() if name.startswith("random:") else list(range(1, models.PROMPT_LENGTH + 1))
-    forward_rows, loop_rows = [], []
+    forward_rows, loop_rows, start_rows = [], [], []
     with common.blas_threads(n):
         for kernel in common.steps(kernels, "profile, kernel"):
             model = base.with_kernel(kernel, n)
@@ -161,10 +197,17 @@ def main(argv=None):
             loop_rows.append({**cols, **loop_against_forwards(model, prompt, run.args.tokens, run.args.calls),
                               "load_average": common.load_average()})
             common.log(f"{kernel}: {forward_rows[-1]} {loop_rows[-1]}")
+            if REGISTRY[kernel].own_threads:
+                rows = choose_prefill(model, mode="bypass")
+                for length in PROMPTS:
+                    start_rows.append({**cols, "prompt": length, "prefill_rows": rows,
+                                       **start_by_route(model, length, START_TOKENS, run.args.calls),
+                                       "load_average": common.load_average()})
+                    common.log(f"{kernel}: {start_rows[-1]}")
         model = base.with_kernel(kernels[0], n)
         parts = [f"# Profile of {name} forwards and of the plain loop ({n} thread{'s' * (n > 1)})", ""]
         parts += [f"- {k}: {v}" for k, v in run.meta.items()]
-        parts += summary_lines(forward_rows, loop_rows)
+        parts += summary_lines(forward_rows, loop_rows, start_rows)
         parts += ["", f"## cProfile listings: {model.kernel}"]
         for m in (1, 5):
             text, per_call = profile_forward(model, m, run.args.calls)
@@ -176,7 +219,9 @@ def main(argv=None):
     note = "Best of --calls runs, interleaved; load_average: the 1-minute load when the row ended (module docstring)."
     return common.finish(run, [common.Table("profile_forward", forward_rows, "A forward against its products alone",
                                             note),
-                               common.Table("profile_loop", loop_rows, "The plain loop against its forwards", note)],
+                               common.Table("profile_loop", loop_rows, "The plain loop against its forwards", note),
+                               common.Table("profile_start", start_rows, "A decoding's start, its prefill by the GEMM "
+                                            "or by the kernel", "Medians of --calls, in turn (module docstring).")],
                          [path])
 
 

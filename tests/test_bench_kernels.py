@@ -9,6 +9,7 @@ import pytest
 from bench import panels, profile, verify_cost
 from bench.common import read_table
 from npspec import compiled
+from npspec.model import Model
 
 from conftest import tiny_model
 
@@ -38,6 +39,20 @@ def test_loop_against_forwards_accounts_for_every_second_of_the_loop():
     assert parts == pytest.approx(row["loop_ms_per_token"])
     assert row["prefill_ms_per_token"] > 0 and row["forwards_ms_per_token"] > 0
     assert "forward" not in vars(model) and "prefill" not in vars(model)  # the timers are gone
+
+
+def test_a_decoding_start_is_timed_with_the_prefill_by_the_gemm_and_by_the_kernel_in_turn(monkeypatch):
+    model, routes, real = tiny_model(n_layer=2), [], Model.with_prefill_rows
+
+    def with_prefill_rows(self, n):  # the real copy, its prefills recorded with the prefill_rows they ran under
+        other = real(self, n)
+        prefill = other.prefill
+        other.prefill = lambda ids, cache: routes.append((len(ids), n)) or prefill(ids, cache)
+        return other
+    monkeypatch.setattr(Model, "with_prefill_rows", with_prefill_rows)
+    row = profile.start_by_route(model, 6, tokens=3, calls=2, pause=0)
+    assert routes == [(5, 0), (5, 6)] * 3  # a warm-up round, then two, each the GEMM's start then the kernel's
+    assert row["gemm_ms"] > 0 and row["kernel_ms"] > 0 and row["ratio"] == row["gemm_ms"] / row["kernel_ms"]
 
 
 @needs_numba
