@@ -37,10 +37,12 @@ asked for, the partner (its kernel, threads and shapes) and how the probe times 
 The result is a `Choice` (kernel, threads); repr(model) and `npspec generate --json` show both.
 
 Then `choose_prefill` measures how long a prompt the chosen kernel prefills faster than the GEMM does (a Model's
-`prefill_rows`), cached the same way under its own key. A decoding's prefill by BLAS GEMM at two threads cost gpt2 a
-15-id prompt's 134 ms plus about 70 ms of its first compiled forwards, slowed by OpenBLAS's spinning threads, where the
-compiled kernel's own 15-row forward costs about two one-token forwards (bench/results/issue24/README.md); on a BLAS
-with a fast few-row GEMM the GEMM may win, so that length is measured too.
+`prefill_rows`), cached the same way under its own key. On an Intel Sapphire Rapids, a gpt2-large decoding's start
+(a 4-id prompt's prefill, then 8 one-token forwards) took 1238.9 ms with the prefill by BLAS GEMM at two threads and
+983.3 ms by "compiled-panels" itself; a 48-id prompt's, 1495.8 and 1255.9 ms (bench/results/issue24/intel5/run_all/
+profile_start.md): the few-row GEMM costs more than the kernel's pass over the weights, and leaves OpenBLAS's threads
+spinning on the cores numba's threads need next. On a BLAS with a fast few-row GEMM the GEMM may win, so that length
+is measured, not written down.
 """
 
 import contextlib
@@ -317,9 +319,8 @@ def time_prefill(model, length, by_kernel, repeats=PREFILL_REPEATS, clock=time.p
 
     by_kernel: the prefill runs as a decoding forward (model.with_prefill_rows(length)), else as the GEMM at the
     model's threads (prefill_rows 0). The forwards after it count because a threaded BLAS call leaves OpenBLAS's
-    threads spinning for a while (about 0.1 s on an Intel Sapphire Rapids) on the cores a compiled kernel's threads
-    need next: after a 15-id GEMM prefill of gpt2 at two threads, its first two compiled forwards took 65 and 57 ms,
-    then 27 (bench/results/issue24/README.md). The pause lets the previous timing's threads fall asleep first."""
+    threads spinning for a while (about 0.1 s on an Intel Sapphire Rapids: time_forwards) on the cores a compiled
+    kernel's threads need next. The pause lets the previous timing's threads fall asleep first."""
     subject = model.with_prefill_rows(length if by_kernel else 0)
     after = max(0, min(PREFILL_AFTER, model.config.n_ctx - length))
     ids = np.arange(length + after) % model.config.n_vocab

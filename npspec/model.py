@@ -69,11 +69,12 @@ class Model:
 
     def with_kernel(self, kernel, threads=None, note=None):
         """The same model (same weight arrays, no copy) decoding with `kernel` and `threads` (default: this model's).
-        Its prefill_rows is this model's for the same kernel and threads, else 0: it was measured for them."""
-        threads = self.threads if threads is None else threads
-        same = (kernel, threads) == (self.kernel, self.threads)
-        return Model(self.config, self.params, self.tokenizer, self.source, kernel, threads, self.metadata, self.blas,
-                     note, self.prefill_rows if same else 0)
+        Its prefill_rows is this model's for the same kernel (at any threads: --compare's plain decoding with the
+        target's kernel at the threads asked for prefills as the target does), else 0: it was measured for that kernel.
+        """
+        return Model(self.config, self.params, self.tokenizer, self.source, kernel,
+                     self.threads if threads is None else threads, self.metadata, self.blas, note,
+                     self.prefill_rows if kernel == self.kernel else 0)
 
     def with_prefill_rows(self, prefill_rows):
         """This model (the same weights and built kernel: nothing packed again) with `prefill_rows` (see Model).

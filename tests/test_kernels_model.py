@@ -143,12 +143,12 @@ def test_a_prompt_up_to_prefill_rows_runs_as_a_decoding_forward_and_a_longer_one
     assert not np.array_equal(gemm, rows)  # the GEMM's bits differ here, so the routes above are told apart
 
 
-def test_with_prefill_rows_shares_the_built_kernel_and_with_kernel_keeps_it_only_for_the_same_kernel_and_threads(tiny):
+def test_with_prefill_rows_shares_the_built_kernel_and_with_kernel_keeps_it_only_for_the_same_kernel(tiny):
     m = tiny.with_kernel("gemv-panels", threads=2).with_prefill_rows(np.int64(16))
     assert m.prefill_rows == 16 and type(m.prefill_rows) is int and m.kernel == "gemv-panels" and m.threads == 2
     assert m.linear is not tiny.linear and m.with_prefill_rows(4).linear is m.linear and m.prefill_rows == 16
     assert m.with_kernel("gemv-panels").prefill_rows == 16 and m.with_kernel("gemv-panels", threads=2).prefill_rows == 16
-    assert m.with_kernel("gemv-rows").prefill_rows == 0 and m.with_kernel("gemv-panels", threads=1).prefill_rows == 0
+    assert m.with_kernel("gemv-rows").prefill_rows == 0 and m.with_kernel("gemv-panels", threads=1).prefill_rows == 16
     for bad in (-1, True, 1.5, "4", None):
         with pytest.raises(ValueError, match=r"prefill_rows must be an int >= 0 .*, got"):
             m.with_prefill_rows(bad)
