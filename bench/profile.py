@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from npspec.choice import choose_prefill
+from npspec.choice import choose_prefill, time_prefill
 from npspec.decode import speculative_generate
 from npspec.registry import REGISTRY
 
@@ -111,20 +111,11 @@ def start_by_route(model, length, tokens, calls, pause=PAUSE):
     """{gemm_ms, kernel_ms, ratio}: the medians of `calls` decoding starts of a `length`-id prompt by `model` (the
     prefill of all ids but the last into a fresh cache, then `tokens` one-token forwards), its prefill by the GEMM
     (prefill_rows 0) and by the kernel, in turn after a warm-up round, `pause` seconds before each (common.in_turn);
-    ratio: gemm_ms / kernel_ms."""
-    ids = np.arange(length + tokens) % model.config.n_vocab
-
-    def start(subject):
-        def run():
-            cache = subject.new_cache()
-            t0 = time.perf_counter()
-            subject.prefill(ids[: length - 1], cache)
-            for i in range(length - 1, length - 1 + tokens):
-                subject.forward(ids[i : i + 1], cache)
-            return time.perf_counter() - t0
-        return run
-    times = common.in_turn({"gemm": start(model.with_prefill_rows(0)),
-                            "kernel": start(model.with_prefill_rows(length))}, calls, pause)
+    ratio: gemm_ms / kernel_ms. Each start is the kernel probe's own (npspec.choice.time_prefill, once, its pause
+    left to common.in_turn)."""
+    def start(by_kernel):
+        return lambda: time_prefill(model, length - 1, by_kernel, repeats=1, sleep=lambda seconds: None, after=tokens)
+    times = common.in_turn({"gemm": start(False), "kernel": start(True)}, calls, pause)
     gemm, kernel = 1e3 * common.median(times["gemm"]), 1e3 * common.median(times["kernel"])
     return {"gemm_ms": gemm, "kernel_ms": kernel, "ratio": gemm / kernel}
 

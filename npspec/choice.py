@@ -313,16 +313,17 @@ def probed(path, mode, key, parse, run, note=None):
     return value
 
 
-def time_prefill(model, length, by_kernel, repeats=PREFILL_REPEATS, clock=time.perf_counter, sleep=time.sleep):
+def time_prefill(model, length, by_kernel, repeats=PREFILL_REPEATS, clock=time.perf_counter, sleep=time.sleep,
+                 after=PREFILL_AFTER):
     """Seconds a decoding by `model` (a Model) takes to start: a prefill of `length` ids into a fresh cache, then
-    PREFILL_AFTER one-token forwards (cut to fit its n_ctx), the median of `repeats`, each after sleep(PAUSE).
+    `after` one-token forwards (cut to fit its n_ctx), the median of `repeats`, each after sleep(PAUSE).
 
     by_kernel: the prefill runs as a decoding forward (model.with_prefill_rows(length)), else as the GEMM at the
     model's threads (prefill_rows 0). The forwards after it count because a threaded BLAS call leaves OpenBLAS's
     threads spinning for a while (about 0.1 s on an Intel Sapphire Rapids: time_forwards) on the cores a compiled
     kernel's threads need next. The pause lets the previous timing's threads fall asleep first."""
     subject = model.with_prefill_rows(length if by_kernel else 0)
-    after = max(0, min(PREFILL_AFTER, model.config.n_ctx - length))
+    after = max(0, min(after, model.config.n_ctx - length))
     ids = np.arange(length + after) % model.config.n_vocab
     times = []
     for _ in range(repeats):
@@ -346,11 +347,16 @@ def prefill_crossover(model, lengths=PREFILL_LENGTHS, measure=time_prefill):  # 
     no BLAS property is written down). measure: time_prefill's signature (model, length, by_kernel) -> seconds, a
     parameter so that tests can fake the timings."""
     timed = {}
-    for n in sorted({n for n in lengths if n < model.config.n_ctx}, reverse=True):
+    for n in fitting(lengths, model.config.n_ctx):
         timed[n] = [measure(model, n, True), measure(model, n, False)]
         if timed[n][0] < timed[n][1]:
             return n, timed
     return 0, timed
+
+
+def fitting(lengths, n_ctx):  # -> [int], longest first
+    """The prompt lengths prefill_crossover tries, in its order: each of `lengths` under `n_ctx` once, longest first."""
+    return sorted({n for n in lengths if n < n_ctx}, reverse=True)
 
 
 def choose_prefill(model, path=None, mode="cached", measure=time_prefill, note=None, lengths=PREFILL_LENGTHS):
@@ -367,7 +373,7 @@ def choose_prefill(model, path=None, mode="cached", measure=time_prefill, note=N
     key = machine_key("prefill", [model.kernel], [model_shapes(model)], model.threads, rows=lengths)
 
     def run():  # -> (rows, its cache record)
-        fits = sorted({n for n in lengths if n < model.config.n_ctx}, reverse=True)  # as prefill_crossover tries them
+        fits = fitting(lengths, model.config.n_ctx)
         say(note, f"timing prompts of {'/'.join(map(str, fits))} ids prefilled by {model.kernel} and by the GEMM, "
                   "on this machine (once; --kernel-probe refresh times them again)")
         rows, timed = prefill_crossover(model, lengths, measure)
