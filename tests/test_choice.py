@@ -483,13 +483,11 @@ def test_the_command_probes_only_once_every_check_has_passed_and_as_kernel_probe
     assert [off["target_kernel"], off["draft_kernel"]] == [choice.role_candidates(r)[0] for r in ("target", "draft")]
     assert (off["target_prefill_rows"], off["draft_prefill_rows"]) == (0, 0)  # unmeasured: every prefill a GEMM
     status, stats = generate()  # cached: each role with more than one candidate measured once and stored
-    stored = {key: r for key, r in choice.read_choices(path).items()}
-    records = {json.loads(key)["role"]: (r["kernel"], r["threads"]) for key, r in stored.items()
-               if json.loads(key)["role"] != "prefill"}
+    stored = [(json.loads(key), r) for key, r in choice.read_choices(path).items()]
+    records = {key["role"]: (r["kernel"], r["threads"]) for key, r in stored if key["role"] != "prefill"}
     assert status == 0 and records == {role: (stats[f"{role}_kernel"], stats[f"{role}_threads"])
                                        for role in ("target", "draft")}  # 2 threads and 1: always timed
-    prefills = {(*json.loads(key)["candidates"], json.loads(key)["threads"], r["prefill_rows"])
-                for key, r in stored.items() if json.loads(key)["role"] == "prefill"}
+    prefills = {(*key["candidates"], key["threads"], r["prefill_rows"]) for key, r in stored if key["role"] == "prefill"}
     assert all((f"{stats[f'{role}_kernel']}/{REGISTRY[stats[f'{role}_kernel']].version}", stats[f"{role}_threads"],
                 stats[f"{role}_prefill_rows"]) in prefills for role in ("target", "draft"))  # each model's, as chosen
     status, given = generate("--target-kernel", "gemv-rows", "--draft-kernel", "gemm")

@@ -131,7 +131,7 @@ def test_a_prompt_up_to_prefill_rows_runs_as_a_decoding_forward_and_a_longer_one
     ids = np.arange(1, 6)
     for n, route in ((4, 1), (5, 3), (1, 1)):
         limits.clear()
-        cache, ref_cache, gemm_cache = m.new_cache(), m.new_cache(), m.new_cache()
+        cache, ref_cache = m.new_cache(), m.new_cache()
         out = m.prefill(ids[:n], cache)
         assert limits == [route]
         ref = m.forward(ids[:n], ref_cache) if route == 1 else gemm_only.prefill(ids[:n], ref_cache)
