@@ -22,11 +22,11 @@ from typing import NamedTuple
 import numpy as np
 from threadpoolctl import threadpool_info, threadpool_limits
 
-from npspec.atomic import atomic_write
-from npspec.choice import cpu_model
+from npspec.sources.atomic import atomic_write
+from npspec.sources.choices import cpu_model
 from tqdm import tqdm
 
-from npspec.progress import bar, show_progress, terminal_bars
+from npspec.sources.progress import bar, show_progress, terminal_bars
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -101,7 +101,7 @@ def output_dir(args):
 
 
 def progress_bars():
-    """The bar factory for a benchmark's rows and sweeps (npspec.progress): bars on stderr when it is a terminal, None
+    """The bar factory for a benchmark's rows and sweeps (npspec.sources.progress): bars on stderr when it is a terminal, None
     (no bars) when it is piped or redirected, or with NPSPEC_QUIET / TQDM_DISABLE set."""
     return terminal_bars if show_progress(False, sys.stderr, os.environ) else None
 

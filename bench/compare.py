@@ -4,7 +4,7 @@ Runs `python -m npspec.generate --target random:<target> --draft random:<draft> 
 --simulate-acceptance A --compare --compare-repeats N --json` in a fresh process with the environment as it is (no
 variable added), and writes what it printed, with the command and the machine, to compare.json. N (--repeats) is 5:
 the speculative and plain decodings in turn, so that a memory rate that drifts during the run moves both sides of
-each ratio (npspec.harness.compare_repeated).
+each ratio (npspec.cli.harness.compare_repeated).
 The acceptance is SIMULATED (npspec.decode.drafters.controlled): random weights give a draft nothing to agree on.
 """
 
@@ -14,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from npspec.atomic import atomic_write
+from npspec.sources.atomic import atomic_write
 
 from . import common
 

@@ -13,7 +13,7 @@ Three tables:
   * ngram_cost: the lookup's share of a round on the shipped target at its n_ctx, and the cost per
     round of the index against a plain scan at n_ctx 1024.
 "speedup" divides by the fastest plain (AR) decoding of the same target, prompts and options over
-every kernel npspec has (npspec.registry's, compiled-panels with the fast extra), measured in the same run;
+every kernel npspec has (npspec.kernels.registry's, compiled-panels with the fast extra), measured in the same run;
 "vs_target_ar" by the target's own AR path (its kernel, as npspec.sources.role_model chose it). Median over timed runs after a warm-up.
 """
 
@@ -23,7 +23,7 @@ import time
 import numpy as np
 
 from npspec.decode.drafters import ModelDrafter, NgramDrafter, ngram_scan
-from npspec.registry import REGISTRY, names
+from npspec.kernels.registry import REGISTRY, names
 from npspec.decode import Stats, speculative_generate
 
 from . import common, models

@@ -5,7 +5,7 @@ Builds `random:<shape>` (default gpt2-large; --quick: distilgpt2) once into npsp
 one, deleted afterwards), timing the build when it happens, and writes a format-1 copy of it (the
 layout npspec wrote before format 2: every tensor row-major, `[in, out]`) into a temporary folder,
 for comparison. Each case then runs `child` in a fresh interpreter, which times
-npspec.files.load_model (wall seconds) and reads its peak resident set (resource.getrusage
+npspec.sources.files.load_model (wall seconds) and reads its peak resident set (resource.getrusage
 ru_maxrss; /proc's VmHWM beside it) and the bytes it read from storage (/proc/self/io read_bytes):
   * cold: the weights file is dropped from the page cache just before: os.fsync, then
     os.posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED). The kernel may keep pages it cannot drop, so
@@ -30,8 +30,8 @@ from pathlib import Path
 import numpy as np
 from safetensors import safe_open
 
-from npspec import files
-from npspec.progress import bar
+from npspec.sources import files
+from npspec.sources.progress import bar
 from npspec.sources import cache_root, resolve
 
 from . import common

@@ -1,9 +1,9 @@
 """python -m bench.memory: load time and peak memory of a converted model, against its weight bytes.
 
 Writes a converted model with random weights of `--shape` (default gpt2-large; --quick:
-distilgpt2) once into a cache folder (npspec.files.save_converted), reads the file once
+distilgpt2) once into a cache folder (npspec.sources.files.save_converted), reads the file once
 to warm the page cache, then in a fresh child process (`child`, with the run's thread count for
-BLAS and the kernel): times npspec.files.load_model and reads the peak resident set size (VmHWM
+BLAS and the kernel): times npspec.sources.files.load_model and reads the peak resident set size (VmHWM
 in /proc/self/status, Linux) after loading and after generating `--new-tokens` greedy tokens.
 The child runs twice; the second (warm) run is reported. Writes memory.csv/.md.
 """
@@ -17,8 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from npspec.files import WEIGHTS_FILE, load_model, save_converted
-from npspec.init import init_tensors
+from npspec.sources.files import WEIGHTS_FILE, load_model, save_converted
+from npspec.sources.init import init_tensors
 from npspec.sources import SHAPES
 from npspec.sources.shipped import gpt2_tokenizer_json
 from npspec.decode import speculative_generate

@@ -4,7 +4,7 @@ Plain `x @ w + b` products (BLAS decides everything: one GEMV per product for on
 threads), a preallocated KV cache, one-token steps, argmax. No kernel choice, no batch
 invariance, no sampling: the fastest plain decoding a NumPy user would write first, measured in
 the same run as npspec's own decoders so that no speedup is quoted against a slower baseline.
-It reads a Model's parameter tree (npspec.gpt2's layout) and shares nothing else with npspec.
+It reads a Model's parameter tree (npspec.model.gpt2's layout) and shares nothing else with npspec.
 """
 
 import time

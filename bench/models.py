@@ -4,7 +4,7 @@ A name is "shipped:target", "shipped:draft" or "random:<shape>" with a shape of
 npspec.sources.SHAPES (gpt2, gpt2-medium, gpt2-large, distilgpt2, ...). Random models are built in
 memory with npspec.sources.random_model (gpt2-large: 3.1e9 bytes of float32; build at most two
 large ones at a time). Every Model stores its block matrices column-major; `row_major` gives
-the file's row-major layout for comparisons that call npspec.gpt2.gpt2 directly.
+the file's row-major layout for comparisons that call npspec.model.gpt2.gpt2 directly.
 
 Prompts are PROMPT_LENGTH tokens: for the shipped pair, slices at fixed offsets of the
 validation part of its training text (`validation_prompts`); for random weights, the start of
@@ -15,8 +15,8 @@ import gc
 
 import numpy as np
 
-from npspec.evaluate import fixed_prompts, split_corpus
-from npspec.kernels import block_linears
+from npspec.decode.evaluate import fixed_prompts, split_corpus
+from npspec.kernels.products import block_linears
 from npspec.sources import SHIPPED_PAIR, gpt2_tokenizer, load, random_model, role_model, shipped_dir
 
 PROMPT_LENGTH = 16
@@ -41,7 +41,7 @@ def get(name, seed=0, role="target", threads=1, partner=None):
 
 
 def validation_ids(tokenizer, part=1):
-    """The validation part of the shipped pair's training text (npspec.evaluate.split_corpus), as ids of `tokenizer`.
+    """The validation part of the shipped pair's training text (npspec.decode.evaluate.split_corpus), as ids of `tokenizer`.
 
     part=0: the training part instead (what calibration may read: bench.quantized's AWQ).
     """
@@ -50,7 +50,7 @@ def validation_ids(tokenizer, part=1):
 
 
 def validation_prompts(val_ids, n):
-    """n prompts of PROMPT_LENGTH ids at evenly spaced offsets of `val_ids` (npspec.evaluate.fixed_prompts)."""
+    """n prompts of PROMPT_LENGTH ids at evenly spaced offsets of `val_ids` (npspec.decode.evaluate.fixed_prompts)."""
     return fixed_prompts(val_ids, n=n, length=PROMPT_LENGTH)
 
 

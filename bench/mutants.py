@@ -45,18 +45,18 @@ DRAFTER_TESTS = [
 
 # (name, file, the original text, the mutant's text, the tests that must kill it)
 MUTANTS = [
-    ("non-strict-test", "npspec/decode/acceptance.py",
+    ("non-strict-test", "npspec/decode/rules/token.py",
      "kept = u_accept < p[rows, d] / q[rows, d]", "kept = u_accept <= p[rows, d] / q[rows, d]", STRICT_TESTS),
-    ("unguarded-residual", "npspec/sampling.py",
+    ("unguarded-residual", "npspec/decode/sampling.py",
      "    if not mass > 0:\n        return p\n    return r / mass", "    return r / mass",
      ["tests/test_kit.py::test_npspec_sampler_passes", "tests/test_sampling.py", "tests/test_one_step.py"]),
-    ("bonus-from-q", "npspec/decode/acceptance.py",
+    ("bonus-from-q", "npspec/decode/rules/token.py",
      "last = p[gamma] if n == gamma else residual(p[n], q[n])",
      "last = (q[gamma - 1] if gamma else p[gamma]) if n == gamma else residual(p[n], q[n])", ROUND_TESTS),
     ("q-unwarped", "npspec/decode/drafters/model.py",
      "                q.append(row)\n",
      "                q.append(warp(logits, temperature=sampling.temperature))\n", DRAFTER_TESTS),
-    ("row-off-by-one", "npspec/decode/acceptance.py",
+    ("row-off-by-one", "npspec/decode/rules/token.py",
      "kept = u_accept < p[rows, d] / q[rows, d]", "kept = u_accept < p[rows + 1, d] / q[rows, d]", ROUND_TESTS),
     ("length-rule-peeks", "npspec/decode/drafters/model.py",
      "            d.append(token)\n            ctx.append(token)\n            if top < self.p_min:",

@@ -2,15 +2,15 @@
 
 On one GPT-2 block's four matrices (default gpt2-large's; --quick: gpt2's), repeated to 3 blocks so that they do not
 sit in the cache, for M = 1, 2, 3, 4, 8, 16 rows: the best-of-`--repeats` seconds of
-  * the kernel itself (npspec.compiled.CompiledPanels: numba's prange with the threading layer `--layer`, which
+  * the kernel itself (npspec.kernels.compiled.CompiledPanels: numba's prange with the threading layer `--layer`, which
     numba loads once per process, so each layer is its own run) with panels of 32, 64 and 96 columns
     (compiled.PANEL);
-  * the same compiled loop over 64-column panels on npspec's own worker threads (npspec.kernels.Workers, what the
+  * the same compiled loop over 64-column panels on npspec's own worker threads (npspec.kernels.products.Workers, what the
     kernel ran before it took numba's threads: `workers-64`);
   * OpenBLAS' GEMV over the same matrices for one row (the bandwidth reference, BLAS with the run's threads).
 And (table panels_split) one-row products over matrices of 192 KiB to 4 MiB, as many copies as fill 400 MB (40 MB
 with --quick) so that they come from memory, each product one call on the calling thread or cut into the run's
-threads' runs (with more than one thread): where sharing a matrix out starts to pay (npspec.compiled.SPLIT_BYTES).
+threads' runs (with more than one thread): where sharing a matrix out starts to pay (npspec.kernels.compiled.SPLIT_BYTES).
 The compiled configurations run with BLAS at one thread and are interleaved per repeat, so a change in the machine's
 load hits all alike; the GEMV runs after them, in its own pass, because OpenBLAS' idle threads spin for a while
 after a call and would take a core from the next configuration. Writes panels.csv/.md and panels_split.csv/.md;
@@ -22,8 +22,8 @@ import time
 
 import numpy as np
 
-from npspec import compiled
-from npspec.kernels import Workers, run_cuts
+from npspec.kernels import compiled
+from npspec.kernels.products import Workers, run_cuts
 from npspec.sources import SHAPES
 
 from . import common

@@ -1,7 +1,7 @@
 """python -m bench.primitives: NumPy's own products, timed bare: the floor under npspec's invariant kernels.
 
 npspec's fastest plain decoding is one BLAS GEMV per matrix on BLAS's own threads. A batch-invariant verify
-needs a product over several rows in which every row gets its one-row bits (npspec.kernels), and a kernel that
+needs a product over several rows in which every row gets its one-row bits (npspec.kernels.products), and a kernel that
 shares a product out to npspec's own threads. This command times those building blocks without a model, on the
 block matrices (attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj) of a GPT-2 shape (--shape, default gpt2-large;
 --quick: gpt2), `--layers` layers of them (default n_layer) stored column-major, so that every pass streams
@@ -10,7 +10,7 @@ them from memory:
     per column panel over r = 2, 4, 8 rows (the call "gemm-blocks" makes: a one-token forward pads to r = 2, a
     verify of gamma + 1 tokens takes r = gamma + 1). over_gemv: the time over the GEMV's.
   * primitives_threads: --threads threads, each multiplying by its range of every matrix's columns with one GEMV
-    (BLAS at one thread): handed its range matrix by matrix (npspec.kernels.Workers, as the panel kernels share
+    (BLAS at one thread): handed its range matrix by matrix (npspec.kernels.products.Workers, as the panel kernels share
     work out), or running through all its ranges with no handoff between matrices (a bound no forward reaches:
     a layer needs the whole previous output), against one GEMV per matrix on BLAS's own threads.
   * primitives_gil: for `[1, 1024] @ [1024, k]`, whether another Python thread runs during np.matmul. NumPy
@@ -26,7 +26,7 @@ import time
 
 import numpy as np
 
-from npspec.kernels import PANEL_BYTES, Workers, panel_width, panels
+from npspec.kernels.products import PANEL_BYTES, Workers, panel_width, panels
 from npspec.sources.names import SHAPES
 
 from . import common

@@ -4,17 +4,17 @@ c = t_draft(1) / t_target(1): t_target(1) is the one-token forward of the float3
 shipped target, then random:gpt2-large) with its FASTEST kernel, "gemm", "gemv-rows" and "gemv-panels" all timed in this
 run with the same threads; t_draft(1) is the one-token forward of the same model quantized (block
 linears; int8 per channel, int8 group 64, int4 group 64; codes one a byte, never packed) running
-the kernel "dequant-panels" (npspec.qkernels: each panel's int8 codes cast to float32 into a reused
+the kernel "dequant-panels" (npspec.kernels.quantized: each panel's int8 codes cast to float32 into a reused
 buffer, multiplied by its scales, then its GEMV). Forwards are timed as bench.verify_cost.time_forward
 (median after a warm-up, --context cached tokens).
 
 Tables (prefix quantized_ as bench.quantized's, issue 14):
   * quantized_speed: one row per model and kernel: t1_ms, bytes_per_token (what the forward reads:
     float32 matrices, or codes + scales + the float32 tied head), c (measured, over the fastest
-    float32 kernel), c_bytes (bytes ratio of what this kernel reads), c_bw (npspec.quantize.weight_bytes:
+    float32 kernel), c_bytes (bytes ratio of what this kernel reads), c_bw (npspec.sources.quantize.weight_bytes:
     codes packed at bits/8 bytes, the bandwidth-bound limit of bench.quantized), and for the
     quantized rows the predicted speedup E[tokens/round](beta, gamma 4) / (4 c + 1)
-    (npspec.evaluate.predicted_speedup, v = 1) with the shipped self-draft's exact beta of the same
+    (npspec.decode.evaluate.predicted_speedup, v = 1) with the shipped self-draft's exact beta of the same
     scheme (bench/results/quantized_beta.csv, the study) at greedy and t1.0, once with c measured and
     once with c_bw. This mixes the shipped pair's acceptance with gpt2-large's costs: a model of what
     the same scheme would do on a large target, not a measurement of one.
@@ -27,7 +27,7 @@ Tables (prefix quantized_ as bench.quantized's, issue 14):
     read bandwidth probe (bench.common.read_bandwidth) and the float32 block matrices' time at that
     bandwidth.
   * quantized_speed_panels: ns per weight of "dequant-panels" (int8-ch, one token) on each matrix
-    shape of the model, for float32 panel buffers of 160 KiB to 2 MiB (npspec.qkernels.QPANEL_BYTES);
+    shape of the model, for float32 panel buffers of 160 KiB to 2 MiB (npspec.kernels.quantized.QPANEL_BYTES);
     then (rows with a `method`) weights per ns of five ways to dequantize the panels of layer 0's
     mlp.c_fc (method_rows): the kernel's cast + multiply in place, astype, a mixed-type multiply, a
     256-entry table gather, and the cast alone.
@@ -37,14 +37,14 @@ import sys
 
 import numpy as np
 
-from npspec.evaluate import predicted_speedup
-from npspec.tensors import tensor_shapes
-from npspec.gpt2 import attention, gpt2
-from npspec.kernels import block_linears
-from npspec.registry import kernel as registry_kernel
-from npspec.qkernels import QPANEL_BYTES, QuantizedMatrix, dequant_panels, panel_gemv
-from npspec.quantize import parse_scheme, quantize_tensor, weight_bytes
-from npspec.quantized import quantize_model
+from npspec.decode.evaluate import predicted_speedup
+from npspec.model.tensors import tensor_shapes
+from npspec.model.gpt2 import attention, gpt2
+from npspec.kernels.products import block_linears
+from npspec.kernels.registry import kernel as registry_kernel
+from npspec.kernels.quantized import QPANEL_BYTES, QuantizedMatrix, dequant_panels, panel_gemv
+from npspec.sources.quantize import parse_scheme, quantize_tensor, weight_bytes
+from npspec.sources.quantized import quantize_model
 
 from . import common, models
 from .verify_cost import time_forward

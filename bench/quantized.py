@@ -2,13 +2,13 @@
 
 Two families of drafts, each against the float32 shipped target: the shipped TARGET quantized (the
 self-speculative draft, `--draft SCHEME:self`) and the shipped 2-layer distilled DRAFT quantized,
-at every level of npspec.quantize: fp16, bf16, and int8/6/5/4/3/2 round-to-nearest per output
+at every level of npspec.sources.quantize: fp16, bf16, and int8/6/5/4/3/2 round-to-nearest per output
 channel (`-ch`) and per group of 128/64/32 input weights; block linears only, and (`+emb`, for
 `-ch` and `-g64` and the 16-bit levels) the embeddings and tied head too. Rows named `fp32` are
 the unquantized models: the target as its own draft (beta 1) and the shipped draft (the
 reference every quantized self-draft is compared with). Method `awq` rows (int -ch and -g64,
 block linears): AWQ's activation-aware scaling (Lin et al. 2024, Section 3.2;
-npspec.quantized.awq_quantize_model) calibrated on CALIBRATION windows of 256 ids at evenly
+npspec.sources.quantized.awq_quantize_model) calibrated on CALIBRATION windows of 256 ids at evenly
 spaced offsets of the TRAINING split, never the validation split measured on.
 
 Tables:
@@ -16,11 +16,11 @@ Tables:
     (Leviathan et al. 2023, section 3.1; no sampling) at the model card's three warpings
     (greedy: argmax agreement; temperature 0.8 with top-p 0.95; temperature 1), the draft's
     validation perplexity on the same positions, the weight bytes a one-token forward reads
-    (npspec.quantize.weight_bytes: codes packed at bits/8 bytes, float32 scales), the ratio c_bw
+    (npspec.sources.quantize.weight_bytes: codes packed at bits/8 bytes, float32 scales), the ratio c_bw
     of those bytes to the float32 target's, and the predicted speedup in the bandwidth-bound limit,
-    E[tokens/round](beta, gamma 4) / (4 c_bw + 1) (npspec.evaluate.predicted_speedup, v = 1).
+    E[tokens/round](beta, gamma 4) / (4 c_bw + 1) (npspec.decode.evaluate.predicted_speedup, v = 1).
     Positions: every position of the first --windows non-overlapping windows of n_ctx + 1 ids of
-    the validation split (as npspec.evaluate.validation_loss): the draft and the target both read
+    the validation split (as npspec.decode.evaluate.validation_loss): the draft and the target both read
     the true text (teacher forcing).
   * quantized_position: beta at draft positions 1..8 when drafting along the DRAFT'S OWN proposals:
     from --starts fixed validation offsets (64 ids of context each), the draft proposes 8 tokens
@@ -29,7 +29,7 @@ Tables:
     conditioning on acceptance. Does quantization error compound along a round?
   * quantized_alpha: measured alpha, tokens per round (= mean acceptance length: every round
     proposes) and acceptance by position in real speculative generation, gamma 4, the model
-    card's prompts and settings (npspec.evaluate.acceptance on fixed_prompts: 8 prompts of 32
+    card's prompts and settings (npspec.decode.evaluate.acceptance on fixed_prompts: 8 prompts of 32
     validation ids, 64 new tokens each); sampled warpings: mean and standard error over --seeds
     seeds; for a subset of the drafts (ALPHA_SCHEMES).
 Writes quantized_beta, quantized_position, quantized_alpha (.csv/.md) and quantized.png.
@@ -39,7 +39,7 @@ Writes quantized_beta, quantized_position, quantized_alpha (.csv/.md) and quanti
 Speed is not measured here: the drafts above run on float32 weights dequantized at load (kernel
 "gemv-rows"), so their forward costs what the float32 model's does; c_bw is the limit a kernel
 reading packed codes could approach, not a measurement. `python -m bench.qspeed` measures c of
-npspec's dequantizing kernel ("dequant-panels", npspec.qkernels) on random:gpt2-large and puts the
+npspec's dequantizing kernel ("dequant-panels", npspec.kernels.quantized) on random:gpt2-large and puts the
 predicted speedups with c measured beside these betas (quantized_speed.md).
 """
 
@@ -47,11 +47,11 @@ import sys
 
 import numpy as np
 
-from npspec.evaluate import acceptance, expected_tokens_per_round, fixed_prompts, predicted_speedup
-from npspec.tensors import tensor_shapes
-from npspec.quantize import parse_scheme, weight_bytes
-from npspec.quantized import awq_quantize_model, quantize_model
-from npspec.sampling import sample, warp
+from npspec.decode.evaluate import acceptance, expected_tokens_per_round, fixed_prompts, predicted_speedup
+from npspec.model.tensors import tensor_shapes
+from npspec.sources.quantize import parse_scheme, weight_bytes
+from npspec.sources.quantized import awq_quantize_model, quantize_model
+from npspec.decode.sampling import sample, warp
 from npspec.sources import load
 
 from . import common, models
@@ -102,7 +102,7 @@ def calibration_windows(train_ids, n_ctx, count):
 
 
 def windows(val_ids, n_ctx, count):
-    """The first `count` non-overlapping windows of n_ctx + 1 ids (the tail shorter), as npspec.evaluate.validation_loss."""
+    """The first `count` non-overlapping windows of n_ctx + 1 ids (the tail shorter), as npspec.decode.evaluate.validation_loss."""
     ids = np.asarray(val_ids)
     return [ids[s : s + n_ctx + 1] for s in range(0, len(ids) - 1, n_ctx)[:count]]
 

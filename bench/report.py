@@ -8,7 +8,7 @@ later run of this command without --results reads that same folder again (`sourc
 on the run it quotes until it is pointed at another. `--check` only compares (exit status 1 if
 README.md is stale).
 
-Results written before npspec named its kernels (npspec.registry) say "strategy" where
+Results written before npspec named its kernels (npspec.kernels.registry) say "strategy" where
 bench now says "kernel", and use the old names; `current` reads both (OLD_NAMES), so committed
 results are never rewritten to be reported.
 """
@@ -19,7 +19,7 @@ import re
 import sys
 from pathlib import Path
 
-from npspec.evaluate import predicted_speedup
+from npspec.decode.evaluate import predicted_speedup
 
 from . import common
 
@@ -64,7 +64,7 @@ def speedup_model_check(results=common.RESULTS):
     own plain decoding: `measured` is that one (speedup.csv's `speedup_vs_target_ar`; files without that column
     measured nothing else and give `speedup`). Returns dicts with the row's target, draft, acceptance ("real" or
     "controlled"), a, gamma, alpha, tokens_per_round, c, v (= t(gamma + 1) / t(1)), `measured` and two
-    predictions of it: `model` = npspec.evaluate.predicted_speedup(alpha, gamma, c, v), i.i.d. acceptance at the
+    predictions of it: `model` = npspec.decode.evaluate.predicted_speedup(alpha, gamma, c, v), i.i.d. acceptance at the
     measured alpha, and `cost_only` = tokens_per_round / (gamma c + v), the measured tokens per round over the cost
     of a round in one-token target forwards (only the cost model is tested). Where the row names the fastest plain
     decoding, `measured_vs_fastest` (speedup.csv's `speedup`) and `model_vs_fastest` = model * ar_tok_s /

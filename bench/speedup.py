@@ -10,7 +10,7 @@ Targets and drafts decode with the kernels npspec.load gives their roles (npspec
 both with the run's thread count. Each speed is the median over runs after a warm-up run; every
 speedup divides by the FASTEST plain decoding of the target measured in the same run (ar_speeds:
 every kernel plain decoding can use, and bench/minimal.py's decoder). Next to
-each row, the speedup model of npspec.evaluate.predicted_speedup(alpha, gamma, c, v) (Leviathan
+each row, the speedup model of npspec.decode.evaluate.predicted_speedup(alpha, gamma, c, v) (Leviathan
 et al. 2023, section 3.4; alpha = a for controlled rows, the measured alpha for the shipped pair),
 with the draft/target cost ratio c = t_draft(1)/t_target(1) and v = t_target(gamma+1)/t_target(1)
 from forwards timed alone in the same run.
@@ -26,9 +26,9 @@ import time
 
 import numpy as np
 
-from npspec.evaluate import predicted_speedup
-from npspec.harness import plain_label
-from npspec.registry import REGISTRY
+from npspec.decode.evaluate import predicted_speedup
+from npspec.cli.harness import plain_label
+from npspec.kernels.registry import REGISTRY
 from npspec.sources import SHAPES
 from npspec.decode import Stats, speculative_generate
 
@@ -71,8 +71,8 @@ def median_run(run, repeats, warmup=True):
 
 def plain_decoders(target, prompts, new_tokens, threads):
     """{name: decode() -> (tokens/s, Generations or None)}: one plain greedy decoding of every prompt with each kernel
-    of AR_KERNELS at `threads` (its own workers, or BLAS's: npspec.blas), with the target's own kernel also at its
-    own thread count when the probe chose another (npspec.choice; named by npspec.harness.plain_label), and with
+    of AR_KERNELS at `threads` (its own workers, or BLAS's: npspec.kernels.blas), with the target's own kernel also at its
+    own thread count when the probe chose another (npspec.sources.choices; named by npspec.cli.harness.plain_label), and with
     bench.minimal's decoder ("minimal", no Generations; its time counts its decoding steps only, not its prompt,
     which favours it). tokens/s pools the prompts: all new tokens over all seconds."""
     runs = {kernel: target.with_kernel(kernel, threads) for kernel in AR_KERNELS}
@@ -316,7 +316,7 @@ def main(argv=None):
                               f"{shipped_tokens} tokens x {n_prompts} prompts")
     note = ("Greedy decoding. \"controlled\" rows use random weights with CONTROLLED ACCEPTANCE: each draft token "
             "is the target's greedy token with probability a (bench/controlled.py), the draft's real forward still "
-            "runs. predicted_speedup = E[tokens/round] / (gamma c + v) (npspec.evaluate.predicted_speedup) at alpha "
+            "runs. predicted_speedup = E[tokens/round] / (gamma c + v) (npspec.decode.evaluate.predicted_speedup) at alpha "
             "= a (controlled) or the measured alpha (real), c = t_draft(1)/t_target(1), "
             "v = t_target(gamma+1)/t_target(1), measured in the same run. speedup: the median over the row's runs of "
             "its tokens/s over that of a plain decoding with the fastest plain decoder (fastest_ar), run right after "

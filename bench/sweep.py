@@ -2,7 +2,7 @@
 
 1. Draft-length sweep, greedy: for gamma = 1..8, alpha (accepted / tested), acceptance by
    position within the round, and tokens per round against the geometric model
-   (1 - alpha^(gamma+1)) / (1 - alpha) (npspec.evaluate.expected_tokens_per_round; Leviathan et
+   (1 - alpha^(gamma+1)) / (1 - alpha) (npspec.decode.evaluate.expected_tokens_per_round; Leviathan et
    al. 2023, eq. 1) with the measured alpha.
 2. Temperature sweep, gamma = 4, no top-k/top-p: temperature 0 (greedy, exact, one run) and
    0.1 .. 2.0, each averaged over 8 seeds (mean and standard error over seeds), next to
@@ -16,7 +16,7 @@ import sys
 
 import numpy as np
 
-from npspec.evaluate import acceptance, expected_acceptance, expected_tokens_per_round
+from npspec.decode.evaluate import acceptance, expected_acceptance, expected_tokens_per_round
 
 from . import common, models
 

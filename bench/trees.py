@@ -18,7 +18,7 @@ import sys
 import numpy as np
 
 from npspec.decode.drafters import DynamicTreeDrafter, ModelDrafter, TreeDrafter
-from npspec.trees import branching_tree
+from npspec.decode.rules.trees import branching_tree
 
 from . import common, models
 from .controlled import ControlledDraft, ControlledTree

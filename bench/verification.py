@@ -3,7 +3,7 @@
 On the shipped pair (real acceptance), four tables (--tables chain, tree or both), each from interleaved runs:
   * verification_chain: the shipped draft model proposing a chain at gamma 2..8, temperatures 0.8 and 1.0 (top-p
     1.0: no nucleus cut, p and q the models' whole softmax rows), decoded with verify="token" (Leviathan et al.
-    2023) and verify="block" (Sun et al. 2025, npspec.rules.block_accept): mean_acceptance_length (vLLM's
+    2023) and verify="block" (Sun et al. 2025, npspec.decode.rules.block_accept): mean_acceptance_length (vLLM's
     1 + accepted / rounds with a proposal), alpha, tokens per round and tokens/s, each the pooled ratio over n
     independent (prompt, seed) runs with its 95% interval; plus greedy rows (temperature 0, a few prompts) whose
     `identical` says block's ids, token's ids and plain greedy decoding's are the same.
@@ -11,8 +11,8 @@ On the shipped pair (real acceptance), four tables (--tables chain, tree or both
     seeded uniforms for both rules, common random numbers), each with its 95% interval; the tokens/s gain
     block / token - 1 beside what the paper reports.
   * verification_tree, verification_tree_paired: static token trees (4,1 and 2,2,2) with today's rule (children
-    drawn i.i.d., npspec.trees.accept_tree: TreeDrafter with verify="token") against RSD (children drawn without
-    replacement, npspec.rules.accept_tree_rsd: DistinctTreeDrafter with verify="rsd", what --verify rsd picks), the
+    drawn i.i.d., npspec.decode.rules.trees.accept_tree: TreeDrafter with verify="token") against RSD (children drawn without
+    replacement, npspec.decode.rules.accept_tree_rsd: DistinctTreeDrafter with verify="rsd", what --verify rsd picks), the
     same figures, rsd - iid paired.
 Each (prompt, seed) run decodes `--new-tokens` ids after a PROMPT_LENGTH-id validation prompt; the two arms run
 back to back on it, the first first on even runs and the second first on odd ones, so a change of load hits both
@@ -35,7 +35,7 @@ import numpy as np
 
 from npspec.decode import get_rule, speculative_generate
 from npspec.decode.drafters import TREE_DRAFTERS, ModelDrafter
-from npspec.trees import branching_tree
+from npspec.decode.rules.trees import branching_tree
 
 from . import common, models
 
@@ -285,7 +285,7 @@ WHY = (f"{PAPER}. npspec's tok_s gain is the gain in tokens per round minus bloc
 
 def chain_tables(rows, pairs):
     return [common.Table("verification_chain", rows, "Block against token verification on the shipped pair (real "
-                         "acceptance), chains", NOTE + " rule_us: the rule alone (npspec.decode.acceptance's chain "
+                         "acceptance), chains", NOTE + " rule_us: the rule alone (npspec.decode.rules's chain "
                          "function on gamma rows of n_vocab ids)."),
             common.Table("verification_chain_paired", pairs, "Block minus token verification, paired runs, shipped "
                          "pair", NOTE + " _diff: block - token on the same runs and uniforms; tok_s_gain: block / "
@@ -294,8 +294,8 @@ def chain_tables(rows, pairs):
 
 def tree_tables(rows, pairs):
     note = (NOTE + " iid: TreeDrafter, each node's children drawn i.i.d. from the draft's row, verified by the token "
-            "rule's tree form (npspec.trees.accept_tree, SpecInfer's recursive residual); rsd: DistinctTreeDrafter, "
-            "children drawn without replacement, verified by recursive rejection sampling (npspec.rules."
+            "rule's tree form (npspec.decode.rules.trees.accept_tree, SpecInfer's recursive residual); rsd: DistinctTreeDrafter, "
+            "children drawn without replacement, verified by recursive rejection sampling (npspec.decode.rules."
             "accept_tree_rsd, Jeon et al. 2024), as --verify rsd picks them.")
     return [common.Table("verification_tree", rows, "RSD against i.i.d. children in token trees on the shipped pair "
                          "(real acceptance)", note),

@@ -1,6 +1,6 @@
 """python -m bench.verify_cost: what verifying M tokens in one forward costs, against one token.
 
-For each model, thread count, weight layout and kernel of npspec.registry (compiled-panels with the fast extra), the
+For each model, thread count, weight layout and kernel of npspec.kernels.registry (compiled-panels with the fast extra), the
 median time t(M) of
 one cached forward over M = 1..16 new tokens after a `--context`-token prefix, and
 v(M) = t(M) / t(1), the median over passes that time every M of every kernel in turn (time_sweeps), so that a read
@@ -13,8 +13,8 @@ above it. Speculative decoding pays only where v(gamma + 1) stays well below gam
 Layouts: "column-major", as every npspec Model stores its block matrices (so each column panel
 is contiguous), timed with every kernel; "row-major", the matrices as in the file, timed with
 "gemv-rows" and "gemm" on a row-major copy of the parameters (bench.models.row_major), through
-npspec.gpt2.gpt2 directly. Invariant kernels run with per-row attention, the others with masked
-attention, as Model.forward and Model.prefill do, and BLAS runs as a Model runs it (npspec.blas: one
+npspec.model.gpt2.gpt2 directly. Invariant kernels run with per-row attention, the others with masked
+attention, as Model.forward and Model.prefill do, and BLAS runs as a Model runs it (npspec.kernels.blas: one
 thread under a panel kernel). vs_ar divides by the smallest t(1) of the model and thread count: the
 fastest one-token forward npspec has.
 
@@ -28,10 +28,10 @@ import time
 
 import numpy as np
 
-from npspec.gpt2 import attention, attention_masked, gpt2
-from npspec.blas import BlasThreads
-from npspec.compiled import CompiledPanels
-from npspec.registry import REGISTRY, names
+from npspec.model.gpt2 import attention, attention_masked, gpt2
+from npspec.kernels.blas import BlasThreads
+from npspec.kernels.compiled import CompiledPanels
+from npspec.kernels.registry import REGISTRY, names
 
 from . import common, models
 
@@ -62,7 +62,7 @@ def time_sweep(model, ms, repeats, context, forward=None):  # -> ({m: median sec
 
 
 PAUSE = 0.5  # seconds before each forward's part of a pass when several are swept in turn (time_sweeps): a BLAS
-# kernel's threads spin for a while after its forwards, on the cores the next kernel's threads need (npspec.choice)
+# kernel's threads spin for a while after its forwards, on the cores the next kernel's threads need (npspec.sources.choices)
 
 
 def time_sweeps(model, ms, repeats, context, forwards, pause=PAUSE):
@@ -74,7 +74,7 @@ def time_sweeps(model, ms, repeats, context, forwards, pause=PAUSE):
     (bench/results/issue24/README.md, section `intel2/`). With more than one forward, `pause` seconds pass
     before each forward's part of a pass. Returns {key: ({m: median seconds}, {m: median t(m) / t(ms[0])})}.
     One cache, its `context` tokens filled once by `model.prefill` on ONE BLAS thread, serves every forward: a
-    threaded prefill left OpenBLAS's threads spinning into the first forwards timed after it (npspec.choice.
+    threaded prefill left OpenBLAS's threads spinning into the first forwards timed after it (npspec.sources.choices.
     time_forwards), which for a draft's one-token forwards was every pass (bench/results/issue24/README.md, section
     `intel3/`: distilgpt2 timed at 0.22 of a gpt2-large forward, and at 1.22 of a gpt2 one)."""
     cache = model.new_cache()
@@ -98,7 +98,7 @@ def time_sweeps(model, ms, repeats, context, forwards, pause=PAUSE):
 
 
 def kernel_forward(params, config, kernel, threads):
-    """A forward(ids, cache) over `params` with `kernel` (npspec.gpt2.gpt2).
+    """A forward(ids, cache) over `params` with `kernel` (npspec.model.gpt2.gpt2).
 
     Per-row attention if the kernel is invariant, masked attention otherwise (as Model.forward
     and Model.prefill pair them); BLAS with one thread under a panel kernel, else `threads` (as Model.forward).
@@ -231,7 +231,7 @@ def plot(rows, path):
 
 
 def kernel_names(text):
-    """Kernel names from "gemv-rows,gemm": a list of KERNELS (npspec.registry's, installed); else argparse.ArgumentTypeError."""
+    """Kernel names from "gemv-rows,gemm": a list of KERNELS (npspec.kernels.registry's, installed); else argparse.ArgumentTypeError."""
     names = text.split(",")
     bad = [k for k in names if k not in KERNELS]
     if bad:

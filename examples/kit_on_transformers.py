@@ -29,7 +29,7 @@ except ImportError as e:
     sys.exit(0)
 
 from npspec import testing as kit
-from npspec.sampling import warp
+from npspec.decode.sampling import warp
 
 
 def inverse_cdf(probs, u):  # [1, V] -> [1, 1]: the first id whose cumulative mass exceeds u * total

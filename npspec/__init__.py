@@ -18,14 +18,14 @@ tree), decode (the round, the loop and the drafters, reaching models only throug
 evaluate (perplexity, acceptance), harness (--compare and --simulate-acceptance), testing (the
 conformance kit), picture (the HTML
 page of each round of a trace); generate and convert are the commands (`python -m npspec.generate`,
-`python -m npspec.convert`), and cli the `npspec` command over them (`npspec generate`, `npspec
+`npspec convert`), and cli the `npspec` command over them (`npspec generate`, `npspec
 convert`); only cli imports them. console (the commands' streams) and startup (Ctrl-C while a command
 imports) serve the commands.
 """
 
 import sys
 
-from .startup import exit_on_interrupt_while_starting
+from .cli.startup import exit_on_interrupt_while_starting
 
 exit_on_interrupt_while_starting(getattr(sys, "orig_argv", sys.argv))  # a command's imports: Ctrl-C, one line
 
@@ -33,17 +33,17 @@ from dataclasses import dataclass  # noqa: E402 (after the handler: these import
 
 import numpy as np  # noqa: E402
 
-from . import progress  # noqa: E402
+from .sources import progress  # noqa: E402
 from .decode import Generation, GenerationInterrupted, Stats, speculative_generate  # noqa: E402
 from .decode.checks import check_target  # noqa: E402
 from .decode.drafters import DynamicTreeDrafter, ModelDrafter, NgramDrafter, TreeDrafter  # noqa: E402
-from .errors import CheckpointError  # noqa: E402
-from .files import load_model  # noqa: E402
-from .gpt2 import ContextOverflowError, GPT2Config, KVCache  # noqa: E402
-from .model import Model  # noqa: E402
-from .sampling import check_integer  # noqa: E402
+from .sources.errors import CheckpointError  # noqa: E402
+from .sources.files import load_model  # noqa: E402
+from .model.gpt2 import ContextOverflowError, GPT2Config, KVCache  # noqa: E402
+from .model.model import Model  # noqa: E402
+from .decode.sampling import check_integer  # noqa: E402
 from .sources import load, random_model  # noqa: E402
-from .text import encode_prompt  # noqa: E402
+from .decode.text import encode_prompt  # noqa: E402
 
 __version__ = "0.1.0"
 

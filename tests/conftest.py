@@ -2,7 +2,7 @@
 
 Tiny models decode with NumPy kernels fixed here (TINY_KERNELS: a target with "gemm-blocks", a draft with
 "gemv-panels"), whatever is installed; the shipped pair loads with each role's first candidate, unmeasured
-(probe "off": "compiled-panels" with the fast extra, else "gemm-blocks" / "gemv-panels"; npspec.registry). The one scripted-uniforms double is
+(probe "off": "compiled-panels" with the fast extra, else "gemm-blocks" / "gemv-panels"; npspec.kernels.registry). The one scripted-uniforms double is
 npspec.testing.ScriptedRng; the one enumeration oracle is npspec.testing.
 """
 
@@ -17,12 +17,12 @@ import numpy as np
 import pytest
 from hypothesis import settings
 
-from npspec.evaluate import split_corpus
-from npspec.tensors import params_tree
-from npspec.gpt2 import GPT2Config
-from npspec.init import init_tensors
-from npspec.model import Model
-from npspec.registry import REGISTRY
+from npspec.decode.evaluate import split_corpus
+from npspec.model.tensors import params_tree
+from npspec.model.gpt2 import GPT2Config
+from npspec.sources.init import init_tensors
+from npspec.model.model import Model
+from npspec.kernels.registry import REGISTRY
 from npspec.sources import load
 
 settings.register_profile("npspec", deadline=None, print_blob=True)

@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 from safetensors.numpy import save_file
 
-from npspec import files
-from npspec.files import save_converted
-from npspec.gpt2 import GPT2Config
-from npspec.init import init_tensors, init_tensors_varied
-from npspec.model import leaves
+from npspec.sources import files
+from npspec.sources.files import save_converted
+from npspec.model.gpt2 import GPT2Config
+from npspec.sources.init import init_tensors, init_tensors_varied
+from npspec.model.model import leaves
 
 from conftest import ROOT, SHIPPED
 

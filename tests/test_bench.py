@@ -12,7 +12,7 @@ from bench import common, models, primitives, quantized, speedup, verify_cost
 from bench.common import RESULTS
 from bench.report import (END, README, ROOT, START, drafter_targets, newest, provenance, rewrite, section, shown, source,
                           speedup_model_check, verify_curves)
-from npspec.evaluate import expected_acceptance, predicted_speedup, validation_loss
+from npspec.decode.evaluate import expected_acceptance, predicted_speedup, validation_loss
 
 from conftest import run_python, tiny_model
 from test_progress import BAR_MARKS, ON_A_TERMINAL
@@ -23,7 +23,7 @@ def pair(n_ctx=40):
 
 
 def test_speedup_row_pools_the_runs_and_predicts_with_the_library_model():
-    """One row builder serves the shipped and the controlled rows: pooled counts, npspec.evaluate's speedup model."""
+    """One row builder serves the shipped and the controlled rows: pooled counts, npspec.decode.evaluate's speedup model."""
     target, draft = pair()
     prompts = [[1, 2, 3], [4, 5]]
     ar = speedup.median_run(speedup.runner(target, None, prompts, 8, 0), repeats=1)
@@ -257,7 +257,7 @@ def test_report_reads_old_and_new_result_names_alike(tmp_path):
 
 
 def test_speedup_model_check_applies_the_library_model_to_each_row(tmp_path):
-    """Each row's own alpha, gamma, c and v go through npspec.evaluate.predicted_speedup; cost_only uses the row's
+    """Each row's own alpha, gamma, c and v go through npspec.decode.evaluate.predicted_speedup; cost_only uses the row's
     measured tokens per round. Pinned on two hand-made rows whose answers are known."""
     rows = [{"target": "t", "draft": "d", "acceptance": "real", "a": "", "gamma": 1, "alpha": 0.5,
              "tokens_per_round": 1.5, "speedup": 0.9, "c": 0.5, "v": 1.0},  # 1.5 / (1 * 0.5 + 1) = 1
@@ -445,7 +445,7 @@ def test_readme_introduction_says_when_it_pays_with_committed_figures():
     assert all(word in options for word in command.split() if word.startswith("--"))
 
 
-BENCH_ROWS = ON_A_TERMINAL.replace("from npspec.generate import main\n", """from bench.common import log, steps
+BENCH_ROWS = ON_A_TERMINAL.replace("from npspec.cli.generate import main\n", """from bench.common import log, steps
 def main(argv):
     for i in steps(range(3), "bench rows"):
         log(f"row {i}")

@@ -1,5 +1,5 @@
 """Controlled acceptance (npspec.decode.drafters.controlled, which bench/controlled.py names for the bench) and the
-command line's measurements around a generation (npspec.harness): --compare and --simulate-acceptance."""
+command line's measurements around a generation (npspec.cli.harness): --compare and --simulate-acceptance."""
 
 import io
 import json
@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from bench.controlled import ControlledDraft, ControlledLookup
-from npspec import generate, harness
+from npspec.cli import generate, harness
 from npspec.decode import Generation, GenerationInterrupted, Stats, decode, speculative_generate
-from npspec.harness import comparison
-from npspec.registry import plain_baselines
+from npspec.cli.harness import comparison
+from npspec.kernels.registry import plain_baselines
 
 from conftest import run_python
 from test_bench import pair

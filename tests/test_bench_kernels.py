@@ -8,8 +8,8 @@ import pytest
 
 from bench import panels, profile, verify_cost
 from bench.common import read_table
-from npspec import compiled
-from npspec.model import Model
+from npspec.kernels import compiled
+from npspec.model.model import Model
 
 from conftest import tiny_model
 

@@ -1,4 +1,4 @@
-"""bench.quantized: the quantized-draft study measures what npspec.evaluate does, and states its uncertainty.
+"""bench.quantized: the quantized-draft study measures what npspec.decode.evaluate does, and states its uncertainty.
 
 The study's figures are quoted in notes/quantized.md; tests/test_notes_quantized.py checks the quotes against
 bench/results/. Here: the measuring functions themselves, on the shipped pair and on hand-made tables.
@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 
 from bench import models, quantized
-from npspec.evaluate import expected_acceptance, validation_loss
-from npspec.quantize import parse_scheme, round_trip
+from npspec.decode.evaluate import expected_acceptance, validation_loss
+from npspec.sources.quantize import parse_scheme, round_trip
 from npspec.testing import TableModel
 
 
 def test_the_quantized_study_measures_what_npspec_evaluate_does(shipped, val_ids):
-    """bench.quantized's one-pass beta and loss equal npspec.evaluate's expected_acceptance and validation_loss on the
+    """bench.quantized's one-pass beta and loss equal npspec.decode.evaluate's expected_acceptance and validation_loss on the
     same window; along a draft identical to the target, beta is 1 at every position."""
     target, draft = shipped
     wins = quantized.windows(val_ids, target.config.n_ctx, 1)

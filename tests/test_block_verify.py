@@ -1,4 +1,4 @@
-"""Block verification (Sun et al. 2025, Algorithm 2; npspec.rules.block_accept), proven by exact enumeration.
+"""Block verification (Sun et al. 2025, Algorithm 2; npspec.decode.rules.block_accept), proven by exact enumeration.
 
 ONE oracle, npspec.testing.blocks: `assert_block_keeps_target` is THE check of a block rule (the law of one round,
 continued by the target, is the target's), called by the exhaustive tests and the hypothesis property alike; the
@@ -18,8 +18,8 @@ import pytest
 from hypothesis import given
 
 from npspec import testing as kit
-from npspec.rules import block_accept, block_thresholds, block_weights
-from npspec.sampling import residual, sample
+from npspec.decode.rules import block_accept, block_thresholds, block_weights
+from npspec.decode.sampling import residual, sample
 from npspec.decode import accept
 from npspec.testing import blocks
 from npspec.testing.vectors import verification_cases
@@ -81,7 +81,7 @@ def test_block_verification_keeps_the_target_law_with_npspecs_drafters():
 
 
 def test_block_accept_decides_as_block_verification():
-    """npspec.rules.block_accept itself, integrated over its uniforms (blocks.function_rule), on every small case
+    """npspec.decode.rules.block_accept itself, integrated over its uniforms (blocks.function_rule), on every small case
     over 3 tokens, gamma 1..3: the target's law to float64 rounding; and its law equals the exact rule's."""
     rule = blocks.function_rule(block_accept)
     cases = [(p, q) for p, q in kit.small_cases() if len(p) == 3][:120]

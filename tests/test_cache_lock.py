@@ -7,7 +7,7 @@ import time
 import pytest
 from filelock import FileLock
 
-from npspec.errors import CheckpointError
+from npspec.sources.errors import CheckpointError
 from npspec.sources import cache
 
 

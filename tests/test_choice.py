@@ -1,4 +1,4 @@
-"""How a role's kernel is chosen (npspec.choice): by measurement, with FAKED timings here, cached per machine.
+"""How a role's kernel is chosen (npspec.sources.choices): by measurement, with FAKED timings here, cached per machine.
 
 The faked `measure` never calls BLAS nor reads a clock: it returns the seconds a machine of each kind would show,
 so the tests do not depend on the CPU that runs them. The command-line test times the shipped pair for real, and
@@ -16,13 +16,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from npspec import choice
-from npspec.atomic import locked
+from npspec.sources import choices as choice
+from npspec.sources.atomic import locked
 from npspec.decode import Options, SamplingParams, prepare
 from npspec.decode.drafters import ModelDrafter, TreeDrafter
-from npspec.generate import main, verify_rows
-from npspec.harness import plain_label
-from npspec.registry import REGISTRY
+from npspec.cli.generate import main, verify_rows
+from npspec.cli.harness import plain_label
+from npspec.kernels.registry import REGISTRY
 from npspec.sources import load
 
 from conftest import tiny_model

@@ -1,4 +1,4 @@
-"""python -m npspec.generate and python -m npspec.convert, run as a user would.
+"""python -m npspec.generate and npspec convert, run as a user would.
 
 Output streams to stdout, a summary to stderr; every refusal is one line `<prog>: error: ...`,
 exit status 1, no traceback, nothing on stdout and nothing written to npspec's cache. Runs that
@@ -13,8 +13,8 @@ import os
 
 import pytest
 
-from npspec.generate import cpu_count, prompt_byte_limit, read_prompt, summary, thread_count
-from npspec.registry import REGISTRY, names
+from npspec.cli.generate import cpu_count, prompt_byte_limit, read_prompt, summary, thread_count
+from npspec.kernels.registry import REGISTRY, names
 
 from conftest import installed
 from npspec.sources import load
@@ -23,7 +23,7 @@ from npspec.decode import Stats
 from conftest import ROOT, run_python
 
 GENERATE = ("-m", "npspec.generate")
-CONVERT = ("-m", "npspec.convert")
+CONVERT = ("-m", "npspec.cli.convert")
 
 
 def offline_env(tmp_path, **extra):
@@ -294,7 +294,7 @@ def test_spec_help_names_the_forms():
     assert "random:<shape>" in r.stdout and "org/name" in r.stdout
 
 
-# --- python -m npspec.convert ------------------------------------------------------------------------
+# --- npspec convert ------------------------------------------------------------------------
 
 
 def test_convert_cli_missing_source(tmp_path):
@@ -304,9 +304,9 @@ def test_convert_cli_missing_source(tmp_path):
 
 
 def test_convert_cli_unwritable_out_dir(tmp_path):
-    from npspec.huggingface import write_hf_checkpoint
-    from npspec.gpt2 import GPT2Config
-    from npspec.init import init_tensors
+    from npspec.sources.huggingface import write_hf_checkpoint
+    from npspec.model.gpt2 import GPT2Config
+    from npspec.sources.init import init_tensors
 
     config = GPT2Config(n_vocab=2048, n_ctx=16, n_embd=8, n_head=2, n_layer=1, eos_token_id=0)
     src = write_hf_checkpoint(tmp_path / "hf", init_tensors(config, 3), config)

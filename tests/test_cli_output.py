@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 import npspec
-import npspec.generate
-from npspec.generate import GREEN, RESET, build_parser, run
+import npspec.cli.generate
+from npspec.cli.generate import GREEN, RESET, build_parser, run
 from npspec.sources import load
 
 from conftest import run_python
@@ -29,7 +29,7 @@ master, slave = pty.openpty()
 saved = os.dup(1)
 os.dup2(slave, 1)  # stdout is now the terminal
 os.close(slave)
-from npspec.generate import main
+from npspec.cli.generate import main
 rc = main(sys.argv[1:])
 sys.stdout.flush()
 os.dup2(saved, 1)  # closes the terminal's last slave end: reading the master ends with EIO
@@ -101,5 +101,6 @@ def test_colour_can_be_turned_off(how):
 
 
 def test_importing_the_cli_keeps_the_api_function():
-    # the CLI module is npspec.generate; the API function has its own name, so importing one never hides the other
-    assert callable(npspec.generate_text) and npspec.generate.__name__ == "npspec.generate"
+    # the CLI module is npspec.cli.generate (npspec.generate runs it); the API function has its own name, so importing
+    # one never hides the other
+    assert callable(npspec.generate_text) and npspec.cli.generate.__name__ == "npspec.cli.generate"

@@ -16,9 +16,9 @@ import time
 import numpy as np
 import pytest
 
-from npspec.files import save_converted
-from npspec.gpt2 import GPT2Config
-from npspec.init import init_tensors
+from npspec.sources.files import save_converted
+from npspec.model.gpt2 import GPT2Config
+from npspec.sources.init import init_tensors
 
 from conftest import ROOT, SHIPPED
 from test_cli import GENERATE, assert_one_clean_line, offline_env, run_python

@@ -1,4 +1,4 @@
-"""The `npspec` command (npspec.cli): its subcommands are the modules' own commands, `--version`, exit statuses,
+"""The `npspec` command (npspec.cli.main): its subcommands are the modules' own commands, `--version`, exit statuses,
 the console script setup.cfg declares, and `npspec bench`'s messages when the benchmarks cannot run.
 (The non-editable install's `npspec` script: tests/test_install.py.)"""
 
@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 
 import npspec
-from npspec import cli
-from npspec.files import load_model
+from npspec.cli import main as cli
+from npspec.sources.files import load_model
 
 from conftest import ROOT, run_python
 from test_cli import CONVERT, GENERATE, offline_env
 
-NPSPEC = ("-m", "npspec")
+NPSPEC = ("-m", "npspec.cli")
 GREEDY = ["ROMEO:", "--json", "--temperature", "0", "--max-new-tokens", "12", "--gamma", "3"]
 
 
@@ -23,7 +23,7 @@ def test_the_console_script_is_cli_main():
     cfg = configparser.ConfigParser()
     cfg.read(ROOT / "setup.cfg")
     scripts = [line.split("=") for line in cfg["options.entry_points"]["console_scripts"].split("\n") if line]
-    assert [[k.strip(), v.strip()] for k, v in scripts] == [["npspec", "npspec.cli:main"]]
+    assert [[k.strip(), v.strip()] for k, v in scripts] == [["npspec", "npspec.cli.main:main"]]
     assert cfg["metadata"]["version"] == npspec.__version__
 
 
@@ -74,7 +74,7 @@ def test_a_usage_error_is_one_line_that_points_at_help(argv, capfd):
 @pytest.mark.parametrize("argv, usage", [((*NPSPEC, "generate"), "usage: npspec generate "),
                                          ((*NPSPEC, "convert"), "usage: npspec convert "),
                                          (GENERATE, "usage: python -m npspec.generate "),
-                                         (CONVERT, "usage: python -m npspec.convert ")])
+                                         (CONVERT, "usage: npspec convert ")])
 def test_help_names_the_command_as_it_was_typed(argv, usage):
     # `npspec generate --help` printed "usage: python -m npspec.generate"
     r = run_python(*argv, "--help")

@@ -1,4 +1,4 @@
-"""The compiled kernel "compiled-panels" (npspec.compiled, the `fast` extra): its batch-invariance contract, bit for bit.
+"""The compiled kernel "compiled-panels" (npspec.kernels.compiled, the `fast` extra): its batch-invariance contract, bit for bit.
 
 Row i of an M-row product equals the one-row product for M = 1..16 at every position, whatever the other rows
 hold, for thread counts 1, 2, 3 and 7; whole forwards and their caches equal one-token forwards; greedy speculative
@@ -11,9 +11,9 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from npspec import compiled, kernels
+from npspec.kernels import compiled, products as kernels
 from npspec.decode import speculative_generate
-from npspec.registry import REGISTRY
+from npspec.kernels.registry import REGISTRY
 from npspec.sources import random_model
 
 from conftest import run_python, tiny_model

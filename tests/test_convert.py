@@ -2,7 +2,7 @@
 
 A checkpoint is built by hand as save_pretrained writes it (no torch needed). Float16, float64
 and bfloat16 sources are cast to float32 (bfloat16 bit-exactly); every problem is reported at
-once, through the API and through `python -m npspec.convert` and `python -m npspec.generate`,
+once, through the API and through `npspec convert` and `python -m npspec.generate`,
 and a refused conversion writes nothing.
 """
 
@@ -15,12 +15,12 @@ import pytest
 from safetensors import safe_open
 from safetensors.numpy import save_file
 
-from npspec.huggingface import convert, read_hf_tensors
-from npspec.errors import CheckpointError
-from npspec.files import load_model
-from npspec.tensors import tensor_shapes
-from npspec.gpt2 import GPT2Config
-from npspec.init import init_tensors
+from npspec.sources.huggingface import convert, read_hf_tensors
+from npspec.sources.errors import CheckpointError
+from npspec.sources.files import load_model
+from npspec.model.tensors import tensor_shapes
+from npspec.model.gpt2 import GPT2Config
+from npspec.sources.init import init_tensors
 
 from conftest import ROOT, SHIPPED, run_python
 from test_cli import CONVERT, GENERATE, assert_one_clean_line, cache_entries, offline_env
@@ -334,4 +334,4 @@ def test_a_bad_layer_norm_epsilon_is_refused_at_load(tmp_path, eps):
     with pytest.raises(CheckpointError) as e:
         load_model(out)
     assert str(e.value) == (f"{out / 'model.safetensors'}: bad model metadata (config: layer_norm_epsilon must be a "
-                            f"finite number > 0, got {float(eps)!r}); reconvert it with python -m npspec.convert")
+                            f"finite number > 0, got {float(eps)!r}); reconvert it with npspec convert")

@@ -1,4 +1,4 @@
-"""Where `python -m npspec.convert SRC OUT_DIR` writes: nothing on disk is lost, overwritten or left half-made.
+"""Where `npspec convert SRC OUT_DIR` writes: nothing on disk is lost, overwritten or left half-made.
 
 OUT_DIR must be new or empty, or hold an npspec model that --force replaces; never SRC, inside it or
 holding it. A conversion killed (SIGKILL) leaves a staging directory that the next conversion beside
@@ -15,10 +15,10 @@ import sys
 import numpy as np
 import pytest
 
-from npspec.files import load_model
-from npspec.gpt2 import GPT2Config
-from npspec.huggingface import convert
-from npspec.init import init_tensors
+from npspec.sources.files import load_model
+from npspec.model.gpt2 import GPT2Config
+from npspec.sources.huggingface import convert
+from npspec.sources.init import init_tensors
 
 from conftest import ROOT, run_python
 from test_cli import CONVERT, GENERATE, assert_one_clean_line, offline_env
@@ -26,7 +26,7 @@ from test_convert import CONFIG, hf_dir
 
 # argv: SRC OUT_DIR GO_FILE [options]: writes the staging directory's weights, prints "ready", waits for GO_FILE
 PAUSED = ("import pathlib, sys, time\n"
-          "import npspec.files as files\n"
+          "import npspec.sources.files as files\n"
           "real = files.write_weights\n"
           "def paused(path, tensors, config, metadata, progress=None):\n"
           "    real(path, tensors, config, metadata, progress)\n"
@@ -34,7 +34,7 @@ PAUSED = ("import pathlib, sys, time\n"
           "    while not pathlib.Path(sys.argv[3]).exists():\n"
           "        time.sleep(0.02)\n"
           "files.write_weights = paused\n"
-          "from npspec.convert import main\n"
+          "from npspec.cli.convert import main\n"
           "sys.exit(main(sys.argv[1:3] + sys.argv[4:]))\n")
 
 

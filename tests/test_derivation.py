@@ -4,7 +4,7 @@
 Letters are Leviathan's: `p` the target, `q` the draft. The law of a round comes from ONE oracle,
 npspec.testing's exact enumeration, through test_one_step.assert_round_keeps_target, given either
 kit.leviathan_rule on `Fraction` rows (exact: an equality is an equality) or test_one_step's
-`accept_rule`, npspec.decode.acceptance.accept measured by quadrature over its uniforms (float64,
+`accept_rule`, npspec.decode.rules.accept measured by quadrature over its uniforms (float64,
 tolerance 1e-12).
 """
 
@@ -18,7 +18,7 @@ from hypothesis import given, strategies as st
 from hypothesis.extra.numpy import arrays
 
 from npspec import testing as kit
-from npspec.sampling import residual, sample, warp
+from npspec.decode.sampling import residual, sample, warp
 from npspec.decode import accept
 
 from test_one_step import (ACCEPT_RULE, accept_law, accept_rule, acceptance_probability,
@@ -49,7 +49,7 @@ def test_one_step_law_exact():
 
 
 def test_residual_matches_npspec():
-    """npspec.sampling.residual equals the exact norm(max(0, p - q)) to float64 rounding, and p where p == q."""
+    """npspec.decode.sampling.residual equals the exact norm(max(0, p - q)) to float64 rounding, and p where p == q."""
     grid = list(simplex(4, 5))
     for p in grid:
         for q in grid:
@@ -186,7 +186,7 @@ def family(kind):
     def frac(w):
         return tuple(F(int(x), int(w.sum())) for x in w)
 
-    def onehot(w):  # temperature 0: one-hot on the argmax, lowest id on ties (npspec.sampling.warp)
+    def onehot(w):  # temperature 0: one-hot on the argmax, lowest id on ties (npspec.decode.sampling.warp)
         return tuple(F(int(x)) for x in warp(w.astype(np.float32), temperature=0))
 
     if kind == "random":

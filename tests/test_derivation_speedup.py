@@ -1,6 +1,6 @@
 """Claims 4 and 5 of notes/derivation.md, checked numerically: the expected tokens per round under i.i.d.
-acceptance (npspec.evaluate.expected_tokens_per_round, npspec's Stats.alpha) and the speedup model
-(npspec.evaluate.predicted_speedup). Exact Fractions throughout; the rounds come from test_one_step's oracle."""
+acceptance (npspec.decode.evaluate.expected_tokens_per_round, npspec's Stats.alpha) and the speedup model
+(npspec.decode.evaluate.predicted_speedup). Exact Fractions throughout; the rounds come from test_one_step's oracle."""
 
 import itertools
 from fractions import Fraction as F
@@ -8,7 +8,7 @@ from fractions import Fraction as F
 import numpy as np
 import pytest
 
-from npspec.evaluate import expected_tokens_per_round, predicted_speedup
+from npspec.decode.evaluate import expected_tokens_per_round, predicted_speedup
 from npspec.decode import Stats
 
 from test_one_step import accept_law

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from npspec import testing as kit
-from npspec.sampling import warp
+from npspec.decode.sampling import warp
 from npspec.decode import accept
 
 from test_one_step import ACCEPT_RULE, accept_law, assert_round_keeps_target, first_token, round_law

@@ -13,7 +13,7 @@ import pytest
 from npspec import testing as kit
 from npspec.decode import Proposal, speculative_generate
 from npspec.decode.drafters import ModelDrafter, NgramDrafter
-from npspec.sampling import sample, warp
+from npspec.decode.sampling import sample, warp
 
 from test_loop_replay import accept_edge, cell_edge
 

@@ -1,4 +1,4 @@
-"""Converted models written atomically (npspec.files over npspec.atomic): a failed or killed write leaves the old
+"""Converted models written atomically (npspec.sources.files over npspec.sources.atomic): a failed or killed write leaves the old
 files, a new directory appears whole or not at all, and only a regular file is ever replaced.
 """
 
@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from npspec.huggingface import write_hf_checkpoint
-from npspec.atomic import atomic_write
-from npspec.gpt2 import GPT2Config
-from npspec.init import init_tensors
+from npspec.sources.huggingface import write_hf_checkpoint
+from npspec.sources.atomic import atomic_write
+from npspec.model.gpt2 import GPT2Config
+from npspec.sources.init import init_tensors
 
 from conftest import run_python
 from model_files import GPT2_TOKENIZER
@@ -32,7 +32,7 @@ def test_atomic_write_keeps_the_old_file_when_a_write_fails(tmp_path):
     assert path.read_text() == "old" and os.listdir(tmp_path) == ["f"]
 
 
-FULL_DISK = ("import resource, signal, sys; from npspec.huggingface import convert\n"
+FULL_DISK = ("import resource, signal, sys; from npspec.sources.huggingface import convert\n"
              "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails (EFBIG) like a full disk\n"
              "resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[3]), resource.RLIM_INFINITY))\n"
              "try:\n    convert(sys.argv[1], sys.argv[2], force=True)\nexcept Exception as e:\n    print(type(e).__name__, e)\n")

@@ -1,4 +1,4 @@
-"""Broken, lying or foreign converted models (npspec.files): each gives one CheckpointError line naming the problem
+"""Broken, lying or foreign converted models (npspec.sources.files): each gives one CheckpointError line naming the problem
 and the fix, never a traceback or a hang, whatever the header claims.
 """
 
@@ -14,10 +14,10 @@ from hypothesis import strategies as st
 from safetensors import safe_open
 from safetensors.numpy import save_file
 
-from npspec.huggingface import read_hf_tensors, write_hf_checkpoint
-from npspec.errors import CheckpointError
-from npspec.files import load_model
-from npspec.init import init_tensors
+from npspec.sources.huggingface import read_hf_tensors, write_hf_checkpoint
+from npspec.sources.errors import CheckpointError
+from npspec.sources.files import load_model
+from npspec.sources.init import init_tensors
 
 from conftest import SHIPPED, run_python
 from test_cli import GENERATE, assert_one_clean_line, offline_env
@@ -90,7 +90,7 @@ def _bad_tokenizer(d):
 
 
 @pytest.mark.parametrize("make, phrases", [
-    (_empty_dir, ["has no model.safetensors", "python -m npspec.convert"]),
+    (_empty_dir, ["has no model.safetensors", "npspec convert"]),
     (_a_file, ["is a file", "give the directory"]),
     (_truncated, ["not a readable safetensors file", "reconvert"]),
     (_not_safetensors, ["not a readable safetensors file", "reconvert"]),
@@ -122,7 +122,7 @@ def test_load_errors(tmp_path):
         load_model(tmp_path / "empty")
     src = write_hf_checkpoint(tmp_path / "hf", init_tensors(SMALL, 3), SMALL, prefix="transformer.")
     (src / "tokenizer.json").write_text(TOKENIZER)  # a Hugging Face directory is not a converted one
-    with pytest.raises(CheckpointError, match="python -m npspec.convert"):
+    with pytest.raises(CheckpointError, match="npspec convert"):
         load_model(src)
     data = (saved(tmp_path / "out") / "model.safetensors").read_bytes()
     (tmp_path / "out" / "model.safetensors").write_bytes(data[: len(data) // 2])  # truncated

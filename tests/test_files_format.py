@@ -1,4 +1,4 @@
-"""npspec's converted format (npspec.files): write and read it, bit for bit, in format 2 and the old format 1.
+"""npspec's converted format (npspec.sources.files): write and read it, bit for bit, in format 2 and the old format 1.
 
 A converted model is a directory with `model.safetensors` (float32, GPT-2 names, the config in
 the header metadata; format 2 stores the block matrices transposed, in the forward's column-major
@@ -14,14 +14,14 @@ import numpy as np
 import pytest
 from safetensors import safe_open
 
-from npspec import files
-from npspec.errors import CheckpointError
-from npspec.files import load_model, save_converted
-from npspec.gpt2 import GPT2Config
-from npspec.init import init_tensors, init_tensors_varied
-from npspec.model import Model
+from npspec.sources import files
+from npspec.sources.errors import CheckpointError
+from npspec.sources.files import load_model, save_converted
+from npspec.model.gpt2 import GPT2Config
+from npspec.sources.init import init_tensors, init_tensors_varied
+from npspec.model.model import Model
 from npspec.sources import SHAPES, cache, load
-from npspec.tensors import params_tree
+from npspec.model.tensors import params_tree
 
 from conftest import SHIPPED, run_python
 from model_files import SMALL, TOKENIZER, GPT2_TOKENIZER, saved, saved_format_1, logits, same_bits
@@ -197,7 +197,7 @@ def test_format_1_relayout_and_rewrite_hold_one_matrix_extra(tmp_path):
     assert m.n_bytes + 0.9 * largest <= peak <= 1.1 * m.n_bytes + largest, (peak, m.n_bytes, largest)
 
 
-RSS = ("import json, sys; from npspec.files import load_model; from tokenizers import Tokenizer\n"
+RSS = ("import json, sys; from npspec.sources.files import load_model; from tokenizers import Tokenizer\n"
        "def peak():  # this process image's peak resident set (ru_maxrss would carry over the parent's)\n"
        "    return next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmHWM:'))\n"
        "Tokenizer.from_file(sys.argv[1] + '/tokenizer.json'); before = peak(); m = load_model(sys.argv[1])\n"

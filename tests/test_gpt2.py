@@ -1,4 +1,4 @@
-"""The math of the forward pass (npspec.gpt2): its pieces, shapes and dtype, the KV cache, and its checks.
+"""The math of the forward pass (npspec.model.gpt2): its pieces, shapes and dtype, the KV cache, and its checks.
 
 Which product runs is not this file's subject (tests/test_kernels.py): here `model.prefill` (one
 GEMM per product, masked attention) and `model.forward` (the model's kernel, attention row by
@@ -10,9 +10,9 @@ import re
 import numpy as np
 import pytest
 
-from npspec.gpt2 import (ContextOverflowError, GPT2Config, KVCache, attention, attention_masked, block, ffn, gelu, gpt2,
+from npspec.model.gpt2 import (ContextOverflowError, GPT2Config, KVCache, attention, attention_masked, block, ffn, gelu, gpt2,
                          layer_norm, mha, softmax)
-from npspec.kernels import gemm
+from npspec.kernels.products import gemm
 
 from conftest import tiny_model
 

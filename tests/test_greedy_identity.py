@@ -6,7 +6,7 @@ is kept only where it equals the target's argmax. Checked for gamma 1..8 against
 decoding with the target alone) on a tiny pair, on the shipped pair, on GPT-2's shapes with random
 weights, and on the command line; and the loop's own forwards are checked against one-token forwards.
 Tiny targets use "gemm-blocks" and drafts "gemv-panels" (conftest.TINY_KERNELS); the shipped pair each role's
-first candidate (npspec.registry.role_candidates: "compiled-panels" where the fast extra is installed).
+first candidate (npspec.kernels.registry.role_candidates: "compiled-panels" where the fast extra is installed).
 """
 
 import json
@@ -14,8 +14,8 @@ import json
 import numpy as np
 import pytest
 
-from npspec.evaluate import fixed_prompts
-from npspec.registry import names, role_candidates
+from npspec.decode.evaluate import fixed_prompts
+from npspec.kernels.registry import names, role_candidates
 from npspec.sources import random_model
 from npspec.decode import speculative_generate
 

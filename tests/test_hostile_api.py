@@ -10,7 +10,7 @@ import npspec
 from npspec.decode import SamplingParams, speculative_generate
 from npspec.decode.drafters import MAX_NGRAM, DynamicTreeDrafter, ModelDrafter, NgramDrafter, TreeDrafter
 from npspec.testing import ScriptedRng
-from npspec.trees import MAX_TREE_NODES, grow_tree
+from npspec.decode.rules.trees import MAX_TREE_NODES, grow_tree
 
 from conftest import tiny_model
 

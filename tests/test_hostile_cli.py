@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from npspec.decode.drafters import MAX_NGRAM
-from npspec.trees import MAX_TREE_NODES
+from npspec.decode.rules.trees import MAX_TREE_NODES
 
 from conftest import ROOT
 from test_cli import assert_one_clean_line, offline_env
@@ -84,4 +84,4 @@ def test_a_tree_at_the_node_bound_is_accepted_and_runs(tmp_path):
 def test_readme_states_the_policy_bounds():
     table = (ROOT / "README.md").read_text(encoding="utf-8")
     assert f"at most {MAX_NGRAM} (a policy, `npspec.decode.drafters.MAX_NGRAM`" in table
-    assert f"At most {MAX_TREE_NODES} nodes (a policy, `npspec.trees.MAX_TREE_NODES`" in table
+    assert f"At most {MAX_TREE_NODES} nodes (a policy, `npspec.decode.rules.trees.MAX_TREE_NODES`" in table

@@ -1,5 +1,5 @@
 """Concurrency: `convert --force` replaces OUT_DIR atomically for a process reading it, and the one lock and
-atomic-write mechanism (npspec.atomic: filelock) holds across threads and processes.
+atomic-write mechanism (npspec.sources.atomic: filelock) holds across threads and processes.
 
 The replacement swaps the staging directory with OUT_DIR in one step (renameat2 RENAME_EXCHANGE, where Linux
 has it): a reader opening OUT_DIR/model.safetensors meanwhile finds the old model or the new one. The old
@@ -12,10 +12,10 @@ import threading
 
 import pytest
 
-from npspec import atomic
-from npspec.atomic import exchange, locked
-from npspec.errors import CheckpointError
-from npspec.files import load_model, out_dir_state, write_dir
+from npspec.sources import atomic
+from npspec.sources.atomic import exchange, locked
+from npspec.sources.errors import CheckpointError
+from npspec.sources.files import load_model, out_dir_state, write_dir
 from npspec.sources import cache
 
 from model_files import saved
@@ -109,7 +109,7 @@ def test_a_staging_directory_held_by_a_live_write_is_not_cleaned(tmp_path):
 def test_cache_and_files_share_the_lock_mechanism(tmp_path):
     root = tmp_path / "cache"
     final = root / "random" / "e"
-    with locked(cache.lock_file(root, final)):  # held through npspec.atomic: the cache sees it as held
+    with locked(cache.lock_file(root, final)):  # held through npspec.sources.atomic: the cache sees it as held
         with pytest.raises(Exception, match="still holds the lock file"):
             cache.cached(root, final, lambda staging: None, "e", lock_timeout=0.1)
     assert cache.cached(root, final, lambda staging: None, "e") == final

@@ -14,13 +14,13 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from npspec import convert as convert_command
-from npspec.errors import CheckpointError
-from npspec.files import config_from_metadata, converted_metadata, load_model
-from npspec.gpt2 import GPT2Config, KVCache
-from npspec.init import init_tensors
-from npspec.model import Model
-from npspec.tensors import params_tree
+from npspec.cli import convert as convert_command
+from npspec.sources.errors import CheckpointError
+from npspec.sources.files import config_from_metadata, converted_metadata, load_model
+from npspec.model.gpt2 import GPT2Config, KVCache
+from npspec.sources.init import init_tensors
+from npspec.model.model import Model
+from npspec.model.tensors import params_tree
 
 from conftest import run_python
 from test_cli import GENERATE, assert_one_clean_line, offline_env
@@ -28,7 +28,7 @@ from test_convert import CONFIG, hf_dir
 
 
 def convert(*argv):
-    """(exit status, stdout, stderr) of `python -m npspec.convert argv`, run in this process."""
+    """(exit status, stdout, stderr) of `npspec convert argv`, run in this process."""
     out, err = io.StringIO(), io.StringIO()
     status = convert_command.main([str(a) for a in argv], out=out, err=err)
     assert "Traceback" not in err.getvalue()

@@ -1,6 +1,6 @@
 """Hostile files: what npspec is asked to replace or read is not a regular file, or holds what no model may.
 
-Only a regular file the user named is ever replaced (npspec.atomic.atomic_write: never a symlink, a
+Only a regular file the user named is ever replaced (npspec.sources.atomic.atomic_write: never a symlink, a
 directory, a FIFO or a device such as /dev/null, which `--force` once turned into a regular file when
 run as root); `--html FILE` refuses an existing file without `--force`; `vectors -` is stdout; a FIFO
 named model.safetensors is refused, not read forever; weights holding NaN are refused before the
@@ -15,13 +15,13 @@ import threading
 import numpy as np
 import pytest
 
-from npspec import atomic, files
-from npspec.atomic import NotRegularFile, atomic_write
-from npspec.errors import CheckpointError
-from npspec.files import load_model, save_converted, write_dir
-from npspec.generate import main as generate_main
-from npspec.init import init_tensors
-from npspec.quantized import is_quantized
+from npspec.sources import atomic, files
+from npspec.sources.atomic import NotRegularFile, atomic_write
+from npspec.sources.errors import CheckpointError
+from npspec.sources.files import load_model, save_converted, write_dir
+from npspec.cli.generate import main as generate_main
+from npspec.sources.init import init_tensors
+from npspec.sources.quantized import is_quantized
 from npspec.sources import cache
 from npspec.testing.__main__ import main as kit_main
 

@@ -6,7 +6,7 @@ import pytest
 
 from npspec.decode import speculative_generate
 from npspec.decode.drafters import MAX_NGRAM, DynamicTreeDrafter, NgramDrafter, TreeDrafter, ngram_scan
-from npspec.gpt2 import ContextOverflowError
+from npspec.model.gpt2 import ContextOverflowError
 
 from conftest import tiny_model
 

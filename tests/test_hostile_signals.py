@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from npspec import startup
+from npspec.cli import startup
 from npspec.sources import cache
 
 from conftest import ROOT, run_python
@@ -22,7 +22,8 @@ from test_convert import hf_dir
 SLOW_CONVERT = """
 import sys, time
 from pathlib import Path
-from npspec import convert, files
+from npspec.cli import convert
+from npspec.sources import files
 real = files.write_safetensors
 def slow(path, shapes, array, metadata, done=None):  # half a file written, then wait for the signal
     real(path, dict(list(shapes.items())[:3]), array, metadata, done)
@@ -60,7 +61,7 @@ def test_a_signalled_conversion_leaves_nothing(tmp_path, sig, status, says):
 
 CTRL_C_WHILE_STARTING = """
 import os, signal, sys, time
-from npspec import startup
+from npspec.cli import startup
 startup.exit_on_interrupt_while_starting(["python", "-m", "npspec.generate"])
 os.kill(os.getpid(), signal.SIGINT)  # as if Ctrl-C came during the imports
 time.sleep(30)
@@ -76,7 +77,7 @@ def test_ctrl_c_while_a_command_imports_is_one_line_and_130():
 def test_a_command_puts_pythons_own_ctrl_c_handler_back_before_it_works():
     previous = signal.getsignal(signal.SIGINT)
     try:
-        startup.exit_on_interrupt_while_starting(["python", "-m", "npspec.convert"])
+        startup.exit_on_interrupt_while_starting(["python", "-m", "npspec.cli.convert"])
         assert signal.getsignal(signal.SIGINT) is startup._exit_while_starting
         startup.started()
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
@@ -85,7 +86,7 @@ def test_a_command_puts_pythons_own_ctrl_c_handler_back_before_it_works():
 
 
 @pytest.mark.parametrize("orig_argv, command", [
-    (["python", "-m", "npspec.generate", "ROMEO:"], True), (["python", "-m", "npspec"], True),
+    (["python", "-m", "npspec.generate", "ROMEO:"], True), (["python", "-m", "npspec.cli"], True), (["python", "-m", "npspec"], False),
     (["python", "/venv/bin/npspec", "generate"], True), (["python", "-m", "npspec.testing", "vectors", "-"], True),
     (["python", "-m", "pytest", "tests"], False), (["python", "-c", "import npspec"], False),
     (["python", "-m", "bench.speedup"], False), (["ipython"], False), ([], False)])

@@ -10,10 +10,10 @@ import sys
 
 import pytest
 
-from npspec import cli, generate, harness
+from npspec.cli import main as cli, generate, harness
 from npspec.decode import Options, SamplingParams, prepare
 from npspec.decode.drafters import ModelDrafter
-from npspec.kernels import THREADS_PER_CPU, check_threads
+from npspec.kernels.products import THREADS_PER_CPU, check_threads
 from npspec.sources import load
 
 from conftest import ROOT
@@ -34,9 +34,9 @@ def assert_one_line(r, *phrases, status=1):
 
 
 @needs_dev_full
-@pytest.mark.parametrize("argv", [["-m", "npspec", "--help"], ["-m", "npspec", "--version"],
-                                  ["-m", "npspec", "generate", "--help"], ["-m", "npspec.convert", "--help"],
-                                  ["-m", "npspec", "bench", "--help"], ["-m", "npspec.testing", "--help"],
+@pytest.mark.parametrize("argv", [["-m", "npspec.cli", "--help"], ["-m", "npspec.cli", "--version"],
+                                  ["-m", "npspec.cli", "generate", "--help"], ["-m", "npspec.cli.convert", "--help"],
+                                  ["-m", "npspec.cli", "bench", "--help"], ["-m", "npspec.testing", "--help"],
                                   ["-m", "npspec.testing", "vectors", "-"]])
 def test_help_and_version_to_a_full_disk_are_an_error(argv):
     with open("/dev/full", "w") as full:
@@ -117,7 +117,7 @@ def test_html_under_an_unknown_user_is_one_line():
 
 
 class Bars:
-    """A bar factory (npspec.progress's protocol) that records each bar's description, total and updates."""
+    """A bar factory (npspec.sources.progress's protocol) that records each bar's description, total and updates."""
 
     def __init__(self):
         self.bars = []

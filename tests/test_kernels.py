@@ -1,4 +1,4 @@
-"""The products (npspec.kernels, and npspec.compiled where numba is installed) and the batch-invariance contract.
+"""The products (npspec.kernels.products, and npspec.kernels.compiled where numba is installed) and the batch-invariance contract.
 
 The contract: for an INVARIANT kernel, row i of an M-row product, and so of an M-row forward, is
 bit-identical to the one-row result, whatever the other rows are. That is what makes greedy
@@ -12,12 +12,12 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from npspec.tensors import params_tree
-from npspec.init import init_tensors
-from npspec.kernels import (BLOCK_ROWS, PANEL_BYTES, SPLIT_BYTES, WHOLE_BYTES, GemmBlocks, GemvPanels, gemm,
+from npspec.model.tensors import params_tree
+from npspec.sources.init import init_tensors
+from npspec.kernels.products import (BLOCK_ROWS, PANEL_BYTES, SPLIT_BYTES, WHOLE_BYTES, GemmBlocks, GemvPanels, gemm,
                             gemm_panels, panel_width, panels)
-from npspec.model import Model
-from npspec.registry import REGISTRY, invariant_names, names
+from npspec.model.model import Model
+from npspec.kernels.registry import REGISTRY, invariant_names, names
 from npspec.sources import SHAPES, random_model
 
 from conftest import installed, make, tiny_model

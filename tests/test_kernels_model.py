@@ -1,4 +1,4 @@
-"""The registry of kernels (npspec.registry), the Model that owns its kernel, the column-major layout, and threads.
+"""The registry of kernels (npspec.kernels.registry), the Model that owns its kernel, the column-major layout, and threads.
 
 tests/test_kernels.py checks the products and the batch-invariance contract; tests/test_choice.py how a role's
 kernel is chosen.
@@ -12,13 +12,13 @@ import threading
 import numpy as np
 import pytest
 
-from npspec.files import params_tree
-from npspec.init import init_tensors
-from npspec.kernels import (GemmBlocks, GemvPanels, Workers, block_linears, check_threads, column_major, fortran_copy,
+from npspec.sources.files import params_tree
+from npspec.sources.init import init_tensors
+from npspec.kernels.products import (GemmBlocks, GemvPanels, Workers, block_linears, check_threads, column_major, fortran_copy,
                             gemm, gemm_panels, gemv_rows)
-from npspec.model import Model, leaves
-from npspec.qkernels import dequant_gemm, dequant_panels
-from npspec.registry import REGISTRY, STATIC_DEFAULT, kernel, names, plain_baselines
+from npspec.model.model import Model, leaves
+from npspec.kernels.quantized import dequant_gemm, dequant_panels
+from npspec.kernels.registry import REGISTRY, STATIC_DEFAULT, kernel, names, plain_baselines
 
 from conftest import installed, make, tiny_model
 

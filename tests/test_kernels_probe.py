@@ -7,7 +7,7 @@ its answer on the real BLAS is then checked on other numbers than its own, on an
 import numpy as np
 import pytest
 
-from npspec.kernels import BLOCK_ROWS, same_bits_rows
+from npspec.kernels.products import BLOCK_ROWS, same_bits_rows
 
 
 def fake_blas(breaks_at, row=0):

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 
 from npspec import testing as kit
-from npspec.gpt2 import ContextOverflowError
-from npspec.sampling import residual, sample, warp
+from npspec.model.gpt2 import ContextOverflowError
+from npspec.decode.sampling import residual, sample, warp
 
 from conftest import ROOT, run_python
 from test_one_step import tables
@@ -106,7 +106,7 @@ def test_enumeration_sees_eos_budget_and_context():
 
 
 def test_truncate_matches_warp():
-    """The exact truncation mirrors npspec.sampling.warp (ties at the k-th value kept, top-p convention)."""
+    """The exact truncation mirrors npspec.decode.sampling.warp (ties at the k-th value kept, top-p convention)."""
     row = [F(1, 10), F(3, 10), F(3, 10), F(2, 10), F(1, 10)]
     logits = np.log(np.array([float(v) for v in row]))
     for kw in (dict(top_k=2), dict(top_k=3), dict(top_p=F(1, 2)), dict(top_p=F(7, 10)), dict(top_k=4, top_p=F(3, 5))):

@@ -8,7 +8,7 @@ import pytest
 
 from npspec import testing as kit
 from npspec.decode.drafters import ModelDrafter
-from npspec.sampling import warp
+from npspec.decode.sampling import warp
 
 
 # ---- a round written from the paper alone, in plain NumPy (no npspec), and its classic bugs

@@ -1,5 +1,6 @@
-"""The code's layout rules, checked on the source: short functions, no hasattr dispatch outside the kit, and
-npspec.decode reaching models only through its protocols (it imports the math, never model, files or sources)."""
+"""The code's layout rules, checked on the source: npspec/ in a few wings whose imports run one way, short
+functions, no hasattr dispatch outside the kit, and npspec.decode reaching models only through its protocols (it
+imports GPT-2's ContextOverflowError, never Model, files or sources)."""
 
 import ast
 from pathlib import Path
@@ -14,7 +15,9 @@ from conftest import tiny_model
 
 NPSPEC = Path(__file__).resolve().parent.parent / "npspec"
 MAX_BODY = 60
-DECODE_MAY_IMPORT = {"npspec.sampling", "npspec.text", "npspec.trees", "npspec.rules", "npspec.gpt2"}
+DECODE_MAY_IMPORT = {"npspec.model.gpt2"}
+WINGS = ("kernels", "model", "decode", "sources", "cli", "testing")  # each imports only the wings before it
+TOP = {"__init__.py", "generate.py", *WINGS}  # generate.py: `python -m npspec.generate`, README's name for the command
 
 
 def functions(path):
@@ -58,6 +61,30 @@ def imported(path):
             yield from (a.name for a in node.names if a.name.startswith("npspec"))
 
 
+def test_npspec_is_a_few_wings():
+    entries = {p.name for p in NPSPEC.iterdir() if p.name != "__pycache__"}
+    assert entries == TOP, f"npspec/ holds {sorted(entries)}; a new module belongs in one of the wings {WINGS}"
+    assert len(entries) <= 8
+
+
+def wing_of(module):  # "npspec.kernels.compiled" -> "kernels"; "npspec" -> None
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in WINGS else None
+
+
+def test_wings_import_one_way():
+    """A wing imports only the wings listed before it in WINGS (the math at the bottom, the commands on top)."""
+    upward = sorted({f"{path.relative_to(NPSPEC.parent)} imports {module}"
+                     for wing in WINGS for path in (NPSPEC / wing).rglob("*.py") for module in imported(path)
+                     if wing_of(module) and WINGS.index(wing_of(module)) > WINGS.index(wing)})
+    assert not upward, f"imports against the wings' order {WINGS}: {upward}"
+
+
+def test_every_wing_opens_with_what_it_holds():
+    missing = [wing for wing in WINGS if not ast.get_docstring(ast.parse((NPSPEC / wing / "__init__.py").read_text()))]
+    assert not missing, f"wings without a docstring in __init__.py: {missing}"
+
+
 def test_decode_imports_only_the_math():
     outside = {f"{path.relative_to(NPSPEC.parent)} imports {module}"
                for path in sorted((NPSPEC / "decode").rglob("*.py")) for module in imported(path)
@@ -68,7 +95,7 @@ def test_decode_imports_only_the_math():
 def test_gpt2_is_imported_by_decode_for_its_error_only():
     for path in (NPSPEC / "decode").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and node.module == "gpt2":
+            if isinstance(node, ast.ImportFrom) and node.module in ("model.gpt2", "npspec.model.gpt2"):
                 assert [a.name for a in node.names] == ["ContextOverflowError"], path
 
 

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 from npspec import testing as kit
-from npspec.evaluate import fixed_prompts
-from npspec.gpt2 import ContextOverflowError
-from npspec.sampling import warp
+from npspec.decode.evaluate import fixed_prompts
+from npspec.model.gpt2 import ContextOverflowError
+from npspec.decode.sampling import warp
 from npspec.decode import GenerationInterrupted, accept, round_gamma, speculative_generate
 
 from conftest import tiny_model

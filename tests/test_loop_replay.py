@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from npspec import testing as kit
-from npspec.sampling import residual, sample
+from npspec.decode.sampling import residual, sample
 from npspec.decode import speculative_generate
 
 from conftest import tiny_model

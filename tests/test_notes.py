@@ -347,8 +347,8 @@ def test_the_reference_checks_can_fail():
         ["tests/test_derivation.py::test_no_such_thing"]
     assert missing_test_refs("tests/test_nowhere.py::test_x and tests/test_notes.py::test_the_notes_exist") == \
         ["tests/test_nowhere.py::test_x"]
-    assert missing_code_refs("npspec/sampling.py::residual, npspec/sampling.py::no_such") == \
-        ["npspec/sampling.py::no_such"]
+    assert missing_code_refs("npspec/decode/sampling.py::residual, npspec/decode/sampling.py::no_such") == \
+        ["npspec/decode/sampling.py::no_such"]
     assert missing_test_files("tests/test_notes.py and tests/test_nowhere.py") == ["tests/test_nowhere.py"]
     assert python_blocks("a\n```python\nx = 1\n```\n```text\ny\n```\n") == [(3, "x = 1\n")]
     assert quoted_outputs("```python\nprint(1)\n```\n\n```output\n1\n```\n```python\nx\n```\n") == {2: "1\n"}

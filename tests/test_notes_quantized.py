@@ -20,7 +20,7 @@ import pytest
 
 from bench.common import read_table
 from bench.quantized import mean_and_se, ratio_and_se
-from npspec.quantize import parse_scheme
+from npspec.sources.quantize import parse_scheme
 
 from conftest import ROOT
 

@@ -4,7 +4,7 @@
 
 ONE oracle, npspec.testing's exact enumeration: `assert_round_keeps_target` is THE check of a rule
 `rule(p, q, x) -> (a, r)`: kit.leviathan_rule in Fractions, kit.npspec_rule in float64, or
-`accept_rule`, the rule npspec.decode.acceptance.accept itself implements, measured without sampling.
+`accept_rule`, the rule npspec.decode.rules.accept itself implements, measured without sampling.
 accept is a function of its uniforms, constant on boxes (u_i < cut_i or not, u_final inside one
 CDF interval of what it samples from): `accept_law` calls it once at the midpoint of every box
 and weighs the answer by the box's volume, the exact law up to float64 rounding. The CDF cuts
@@ -24,7 +24,7 @@ from hypothesis import example, given, strategies as st
 from hypothesis.extra.numpy import arrays
 
 from npspec import testing as kit
-from npspec.sampling import greedy, warp
+from npspec.decode.sampling import greedy, warp
 from npspec.decode import Proposal, SamplingParams, accept, get_rule, round as rounds
 
 from conftest import tiny_model

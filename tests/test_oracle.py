@@ -21,16 +21,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from npspec.huggingface import convert
-from npspec.files import load_model
-from npspec.tensors import tensor_shapes
-from npspec.gpt2 import GPT2Config
-from npspec.init import init_tensors, init_tensors_varied
-from npspec.model import leaves
+from npspec.sources.huggingface import convert
+from npspec.sources.files import load_model
+from npspec.model.tensors import tensor_shapes
+from npspec.model.gpt2 import GPT2Config
+from npspec.sources.init import init_tensors, init_tensors_varied
+from npspec.model.model import leaves
 from npspec.sources import SHAPES, load
 from npspec.sources.cache import RANDOM_SEED
 from npspec.decode import speculative_generate
-from npspec.text import TextStreamer
+from npspec.decode.text import TextStreamer
 
 from conftest import ROOT, SHIPPED
 

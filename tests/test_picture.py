@@ -1,4 +1,4 @@
-"""The picture of each round (npspec.picture, `--html FILE`): the page's content, read back with html.parser, on a
+"""The picture of each round (npspec.cli.picture, `--html FILE`): the page's content, read back with html.parser, on a
 hand-made trace (one row per case, as commented) and on a real run; a real browser's rendering in the slow suite."""
 
 import html.parser
@@ -10,8 +10,8 @@ import zlib
 
 import pytest
 
-from npspec import picture
-from npspec.generate import build_parser, main, run
+from npspec.cli import picture
+from npspec.cli.generate import build_parser, main, run
 from npspec.sources import load
 
 ROUNDS = [

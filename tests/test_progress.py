@@ -1,9 +1,9 @@
-"""Progress bars (npspec.progress): who decides (the commands, from --quiet, NPSPEC_QUIET, TQDM_DISABLE, --json and
+"""Progress bars (npspec.sources.progress): who decides (the commands, from --quiet, NPSPEC_QUIET, TQDM_DISABLE, --json and
 whether stderr is a terminal), what the library reports (every byte of building, converting and loading, per
 tensor), and what a user sees: bars on a terminal, none when piped.
 
 Terminals are real: a child process points its stderr at a pseudo-terminal of 120 columns, runs the command's
-main and hands back what the terminal received (npspec.progress.DELAY is set to 0 there, so the tiny models'
+main and hands back what the terminal received (npspec.sources.progress.DELAY is set to 0 there, so the tiny models'
 quick work shows its bars too).
 """
 
@@ -12,10 +12,10 @@ import math
 
 import pytest
 
-from npspec import progress
-from npspec.files import load_model
-from npspec.tensors import tensor_shapes
-from npspec.huggingface import convert, read_hf_tensors
+from npspec.sources import progress
+from npspec.sources.files import load_model
+from npspec.model.tensors import tensor_shapes
+from npspec.sources.huggingface import convert, read_hf_tensors
 from npspec.sources import SHAPES, load
 
 from conftest import ROOT, run_python
@@ -45,9 +45,9 @@ def drain():
 
 reader = threading.Thread(target=drain)
 reader.start()
-import npspec.progress
-npspec.progress.DELAY = 0
-from npspec.generate import main
+import npspec.sources.progress
+npspec.sources.progress.DELAY = 0
+from npspec.cli.generate import main
 rc = main(sys.argv[1:])
 sys.stderr.flush()
 os.dup2(saved, 2)  # closes the terminal's last slave end: reading the master ends with EIO

@@ -11,12 +11,13 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from npspec import generate, testing as kit
+from npspec import testing as kit
+from npspec.cli import generate
 from npspec.decode import RULES, BaseDrafter, Drafter, Proposal, Rule, Stats, accept, speculative_generate
 from npspec.decode import drafters as drafters_module
 from npspec.decode.drafters import Command, NgramDrafter, TreeDrafter
-from npspec.evaluate import acceptance
-from npspec.gpt2 import tree_paths
+from npspec.decode.evaluate import acceptance
+from npspec.model.gpt2 import tree_paths
 
 N_VOCAB = 6
 
@@ -238,8 +239,8 @@ def test_a_registered_rule_is_the_one_the_round_calls_and_a_chain_rule_refuses_t
 
 def test_block_verification_is_registered_and_greedy_with_it_is_plain_greedy():
     """--verify block --temperature 0 emits plain greedy decoding's ids (the rows are one-hot); sampled, it runs
-    through npspec.rules.block_accept (its law: tests/test_block_verify.py); it refuses trees."""
-    assert RULES["block"].chain.__module__ == "npspec.rules" and RULES["block"].tree is None
+    through npspec.decode.rules.block_accept (its law: tests/test_block_verify.py); it refuses trees."""
+    assert RULES["block"].chain.__module__ == "npspec.decode.rules.block" and RULES["block"].tree is None
 
     def cli(*argv):
         out = io.StringIO()

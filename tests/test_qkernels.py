@@ -1,5 +1,5 @@
-"""npspec.qkernels: the "dequant-panels" product equals, bit for bit, the same panel GEMVs on the dequantized float32
-matrix (npspec.quantize's values); it is batch invariant; a model holding int8 codes runs only with it, and as a draft
+"""npspec.kernels.quantized: the "dequant-panels" product equals, bit for bit, the same panel GEMVs on the dequantized float32
+matrix (npspec.sources.quantize's values); it is batch invariant; a model holding int8 codes runs only with it, and as a draft
 it keeps greedy output identical to plain greedy decoding."""
 
 import json
@@ -7,12 +7,12 @@ import json
 import numpy as np
 import pytest
 
-from npspec.errors import CheckpointError
-from npspec.model import Model
-from npspec.qkernels import QuantizedMatrix, dequant_gemm, dequant_panels, holds_codes, qpanel_width
-from npspec.registry import kernel
-from npspec.quantize import dequantize_tensor, parse_scheme, quantize_tensor
-from npspec.quantized import load_quantized, quantize_model, save_quantized
+from npspec.sources.errors import CheckpointError
+from npspec.model.model import Model
+from npspec.kernels.quantized import QuantizedMatrix, dequant_gemm, dequant_panels, holds_codes, qpanel_width
+from npspec.kernels.registry import kernel
+from npspec.sources.quantize import dequantize_tensor, parse_scheme, quantize_tensor
+from npspec.sources.quantized import load_quantized, quantize_model, save_quantized
 from npspec.sources import load
 from npspec.decode import speculative_generate
 
@@ -40,7 +40,7 @@ def test_the_kernel_is_the_panel_gemvs_on_the_dequantized_matrix_bit_for_bit(nam
     rng = np.random.default_rng(n)
     scheme = parse_scheme(name)
     q = quantize_tensor(rng.standard_normal((D_IN, D_OUT)).astype(np.float32), scheme)
-    w = dequantize_tensor(q, scheme)  # npspec.quantize's float32 values
+    w = dequantize_tensor(q, scheme)  # npspec.sources.quantize's float32 values
     m = QuantizedMatrix.from_codes(q.codes, q.scales, panel_bytes=4 * D_IN * WIDTH)
     assert m.width == WIDTH and m.starts == (0, 40, 80, 120, 160, 163) and m.shape == (D_IN, D_OUT)
     np.testing.assert_array_equal(m.dequantize(), w)  # the same weights, bit for bit

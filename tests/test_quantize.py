@@ -1,4 +1,4 @@
-"""npspec.quantize: the scheme names, round-to-nearest per channel and per group, the 16-bit round trips,
+"""npspec.sources.quantize: the scheme names, round-to-nearest per channel and per group, the 16-bit round trips,
 which tensors a scheme quantizes, and the bytes a forward reads."""
 
 import numpy as np
@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from npspec.tensors import tensor_shapes
-from npspec.gpt2 import GPT2Config
-from npspec.quantize import (Scheme, awq_objective, awq_round_trip, awq_search, check_scheme, dequantize_tensor, from_bfloat16_bits, parse_scheme,
+from npspec.model.tensors import tensor_shapes
+from npspec.model.gpt2 import GPT2Config
+from npspec.sources.quantize import (Scheme, awq_objective, awq_round_trip, awq_search, check_scheme, dequantize_tensor, from_bfloat16_bits, parse_scheme,
                              quantize_tensor, quantize_tensors, quantized_names, round_trip, to_bfloat16_bits,
                              weight_bytes)
 

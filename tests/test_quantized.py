@@ -1,4 +1,4 @@
-"""npspec.quantized and the quantized SPEC: a quantized model is an npspec Model (the same forward on
+"""npspec.sources.quantized and the quantized SPEC: a quantized model is an npspec Model (the same forward on
 dequantized weights), it saves and loads as a converted directory, `SCHEME:SPEC` / `SCHEME:self` load it,
 and as a draft it keeps the output exactly target-distributed and greedy output identical."""
 
@@ -11,13 +11,13 @@ from safetensors.numpy import load_file, save_file
 
 from npspec import testing as kit
 from npspec.decode.drafters import ModelDrafter
-from npspec.errors import CheckpointError
-from npspec.tensors import params_tree
-from npspec.model import Model, leaves
-from npspec.registry import role_candidates
-from npspec.gpt2 import layer_norm
-from npspec.quantize import awq_objective, parse_scheme, round_trip
-from npspec.quantized import (awq_quantize_model, flat_tensors, is_quantized, linear_inputs, quantize_model,
+from npspec.sources.errors import CheckpointError
+from npspec.model.tensors import params_tree
+from npspec.model.model import Model, leaves
+from npspec.kernels.registry import role_candidates
+from npspec.model.gpt2 import layer_norm
+from npspec.sources.quantize import awq_objective, parse_scheme, round_trip
+from npspec.sources.quantized import (awq_quantize_model, flat_tensors, is_quantized, linear_inputs, quantize_model,
                               save_quantized)
 from npspec.sources import load
 from npspec.decode import speculative_generate

@@ -19,7 +19,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from npspec import generate, testing as kit
+from npspec import testing as kit
+from npspec.cli import generate
 from bench.controlled import ControlledLookup, ControlledTree
 from npspec.decode.drafters import DynamicTreeDrafter, ModelDrafter, NgramDrafter, TreeDrafter
 from npspec.decode.drafters import ControlledDraft
@@ -166,7 +167,7 @@ def cli_runs():
         obj = json.loads(out.getvalue())
         compare = obj.pop("compare", None)
         for key in [f"{role}_{k}" for role in ("target", "draft") for k in ("kernel", "threads", "prefill_rows")]:
-            # pinned kernels, the CPUs, the machine's prefill (npspec.choice.choose_prefill)
+            # pinned kernels, the CPUs, the machine's prefill (npspec.sources.choices.choose_prefill)
             obj["stats"].pop(key, None)
         obj = timeless(obj)
         if compare is not None:

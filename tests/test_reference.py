@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 from huggingface_hub import try_to_load_from_cache
 
-from npspec.huggingface import convert
-from npspec.files import load_model
+from npspec.sources.huggingface import convert
+from npspec.sources.files import load_model
 from npspec.sources import load
 from npspec.sources.shipped import gpt2_tokenizer_json
 from npspec.decode import speculative_generate
-from npspec.text import TextStreamer, encode_prompt
+from npspec.decode.text import TextStreamer, encode_prompt
 
 from conftest import ROOT
 

@@ -1,4 +1,4 @@
-"""npspec.sampling: warping (temperature, top-k, top-p), greedy, inverse-CDF sampling, the residual."""
+"""npspec.decode.sampling: warping (temperature, top-k, top-p), greedy, inverse-CDF sampling, the residual."""
 
 import warnings
 
@@ -8,7 +8,7 @@ from hypothesis import example, given, strategies as st
 from hypothesis.extra.numpy import arrays
 
 from npspec import testing as kit
-from npspec.sampling import check_warp_args, greedy, residual, sample, top_p_tail, warp
+from npspec.decode.sampling import check_warp_args, greedy, residual, sample, top_p_tail, warp
 from npspec.decode import accept
 
 ATOL = 1e-12  # float64: every quantity is a handful of operations on numbers in [0, 1]

@@ -1,7 +1,7 @@
 """The shipped Shakespeare pair reproduces its model card (weights/shakespeare/card.json).
 
 weights/model_card.py measures every number in the card with npspec's own functions
-(npspec.evaluate, npspec.decode); these tests run the same functions on the shipped files
+(npspec.decode.evaluate, npspec.decode); these tests run the same functions on the shipped files
 and expect the same numbers: counts, acceptance and greedy ids exactly, losses to the last bits a
 BLAS build may change. The card's `demo` is one greedy run of the documented command
 `python -m npspec.generate --json --max-new-tokens 64 --temperature 0 "ROMEO:"`.
@@ -12,9 +12,9 @@ import json
 import numpy as np
 import pytest
 
-from npspec.evaluate import acceptance, fixed_prompts, validation_loss
+from npspec.decode.evaluate import acceptance, fixed_prompts, validation_loss
 from npspec.decode import speculative_generate
-from npspec.text import encode_prompt
+from npspec.decode.text import encode_prompt
 
 from conftest import run_python
 

@@ -16,16 +16,16 @@ import pytest
 from tokenizers import Tokenizer
 
 from npspec import sources
-from npspec.huggingface import write_hf_checkpoint
-from npspec.errors import CheckpointError
-from npspec.files import load_model
-from npspec.gpt2 import GPT2Config
-from npspec.init import init_tensors, iter_tensors
-from npspec.model import leaves
+from npspec.sources.huggingface import write_hf_checkpoint
+from npspec.sources.errors import CheckpointError
+from npspec.sources.files import load_model
+from npspec.model.gpt2 import GPT2Config
+from npspec.sources.init import init_tensors, iter_tensors
+from npspec.model.model import leaves
 from npspec.sources import HUB_NAMES, SHAPES, cache, load, names, random_model, resolve, shipped_dir
-from npspec.registry import role_candidates
+from npspec.kernels.registry import role_candidates
 from npspec.decode import speculative_generate
-from npspec.text import same_tokenizer
+from npspec.decode.text import same_tokenizer
 
 from conftest import ROOT, SHIPPED, run_python
 from test_cli import GENERATE, assert_one_clean_line, offline_env
@@ -42,7 +42,7 @@ GPT2_TOKENIZER = (ROOT / "weights" / "gpt2" / "tokenizer.json").read_text()
 
 def test_random_shapes_are_built_once_and_reused(tmp_path):
     m = load("random:tiny", cache_dir=tmp_path)
-    ref = random_model("tiny", kernel=m.kernel)  # load chose m's kernel (npspec.choice): compare like with like
+    ref = random_model("tiny", kernel=m.kernel)  # load chose m's kernel (npspec.sources.choices): compare like with like
     assert m.config == SHAPES["tiny"]
     for a, b in ((m.params["wte"], ref.params["wte"]), (m.params["h"][1]["mlp"]["c_proj"]["w"],
                                                          ref.params["h"][1]["mlp"]["c_proj"]["w"])):
@@ -51,7 +51,7 @@ def test_random_shapes_are_built_once_and_reused(tmp_path):
                for a, b in zip(leaves(m.params), leaves(ref.params)))  # every tensor, bit for bit, in the same layout
     ids = np.array([464, 3290, 318])
     assert np.array_equal(m.forward(ids, m.new_cache()), ref.forward(ids, ref.new_cache()))
-    assert m.metadata["source"] == "random:tiny (npspec.init, seed 0)"
+    assert m.metadata["source"] == "random:tiny (npspec.sources.init, seed 0)"
     assert m.tokenizer.to_str() == ref.tokenizer.to_str()  # GPT-2's
     entry = Path(m.source)
     assert entry.parent == tmp_path / "random" and sorted(os.listdir(entry)) == ["model.safetensors", "tokenizer.json"]
@@ -75,7 +75,7 @@ def test_local_hf_directory_is_converted_into_the_cache(tmp_path):
     assert resolve(str(src), tmp_path / "cache") != path
     converted = load(str(path), cache_dir=tmp_path / "other")  # a converted directory loads in place
     assert converted.source == str(path)
-    other = tmp_path / "other"  # nothing converted there: at most the kernel choice (npspec.choice) and its lock
+    other = tmp_path / "other"  # nothing converted there: at most the kernel choice (npspec.sources.choices) and its lock
     assert not other.exists() or sorted(os.listdir(other)) == [".locks", "choices.json"]
 
 

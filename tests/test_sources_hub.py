@@ -14,9 +14,9 @@ import shutil
 
 import numpy as np
 
-from npspec.huggingface import write_hf_checkpoint
-from npspec.gpt2 import GPT2Config
-from npspec.init import init_tensors
+from npspec.sources.huggingface import write_hf_checkpoint
+from npspec.model.gpt2 import GPT2Config
+from npspec.sources.init import init_tensors
 
 from conftest import ROOT, SHIPPED, run_python
 from test_cli import GENERATE, assert_one_clean_line, offline_env
@@ -80,7 +80,7 @@ def test_hub_repo_from_offline_cache_converts_once(tmp_path):
     assert "converting someorg/tiny-gpt2" in err
     assert sorted(os.listdir(entry)) == ["model.safetensors", "tokenizer.json"]
     assert sorted(os.listdir(entry.parent)) == [COMMIT]  # no staging leftovers
-    assert sorted(os.listdir(tmp_path / "npspec")) == [".locks", "choices.json", "hub"]  # choices: npspec.choice
+    assert sorted(os.listdir(tmp_path / "npspec")) == [".locks", "choices.json", "hub"]  # choices: npspec.sources.choices
     inode = (entry / "model.safetensors").stat().st_ino
 
     again, err = load_in_subprocess("someorg/tiny-gpt2", env)  # reuses the conversion

@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tokenizers import AddedToken, Tokenizer, decoders
 
-from npspec.text import TextStreamer
+from npspec.decode.text import TextStreamer
 
 from conftest import ROOT, SHIPPED
 

@@ -14,7 +14,7 @@ import pytest
 from tokenizers import Tokenizer
 
 from npspec.sources.shipped import gpt2_tokenizer, gpt2_tokenizer_json, shipped_dir
-from npspec.text import encode_prompt, same_tokenizer
+from npspec.decode.text import encode_prompt, same_tokenizer
 
 from conftest import ROOT, SHIPPED
 

@@ -12,7 +12,7 @@ from fractions import Fraction as F
 import pytest
 
 from npspec import testing as kit
-from npspec.evaluate import expected_tokens_per_round
+from npspec.decode.evaluate import expected_tokens_per_round
 
 CASES = [(n_vocab, seed) for n_vocab in (2, 3) for seed in range(4)]
 

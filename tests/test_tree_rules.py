@@ -1,5 +1,5 @@
-"""The better multi-draft rule for trees: RSD (Jeon et al. 2024; npspec.rules.draw_children + accept_tree_rsd),
-proven lossless by exact enumeration and compared with today's rule (npspec.trees.accept_tree on i.i.d. children)
+"""The better multi-draft rule for trees: RSD (Jeon et al. 2024; npspec.decode.rules.draw_children + accept_tree_rsd),
+proven lossless by exact enumeration and compared with today's rule (npspec.decode.rules.trees.accept_tree on i.i.d. children)
 and with the optimal-transport bound (npspec.testing.multidraft.ot_bound), in fractions.
 
 ONE oracle: npspec.testing.trees' enumeration of a tree round with multi_candidate as the verifier; RSD is that
@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 
 from npspec import testing as kit
-from npspec.rules import accept_tree_rsd, draw_children, sibling_rows
+from npspec.decode.rules import accept_tree_rsd, draw_children, sibling_rows
 from npspec.testing import multidraft as md
 from npspec.testing.vectors import verification_cases
 from npspec.testing import trees as tt
-from npspec.trees import accept_tree, branching_tree
+from npspec.decode.rules.trees import accept_tree, branching_tree
 
 from test_loop_replay import cell_edge
 from test_trees_exact import PROMPT, SHAPES, decide, float_rows, tables, target_law
@@ -80,7 +80,7 @@ def test_mixing_the_two_drafters_changes_the_law(mistake):
     assert tt.tree_round_distribution(p, mistake(q, (2,)), PROMPT, 1) != target_law(p, 1, None)
 
 
-# ---- npspec.rules implements the enumerated rule
+# ---- npspec.decode.rules implements the enumerated rule
 
 @pytest.mark.parametrize("seed", range(6))
 @pytest.mark.parametrize("k", [1, 2, 3])

@@ -1,5 +1,5 @@
 """The "rsd" tree rule wired in: DistinctTreeDrafter draws each node's children without replacement
-(npspec.rules.draw_children), the registered "rsd" rule verifies them (npspec.rules.accept_tree_rsd), `--verify rsd`
+(npspec.decode.rules.draw_children), the registered "rsd" rule verifies them (npspec.decode.rules.accept_tree_rsd), `--verify rsd`
 picks both, and mixing either with the other rule's children is refused. The rule's law is proven exactly in
 tests/test_tree_rules.py; here: greedy identity, the rule the round calls, the drafter's draws, a sampled run on the
 shipped pair, and the errors."""
@@ -11,8 +11,8 @@ import pytest
 
 from npspec.decode import RULES, Rule, SamplingParams, accept, speculative_generate
 from npspec.decode.drafters import TREE_DRAFTERS, DistinctTreeDrafter, DynamicTreeDrafter, TreeDrafter
-from npspec.rules import accept_tree_rsd
-from npspec.trees import accept_tree, children
+from npspec.decode.rules import accept_tree_rsd
+from npspec.decode.rules.trees import accept_tree, children
 
 from conftest import run_python, tiny_model
 from test_cli import GENERATE, assert_one_clean_line

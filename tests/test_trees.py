@@ -11,10 +11,10 @@ import pytest
 from npspec import testing as kit
 from npspec.decode import SamplingParams, speculative_generate
 from npspec.decode.drafters import DynamicTreeDrafter, TreeDrafter
-from npspec.gpt2 import tree_paths
-from npspec.sampling import sample, warp
+from npspec.model.gpt2 import tree_paths
+from npspec.decode.sampling import sample, warp
 from npspec.sources import random_model
-from npspec.trees import branching_tree
+from npspec.decode.rules.trees import branching_tree
 
 from conftest import run_python, tiny_model
 from test_cli import GENERATE, assert_one_clean_line

@@ -1,6 +1,6 @@
 """Token trees, exactly: multi-candidate speculative sampling keeps a tree round's output target-distributed
 (sampled i.i.d. children and deterministic top-k children, with EOS and truncation), the classic tree
-mistakes change the law, and npspec.trees.accept_tree makes the decisions the enumerated rule makes.
+mistakes change the law, and npspec.decode.rules.trees.accept_tree makes the decisions the enumerated rule makes.
 """
 
 from fractions import Fraction
@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from npspec import testing as kit
-from npspec.sampling import residual
+from npspec.decode.sampling import residual
 from npspec.testing import trees as tt
-from npspec.trees import accept_tree, accept_tree_greedy, branching_tree, children, depths, grow_tree
+from npspec.decode.rules.trees import accept_tree, accept_tree_greedy, branching_tree, children, depths, grow_tree
 
 from test_loop_replay import cell_edge
 
@@ -44,7 +44,7 @@ def test_a_tree_round_keeps_the_target_law_exactly(n_vocab, truncation, kind):
 @pytest.mark.parametrize("n_vocab", [3, 4])
 @pytest.mark.parametrize("budget, max_children", [(2, 2), (4, 2), (5, 3), (6, 4)])
 def test_a_dynamic_tree_round_keeps_the_target_law_exactly(n_vocab, budget, max_children):
-    """EAGLE-2-style trees (npspec.trees.grow_tree: best first by cumulative draft probability), with and without EOS."""
+    """EAGLE-2-style trees (npspec.decode.rules.trees.grow_tree: best first by cumulative draft probability), with and without EOS."""
     for seed in range(3):
         p, q = tables(n_vocab, {}, seed)
         for depth in (1, 2, 3):
@@ -127,7 +127,7 @@ def test_the_classic_tree_mistakes_change_the_law(mistake):
     assert got != target_law(p, 1, None)
 
 
-# ---- npspec.trees.accept_tree makes the enumerated rule's decisions
+# ---- npspec.decode.rules.trees.accept_tree makes the enumerated rule's decisions
 
 
 def float_rows(rows):

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from npspec import testing as kit
-from npspec.sampling import sample, warp
+from npspec.decode.sampling import sample, warp
 from npspec.decode import accept
 from npspec.testing.probes import ACCEPT_PROBES
 from npspec.testing.trees import sampled_expander, tree_round_distribution

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import numpy as np
 
-from npspec.huggingface import convert, sha256_file
-from npspec.evaluate import acceptance, fixed_prompts, split_corpus, validation_loss
-from npspec.atomic import atomic_write
+from npspec.sources.huggingface import convert, sha256_file
+from npspec.decode.evaluate import acceptance, fixed_prompts, split_corpus, validation_loss
+from npspec.sources.atomic import atomic_write
 from npspec.sources import load
 from npspec.decode import speculative_generate
-from npspec.text import encode_prompt
+from npspec.decode.text import encode_prompt
 
 SLICE_WINDOWS = 4  # the fixed validation slice the tests recompute
 # the card's demo run: python -m npspec.generate --json --max-new-tokens 64 --temperature 0 "ROMEO:" (gamma 4: the CLI's default)
@@ -89,12 +89,12 @@ Training: AdamW (0.9, 0.95), weight decay 0.1, warmup then cosine decay, dropout
 batch {recipe['batch']} x {recipe['n_ctx']}, seed {recipe['seed']}. The recorded run took
 {card['train_seconds']} s of wall-clock time for training (torch, 2 threads; the machine was shared
 with other work during that run, so a quiet machine is faster). The draft is then distilled
-toward the target (forward KL(p || q)). Validation loss is `npspec.evaluate.validation_loss` over
+toward the target (forward KL(p || q)). Validation loss is `npspec.decode.evaluate.validation_loss` over
 non-overlapping {t['n_ctx']}-token windows of the whole validation split; the tests recompute it on
 the first {card['slice_windows']} windows (target {t['slice_loss']:.6f}, draft {d['slice_loss']:.6f}).
 
 ## Acceptance (gamma 4, 8 fixed validation prompts of 32 tokens, 64 new tokens each)
-`npspec.evaluate.acceptance` on `npspec.evaluate.fixed_prompts(validation ids)`; sampled rows use seed 0.
+`npspec.decode.evaluate.acceptance` on `npspec.decode.evaluate.fixed_prompts(validation ids)`; sampled rows use seed 0.
 
 | warping | alpha | tokens per round | accepted / tested |
 |---|---:|---:|---:|

@@ -12,7 +12,7 @@ Steps (fixed seeds, fixed step counts, no wall-clock budgets):
   4. train the draft (n_layer 2, n_embd 128, n_head 4), then distill it toward the target
      (forward KL(p || q) on the training split);
   5. write both as Hugging Face checkpoints (save_pretrained) to weights/shakespeare/checkpoints/,
-     convert them with npspec.convert into weights/shakespeare/{target,draft}/;
+     convert them with npspec.cli.convert into weights/shakespeare/{target,draft}/;
   6. measure validation perplexity and acceptance with npspec itself and write the model
      card weights/shakespeare/README.md.
 
@@ -29,8 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
-from npspec.evaluate import split_corpus
-from npspec.progress import show_progress
+from npspec.decode.evaluate import split_corpus
+from npspec.sources.progress import show_progress
 
 HERE = Path(__file__).resolve().parent
 OUT = HERE / "shakespeare"

@@ -10,11 +10,11 @@
     loop        prepare (the checks) + decode (the rounds) = speculative_generate
     drafters    one file per drafter: model, ngram, tree, controlled
 Imports run one way: drafters -> types -> acceptance, schedule; loop -> round -> checks -> types. The package
-reaches models only through its protocols: it imports npspec.sampling, npspec.text, npspec.trees and the math's
-error (npspec.gpt2.ContextOverflowError), never npspec.model, npspec.files or npspec.sources.
+reaches models only through its protocols: it imports npspec.decode.sampling, npspec.decode.text, npspec.decode.rules.trees and the math's
+error (npspec.model.gpt2.ContextOverflowError), never npspec.model.model, npspec.sources.files or npspec.sources.
 """
 
-from .acceptance import RULES, SIBLINGS, Rule, accept, get_rule
+from .rules import RULES, SIBLINGS, Rule, accept, get_rule
 from .loop import Job, as_drafter, decode, prepare, speculative_generate
 from .schedule import SCHEDULES, next_gamma, round_gamma, tree_depth
 from .stats import Generation, GenerationInterrupted, Stats

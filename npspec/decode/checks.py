@@ -1,7 +1,7 @@
 """Every check of a generation's options, pair, prompt, random source and proposals, each called once: the options when
 npspec.decode.types.Options is built (the CLI builds it before any model loads), the pair, prompt and random source in
 npspec.decode.loop.prepare, a proposal as the round receives it. Errors are one line naming the problem and the fix.
-Imports numpy, npspec.gpt2 (ContextOverflowError), npspec.text (same_tokenizer) and npspec.decode.types.
+Imports numpy, npspec.model.gpt2 (ContextOverflowError), npspec.decode.text (same_tokenizer) and npspec.decode.types.
 """
 
 import types
@@ -9,15 +9,15 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..gpt2 import ContextOverflowError
-from ..sampling import check_integer
-from ..text import same_tokenizer
-from .acceptance import RULES, SIBLINGS
+from ..model.gpt2 import ContextOverflowError
+from .sampling import check_integer
+from .text import same_tokenizer
+from .rules import RULES, SIBLINGS
 from .types import Forwarder, HiddenForwarder, TreeForwarder, Uniforms
 
 
 def check_target(target):
-    """Raise TypeError unless `target` is a model (a Forwarder: npspec.model.Model, npspec.testing.TableModel)."""
+    """Raise TypeError unless `target` is a model (a Forwarder: npspec.model.model.Model, npspec.testing.TableModel)."""
     if not isinstance(target, Forwarder):
         raise TypeError(f"target must be an npspec Model (npspec.load(spec) or npspec.random_model(shape)), got "
                         f"{type(target).__name__} {target!r:.60}")

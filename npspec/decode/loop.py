@@ -40,7 +40,7 @@ class Job:
     rng: object
 
     def with_drafter(self, drafter):
-        """The same job drafting with `drafter` (same vocabulary and context: npspec.harness.simulated)."""
+        """The same job drafting with `drafter` (same vocabulary and context: npspec.cli.harness.simulated)."""
         return replace(self, drafter=drafter)
 
 
@@ -157,7 +157,7 @@ def speculative_generate(target, draft, prompt_ids, max_new_tokens, gamma=4, tem
     ModelDrafter with p_min, TreeDrafter, DynamicTreeDrafter, or yours), or None.
     prompt_ids: `[n_prompt]` ids, n_prompt >= 1. max_new_tokens >= 1. gamma >= 0.
     gamma_schedule: "constant" (every round schedules gamma) or "heuristic" (next_gamma; starts at gamma).
-    verify: the acceptance rule's name (npspec.decode.acceptance.RULES: "token").
+    verify: the acceptance rule's name (npspec.decode.rules.RULES: "token").
     rng: an `np.random.Generator`, or an int seed (default: seeded with 0).
     gamma larger than `max_new_tokens - 1` or `n_ctx - 1` is clamped to that up front (the
     heuristic schedule starts there), and each round drafts at most round_gamma(scheduled gamma, ...).
@@ -173,7 +173,7 @@ def speculative_generate(target, draft, prompt_ids, max_new_tokens, gamma=4, tem
     temperature 0, where no uniform decides anything). A tree round's record has "tree": its ids and
     parents, "drafted" its kept path, and p, q, u None.
     Output is exactly target-distributed; with temperature 0 it is token-identical to greedy
-    decoding of the target when the target's kernel is batch invariant (npspec.kernels).
+    decoding of the target when the target's kernel is batch invariant (npspec.kernels.products).
     Stops at EOS (included in the ids and counted), after max_new_tokens, or when the sequence
     reaches the smaller n_ctx of the target and the drafter (stop_reason "context").
     Raises ValueError for bad options (npspec.decode.types.Options, SamplingParams), a vocabulary or tokenizer

@@ -10,7 +10,7 @@ the ids so far and the target's cache holding `seq[:-1]`:
      deterministic proposal, one-hot rows), and perhaps non-candidate nodes (Proposal.extra_ids);
   2. verify: ONE target forward over [seq[-1]] + the nodes: the one-row forward for a chain, tree
      attention (forward_tree) for a tree drafter or extra nodes;
-  3. accept: the acceptance rule (npspec.decode.acceptance: a chain rule, or its tree rule for a
+  3. accept: the acceptance rule (npspec.decode.rules: a chain rule, or its tree rule for a
      tree drafter) on the warped rows p; at temperature 0, the ONE place greedy is handled, the
      rows are one-hot, so the round keeps the drafts that equal the target's argmax (any lossless
      rule does) and emits the argmax after them, without building float64 rows. Nothing after an
@@ -22,7 +22,7 @@ No drafter or a round of depth 0 is one plain target step: one forward and a sam
 Randomness: each round draws exactly 2 * n + 1 uniforms at its start, n = drafter.tree_size(depth)
 (a chain: its g): u[:n] for the drafter's samples, u[n + i] tests candidate i, u[2n] the residual or
 bonus sample. A chain drafter that proposes k < g drafts leaves the rest unused; the draw count never
-depends on what is proposed or accepted. Imports numpy, npspec.sampling, npspec.trees and
+depends on what is proposed or accepted. Imports numpy, npspec.decode.sampling, npspec.decode.rules.trees and
 npspec.decode's types and checks.
 """
 
@@ -30,8 +30,8 @@ import time
 
 import numpy as np
 
-from ..sampling import greedy
-from ..trees import accept_tree_greedy, children
+from .sampling import greedy
+from .rules.trees import accept_tree_greedy, children
 from .checks import check_proposal
 from .types import Outcome, Proposal
 

@@ -104,7 +104,7 @@ class Stats:
         self.rounds += 1
 
     def merge(self, other):
-        """Add another generation's counts, seconds and per-position lists to these (pooling runs: npspec.evaluate,
+        """Add another generation's counts, seconds and per-position lists to these (pooling runs: npspec.decode.evaluate,
         bench.drafters). stop_reason becomes "mixed" unless both are the same. Returns self."""
         for f in fields(self):
             a, b = getattr(self, f.name), getattr(other, f.name)

@@ -9,7 +9,7 @@ branch of lookahead / Jacobi decoding): the target scores them in the same forwa
 and the drafter reads their rows in the Outcome, but they are never accepted. A drafter that reads
 the target's hidden states (EAGLE and Medusa heads) says so with `reads_hidden`; the round then asks
 a target that offers them (`HiddenForwarder`) for the last hidden state of every verified row.
-Imports numpy, npspec.sampling, npspec.decode.acceptance and npspec.decode.schedule.
+Imports numpy, npspec.decode.sampling, npspec.decode.rules and npspec.decode.schedule.
 """
 
 from dataclasses import dataclass, field
@@ -17,8 +17,8 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from ..sampling import check_integer, check_warp_args, warp
-from .acceptance import get_rule
+from .sampling import check_integer, check_warp_args, warp
+from .rules import get_rule
 from .schedule import SCHEDULES
 
 
@@ -28,7 +28,7 @@ class SamplingParams:
 
     temperature: 0 = greedy (one-hot rows on the argmax); top_k: 0 = off; top_p in (0, 1], 1 = off.
     Raises ValueError naming the bad option and its range, TypeError for a value of the wrong type
-    (npspec.sampling.check_warp_args).
+    (npspec.decode.sampling.check_warp_args).
     """
 
     temperature: float = 1.0
@@ -44,7 +44,7 @@ class SamplingParams:
         return self.temperature == 0
 
     def warp(self, logits):  # [..., n_vocab] float32 -> [..., n_vocab] float64
-        """The probs a token is drawn from (npspec.sampling.warp with these options)."""
+        """The probs a token is drawn from (npspec.decode.sampling.warp with these options)."""
         return warp(logits, self.temperature, self.top_k, self.top_p)
 
 
@@ -149,7 +149,7 @@ class Outcome:
 
 @runtime_checkable
 class Cache(Protocol):
-    """A target's or draft's KV cache (npspec.gpt2.KVCache): `length` positions held, O(1) rollback."""
+    """A target's or draft's KV cache (npspec.model.gpt2.KVCache): `length` positions held, O(1) rollback."""
 
     length: int
 
@@ -160,7 +160,7 @@ class Cache(Protocol):
 
 @runtime_checkable
 class Forwarder(Protocol):
-    """What the loop needs of a model (npspec.model.Model, npspec.testing.TableModel, drafters.ControlledDraft).
+    """What the loop needs of a model (npspec.model.model.Model, npspec.testing.TableModel, drafters.ControlledDraft).
 
     config: n_vocab, n_ctx, eos_token_id. forward(ids `[n_new]`, cache) -> logits `[n_new, n_vocab]`
     float32 of ids fed after cache.length; prefill(ids, cache) a prompt's forward.
@@ -203,10 +203,10 @@ class Drafter(Protocol):
 
     n_vocab, n_ctx (None: no limit of its own), tokenizer (None if it has none), source (a name for
     messages), forwards (draft forwards run so far). tree: its proposals are verified with tree
-    attention and the tree rule (npspec.trees); a chain drafter's with the one-row forward and the
+    attention and the tree rule (npspec.decode.rules.trees); a chain drafter's with the one-row forward and the
     chain rule. depth: the deepest round it drafts (None: the scheduled gamma's). reads_hidden: its
     update() reads Outcome.hidden. siblings: how a tree drafter draws a node's sampled children, "iid"
-    (independent draws of the node's row), "distinct" (without replacement, npspec.rules.draw_children) or
+    (independent draws of the node's row), "distinct" (without replacement, npspec.decode.rules.draw_children) or
     "deterministic" (one-hot q); the tree rule must suit it (acceptance.Rule.siblings; a chain's is moot).
     tree_size(depth) -> how many candidates a round of that depth asks for (a chain: depth); the round draws
     that many drafting uniforms. start(prompt_ids) gets ready for a generation; propose(seq, depth, u

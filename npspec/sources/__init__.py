@@ -13,29 +13,30 @@ A Hugging Face checkpoint without tokenizer.json gets GPT-2's tokenizer (weights
 cache directory and its layout are described in npspec.sources.cache.
 
 A quantized SPEC, `SCHEME:SPEC` (not an existing path), is the model SPEC names quantized with
-SCHEME (npspec.quantize.parse_scheme: int<bits>-ch, int<bits>-g<group>, fp16, bf16, each
-optionally +emb), built in memory (npspec.quantized.quantize_model); `SCHEME:self` is the target
+SCHEME (npspec.sources.quantize.parse_scheme: int<bits>-ch, int<bits>-g<group>, fp16, bf16, each
+optionally +emb), built in memory (npspec.sources.quantized.quantize_model); `SCHEME:self` is the target
 quantized, the self-speculative draft: `--draft int4-g64:self`. A directory written by
-npspec.quantized.save_quantized loads like any converted directory.
+npspec.sources.quantized.save_quantized loads like any converted directory.
 
 Submodules: `names` (the one registry of names), `cache` (the conversion cache and the hub),
-`shipped` (the files npspec ships). Imports npspec.choice (a role's kernel), npspec.files, npspec.init,
-npspec.model, npspec.quantize, npspec.quantized, npspec.registry and those.
+`shipped` (the files npspec ships). Imports npspec.sources.choices (a role's kernel), npspec.sources.files, npspec.sources.init,
+npspec.model.model, npspec.sources.quantize, npspec.sources.quantized, npspec.kernels.registry and those.
 """
 
 import re
 from pathlib import Path
 
-from ..atomic import expand
-from ..choice import CACHE_FILE, choose, choose_prefill
-from ..errors import CheckpointError, KernelUnavailable
-from ..files import load_model
-from ..tensors import params_tree
-from ..init import init_tensors
-from ..model import Model
-from ..quantize import parse_scheme
-from ..quantized import is_quantized, load_quantized, quantize_model
-from ..registry import ROLES, STATIC_DEFAULT, role_candidates
+from .atomic import expand
+from .choices import CACHE_FILE, choose, choose_prefill
+from ..kernels.compiled import KernelUnavailable
+from .errors import CheckpointError
+from .files import load_model
+from ..model.tensors import params_tree
+from .init import init_tensors
+from ..model.model import Model
+from .quantize import parse_scheme
+from .quantized import is_quantized, load_quantized, quantize_model
+from ..kernels.registry import ROLES, STATIC_DEFAULT, role_candidates
 from . import cache
 from .names import HUB_NAMES, SHAPES
 from .shipped import SHIPPED_PAIR, gpt2_tokenizer, shipped_dir
@@ -56,7 +57,7 @@ def resolve(spec, cache_dir=None, progress=None, note=None):
     """The converted model directory a SPEC (see the module docstring) names, converted into the cache first if needed.
 
     cache_dir: npspec's cache (default cache.cache_dir(): $NPSPEC_CACHE or ~/.cache/npspec).
-    progress: a bar factory (npspec.progress) for a build or conversion; None shows nothing.
+    progress: a bar factory (npspec.sources.progress) for a build or conversion; None shows nothing.
     note: None, or called with one line for the user (a conversion starting, a wait for another process).
     Returns a Path. Raises CheckpointError naming the problem and the fix (a path the OS refuses to look
     at, e.g. a name too long, and a `~user` that does not exist included).
@@ -94,19 +95,19 @@ def load(spec=None, role="target", cache_dir=None, kernel=None, threads=1, progr
 
     role: "target" or "draft": the shipped model used when spec is None, and the default kernel and its threads:
     the fastest of the role's candidates on this machine for this model's shapes, at `threads` or at one thread
-    (npspec.choice.choose over
+    (npspec.sources.choices.choose over
     registry.role_candidates: "compiled-panels" when the `fast` extra is installed, else "gemm-blocks" or
     "gemv-panels" for a target, "gemv-panels" for a draft; all batch invariant, all on npspec's own threads, so
-    that no BLAS thread spins on the cores the other model's workers need: npspec.blas). Which kernel the
+    that no BLAS thread spins on the cores the other model's workers need: npspec.kernels.blas). Which kernel the
     draft uses never changes the output: every q gives exactly the target's law, and greedy output is the
     target's argmax sequence (notes/derivation.md).
-    kernel: a name of npspec.registry, overriding the role's (no probe: then `threads` as given). threads: the
+    kernel: a name of npspec.kernels.registry, overriding the role's (no probe: then `threads` as given). threads: the
     threads asked for (a kernel's own workers, or BLAS's).
     probe: how the choice uses its cache, one of choice.MODES ("cached": measured once per machine, kept in
     the cache directory's choices.json; "refresh": measured again and kept; "bypass": measured, nothing kept;
     "off": the role's first candidate, unmeasured).
     cache_dir: npspec's conversion cache (default: $NPSPEC_CACHE, else ~/.cache/npspec).
-    progress: None (the default: nothing shown) or a bar factory such as npspec.progress.terminal_bars,
+    progress: None (the default: nothing shown) or a bar factory such as npspec.sources.progress.terminal_bars,
     for building, converting and loading.
     target: the target's SPEC, what `self` stands for in a quantized draft SPEC `SCHEME:self`
     (None: the shipped target).
@@ -125,13 +126,13 @@ def load(spec=None, role="target", cache_dir=None, kernel=None, threads=1, progr
 
 
 def role_model(model, role, threads, cache_dir=None, probe="cached", note=None, partner=None, rows=None):
-    """`model` decoding with `role`'s default kernel and threads: npspec.choice.choose over the role's candidates, for
+    """`model` decoding with `role`'s default kernel and threads: npspec.sources.choices.choose over the role's candidates, for
     the model's shapes and `threads` asked for, cached in the cache directory's choices.json as `probe` says (see
     load); `model` itself when it already decodes so, else model.with_kernel (the same weights). note: gets a compiled
     kernel's compile note, and the probe's when it measures. partner: None, or the draft Model (with its kernel
     chosen) that a target decodes beside: the target's candidates are then timed in rounds with it
-    (npspec.choice.time_forwards). rows: the row counts its forwards multiply, to time (None: choice.ROLE_ROWS).
-    Then the longest prompt that kernel prefills faster than the GEMM (Model.prefill_rows: npspec.choice.
+    (npspec.sources.choices.time_forwards). rows: the row counts its forwards multiply, to time (None: choice.ROLE_ROWS).
+    Then the longest prompt that kernel prefills faster than the GEMM (Model.prefill_rows: npspec.sources.choices.
     choose_prefill, cached the same way; 0 with probe "off"). Raises ValueError for a bad role, probe mode or rows."""
     path, candidates = cache_root(cache_dir) / CACHE_FILE, role_candidates(role)
     while True:

@@ -1,6 +1,6 @@
 """The conversion cache: Hugging Face checkpoints (hub or local) and `random:` models, converted once.
 
-npspec runs only its converted layout (npspec.files). A Hugging Face checkpoint (from the
+npspec runs only its converted layout (npspec.sources.files). A Hugging Face checkpoint (from the
 hub, or a local directory) is converted, and a `random:` model built, once into the cache directory,
 and later runs load the conversion:
 
@@ -9,7 +9,7 @@ and later runs load the conversion:
         local/<dir name>-<fingerprint>/      a local Hugging Face directory, keyed by its path and
                                              the sizes and mtimes of its files
         random/<shape>-seed<seed>-<config>/  a `random:` model (config: a hash of its shape)
-        choices.json                         the kernel each role decodes with, measured per machine (npspec.choice)
+        choices.json                         the kernel each role decodes with, measured per machine (npspec.sources.choices)
         .locks/                              one lock file per entry (and one for choices.json)
 
 Each entry is built in a hidden staging directory beside it and renamed into place, complete,
@@ -21,8 +21,8 @@ cache whole without the lock (a process that loses the race discards its copy).
 
 Downloads use huggingface_hub (its cache, HF_HUB_CACHE / HF_HOME, its progress bars and
 HF_HUB_OFFLINE), fetching only `config.json`, `model.safetensors` and `tokenizer.json`.
-Imports npspec.files, npspec.huggingface, npspec.init and the registry and shipped files of
-npspec.sources; huggingface_hub, filelock. The locks are npspec.atomic's (filelock), as for every
+Imports npspec.sources.files, npspec.sources.huggingface, npspec.sources.init and the registry and shipped files of
+npspec.sources; huggingface_hub, filelock. The locks are npspec.sources.atomic's (filelock), as for every
 file npspec writes. Nothing here prints: notes for the user (a conversion starting, a wait for
 another process) go to the `note` callback the caller passes (the commands print them on stderr).
 """
@@ -40,11 +40,11 @@ from pathlib import Path
 from filelock import Timeout
 from huggingface_hub import constants
 
-from ..atomic import locked, public_mode
-from ..errors import CheckpointError, oneline
-from ..files import save_converted
-from ..huggingface import convert_into, read_source
-from ..init import iter_tensors
+from .atomic import locked, public_mode
+from .errors import CheckpointError, oneline
+from .files import save_converted
+from .huggingface import convert_into, read_source
+from .init import iter_tensors
 from .names import SHAPES
 from .shipped import gpt2_tokenizer_json
 
@@ -70,7 +70,7 @@ def _say(note, message):
 
 @contextmanager
 def _lock(path, timeout, what, note=None):
-    """Hold the cache entry's lock file `path` (npspec.atomic.locked: filelock, which the OS releases if the holder
+    """Hold the cache entry's lock file `path` (npspec.sources.atomic.locked: filelock, which the OS releases if the holder
     dies).
 
     If another process holds it, say so through `note` and wait up to `timeout` seconds. Raises
@@ -192,14 +192,14 @@ def check_hf(src):
 
 def convert_hf(src, out_dir, source, source_sha256=None, progress=None):
     """Convert the Hugging Face directory `src` into the staging directory `out_dir` (huggingface.convert_into
-    checks it), with `progress` bars (npspec.progress; None shows nothing). Raises CheckpointError."""
+    checks it), with `progress` bars (npspec.sources.progress; None shows nothing). Raises CheckpointError."""
     return convert_into(src, out_dir, source=source, tokenizer_json=fallback_tokenizer_json(src),
                         source_sha256=source_sha256, progress=progress)
 
 
 def from_local(src, root, progress=None, note=None):
     """A local Hugging Face checkpoint directory, converted into the cache on first use (with `progress` bars,
-    npspec.progress; None shows nothing). Returns the entry's path."""
+    npspec.sources.progress; None shows nothing). Returns the entry's path."""
     src = Path(src).resolve()
     stats = [[name, (src / name).stat().st_size, (src / name).stat().st_mtime_ns]
              for name in HUB_FILES if (src / name).is_file()]
@@ -218,12 +218,12 @@ def random_key(shape, seed):
 
 
 def from_random(shape, root, seed=RANDOM_SEED, progress=None, note=None):
-    """`random:<shape>`: GPT-2's initialisation with `seed` (npspec.init), saved into the cache in npspec's
+    """`random:<shape>`: GPT-2's initialisation with `seed` (npspec.sources.init), saved into the cache in npspec's
     layout with GPT-2's tokenizer (source_sha256 null: there is no source file).
 
     Returns the entry's path. Each tensor is written as soon as it is drawn (init.iter_tensors, which draws
     the next one meanwhile): peak memory while building is a few tensors (gpt2-large: under 1 GB).
-    progress: a bar factory (npspec.progress) for the long steps; None shows nothing.
+    progress: a bar factory (npspec.sources.progress) for the long steps; None shows nothing.
     Raises CheckpointError for an unknown shape.
     """
     if shape not in SHAPES:
@@ -233,7 +233,7 @@ def from_random(shape, root, seed=RANDOM_SEED, progress=None, note=None):
     final = root / "random" / random_key(shape, seed)
 
     def build(out):  # the generator's numbers are the cost; writing overlaps them; nothing is read or hashed
-        save_converted(out, iter_tensors(config, seed, progress), config, source=f"random:{shape} (npspec.init, "
+        save_converted(out, iter_tensors(config, seed, progress), config, source=f"random:{shape} (npspec.sources.init, "
                        f"seed {seed})", source_sha256=None, tokenizer_json=gpt2_tokenizer_json())
 
     return cached(root, final, build, f"random:{shape} (seed {seed})", note=note)
@@ -260,7 +260,7 @@ def _newest_conversion(entry_dir):
 def from_hub(repo_id, root, spec=None, progress=None, note=None):
     """A hub checkpoint: download (or find in the Hugging Face cache) and convert once. Returns the entry's path.
 
-    progress: a bar factory (npspec.progress) for the conversion; None shows nothing (huggingface_hub
+    progress: a bar factory (npspec.sources.progress) for the conversion; None shows nothing (huggingface_hub
     shows its own download bars, following its HF_HUB_DISABLE_PROGRESS_BARS).
     Raises CheckpointError: no network and nothing cached (saying what to run on a connected
     machine), no such repository, no model.safetensors in it, or a download failure.

@@ -1,12 +1,12 @@
 """The one registry of model names: the GPT-2 family's hub repositories and shapes, and tiny test shapes.
 
-Imports npspec.gpt2 only. `random:<name>` builds a model of the shape; a name with a hub
+Imports npspec.model.gpt2 only. `random:<name>` builds a model of the shape; a name with a hub
 repository can also be downloaded (npspec.sources.cache).
 """
 
 from dataclasses import dataclass
 
-from ..gpt2 import GPT2Config
+from ..model.gpt2 import GPT2Config
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """The files npspec ships: the Shakespeare model pair and GPT-2's tokenizer, found in the source tree or the install.
 
-Imports npspec.files (CheckpointError) and tokenizers.
+Imports npspec.sources.files (CheckpointError) and tokenizers.
 """
 
 import sys
@@ -8,7 +8,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
-from ..errors import CheckpointError
+from .errors import CheckpointError
 
 SHIPPED_PAIR = "shakespeare"
 

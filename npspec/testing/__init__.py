@@ -6,7 +6,7 @@ sampler with injected uniforms and chi-square tests (check_sampler), `rounds` a 
 (gamma drafts, their tests, the correction or bonus) on rows that differ by position, up to GPT-2's
 vocabulary (check_round), `drafting` checks a drafter
 (npspec.decode.drafters) by exact enumeration (check_drafter), `trees` enumerates a token-tree round
-(npspec.trees), `doubles` holds the
+(npspec.decode.rules.trees), `doubles` holds the
 stand-ins that drive npspec's loop on a table (TableModel, ScriptedRng), and `strategies` the
 hypothesis strategies. The submodules import numpy and npspec's core modules, never each other
 (drafting builds on oracle, rounds on probes; nor hypothesis, until a strategy is built); this file only re-exports
@@ -55,7 +55,7 @@ __all__ = [
     "logits_rows", "probability_pairs", "probability_vectors",
     # usage
     "KitUsageError", "MAX_OUTCOMES", "MAX_UNIFORMS_PER_CALL", "UniformsExhausted",
-    # blocks: verifiers that decide a whole block of drafts (block verification, npspec.rules), exactly
+    # blocks: verifiers that decide a whole block of drafts (block verification, npspec.decode.rules), exactly
     "BLOCK_PROBES", "block_distribution", "block_drafter_distribution", "block_probes", "block_round_distribution",
     "block_verification_rule", "check_block_rule", "expected_accepted", "function_rule", "joint_bound",
     "token_block_rule",

@@ -2,10 +2,10 @@
 
 The file (npspec.testing.vectors) lets a sampler written in any language be checked against exact
 laws without Python. OUT `-` writes the JSON to stdout. A file is written atomically (a temporary
-file renamed into place, npspec.atomic.atomic_write) and never replaces an existing file without
+file renamed into place, npspec.sources.atomic.atomic_write) and never replaces an existing file without
 --force; --force replaces only a regular file (never a directory, a symlink, a FIFO or a device
 such as /dev/null). Errors and usage go to stderr only, one line (dropped when stderr is closed,
-never printed on stdout: npspec.console). Imports npspec.atomic, npspec.console, npspec.errors and
+never printed on stdout: npspec.cli.console). Imports npspec.sources.atomic, npspec.cli.console, npspec.sources.errors and
 the kit.
 """
 
@@ -13,17 +13,17 @@ import json
 import sys
 from pathlib import Path
 
-from ..atomic import atomic_write, replace_problem
-from ..console import Parser, error_stream, parse
-from ..errors import oneline
+from ..sources.atomic import atomic_write, replace_problem
+from ..cli.console import Parser, error_stream, parse
+from ..sources.errors import oneline
 from .vectors import FORMAT, VERSION, vectors
-from ..startup import started
+from ..cli.startup import started
 
 PROG = "python -m npspec.testing"
 
 
 def build_parser(out=None, err=None):
-    """The argument parser (npspec.console.Parser: help to `out`, usage errors to `err`)."""
+    """The argument parser (npspec.cli.console.Parser: help to `out`, usage errors to `err`)."""
     ap = Parser(prog=PROG, description=__doc__.split("\n")[0].split(": ", 1)[1], out=out, err=err)
     sub = ap.add_subparsers(dest="command", required=True)
     v = sub.add_parser("vectors", help=f"write the exact laws ({FORMAT}, version {VERSION}) as JSON", out=out, err=err)
@@ -35,7 +35,7 @@ def build_parser(out=None, err=None):
 def main(argv=None, out=None, err=None):
     """Run the command (argv: its arguments; default sys.argv[1:]; out, err: its streams, default sys.stdout and
     sys.stderr). Returns the exit status: 0, 1 an error (one line on err), 2 a command line argparse rejects."""
-    started()  # Python's Ctrl-C handler back (npspec.console: the imports had their own)
+    started()  # Python's Ctrl-C handler back (npspec.cli.console: the imports had their own)
     out = sys.stdout if out is None else out
     err = error_stream(sys.stderr if err is None else err)
     args, status = parse(build_parser(out, err), argv, err, "npspec.testing")

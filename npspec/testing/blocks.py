@@ -1,7 +1,7 @@
 """npspec.testing.blocks: the exact law of speculative decoding when a WHOLE BLOCK of drafts is verified jointly.
 
 npspec.testing.oracle composes a per-token rule `rule(p, q, x) -> (a, r)` draft by draft; a block verifier
-(block verification, Sun et al. 2025, npspec.rules.block_accept) decides after seeing every draft of the round,
+(block verification, Sun et al. 2025, npspec.decode.rules.block_accept) decides after seeing every draft of the round,
 so it needs the whole block. A *block rule* is
 
     block_rule(p_rows, q_rows, d) -> [(probability, n, row), ...]
@@ -11,12 +11,12 @@ after d_1..d_i): the law of the number n of drafts kept and of the row the round
 (a residual, or p_rows[k] for the bonus). Rows are lists of Fractions (exact) or floats. `token_block_rule` is
 the token rule (Leviathan et al. 2023, Algorithm 1) stated this way, `block_verification_rule` block verification
 (Sun et al. 2025, Algorithm 2) in exact arithmetic, and `function_rule` turns a verifier FUNCTION with
-npspec.decode.acceptance.accept's signature (block_accept's too) into a block rule by integrating it over its uniforms.
+npspec.decode.rules.accept's signature (block_accept's too) into a block rule by integrating it over its uniforms.
 `block_round_distribution` (one round, continued by the target) and `block_distribution` (the whole loop, with
 EOS, budget, n_ctx and npspec's gamma schedules) compose a block rule; `check_block_rule` compares it with the
 target's own law on small cases. `expected_accepted` is the exact E[n] of a round, `joint_bound` the upper
 bound sum_i P(X_1..i = Y_1..i) <= sum_i (1 - TV) any lossless verifier obeys, and `block_probes` runs a verifier
-function on the uniforms where the strict test and the prefix weights matter. Imports numpy, npspec.rules,
+function on the uniforms where the strict test and the prefix weights matter. Imports numpy, npspec.decode.rules,
 npspec.decode and npspec.testing.oracle.
 """
 
@@ -26,7 +26,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from ..rules import block_thresholds, block_weights
+from ..decode.rules import block_thresholds, block_weights
 from ..decode import accept, next_gamma, round_gamma
 from .oracle import (Round, RuleReport, SpeculativePath, _differ, _is_exact, _nonzero, _start, _stopped,
                      constant_table, random_table, sequence_distribution, small_cases, table_drafter)
@@ -69,7 +69,7 @@ def block_verification_rule(p_rows, q_rows, d):
     With weights w and h_k = w_k, h_i = Z_i / (Z_i + 1 - w_i), Z_i = sum(max(0, w_i p_{i+1} - q_{i+1})) (1 where
     the denominator is 0), the backward scan keeps d_1..d_i with probability h_i prod_{j > i} (1 - h_j) (i >= 1),
     none with prod_j (1 - h_j); it ends with the bonus row p_{k+1} at i = k, else norm(max(0, w_i p_{i+1} -
-    q_{i+1})) (w_i p_{i+1} itself, renormalised, if that has no mass: npspec.sampling.residual's guard).
+    q_{i+1})) (w_i p_{i+1} itself, renormalised, if that has no mass: npspec.decode.sampling.residual's guard).
     """
     k = len(d)
     w = weights(p_rows, q_rows, d)
@@ -107,8 +107,8 @@ def _cells(rows):
 
 
 def function_rule(verify=accept):
-    """A verifier FUNCTION `verify(d, p, q, u_tests, u_final) -> (n, token)` (npspec.decode.acceptance.accept's and
-    npspec.rules.block_accept's signature) as a block rule, by integrating it over its uniforms.
+    """A verifier FUNCTION `verify(d, p, q, u_tests, u_final) -> (n, token)` (npspec.decode.rules.accept's and
+    npspec.decode.rules.block_accept's signature) as a block rule, by integrating it over its uniforms.
 
     Each u_tests[i] is cut where the token rule (min(1, p_i/q_i)) and block verification (h_i) change their
     decision, u_final at every CDF breakpoint of the rows either rule samples from; the function is called once
@@ -301,7 +301,7 @@ BLOCK_PROBES = [
 
 def block_probes(verify):
     """Run a verifier function (block_accept's signature) on BLOCK_PROBES and on one-hot rows (temperature 0, where
-    it must decide as npspec.decode.acceptance.accept for every uniform). Returns [(probe name, what was wrong)]."""
+    it must decide as npspec.decode.rules.accept for every uniform). Returns [(probe name, what was wrong)]."""
     findings = []
     for name, d, p, q, u, allowed, why in BLOCK_PROBES:
         got = verify(np.array(d), np.array(p, dtype=np.float64), np.array(q, dtype=np.float64), np.array(u), 0.5)

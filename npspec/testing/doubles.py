@@ -2,14 +2,14 @@
 
 ScriptedRng hands out scripted uniforms in place of an np.random.Generator; TableModel (with its
 TableConfig and TableCache) is a model whose logits are an explicit function of the sequence.
-Imports numpy and npspec.gpt2 (ContextOverflowError), nothing else of npspec.
+Imports numpy and npspec.model.gpt2 (ContextOverflowError), nothing else of npspec.
 """
 
 from dataclasses import dataclass
 
 import numpy as np
 
-from ..gpt2 import ContextOverflowError, tree_paths
+from ..model.gpt2 import ContextOverflowError, tree_paths
 
 
 class ScriptedRng:
@@ -62,7 +62,7 @@ class TableCache:
 
 
 class TableModel:
-    """A stand-in for npspec.model.Model whose logits are an explicit function of the sequence.
+    """A stand-in for npspec.model.model.Model whose logits are an explicit function of the sequence.
 
     logits(seq) -> `[n_vocab]`: the logits after the tuple of ids seq (all ids fed so far).
     `forward(ids, cache)` and `prefill(ids, cache)` (the same here) return float32
@@ -105,7 +105,7 @@ class TableModel:
         return self.forward(ids, cache)
 
     def forward_tree(self, ids, parents, cache):  # [n_new], [n_new] -> [n_new, n_vocab] float32
-        """Model.forward_tree: row i's logits after the cached ids and its path (npspec.gpt2.tree_paths)."""
+        """Model.forward_tree: row i's logits after the cached ids and its path (npspec.model.gpt2.tree_paths)."""
         ids = [int(i) for i in np.asarray(ids).reshape(-1)]
         if cache.length + len(ids) > self.config.n_ctx:
             raise ContextOverflowError(

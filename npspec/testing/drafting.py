@@ -9,7 +9,7 @@ npspec.testing.oracle) built from the target's table, so a drafter that peeks at
 can be written down and caught. `ngram_drafter` and `confident_drafter` describe npspec's own
 strategies; `object_drafter` describes a real drafter object (npspec.decode.types.Drafter) by
 steering its uniforms, so yours can be checked as it is. Imports numpy, npspec.decode.drafters,
-npspec.sampling, npspec.decode, npspec.testing.oracle and npspec.testing.usage.
+npspec.decode.sampling, npspec.decode, npspec.testing.oracle and npspec.testing.usage.
 """
 
 from dataclasses import dataclass
@@ -19,7 +19,7 @@ import numpy as np
 
 from ..decode import SCHEDULES, SamplingParams
 from ..decode.drafters import ngram_scan
-from ..sampling import sample
+from ..decode.sampling import sample
 from .oracle import _nonzero, _prompt, drafter_distribution, random_table, sequence_distribution, table_drafter
 from .usage import (MAX_OUTCOMES, MAX_VOCAB, KitUsageError, largest, need_bounded, need_callable, need_int, need_ints,
                     need_row)

@@ -2,9 +2,9 @@
 expected kept drafts, and the optimal-transport bound.
 
 `without_replacement_expander(q, branching)` is the tree expander (npspec.testing.trees) of a drafter that draws a
-node's children without replacement (npspec.rules.draw_children): child j from q(ctx) with the earlier children
+node's children without replacement (npspec.decode.rules.draw_children): child j from q(ctx) with the earlier children
 removed and renormalised, each child with that conditional row. With npspec.testing.trees.multi_candidate as the
-verifier this is RSD's recursive rejection sampling (Jeon et al. 2024; npspec.rules.accept_tree_rsd).
+verifier this is RSD's recursive rejection sampling (Jeon et al. 2024; npspec.decode.rules.accept_tree_rsd).
 `node_acceptance` is the exact probability that one of a node's k children is kept; `ot_bound` the largest
 probability ANY lossless verifier can reach with those k drafts (the optimal transport with membership cost of
 SpecTr, Sun et al. 2023): by max-flow/min-cut on the bipartite graph "draft tuple -> the tokens it contains",

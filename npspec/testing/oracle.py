@@ -15,7 +15,7 @@ most 1: the missing mass is the probability of proposing nothing more; None prop
 more), q the row the acceptance test is given. A correct drafter has proposal == q (or stops);
 `table_drafter(q)` is the draft model. `drafter_paths` enumerates the loop with a drafter and
 a gamma schedule. Every enumeration stops with KitUsageError past usage.MAX_OUTCOMES paths (check_rule
-refuses up front a gamma whose outcomes cannot fit). Imports numpy, npspec.sampling, npspec.decode and
+refuses up front a gamma whose outcomes cannot fit). Imports numpy, npspec.decode.sampling, npspec.decode and
 npspec.testing.usage, nothing else of npspec.
 """
 
@@ -26,7 +26,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from ..sampling import residual, warp
+from ..decode.sampling import residual, warp
 from ..decode import next_gamma, round_gamma
 from .usage import (MAX_OUTCOMES, MAX_TOL, KitUsageError, largest, need_bounded, need_callable, need_int, need_ints,
                     need_real, need_row)
@@ -46,7 +46,7 @@ def leviathan_rule(p, q, x):
 
 
 def npspec_rule(p, q, x):
-    """npspec's own rule in float64: the ratio npspec.decode.acceptance.accept tests, npspec.sampling.residual.
+    """npspec's own rule in float64: the ratio npspec.decode.rules.accept tests, npspec.decode.sampling.residual.
 
     p, q: float rows `[n_vocab]`. Returns (min(1, p[x] / q[x]) float, residual(p, q) `[n_vocab]` float64).
     """
@@ -294,7 +294,7 @@ def random_table(n_vocab, seed=0, zero_prob=Fraction(1, 4), denominator=12):
 
 
 def truncate(row, top_k=0, top_p=1):
-    """Exact top-k / top-p truncation of a row of Fractions, with npspec.sampling.warp's conventions.
+    """Exact top-k / top-p truncation of a row of Fractions, with npspec.decode.sampling.warp's conventions.
 
     top_k: keep entries >= the k-th largest (ties kept); 0 = off. top_p: sort ascending (ties
     by id), drop the prefix whose cumulative mass stays <= 1 - top_p, keep the most likely

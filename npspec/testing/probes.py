@@ -6,7 +6,7 @@ injected uniforms (probe_proposal, probe_acceptance over ACCEPT_PROBES), then Pe
 tests at a stated false-alarm rate (statistical_check). A non-strict `u <= p/q` differs from the
 correct `u < p/q` only when u equals p/q exactly, which sampling never hits: only the probes catch
 it. Each finding names what was wrong (the decision, the accepted token, or the replacement).
-`npspec_sampler` is npspec's own pair. Imports numpy, npspec.sampling, npspec.decode and
+`npspec_sampler` is npspec's own pair. Imports numpy, npspec.decode.sampling, npspec.decode and
 npspec.testing.usage (argument checks and bounds), nothing else of npspec.
 """
 
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..sampling import sample, warp
+from ..decode.sampling import sample, warp
 from ..decode import accept as accept_block
 from .usage import (MAX_UNIFORMS_PER_CALL, KitUsageError, UniformsExhausted, need_alpha, need_callable, need_int,
                     need_samples)
@@ -82,8 +82,8 @@ class SamplerReport:
 def npspec_sampler(temperature=1.0, top_k=0, top_p=1.0):
     """npspec's own sampler as a (propose, accept) pair for check_sampler.
 
-    propose(logits `[n_vocab]`, uniform) -> (x, q): q = npspec.sampling.warp(logits, ...), x = sample(q, uniform()).
-    accept(x, p, q, uniform) -> (accepted, token): npspec.decode.acceptance.accept with gamma = 1,
+    propose(logits `[n_vocab]`, uniform) -> (x, q): q = npspec.decode.sampling.warp(logits, ...), x = sample(q, uniform()).
+    accept(x, p, q, uniform) -> (accepted, token): npspec.decode.rules.accept with gamma = 1,
     drawing the acceptance uniform first, then the replacement's.
     """
     def propose(logits, uniform):

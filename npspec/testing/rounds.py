@@ -14,7 +14,7 @@ The round under test is one function, `round_fn(draft_logits, target_logits, u, 
   first rejection at n, or the bonus from p_gamma when every draft is kept (Leviathan et al. 2023,
   Algorithm 1).
 * warping: a dict `{temperature, top_k, top_p}` the round applies to both rows alike, as
-  npspec.sampling.warp does (temperature, then top-k with ties at the k-th value kept, then top-p;
+  npspec.decode.sampling.warp does (temperature, then top-k with ties at the k-th value kept, then top-p;
   temperature 0 is one-hot on the argmax, lowest id on ties; top_k 0 and top_p 1 are off).
 * it returns the gamma drafts it drew, how many it kept, and the corrected or bonus id.
 
@@ -25,7 +25,7 @@ reference, trial by trial: exact, since the uniforms decide everything (a trial 
 by the classic bug that would return what the round returned (DIAGNOSES: a non-strict test, the bonus
 from the draft, rows off by one, q or p unwarped, no residual, argmax drafts). `round_statistics`
 checks the laws by chi-square (for a round that draws its own randomness) at a stated false-alarm rate.
-`npspec_round()` is npspec's own round. Imports numpy, npspec.sampling, npspec.decode (accept),
+`npspec_round()` is npspec's own round. Imports numpy, npspec.decode.sampling, npspec.decode (accept),
 npspec.testing.probes (chi_square, Finding) and npspec.testing.usage.
 """
 
@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..sampling import residual, sample, warp
+from ..decode.sampling import residual, sample, warp
 from ..decode import accept
 from .probes import Finding, chi_square
 from .usage import KitUsageError, need_alpha, need_callable, need_int, need_real, need_samples
@@ -378,7 +378,7 @@ def round_statistics(round_fn, n_samples=20000, alpha=1e-6, seed=0):
 
 def npspec_round():
     """npspec's own round as a round_fn: warp both rows, sample the drafts with u[:gamma], then
-    npspec.decode.acceptance.accept with u[gamma:2 gamma] and u[2 gamma]."""
+    npspec.decode.rules.accept with u[gamma:2 gamma] and u[2 gamma]."""
     def round_fn(draft_logits, target_logits, u, warping):
         gamma = len(draft_logits) - 1
         Q, P = warp(draft_logits, **warping), warp(target_logits, **warping)

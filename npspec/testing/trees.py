@@ -7,7 +7,7 @@ branching)` draws branching[depth] children i.i.d. from q(ctx); `topk_expander(q
 takes q(ctx)'s top branching[depth] ids (ties to the lower id), each with a one-hot row.
 A *verifier* `verify(r, children) -> [(probability, outcome)]` decides one node: outcome
 ("keep", j) descends into child j, ("emit", row) ends the round with a sample of row;
-`multi_candidate` is npspec.trees.accept_tree's rule, stated as probabilities.
+`multi_candidate` is npspec.decode.rules.trees.accept_tree's rule, stated as probabilities.
 `tree_round_distribution` composes them into the law of a round continued by the target alone to
 len(branching) + 1 ids, which a correct drafter + verifier makes equal to the target's own law
 (npspec.testing.oracle.sequence_distribution); `tree_loop_distribution` runs the whole loop's rounds.
@@ -21,7 +21,7 @@ from fractions import Fraction
 from types import SimpleNamespace
 
 from ..decode import round_gamma, tree_depth
-from ..trees import branching_tree, depths, grow_tree
+from ..decode.rules.trees import branching_tree, depths, grow_tree
 from .oracle import _start, sequence_distribution
 
 
@@ -32,7 +32,7 @@ def _norm_residual(r, q):
 
 
 def multi_candidate(r, kids):
-    """Multi-candidate speculative sampling at one node (npspec.trees.accept_tree): test each child against the
+    """Multi-candidate speculative sampling at one node (npspec.decode.rules.trees.accept_tree): test each child against the
     running residual r, which loses the child's q at each rejection; emit a sample of r if none is kept."""
     out, reach = [], Fraction(1)
     for j, (x, qrow) in enumerate(kids):
@@ -71,7 +71,7 @@ def topk_expander(q, branching):
 
 
 def dynamic_expander(q, budget, max_children, max_depth):
-    """The dynamic tree of npspec.trees.grow_tree over table q (grown once per root context), as an expander:
+    """The dynamic tree of npspec.decode.rules.trees.grow_tree over table q (grown once per root context), as an expander:
     each node's children in node order, each with a one-hot row."""
     trees = {}
 

@@ -393,8 +393,8 @@ TREE_CASES = [  # name, description, p, q, children per node
 
 def verification_cases():
     """Block-verification cases (the chain cases of BLOCK_CASES and the paper's example, decided by Sun et al.'s
-    Algorithm 2; npspec.rules.block_accept) and multi-draft cases (one node with k children: i.i.d. tested by the
-    recursive residual, npspec.trees.accept_tree, or drawn without replacement, RSD, npspec.rules.accept_tree_rsd):
+    Algorithm 2; npspec.decode.rules.block_accept) and multi-draft cases (one node with k children: i.i.d. tested by the
+    recursive residual, npspec.decode.rules.trees.accept_tree, or drawn without replacement, RSD, npspec.decode.rules.accept_tree_rsd):
     `{"block_verification": [...], "multi_draft": [...]}` in the format of `case`, every law exact."""
     chain = {c[0]: c for c in CASES}
     blocks = []

@@ -22,7 +22,7 @@ Raise FORMAT_VERSION whenever what is written changes; the test then reports the
 and prints the command above. Rerunning writes the same checkpoint, ids and greedy text; the logits are
 bit-identical on the same machine and torch build, elsewhere they may differ in the last bits (torch's CPU
 kernels vary; measured: 1e-6, far inside RTOL). Only the order of the metadata in expected.safetensors'
-header may change. The weights are GPT-2's init (npspec.init) with larger weights,
+header may change. The weights are GPT-2's init (npspec.sources.init) with larger weights,
 random layer-norm gains and random biases (so that a swapped or ignored parameter shows), seed SEED.
 """
 
@@ -150,7 +150,7 @@ def byte_tokenizer_json():
     """A byte-level BPE tokenizer with no merges: ids 0..255 are GPT-2's byte alphabet, 256 is <|endoftext|>."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
-    from npspec.text import byte_decoder
+    from npspec.decode.text import byte_decoder
 
     by_byte = {b: c for c, b in byte_decoder().items()}
     tok = Tokenizer(models.BPE(vocab={by_byte[b]: b for b in range(256)}, merges=[]))
@@ -162,14 +162,14 @@ def byte_tokenizer_json():
 
 
 def main(argv=None):
-    from npspec.init import init_tensors_varied
+    from npspec.sources.init import init_tensors_varied
 
     import torch
     import transformers
     from safetensors.numpy import save_file
     from tokenizers import Tokenizer
 
-    from npspec.gpt2 import GPT2Config
+    from npspec.model.gpt2 import GPT2Config
 
     torch.manual_seed(SEED)
     config = GPT2Config(n_vocab=EOS + 1, n_ctx=N_CTX, n_embd=N_EMBD, n_head=N_HEAD, n_layer=N_LAYER, eos_token_id=EOS)

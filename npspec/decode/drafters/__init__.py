@@ -17,10 +17,10 @@ per position: notes/derivation.md, "Drafters"; tested by enumeration in tests/te
      (confidence stopping looks at q[i-1]). It never depends on the round's acceptance tests,
      which the drafter never sees: the round draws their uniforms separately (README,
      Reproducibility).
-  3. It draws ids[i] from q[i] with u[i] alone (npspec.sampling.sample), so a run is reproducible.
+  3. It draws ids[i] from q[i] with u[i] alone (npspec.decode.sampling.sample), so a run is reproducible.
      A deterministic drafter ignores u.
 A chain drafter may propose fewer than asked, none included (no proposal is one plain target
-step); a tree drafter proposes exactly tree_size(depth) nodes (npspec.trees: the same guarantees, per node).
+step); a tree drafter proposes exactly tree_size(depth) nodes (npspec.decode.rules.trees: the same guarantees, per node).
 
 The files: model (ModelDrafter: a smaller model, optionally with confidence stopping, llama.cpp's
 `--draft-p-min`), ngram (NgramDrafter: prompt lookup), tree (TreeDrafter, DynamicTreeDrafter), distinct
@@ -38,8 +38,8 @@ from .ngram import MAX_NGRAM, NgramDrafter, check_ngram_sizes, cut_after, ngram_
 from .tree import DynamicTreeDrafter, TreeDrafter
 
 TREE_DRAFTERS = {  # the static tree drafter for each way of drawing siblings (acceptance.Rule.siblings): --tree's
-    "iid": TreeDrafter,  # i.i.d. children, the "token" rule's tree form (npspec.trees.accept_tree)
-    "distinct": DistinctTreeDrafter,  # children without replacement, the "rsd" rule's (npspec.rules.accept_tree_rsd)
+    "iid": TreeDrafter,  # i.i.d. children, the "token" rule's tree form (npspec.decode.rules.trees.accept_tree)
+    "distinct": DistinctTreeDrafter,  # children without replacement, the "rsd" rule's (npspec.decode.rules.accept_tree_rsd)
 }
 
 COMMANDS = {command.word: command for command in (

@@ -1,6 +1,6 @@
 """Controlled acceptance: drafters whose proposals are steered, to time speculative decoding where a real draft's
 acceptance means nothing (random weights). A SIMULATION, labelled as such wherever it is used
-(`--simulate-acceptance A`, npspec.harness.simulated; bench.speedup's, bench.drafters' and bench.trees' "controlled"
+(`--simulate-acceptance A`, npspec.cli.harness.simulated; bench.speedup's, bench.drafters' and bench.trees' "controlled"
 rows).
 
 `ControlledDraft` is a draft MODEL look-alike (a Forwarder, drafted by ModelDrafter): it runs the real draft
@@ -15,12 +15,12 @@ emits exactly the target's greedy tokens whatever the draft proposes.
 Greedy decoding only (temperature 0): ControlledDraft's replaced logits are one-hot-like (0 everywhere, 1 on
 the chosen token), which the loop's argmax turns into exactly that proposal. Each draft token that the target
 tests is then accepted with probability exactly `a`, independently, so the measured alpha estimates `a`
-(tested in tests/test_bench.py). Imports numpy, npspec.trees and npspec.decode's drafters.
+(tested in tests/test_bench.py). Imports numpy, npspec.decode.rules.trees and npspec.decode's drafters.
 """
 
 import numpy as np
 
-from ...trees import depths
+from ..rules.trees import depths
 from ..types import Proposal
 from .ngram import NgramDrafter
 from .tree import TreeDrafter

@@ -1,18 +1,18 @@
 """The draft-model drafter: a smaller model proposes a chain, one forward per token, optionally with confidence
 stopping (llama.cpp's `--draft-p-min`). DraftModelCache is what every drafter built on a draft model shares (the
-tree drafters too). Imports numpy, npspec.sampling and npspec.decode.types.
+tree drafters too). Imports numpy, npspec.decode.sampling and npspec.decode.types.
 """
 
 import numpy as np
 
-from ...sampling import greedy, sample, warp
+from ..sampling import greedy, sample, warp
 from ..types import BaseDrafter, Forwarder, Proposal
 
 
 class DraftModelCache(BaseDrafter):
     """What every drafter built on a draft model shares: the model's attributes, its KV cache, start, rollback.
 
-    model: a Forwarder (npspec.model.Model, or anything with config, tokenizer, source, new_cache, forward, prefill).
+    model: a Forwarder (npspec.model.model.Model, or anything with config, tokenizer, source, new_cache, forward, prefill).
     Raises TypeError for anything else.
     """
 

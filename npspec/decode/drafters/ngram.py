@@ -6,7 +6,7 @@ Imports numpy and npspec.decode.types.
 
 import numpy as np
 
-from ...sampling import check_integer
+from ..sampling import check_integer
 from ..types import BaseDrafter, Proposal
 from .command import Command
 

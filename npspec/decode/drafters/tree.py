@@ -1,19 +1,19 @@
 """Token-tree drafters: a draft model proposing a static tree (TreeDrafter: a branching per depth) or a dynamic one
 grown best first (DynamicTreeDrafter, EAGLE-2's idea), verified in one forward with tree attention and accepted by
-the tree rule (npspec.trees; the same guarantees as a chain, per node). Imports numpy, npspec.sampling, npspec.trees
+the tree rule (npspec.decode.rules.trees; the same guarantees as a chain, per node). Imports numpy, npspec.decode.sampling, npspec.decode.rules.trees
 and npspec.decode.drafters.model.
 """
 
 import numpy as np
 
-from ...sampling import sample, warp
-from ...trees import MAX_TREE_NODES, branching_tree, children, depths, grow_tree
+from ..sampling import sample, warp
+from ..rules.trees import MAX_TREE_NODES, branching_tree, children, depths, grow_tree
 from ..types import Proposal
 from .model import DraftModelCache
 
 
 class TreeDrafter(DraftModelCache):
-    """A draft model proposing a token tree with a static branching per depth (npspec.trees).
+    """A draft model proposing a token tree with a static branching per depth (npspec.decode.rules.trees).
 
     branching: children per node at each depth, e.g. (3, 2, 1). kind: "sampled" (each node's
     children drawn i.i.d. from the draft's warped row at the node, q = that row) or "top-k" (the
@@ -42,7 +42,7 @@ class TreeDrafter(DraftModelCache):
         return "deterministic" if self.kind == "top-k" else "iid"
 
     def draw(self, row, u):  # [n_vocab] float64, [k] uniforms -> [k] ids
-        """A node's k sampled children: independent draws of its warped row, child j with u[j] (npspec.sampling.sample).
+        """A node's k sampled children: independent draws of its warped row, child j with u[j] (npspec.decode.sampling.sample).
         The one step a drafter drawing them otherwise overrides (npspec.decode.drafters.distinct)."""
         return [sample(row, v) for v in u]
 
@@ -58,7 +58,7 @@ class TreeDrafter(DraftModelCache):
         """The tree cut at `depth` after seq: ids, parents (-1: a child of seq's last id) and the rows q
         (None, deterministic, for the top-k kind and at temperature 0).
 
-        u: `[N]` uniforms, u[i] draws node i (sampled kind). Nodes come in npspec.trees.branching_tree's
+        u: `[N]` uniforms, u[i] draws node i (sampled kind). Nodes come in npspec.decode.rules.trees.branching_tree's
         order (depth by depth).
         """
         self.ready(seq)
@@ -91,12 +91,12 @@ class TreeDrafter(DraftModelCache):
 
 class DynamicTreeDrafter(DraftModelCache):
     """A draft model proposing a dynamic tree of `budget` nodes, grown best first by cumulative draft
-    probability (EAGLE-2's idea; npspec.trees.grow_tree): each node offers its `max_children` most likely ids.
+    probability (EAGLE-2's idea; npspec.decode.rules.trees.grow_tree): each node offers its `max_children` most likely ids.
 
     Children are deterministic, so each is tested with a one-hot q. Ranking uses the draft's warped
     row (its softmax at temperature 1 when temperature is 0). One draft forward per node that may
     get children, feeding its path after the prefix. Raises ValueError for budget or max_children < 1,
-    or a budget over MAX_TREE_NODES (npspec.trees).
+    or a budget over MAX_TREE_NODES (npspec.decode.rules.trees).
     """
 
     tree = True

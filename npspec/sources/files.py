@@ -1,8 +1,8 @@
 """npspec's converted-model file format: read it, write it atomically, and report what is wrong with it.
 
-Imports npspec.atomic (atomic writes, locks, directory swaps), npspec.errors, npspec.gpt2
-(GPT2Config), npspec.kernels (the column-major layout), npspec.model (Model), npspec.progress
-(bars) and npspec.tensors (GPT-2's tensor names), safetensors and tokenizers; safetensors only,
+Imports npspec.sources.atomic (atomic writes, locks, directory swaps), npspec.sources.errors, npspec.model.gpt2
+(GPT2Config), npspec.kernels.products (the column-major layout), npspec.model.model (Model), npspec.sources.progress
+(bars) and npspec.model.tensors (GPT-2's tensor names), safetensors and tokenizers; safetensors only,
 never pickle. A converted directory is written whole or not at all
 (`write_dir`: staged beside it, renamed into place; a killed run's leftovers are removed by the
 next write), each file atomically (`atomic_write`).
@@ -28,7 +28,7 @@ Every other tensor (wte, wpe, layer norms, biases) is stored as the forward read
 Format 1 (no `layout`) stored the block matrices `[d_in, d_out]` row-major: it still loads (with a
 relayout) and is then rewritten once, atomically, as format 2 (`load_model`); a directory that
 cannot be written loads with the relayout every time, and says so. Quantized directories
-(npspec.quantized) keep format 1 and their own `quantization_format`.
+(npspec.sources.quantized) keep format 1 and their own `quantization_format`.
 """
 
 import contextlib
@@ -44,12 +44,12 @@ from tokenizers import Tokenizer
 
 from .atomic import atomic_write, exchange, kind, locked, public_mode
 from .errors import CheckpointError, capped, oneline
-from .gpt2 import GPT2Config
-from .kernels import block_linears, column_major, fortran_copy
-from .model import Model
-from .registry import STATIC_DEFAULT
+from ..model.gpt2 import GPT2Config
+from ..kernels.products import block_linears, column_major, fortran_copy
+from ..model.model import Model
+from ..kernels.registry import STATIC_DEFAULT
 from .progress import bar
-from .tensors import check_tensors, flat_tensors, is_block_matrix, layer_count_problem, params_tree, tensor_shapes
+from ..model.tensors import check_tensors, flat_tensors, is_block_matrix, layer_count_problem, params_tree, tensor_shapes
 
 FORMAT_VERSION = "2"  # what save_converted writes
 LAYOUT = "column-major-blocks"  # format 2's `layout`: block matrices stored transposed (module docstring)
@@ -131,7 +131,7 @@ def out_dir_problem(path, force):
 
 
 def dir_lock(path):
-    """The lock file of the model directory `path`: `.NAME.lock` beside it (npspec.atomic.locked). write_dir holds
+    """The lock file of the model directory `path`: `.NAME.lock` beside it (npspec.sources.atomic.locked). write_dir holds
     it while it cleans up and renames, rewrite_format_1 while it rewrites the directory's file."""
     path = Path(path)
     return path.parent / f".{path.name}.lock"
@@ -187,7 +187,7 @@ def write_dir(out_dir, write, force=False):
     write: called with a new empty directory beside out_dir (`.NAME.<random>.partial`, given the
     umask's mode, not mkdtemp's 0700), renamed to out_dir once complete. out_dir may be missing or
     empty; one holding an npspec model is replaced only with `force`, by swapping the two directories
-    in one step (npspec.atomic.exchange: renameat2 RENAME_EXCHANGE on Linux), so a process reading
+    in one step (npspec.sources.atomic.exchange: renameat2 RENAME_EXCHANGE on Linux), so a process reading
     out_dir meanwhile finds the old model or the new one, never no directory (two renames used to
     leave an instant without one); the old model is then deleted. A staging directory holds its own
     lock while in use: leftovers of killed runs (staging, a set-aside model) are cleaned up by the
@@ -286,7 +286,7 @@ def write_weights(path, tensors, config, metadata, progress=None):
     iterator of `(name, array)` pairs in tensor_shapes(config) order (streamed: each is written as it comes).
 
     Each block matrix not already column-major is laid out while it is written (`stored`), one at a
-    time. progress: a bar factory (npspec.progress; None shows nothing). Raises OSError, and
+    time. progress: a bar factory (npspec.sources.progress; None shows nothing). Raises OSError, and
     CheckpointError for a streamed tensor out of order or misshaped.
     """
     shapes = stored_shapes(config)
@@ -327,11 +327,11 @@ def config_from_metadata(metadata, where, versions=READABLE_VERSIONS):
     if not metadata or version is None:
         raise CheckpointError(
             f"{where} is not an npspec-converted model (no format_version); "
-            "convert it with: python -m npspec.convert SRC OUT_DIR")
+            "convert it with: npspec convert SRC OUT_DIR")
     if version not in versions:
         raise CheckpointError(
             f"{where} has format_version {version!r}, which this npspec cannot read (it reads "
-            f"{', '.join(map(repr, versions))}); reconvert it with python -m npspec.convert (or update npspec)")
+            f"{', '.join(map(repr, versions))}); reconvert it with npspec convert (or update npspec)")
     try:
         eos = json.loads(metadata["eos_token_id"])
         if eos is not None and (isinstance(eos, bool) or not isinstance(eos, int)):
@@ -343,10 +343,10 @@ def config_from_metadata(metadata, where, versions=READABLE_VERSIONS):
     except KeyError as e:
         raise CheckpointError(f"{where}: the model metadata has no {e.args[0]} (an npspec file holds "
                               "format_version, n_vocab, n_ctx, n_embd, n_head, n_layer, layer_norm_epsilon and "
-                              "eos_token_id); reconvert it with python -m npspec.convert") from None
+                              "eos_token_id); reconvert it with npspec convert") from None
     except (ValueError, TypeError, OverflowError) as e:
         raise CheckpointError(f"{where}: bad model metadata ({oneline(e)}); "
-                              "reconvert it with python -m npspec.convert") from e
+                              "reconvert it with npspec convert") from e
 
 
 def read_header(fh):
@@ -412,7 +412,7 @@ def read_weights(weights, progress=None):
     time while loading. problems: one line each (a format-2 `layout` npspec does not know, missing,
     misshaped or non-float32 tensors, a tensor holding NaN or inf: refused here, before anything is
     generated); the tensors are then empty.
-    progress: a bar factory (npspec.progress; None shows nothing), advanced by each tensor's bytes.
+    progress: a bar factory (npspec.sources.progress; None shows nothing), advanced by each tensor's bytes.
     """
     with safe_open(str(weights), framework="numpy") as f:
         metadata = f.metadata() or {}
@@ -499,7 +499,7 @@ def load_model(path, kernel=STATIC_DEFAULT, threads=1, progress=None, note=None,
     truncated or non-safetensors file, a header whose offsets or sizes do not fit the file,
     wrong metadata (an unknown format_version or layout), missing, misshaped or non-float32
     tensors, and a malformed tokenizer.json.
-    progress: a bar factory (npspec.progress) for reading the weights and laying them out; None (the
+    progress: a bar factory (npspec.sources.progress) for reading the weights and laying them out; None (the
     default) shows nothing.
     """
     path = Path(path)
@@ -513,8 +513,8 @@ def load_model(path, kernel=STATIC_DEFAULT, threads=1, progress=None, note=None,
             raise CheckpointError(f"{f} is a {what}, not a regular file; put the model's {f.name} there")
         if not f.is_file():
             raise CheckpointError(f"{path} has no {f.name}; is it an npspec-converted model? "
-                                  "Convert a Hugging Face checkpoint with: python -m npspec.convert SRC OUT_DIR")
-    fix = "reconvert it with python -m npspec.convert"
+                                  "Convert a Hugging Face checkpoint with: npspec convert SRC OUT_DIR")
+    fix = "reconvert it with npspec convert"
     with reading(weights, fix):
         metadata, config, tensors, problems = read_weights(weights, progress)
     if problems:

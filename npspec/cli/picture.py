@@ -14,13 +14,13 @@ bar of its draft and verify time. Hovering a draft shows p, q, p/q and u (the `t
 attribute; pure CSS highlights it). Above the rounds, the text as it reads, in the same colours.
 Letters as in Leviathan et al. 2023: p the target, q the draft (notes/walkthrough.md).
 
-Imports npspec.atomic (the atomic write) and the standard library.
+Imports npspec.sources.atomic (the atomic write) and the standard library.
 """
 
 import html
 from pathlib import Path
 
-from .atomic import atomic_write
+from ..sources.atomic import atomic_write
 
 KINDS = {  # class -> what the legend says
     "accepted": "draft accepted (u < p/q)",
@@ -163,7 +163,7 @@ def render(trace, decode=None, prompt="", stats=None, title="Speculative decodin
 def write(path, trace, decode=None, prompt="", stats=None):
     """Write `render(trace, decode, prompt, stats)` to the file `path` (UTF-8); returns the path as a Path.
 
-    Written atomically (npspec.atomic.atomic_write): an existing regular file is replaced whole, anything else
+    Written atomically (npspec.sources.atomic.atomic_write): an existing regular file is replaced whole, anything else
     (a symlink, a directory, a FIFO, a device) is refused. Raises TypeError for a malformed trace, OSError
     (NotRegularFile among them) if the file cannot be written.
     """

@@ -1,8 +1,8 @@
 """The command line's measurements around a generation, kept out of the command itself: --compare (plain decoding
 with the same prompt, options and seed, timed with the target's kernel and threads and every plain baseline of
-npspec.registry, in turn with the speculative decoding --compare-repeats times) and
+npspec.kernels.registry, in turn with the speculative decoding --compare-repeats times) and
 --simulate-acceptance (a SIMULATION: the draft model's proposals steered by
-npspec.decode.drafters.ControlledDraft). Imports numpy, npspec.registry and npspec.decode.
+npspec.decode.drafters.ControlledDraft). Imports numpy, npspec.kernels.registry and npspec.decode.
 """
 
 from dataclasses import replace
@@ -10,10 +10,10 @@ from statistics import median
 
 import numpy as np
 
-from .decode import GenerationInterrupted, Options, SamplingParams, decode
-from .decode.drafters import ControlledDraft, ModelDrafter
-from .progress import bar
-from .registry import plain_baselines
+from ..decode import GenerationInterrupted, Options, SamplingParams, decode
+from ..decode.drafters import ControlledDraft, ModelDrafter
+from ..sources.progress import bar
+from ..kernels.registry import plain_baselines
 
 
 def plain_job(job, target, rng):
@@ -24,7 +24,7 @@ def plain_job(job, target, rng):
 
 def plain_models(job, threads):  # -> {label: Model}
     """The models --compare decodes the job's prompt plainly with, keyed by plain_label: the target with its own
-    kernel and threads first, then each kernel of npspec.registry.plain_baselines (the compiled one when installed,
+    kernel and threads first, then each kernel of npspec.kernels.registry.plain_baselines (the compiled one when installed,
     BLAS's) at the `threads` asked for, through Model.with_kernel."""
     target = job.target
     models = {plain_label(target, threads): target}
@@ -51,8 +51,8 @@ def compare_repeated(job, first, again, seed, threads, repeats, progress=None): 
     gave 1.04x to 1.61x on one machine, its decodings run once each).
 
     job: the speculative Job already decoded, giving `first` (the first repeat's Generation); again(): a Job that
-    decodes as `job` did (a fresh drafter and random stream: npspec.generate.rerun), called for each later repeat.
-    progress: a bar factory (npspec.progress) for each run, or None. Returns the speculative Generations and {label:
+    decodes as `job` did (a fresh drafter and random stream: npspec.cli.generate.rerun), called for each later repeat.
+    progress: a bar factory (npspec.sources.progress) for each run, or None. Returns the speculative Generations and {label:
     the plain Generations} of the repeats that finished, in order, and whether all `repeats` did: Ctrl-C
     (GenerationInterrupted) during a repeat drops that repeat's runs and keeps the finished ones ({} for the plain
     runs when none finished).
@@ -61,7 +61,7 @@ def compare_repeated(job, first, again, seed, threads, repeats, progress=None): 
     specs, plain = [], {label: [] for label in models}
     own, *others = models  # the target's own kernel runs last, so that each later speculative run follows a decoding
     # with it, as the first follows --simulate-acceptance's greedy reference: a run right after a BLAS-threaded one
-    # shares the cores with BLAS's spinning threads (npspec.blas)
+    # shares the cores with BLAS's spinning threads (npspec.kernels.blas)
     try:
         for r in range(repeats):
             spec = first
@@ -81,7 +81,7 @@ def compare_repeated(job, first, again, seed, threads, repeats, progress=None): 
 
 def plain_label(model, threads):
     """The name of a plain decoding by `model` when `threads` were asked for: its kernel's name, with its thread
-    count when it differs (the kernel probe may run a role at one thread: npspec.choice)."""
+    count when it differs (the kernel probe may run a role at one thread: npspec.sources.choices)."""
     if model.threads == threads:
         return model.kernel
     return f"{model.kernel} at {model.threads} thread{'' if model.threads == 1 else 's'}"

@@ -2,13 +2,13 @@
 
 The shipped pair's model card and the regression tests both call these functions, so the
 numbers in weights/shakespeare/README.md are the numbers the tests check. Imports
-npspec.sampling and npspec.decode.
+npspec.decode.sampling and npspec.decode.
 """
 
 import numpy as np
 
 from .sampling import warp
-from .decode import Stats, speculative_generate
+from . import Stats, speculative_generate
 
 
 def split_corpus(text):

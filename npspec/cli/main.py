@@ -1,7 +1,7 @@
 """The `npspec` command: one entry point whose subcommands are npspec's commands.
 
     npspec generate [PROMPT] [options]      # = python -m npspec.generate
-    npspec convert SRC OUT_DIR              # = python -m npspec.convert
+    npspec convert SRC OUT_DIR              # = npspec convert
     npspec bench NAME [options]             # = python -m bench.NAME (a source checkout with the bench extra)
     npspec --version
 
@@ -14,9 +14,9 @@ The benchmarks are not part of the installed package: `npspec bench` runs `pytho
 in a child process from the source tree npspec was imported from (an editable install or
 PYTHONPATH), and says what to install when that tree or the bench extra (matplotlib) is
 missing. The benchmarks offered are the modules of that tree's bench/ that run as a command
-(bench_commands: no second list). Streams are passed down explicitly (npspec.console): with
+(bench_commands: no second list). Streams are passed down explicitly (npspec.cli.console): with
 stderr closed, messages are dropped, never printed to stdout; help or version that stdout cannot
-take (a full disk) is an error. Imports npspec.console, npspec.generate and npspec.convert;
+take (a full disk) is an error. Imports npspec.cli.console, npspec.generate and npspec.cli.convert;
 nothing in npspec imports this module.
 """
 
@@ -26,11 +26,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from . import __version__, convert, generate
+from .. import __version__
+from . import convert, generate
 from .console import Parser, error_stream, parse
 from .startup import started
 
-SOURCE_ROOT = Path(__file__).resolve().parent.parent  # the source tree, when npspec runs from one
+SOURCE_ROOT = Path(__file__).resolve().parents[2]  # the source tree, when npspec runs from one
 EXIT_CODES = {0: "done", 1: "an error, one line on stderr", 2: "a command line argparse rejects",
               130: "interrupted", 141: "stdout's reader left (e.g. | head)"}
 
@@ -44,7 +45,7 @@ def bench_commands(root=SOURCE_ROOT):
 
 def build_parser(out=None, err=None):
     """The top-level parser: --help, --version and the subcommand's name (the rest is the subcommand's); help and
-    version to `out`, usage errors to `err` (npspec.console.Parser)."""
+    version to `out`, usage errors to `err` (npspec.cli.console.Parser)."""
     ap = Parser(
         out=out, err=err, prog="npspec", description="Speculative decoding on a hand-written NumPy GPT-2.",
         epilog="`npspec COMMAND --help` shows a command's options. Exit status: "
@@ -100,12 +101,12 @@ def bench(argv, root=SOURCE_ROOT, extra_installed=None, out=None, err=None):
 
 
 def run_generate(argv, out=None, err=None):
-    """`npspec generate ...`: npspec.generate.main, its usage naming `npspec generate`."""
+    """`npspec generate ...`: npspec.cli.generate.main, its usage naming `npspec generate`."""
     return generate.main(argv, prog="npspec generate", out=out, err=err)
 
 
 def run_convert(argv, out=None, err=None):
-    """`npspec convert ...`: npspec.convert.main, its usage naming `npspec convert`."""
+    """`npspec convert ...`: npspec.cli.convert.main, its usage naming `npspec convert`."""
     return convert.main(argv, prog="npspec convert", out=out, err=err)
 
 
@@ -117,7 +118,7 @@ def main(argv=None, out=None, err=None):
 
     out, err: the command's streams (default sys.stdout and sys.stderr; a closed stderr drops messages).
     """
-    started()  # Python's Ctrl-C handler back (npspec.console: the imports had their own)
+    started()  # Python's Ctrl-C handler back (npspec.cli.console: the imports had their own)
     argv = sys.argv[1:] if argv is None else list(argv)
     out = sys.stdout if out is None else out
     err = error_stream(sys.stderr if err is None else err)

@@ -2,9 +2,9 @@
 
 Imports numpy and the standard library only. A kernel is a callable
 `linear(x, w, b=None)`: `[n, d_in], [d_in, d_out], [d_out] -> [n, d_out]` float32 (b=None: no
-bias, as for the tied head). npspec.registry names them, says which are invariant and builds them
+bias, as for the tied head). npspec.kernels.registry names them, says which are invariant and builds them
 (`registry.kernel(name).build(threads)`); the worker threads of a panel kernel belong to that
-object (Workers; no module state). The compiled kernel "compiled-panels" lives in npspec.compiled.
+object (Workers; no module state). The compiled kernel "compiled-panels" lives in npspec.kernels.compiled.
 
 The batch-invariance contract (Thinking Machines Lab, "Defeating Nondeterminism in LLM
 Inference", He 2025): a kernel is INVARIANT when row i of its result is bit-identical to its
@@ -32,7 +32,7 @@ order must therefore be fixed by the matrix shape alone, never by how many rows 
     matrix): a model keeps one kernel for all its decoding forwards.
   * "gemm-panels" (`gemm_panels`): one GEMM per panel, stacked. NOT invariant; measured by the
     bench for comparison (npspec generate does not offer it).
-Which invariant kernel is cheapest depends on the machine's BLAS; npspec.choice measures it for a model's shapes.
+Which invariant kernel is cheapest depends on the machine's BLAS; npspec.sources.choices measures it for a model's shapes.
 bench/verify_cost measures each for n = 1..16; bench/results/README.md says what they cost.
 """
 
@@ -88,7 +88,7 @@ def run_count(threads, count, nbytes, split_bytes=SPLIT_BYTES):  # -> int in [1,
     """How many runs a product cuts a matrix's `count` panels into: min(threads, count) for a matrix of
     `split_bytes` (`nbytes`) or more, else 1 (one call on the calling thread: a smaller matrix is not worth a
     handoff). Every panel kernel's threads follow this rule; SPLIT_BYTES is the NumPy kernels' threshold (a
-    handoff to npspec's workers wakes a sleeping thread), npspec.compiled has its own (numba's threads spin)."""
+    handoff to npspec's workers wakes a sleeping thread), npspec.kernels.compiled has its own (numba's threads spin)."""
     return min(threads, count) if nbytes >= split_bytes else 1
 
 
@@ -383,7 +383,7 @@ STRIP_ROWS = 128  # rows per strip of fortran_copy: a strip of a GPT-2 matrix fi
 
 
 def fortran_copy(w):  # [m, n] -> [m, n] column-major, the same values
-    """`w` if it is already column-major (or not an array: a QuantizedMatrix, npspec.qkernels), else a column-major
+    """`w` if it is already column-major (or not an array: a QuantizedMatrix, npspec.kernels.quantized), else a column-major
     copy, made strip by strip.
 
     np.asfortranarray's transposing copy walks a large matrix with one stride that misses the cache

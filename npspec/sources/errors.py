@@ -1,4 +1,4 @@
-"""npspec's errors for bad model files and unbuildable kernels, and the helpers that keep every error message on one line.
+"""npspec's error for bad model files, and the helpers that keep every error message on one line.
 
 Imports nothing of npspec: every layer that reads or checks a model (tensors, files, huggingface,
 quantized, sources, the commands) raises CheckpointError and formats with oneline and capped.
@@ -7,11 +7,6 @@ quantized, sources, the commands) raises CheckpointError and formats with onelin
 
 class CheckpointError(ValueError):
     """A model file or directory is missing, malformed or inconsistent."""
-
-
-class KernelUnavailable(ValueError):
-    """A kernel cannot be built here: its extra is not installed, or installed and broken (a numba that does not
-    import). The kernel probe drops such a candidate (npspec.choice); a kernel the user named raises it."""
 
 
 def oneline(e):

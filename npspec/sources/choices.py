@@ -1,7 +1,7 @@
 """Which kernel a role decodes with, on how many threads: the fastest of its candidates, measured on this machine,
 cached per machine.
 
-Imports npspec.registry, npspec.atomic (its locks and atomic writes); threadpoolctl (and is handed npspec.model.Model
+Imports npspec.kernels.registry, npspec.sources.atomic (its locks and atomic writes); threadpoolctl (and is handed npspec.model.model.Model
 objects). Which invariant NumPy kernel is fastest depends on the BLAS: OpenBLAS' few-row GEMM over GPT-2's block
 matrices costs about a GEMV on the Intel machine of bench/results/earlier/ (so "gemm-blocks" verifies cheapest there)
 and about 3x a GEMV with its Haswell kernels on AMD Zen 2 and 3 (so "gemv-panels" does; issue 24). So npspec never
@@ -59,12 +59,12 @@ from filelock import Timeout
 from threadpoolctl import threadpool_info
 
 from .atomic import NotRegularFile, atomic_write, locked, remove_leftovers
-from .errors import KernelUnavailable
-from .registry import REGISTRY, role_candidates
+from ..kernels.compiled import KernelUnavailable
+from ..kernels.registry import REGISTRY, role_candidates
 
 MODES = ("cached", "refresh", "bypass", "off")
 ROLE_ROWS = {"target": (4,), "draft": (1,)}  # rows timed when choose is not told: a target verifies gamma + 1 (4 at
-# gamma 3), a draft decodes 1 (npspec generate tells it: the job's own verify rows, npspec.generate.verify_rows)
+# gamma 3), a draft decodes 1 (npspec generate tells it: the job's own verify rows, npspec.cli.generate.verify_rows)
 PROBE_VERSION = 7  # in every cache key: raised when how a candidate is timed changes (2: one prefill per timing;
 # 3: a target timed in rounds with its draft; 4: the median of REPEATS, not the best; 5: the rows timed are the key's;
 # 6: two passes in opposite orders, measure_all; 7: the prefill on one BLAS thread, time_forwards)
@@ -209,7 +209,7 @@ def partner_round(partner, context, steps):  # Model, ints -> a callable, called
 
 
 class Choice(NamedTuple):
-    """A role's kernel (a name of npspec.registry) and the threads its forwards use (a positive int)."""
+    """A role's kernel (a name of npspec.kernels.registry) and the threads its forwards use (a positive int)."""
 
     kernel: str
     threads: int
@@ -232,7 +232,7 @@ def measure_all(choices, model, rows, measure=time_forwards, partner=None, note=
     "compiled-panels" in one fresh cache and "gemm-blocks" in another (their rounds 0.1% apart), and its command then
     ran at 1.43x and at 1.05x (bench/results/issue24/README.md, section `intel/`).
     Each choice's Model (model.with_kernel: the same weights) is built just before its timings and dropped
-    after them, so that at most one compiled kernel's packed copy of the weights (npspec.compiled) exists at a time:
+    after them, so that at most one compiled kernel's packed copy of the weights (npspec.kernels.compiled) exists at a time:
     for gpt2-xl's 6 GB, a second would be another 6 GB. A candidate that cannot be built here (KernelUnavailable: a
     numba that does not import) is left out, and `note` (None or a callable) is told why, once."""
     choices = list(choices)
@@ -254,7 +254,7 @@ def measure_all(choices, model, rows, measure=time_forwards, partner=None, note=
 
 def choose(role, model, threads, path=None, mode="cached", measure=time_forwards, candidates=None, note=None,
            partner=None, rows=None):
-    """The Choice (kernel, threads) `role` ("target" or "draft") decodes `model` (an npspec.model.Model) with, when
+    """The Choice (kernel, threads) `role` ("target" or "draft") decodes `model` (an npspec.model.model.Model) with, when
     `threads` are asked for: the fastest candidate kernel at `threads` or at one thread (thread_options).
 
     path: the cache file (None: nothing cached, as "bypass"). mode: one of MODES (module docstring).
@@ -439,7 +439,7 @@ def read_choices(path):
 
 def store_choice(path, key, record, note=None):
     """Add `record` under `key` to the cache file `path`: under its filelock, the whole file rewritten to a temporary
-    file and renamed over it (npspec.atomic.atomic_write: only a regular file is replaced; the temporary files of a
+    file and renamed over it (npspec.sources.atomic.atomic_write: only a regular file is replaced; the temporary files of a
     store killed mid-write are deleted first). A cache that cannot be
     written (read-only, a symlink or directory in its place, a lock held past LOCK_SECONDS) is skipped: the choice
     is measured again next run. note: None, or called with one line when another process holds the lock (before

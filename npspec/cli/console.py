@@ -1,6 +1,6 @@
 """The commands' streams: where their bytes go, and what happens when a stream is closed or full.
 
-Every command (`npspec`, `python -m npspec.generate`, `python -m npspec.convert`, `python -m
+Every command (`npspec`, `python -m npspec.generate`, `npspec convert`, `python -m
 npspec.testing`) takes its streams from its `main(argv, out=None, err=None)` and passes them down;
 nothing replaces `sys.stdout` or `sys.stderr`.
   * `error_stream(err)`: stderr, or os.devnull when it is closed (`2>&-`), so that an error, a note or
@@ -12,7 +12,7 @@ nothing replaces `sys.stdout` or `sys.stderr`.
     or 1 with one line on `err` if stdout could not take them) and usage errors (2).
   * `terminate_as_interrupt()`: SIGTERM raised as a KeyboardInterrupt (Terminated) while a command works,
     so a conversion killed by SIGTERM deletes its staging directory as Ctrl-C does.
-  * `started()` (npspec.startup): every main first puts back Python's Ctrl-C handler, which npspec's
+  * `started()` (npspec.cli.startup): every main first puts back Python's Ctrl-C handler, which npspec's
     package replaced while the command was importing (a Ctrl-C then prints one line and exits 130).
 Imports the standard library only.
 """

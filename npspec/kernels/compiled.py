@@ -1,8 +1,8 @@
 """The compiled product "compiled-panels": a numba loop nest, batch invariant by construction (the optional extra `fast`).
 
-Imports numpy, npspec.kernels (its threads and thread rule) and, when the kernel is first built, numba: the one
+Imports numpy, npspec.kernels.products (its threads and thread rule) and, when the kernel is first built, numba: the one
 module of npspec that touches numba. `pip install 'npspec[fast]'` installs it; without it `available()` is False
-and npspec decodes with its NumPy kernels (npspec.registry).
+and npspec decodes with its NumPy kernels (npspec.kernels.registry).
 
 The contract: `y[m, n] = sum over k of x[m, k] * w[k, n]` for `x` `[M, d_in]` float32 and `w` `[d_in, d_out]`
 float32. Each element is a chain of fused multiply-adds, in this order and no other:
@@ -98,8 +98,13 @@ import types
 
 import numpy as np
 
-from .errors import KernelUnavailable
-from .kernels import check_threads, run_count, run_cuts
+from .products import check_threads, run_count, run_cuts
+
+
+class KernelUnavailable(ValueError):
+    """A kernel cannot be built here: its extra is not installed, or installed and broken (a numba that does not
+    import). The kernel probe drops such a candidate (npspec.sources.choices); a kernel the user named raises it."""
+
 
 PANEL = 64  # columns per panel (module docstring): 4 AVX-512 vectors; python -m bench.panels measured 32, 64 and 96
 TAIL = (0, 1, 4, 4, 4, 6, 6, 8)  # the tile that takes the last 0..7 rows (panels_product), by rows left

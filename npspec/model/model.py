@@ -1,21 +1,21 @@
 """A GPT-2 ready to run: its config, parameters, tokenizer, origin, and the kernel its forwards use.
 
-Imports npspec.gpt2 (the math), npspec.kernels (the column-major layout), npspec.qkernels (int8 codes) and
-npspec.registry (the kernels by name); no I/O. `Model` is THE one place a kernel is held: an explicit constructor
+Imports npspec.model.gpt2 (the math), npspec.kernels.products (the column-major layout), npspec.kernels.quantized (int8 codes) and
+npspec.kernels.registry (the kernels by name); no I/O. `Model` is THE one place a kernel is held: an explicit constructor
 argument that `repr(model)` shows, changed only by `with_kernel`, which returns a new Model over the same weights; so is
 the longest prompt its kernel prefills (`prefill_rows`, changed by `with_prefill_rows`). Which kernel a role decodes
-with by default, and that length, are npspec.registry's and npspec.choice's business (npspec.sources.load).
+with by default, and that length, are npspec.kernels.registry's and npspec.sources.choices's business (npspec.sources.load).
 """
 
 import copy
 
 import numpy as np
 
-from .blas import BlasThreads
+from ..kernels.blas import BlasThreads
 from .gpt2 import KVCache, attention, attention_masked, gpt2, gpt2_tree
-from .kernels import block_linears, column_major
-from .qkernels import holds_codes
-from .registry import STATIC_DEFAULT, kernel as registry_kernel, names
+from ..kernels.products import block_linears, column_major
+from ..kernels.quantized import holds_codes
+from ..kernels.registry import STATIC_DEFAULT, kernel as registry_kernel, names
 
 
 class Model:
@@ -23,19 +23,19 @@ class Model:
     (a tokenizers.Tokenizer, or None), `source` (where it came from, for messages), `metadata`
     (the converted file's header, `{}` for an in-memory model).
 
-    kernel: the product of every decoding forward, a name of npspec.registry (default registry.STATIC_DEFAULT;
+    kernel: the product of every decoding forward, a name of npspec.kernels.registry (default registry.STATIC_DEFAULT;
     npspec.sources.load picks each role's by measurement). A tree whose block matrices are int8 codes
-    (qkernels.QuantizedMatrix, npspec.quantized with kernel "dequant-panels") runs with a kernel that reads codes
+    (qkernels.QuantizedMatrix, npspec.sources.quantized with kernel "dequant-panels") runs with a kernel that reads codes
     only, and its prefill dequantizes too (the Kernel's `prefill`).
     threads: the threads a forward uses (a positive int): the panel kernels' ("gemm-blocks",
     "gemv-panels") own workers, BLAS then running one thread inside them, or BLAS's threads for
-    the other kernels and for every prefill (npspec.blas: `blas_threads` is the count BLAS gets
+    the other kernels and for every prefill (npspec.kernels.blas: `blas_threads` is the count BLAS gets
     in a decoding forward). Results never depend on it.
-    blas: an npspec.blas.BlasThreads to share (default: a new one).
+    blas: an npspec.kernels.blas.BlasThreads to share (default: a new one).
     note: None, or a function given one-line messages while the kernel is built (a compiled kernel's compile time).
     prefill_rows: the longest prompt (in ids, an int >= 0) that `prefill` runs as a decoding forward, with the kernel
     and its threads; longer ones run the prefill GEMM (default 0: every prefill). Which is faster depends on the
-    BLAS and the kernel, so npspec.sources.load measures it for a role (npspec.choice.choose_prefill).
+    BLAS and the kernel, so npspec.sources.load measures it for a role (npspec.sources.choices.choose_prefill).
     The block matrices are stored column-major (kernels.column_major), in place, one matrix at
     a time, whatever the kernel: the NumPy kernels read that layout, so changing to one of them never
     copies the weights; "compiled-panels" packs its own copy once, here (registry.Kernel.prepare). Raises ValueError for an unknown kernel, a bad thread count, or int8
@@ -54,7 +54,7 @@ class Model:
         self.threads = threads
         self.spec = registry_kernel(kernel)
         if holds_codes(self.params) and not self.spec.reads_codes:
-            raise ValueError(f"this model holds int8 codes (npspec.qkernels.QuantizedMatrix): kernel {kernel!r} cannot "
+            raise ValueError(f"this model holds int8 codes (npspec.kernels.quantized.QuantizedMatrix): kernel {kernel!r} cannot "
                              f"read them; use {' or '.join(names(codes=True))}")
         self.linear = self.spec.build(threads, note)
         self.spec.prepare(self.linear, [lin["w"] for lin in block_linears(self.params)] + [self.params["wte"].T])
@@ -119,9 +119,9 @@ class Model:
         The GEMM is not batch invariant, so a prefill is used only where its rows need not match one-token forwards
         (a prefill both decoders share). For a short prompt it can cost more than the kernel's forward, and OpenBLAS's
         threads spin for a while after a threaded call, on the cores a compiled kernel's threads need next
-        (npspec.choice.choose_prefill measures both).
+        (npspec.sources.choices.choose_prefill measures both).
         threads: BLAS's threads for a GEMM prefill (a positive int; default: the model's `threads`). The kernel probe
-        passes 1 (npspec.choice.time_forwards).
+        passes 1 (npspec.sources.choices.time_forwards).
         """
         if len(ids) <= self.prefill_rows:
             return self.forward(ids, cache)

@@ -13,7 +13,7 @@ import os
 import signal
 import threading
 
-COMMAND_MODULES = ("npspec", "npspec.generate", "npspec.convert", "npspec.testing")  # what `python -m` may run
+COMMAND_MODULES = ("npspec.cli", "npspec.generate", "npspec.cli.generate", "npspec.cli.convert", "npspec.testing")  # what `python -m` may run
 
 
 def _exit_while_starting(signum, frame):

@@ -2,8 +2,8 @@
 
 The names are GPT-2's without the `transformer.` prefix (`wte.weight, wpe.weight, h.{i}.ln_1.weight,
 h.{i}.attn.c_attn.weight, ... ln_f.bias`), Conv1D matrices `[d_in, d_out]`; no LM head (it is tied to
-`wte`). Nothing here reads or writes a file: npspec.files (npspec's format), npspec.huggingface
-(Hugging Face checkpoints), npspec.init and npspec.quantized build on it. Imports the standard library only.
+`wte`). Nothing here reads or writes a file: npspec.sources.files (npspec's format), npspec.sources.huggingface
+(Hugging Face checkpoints), npspec.sources.init and npspec.sources.quantized build on it. Imports the standard library only.
 """
 
 import re

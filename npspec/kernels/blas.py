@@ -1,6 +1,6 @@
 """How many threads BLAS runs during a forward: set per forward through threadpoolctl's API.
 
-npspec's kernels with their own threads (npspec.registry's `own_threads`: "compiled-panels", "gemm-blocks",
+npspec's kernels with their own threads (npspec.kernels.registry's `own_threads`: "compiled-panels", "gemm-blocks",
 "gemv-panels") share a product out to their own threads (npspec's workers, each of which calls single-threaded BLAS, or numba's
 for "compiled-panels", which call none). If BLAS ran threads of its
 own as well, the two kinds would compete for the cores, and OpenBLAS' idle threads keep spinning

@@ -1,6 +1,6 @@
 """Weight-only quantization of a GPT-2's tensors: the schemes, round-to-nearest, and the 16-bit round trips.
 
-Imports numpy only; no I/O (npspec.quantized saves and loads quantized models).
+Imports numpy only; no I/O (npspec.sources.quantized saves and loads quantized models).
 
 A scheme is written as a short name (`parse_scheme`):
   int<b>-ch     symmetric round-to-nearest (RTN), one scale per output channel, b in 2..8 bits;
@@ -103,12 +103,12 @@ def parse_scheme(text):
 
 
 def input_axis(name):
-    """The input (reduction) axis of a tensor named as in npspec.files: 0 for block linears `[in, out]`, 1 for wte/wpe."""
+    """The input (reduction) axis of a tensor named as in npspec.sources.files: 0 for block linears `[in, out]`, 1 for wte/wpe."""
     return 1 if name in EMBEDDINGS else 0
 
 
 def quantized_names(names, scheme):
-    """The names, among `names` (npspec.files tensor names), that `scheme` quantizes, in their order."""
+    """The names, among `names` (npspec.sources.files tensor names), that `scheme` quantizes, in their order."""
     chosen = LINEAR_SUFFIXES + (EMBEDDINGS if scheme.embeddings else ())
     return [n for n in names if n.endswith(chosen) and (n in EMBEDDINGS or n.startswith("h."))]
 
@@ -116,7 +116,7 @@ def quantized_names(names, scheme):
 def check_scheme(scheme, shapes):
     """Raise ValueError (one line) if the scheme's group does not divide the input width of a tensor it quantizes.
 
-    shapes: `{name: shape}` (npspec.files.tensor_shapes(config)).
+    shapes: `{name: shape}` (npspec.sources.files.tensor_shapes(config)).
     """
     if scheme.group is None:
         return
@@ -189,7 +189,7 @@ def from_bfloat16_bits(bits):  # uint16 [..] -> float32 [..]
 
 
 def quantize_tensors(tensors, scheme):
-    """{name: Quantized} for the tensors of `tensors` ({name: float32 array}, npspec.files names) that scheme quantizes.
+    """{name: Quantized} for the tensors of `tensors` ({name: float32 array}, npspec.sources.files names) that scheme quantizes.
 
     Raises ValueError as check_scheme and quantize_tensor.
     """

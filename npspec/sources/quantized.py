@@ -1,11 +1,11 @@
 """Quantized models: quantize a Model, and save or load a quantized converted directory.
 
-Imports npspec.gpt2 and npspec.kernels (to record a layer's inputs for AWQ), npspec.files (the
-converted format), npspec.model, npspec.qkernels and npspec.quantize; safetensors only, never pickle.
+Imports npspec.model.gpt2 and npspec.kernels.products (to record a layer's inputs for AWQ), npspec.sources.files (the
+converted format), npspec.model.model, npspec.kernels.quantized and npspec.sources.quantize; safetensors only, never pickle.
 
-A quantized model is an ordinary npspec Model: with any kernel of npspec.kernels its quantized
-tensors are dequantized to float32 when it is built or loaded (npspec.quantize), so it runs the
-very same forward and kernels as any model. With the kernel "dequant-panels" (npspec.qkernels)
+A quantized model is an ordinary npspec Model: with any kernel of npspec.kernels.products its quantized
+tensors are dequantized to float32 when it is built or loaded (npspec.sources.quantize), so it runs the
+very same forward and kernels as any model. With the kernel "dequant-panels" (npspec.kernels.quantized)
 and an int scheme, its block matrices stay int8 codes and float32 scales
 (qkernels.QuantizedMatrix), dequantized one panel at a time inside each product: the same
 weights, a quarter of the bytes (embeddings, biases and layer norms stay float32; a +emb
@@ -14,14 +14,14 @@ speculative decoding with it as the draft keeps the output exactly target-distri
 greedy output identical to plain greedy decoding (any draft does: notes/derivation.md).
 bench/qspeed.py measures what the codes cost in time.
 
-A quantized converted directory is a converted directory (npspec.files) whose
+A quantized converted directory is a converted directory (npspec.sources.files) whose
 `model.safetensors` holds, for each quantized tensor NAME, `NAME.codes` (int8 codes, one a byte,
 not packed; float16 values for fp16; uint16 bfloat16 bits for bf16) and, for int schemes,
 `NAME.scales` (float32), every other tensor as float32 under its own name, and in its header
-metadata `quantization` (the scheme's name, npspec.quantize.parse_scheme) and
+metadata `quantization` (the scheme's name, npspec.sources.quantize.parse_scheme) and
 `quantization_format` besides the usual fields. Loading refuses a scheme it does not know. Its
 `format_version` stays "1" (FILE_FORMAT): the codes and the float32 tensors are stored row-major in
-the forward's shapes (npspec.files' format 2 transposes only float32 block matrices, which a quantized
+the forward's shapes (npspec.sources.files' format 2 transposes only float32 block matrices, which a quantized
 file does not hold); loading dequantizes them and Model lays the block matrices out, as before.
 """
 
@@ -38,20 +38,20 @@ from . import files
 from .atomic import atomic_write
 from .errors import CheckpointError, oneline
 from .files import TOKENIZER_FILE, WEIGHTS_FILE, config_from_metadata, read_header, reading
-from .gpt2 import attention_masked, gpt2
-from .kernels import gemm
-from .model import Model
-from .registry import STATIC_DEFAULT, kernel as registry_kernel
-from .qkernels import QuantizedMatrix, holds_codes
+from ..model.gpt2 import attention_masked, gpt2
+from ..kernels.products import gemm
+from ..model.model import Model
+from ..kernels.registry import STATIC_DEFAULT, kernel as registry_kernel
+from ..kernels.quantized import QuantizedMatrix, holds_codes
 from .quantize import (LINEAR_SUFFIXES, Quantized, awq_round_trip, awq_search, dequantize_tensors, input_axis,
                        parse_scheme, quantize_tensors, quantized_names)
-from . import tensors as gpt2_tensors
-from .tensors import params_tree, tensor_shapes
+from ..model import tensors as gpt2_tensors
+from ..model.tensors import params_tree, tensor_shapes
 
 QUANTIZATION_FORMAT = "1"
-FILE_FORMAT = "1"  # npspec.files' format 1: every tensor row-major as the forward's shapes (format 2's layout is not used here)
+FILE_FORMAT = "1"  # npspec.sources.files' format 1: every tensor row-major as the forward's shapes (format 2's layout is not used here)
 HEADER_LIMIT = 100 << 20  # safetensors' own limit on a header's size (100 MB)
-FIX = "requantize it with npspec.quantized.save_quantized"
+FIX = "requantize it with npspec.sources.quantized.save_quantized"
 
 
 def flat_tensors(params, config):
@@ -78,7 +78,7 @@ def quantized_model(config, tensors, quantized, scheme, tokenizer, source, kerne
 
 
 def quantize_model(model, scheme, kernel=None, threads=None):
-    """`model` with its weights quantized by `scheme` (a npspec.quantize.Scheme) and dequantized back to float32.
+    """`model` with its weights quantized by `scheme` (a npspec.sources.quantize.Scheme) and dequantized back to float32.
 
     Same config and tokenizer; source "<scheme>:<model's source>"; decodes with `kernel` and
     `threads` (default: the model's); kernel "dequant-panels" keeps an int scheme's block matrices as
@@ -98,7 +98,7 @@ def linear_inputs(model, windows):
     """{name: `[n, d_in]` float32}: the inputs each block linear of `model` receives while it reads `windows`.
 
     windows: id arrays, each read from a fresh cache with the prefill path (one GEMM per
-    product); n is the total number of ids. Records them by running npspec.gpt2.gpt2 with a
+    product); n is the total number of ids. Records them by running npspec.model.gpt2.gpt2 with a
     kernel that keeps a copy of each input it multiplies by a block matrix (the forward itself
     is unchanged). Memory: 4 bytes * n * 7 n_embd per layer (the inputs of its four linears).
     """
@@ -117,7 +117,7 @@ def linear_inputs(model, windows):
 
 
 def awq_quantize_model(model, scheme, calibration, kernel=None, threads=None):
-    """`model` quantized with `scheme` and AWQ's activation-aware scaling of every block linear (npspec.quantize.awq_search).
+    """`model` quantized with `scheme` and AWQ's activation-aware scaling of every block linear (npspec.sources.quantize.awq_search).
 
     calibration: id arrays from TRAINING text (never the text the model is then evaluated on),
     whose activations (linear_inputs, from the float32 model) calibrate each layer's search.
@@ -177,7 +177,7 @@ def save_quantized(out_dir, model, scheme):
 def is_quantized(path):
     """True if `path` is a directory whose model.safetensors header names a quantization (reads the header only).
 
-    False for anything else, unreadable files included (npspec.files.load_model then reports them).
+    False for anything else, unreadable files included (npspec.sources.files.load_model then reports them).
     """
     weights = Path(path) / WEIGHTS_FILE
     if not weights.is_file():  # a FIFO would block open() forever; a directory, a device: not a model

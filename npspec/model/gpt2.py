@@ -8,7 +8,7 @@ to the token embedding `wte`. Parameters arrive as the checkpoint's own tree
 
 Every product goes through one callable, `linear(x, w, b=None)`, and attention through one
 callable, `attention(q, k, v, n_past)`: which kernels run is the caller's choice
-(npspec.kernels holds them, npspec.model picks them). Imports numpy only: no I/O, no RNG, no
+(npspec.kernels.products holds them, npspec.model.model picks them). Imports numpy only: no I/O, no RNG, no
 threads, no environment, no module state.
 """
 
@@ -129,7 +129,7 @@ def attention(q, k, v, n_past):  # [h, n, dh], [h, T, dh], [h, T, dh] -> [h, n, 
     """Causal attention, each query row over exactly its key prefix 0 .. n_past + i.
 
     Row i is computed with the same call shapes whatever n is, so its bits never depend on the
-    other rows (batch invariance, see npspec.kernels).
+    other rows (batch invariance, see npspec.kernels.products).
     """
     out = np.empty_like(q)
     for i in range(q.shape[1]):
@@ -212,7 +212,7 @@ def gpt2(ids, params, config, cache, linear, attend=attention, positions=None): 
     the tied head `linear(x, wte.T)` included. attend: `attention` (each row over its key prefix),
     `attention_masked`, or `tree_attention(paths)`. positions: `[n_new]` position ids (default
     cache.length + 0 .. n_new-1; a tree's rows sit at the depth of their path, see gpt2_tree).
-    With a batch-invariant `linear` (npspec.kernels) and `attention`, row i's logits are
+    With a batch-invariant `linear` (npspec.kernels.products) and `attention`, row i's logits are
     bit-identical to feeding the ids one at a time.
     Raises ContextOverflowError, before any work, if `cache.length + n_new > n_ctx`, and
     ValueError for ids that are not a 1-D array of integers in range, or a cache of another shape

@@ -1,14 +1,14 @@
 """The one registry of kernels: what each product is, and the one place their defaults are written.
 
-Imports npspec.kernels (the NumPy products), npspec.qkernels (quantized) and npspec.compiled (the numba one, which
+Imports npspec.kernels.products (the NumPy products), npspec.kernels.quantized (quantized) and npspec.kernels.compiled (the numba one, which
 imports numba only when built). A `Kernel` says what a product is: its name, whether it is batch invariant (row i of
-a verify equals the one-row forward bit for bit, npspec.kernels' contract), which product its model's prefill uses,
-whether it shares work over its own threads (then BLAS runs one thread in its forwards, npspec.blas), whether it
+a verify equals the one-row forward bit for bit, npspec.kernels.products' contract), which product its model's prefill uses,
+whether it shares work over its own threads (then BLAS runs one thread in its forwards, npspec.kernels.blas), whether it
 reads int8 codes, whether the product CLI offers it, and the extra it needs. `kernel(name)` looks one up;
 `Kernel.build(threads, note)` makes the `linear(x, w, b=None)` callable.
 
 Defaults (`role_candidates`, `STATIC_DEFAULT`): a role's kernel is the fastest of its candidates, measured on the
-user's machine for the model's shapes and thread count (npspec.choice, called by npspec.sources.load):
+user's machine for the model's shapes and thread count (npspec.sources.choices, called by npspec.sources.load):
   * target (verifies gamma + 1 rows): "compiled-panels" when the `fast` extra is installed, "gemm-blocks" and
     "gemv-panels" (which is faster depends on the BLAS: issue 24's AMD and Intel figures);
   * draft (one row at a time): "compiled-panels" when installed, "gemv-panels".
@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from . import compiled
-from .errors import KernelUnavailable
-from .kernels import GemmBlocks, GemvPanels, check_threads, gemm, gemm_panels, gemv_rows
-from .qkernels import dequant_gemm, dequant_panels
+from .compiled import KernelUnavailable
+from .products import GemmBlocks, GemvPanels, check_threads, gemm, gemm_panels, gemv_rows
+from .quantized import dequant_gemm, dequant_panels
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,7 @@ class Kernel:
     None, called once by a Model with every `[d_in, d_out]` matrix its forwards multiply (the compiled kernel packs
     them then, so that no decoding forward pays for it; the others need nothing). version: raised when a change to
     the kernel's code changes how fast it runs, so that the kernel probe's cached timings of it are measured again
-    (npspec.choice.machine_key).
+    (npspec.sources.choices.machine_key).
     """
 
     name: str
@@ -61,7 +61,7 @@ class Kernel:
         return self.make(threads, note)
 
     def blas_threads(self, threads):
-        """The BLAS threads of a decoding forward with `threads` (npspec.blas): 1 under a kernel with its own threads."""
+        """The BLAS threads of a decoding forward with `threads` (npspec.kernels.blas): 1 under a kernel with its own threads."""
         return 1 if self.own_threads else threads
 
 
@@ -74,7 +74,7 @@ REGISTRY = {k.name: k for k in (
            extra="fast", available=compiled.available, prepare=lambda linear, matrices: linear.prepare(matrices),
            version=5),  # 2: numba's threads (OpenMP) instead of npspec's workers; 3: fused multiply-adds;
     # 4: 8-row tiles, prefetched panel rows, 512-bit vectors asked for; 5: matrices from 512 KiB shared out, 6-row
-    # tiles (npspec.compiled)
+    # tiles (npspec.kernels.compiled)
     Kernel("gemm-blocks", True, lambda threads, note: GemmBlocks(threads), own_threads=True),
     Kernel("gemv-panels", True, lambda threads, note: GemvPanels(threads), own_threads=True),
     Kernel("gemv-rows", True, _plain(gemv_rows)),

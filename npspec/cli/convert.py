@@ -1,27 +1,27 @@
-"""python -m npspec.convert SRC OUT_DIR: convert a Hugging Face GPT-2 checkpoint directory into npspec's layout.
+"""npspec convert SRC OUT_DIR: convert a Hugging Face GPT-2 checkpoint directory into npspec's layout.
 
 SRC holds `config.json` + `model.safetensors` [+ `tokenizer.json`] (as transformers' save_pretrained
 writes it); without tokenizer.json, GPT-2's is used if it fits, as `--target DIR` does (one rule:
 npspec.sources.cache.fallback_tokenizer_json). OUT_DIR must be new or empty, or hold an npspec model
 to replace with --force (swapped in atomically: a reader of OUT_DIR meanwhile sees the old model or the new).
-SIGTERM, like Ctrl-C, stops the conversion and deletes what it had written (exit 143; Ctrl-C 130). The conversion and its checks are npspec.huggingface.convert. This module is
+SIGTERM, like Ctrl-C, stops the conversion and deletes what it had written (exit 143; Ctrl-C 130). The conversion and its checks are npspec.sources.huggingface.convert. This module is
 the command line only (argparse -> convert -> one line on stderr; progress bars on a terminal unless
---quiet, NPSPEC_QUIET or TQDM_DISABLE); only npspec.cli imports it.
+--quiet, NPSPEC_QUIET or TQDM_DISABLE); only npspec.cli.main imports it.
 """
 
 import os
 import sys
 
 from .console import Parser, Terminated, error_stream, parse, terminate_as_interrupt
-from .errors import CheckpointError, oneline
-from .huggingface import convert
-from .progress import show_progress, terminal_bars
-from .sources.cache import fallback_tokenizer_json
+from ..sources.errors import CheckpointError, oneline
+from ..sources.huggingface import convert
+from ..sources.progress import show_progress, terminal_bars
+from ..sources.cache import fallback_tokenizer_json
 from .startup import started
 
 
 def build_parser(prog, out=None, err=None):
-    """The argument parser (npspec.console.Parser: help to `out`, usage errors to `err`); prog: the name usage shows."""
+    """The argument parser (npspec.cli.console.Parser: help to `out`, usage errors to `err`); prog: the name usage shows."""
     ap = Parser(prog=prog, description=__doc__.split("\n")[0].split(": ", 1)[1], out=out, err=err)
     ap.add_argument("src", help="Hugging Face GPT-2 checkpoint directory (config.json + model.safetensors)")
     ap.add_argument("out_dir", help="where to write the npspec model: a new or empty directory")
@@ -32,10 +32,10 @@ def build_parser(prog, out=None, err=None):
     return ap
 
 
-def main(argv=None, prog="python -m npspec.convert", out=None, err=None):
+def main(argv=None, prog="npspec convert", out=None, err=None):
     """Run the command (argv: its arguments; default sys.argv[1:]); prog: the name usage shows; out, err: its streams
     (default sys.stdout and sys.stderr; a closed stderr drops messages). Returns the exit status."""
-    started()  # Python's Ctrl-C handler back (npspec.console: the imports had their own)
+    started()  # Python's Ctrl-C handler back (npspec.cli.console: the imports had their own)
     out = sys.stdout if out is None else out
     err = error_stream(sys.stderr if err is None else err)
     try:

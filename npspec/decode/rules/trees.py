@@ -18,7 +18,7 @@ For i.i.d. sampled children (all drawn from the same q) and for distinct determi
 children (one-hot q_j: c_j is kept with probability r(c_j) and then removed from r), the emitted
 token at each node is exactly r's starting row p (proved by enumeration in
 tests/test_trees_exact.py). Uniforms: u_tests[i] tests node i, u_final is the last sample.
-Imports numpy and npspec.sampling.
+Imports numpy and npspec.decode.sampling.
 """
 
 import heapq
@@ -26,7 +26,7 @@ import itertools
 
 import numpy as np
 
-from .sampling import residual, sample
+from ..sampling import residual, sample
 
 MAX_TREE_NODES = 64  # policy: the largest draft tree (--tree, --tree-budget); README's option table says it
 
@@ -127,7 +127,7 @@ def grow_tree(row_at, budget, max_children, max_depth):  # -> (ids [N], parents 
     candidate becomes the next node (ties: the earliest offered), until `budget` nodes or no
     candidate within `max_depth` is left. Parents come before their children. The shape depends
     only on the draft's rows, never on the target: children are deterministic, so each is tested
-    with a one-hot q (npspec.trees module docstring).
+    with a one-hot q (npspec.decode.rules.trees module docstring).
     """
     ids, parents, paths, heap, order = [], [], [], [], itertools.count()
 

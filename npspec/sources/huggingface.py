@@ -1,6 +1,6 @@
 """Hugging Face GPT-2 checkpoints: read them, check them, and convert them into npspec's layout.
 
-The command line is `python -m npspec.convert SRC OUT_DIR` (npspec/convert.py). SRC is a directory as transformers' `save_pretrained` writes it (or as the hub holds it):
+The command line is `npspec convert SRC OUT_DIR` (npspec/convert.py). SRC is a directory as transformers' `save_pretrained` writes it (or as the hub holds it):
 `config.json` + `model.safetensors` [+ `tokenizer.json`]. Tensor names may carry the
 `transformer.` prefix or not; float16, bfloat16 and float64 sources are cast to float32
 (bfloat16 is read from its raw bytes: numpy has no bfloat16); `attn.bias` and
@@ -8,7 +8,7 @@ The command line is `python -m npspec.convert SRC OUT_DIR` (npspec/convert.py). 
 head is tied). Every problem is reported at once. Pickle files (`pytorch_model.bin`) are
 never loaded. Writes are atomic (see files.save_converted). Every check of a Hugging Face
 checkpoint lives here (`read_source` for the config and tokenizer, `convert_tensors` for the
-tensors). Imports npspec.errors, npspec.files, npspec.gpt2, npspec.progress and npspec.tensors,
+tensors). Imports npspec.sources.errors, npspec.sources.files, npspec.model.gpt2, npspec.sources.progress and npspec.model.tensors,
 safetensors and tokenizers.
 """
 
@@ -26,15 +26,15 @@ from tokenizers import Tokenizer
 
 from .errors import CheckpointError, capped, oneline
 from .files import out_dir_problem, read_header, read_tensor, reading, save_converted, write_dir
-from .gpt2 import GPT2Config
+from ..model.gpt2 import GPT2Config
 from .progress import bar
-from .tensors import layer_count_problem, tensor_shapes
+from ..model.tensors import layer_count_problem, tensor_shapes
 
 IGNORED = re.compile(r"^h\.\d+\.attn\.(bias|masked_bias)$")
 
 
 def sha256_file(path, chunk=1 << 20, progress=None):
-    """Hex sha256 of a file's bytes. progress: a bar factory (npspec.progress; None shows nothing)."""
+    """Hex sha256 of a file's bytes. progress: a bar factory (npspec.sources.progress; None shows nothing)."""
     h = hashlib.sha256()
     with open(path, "rb") as f, bar(progress, f"sha256 of {Path(path).name}", os.fstat(f.fileno()).st_size) as b:
         while block := f.read(chunk):
@@ -108,7 +108,7 @@ def read_hf_tensors(path, progress=None):
     the header first; each tensor is then read once, with `readinto`, into its own array.
     Raises CheckpointError for a file safetensors cannot read (truncated, not safetensors, a
     header whose offsets or sizes do not fit) and for tensors of dtypes numpy cannot hold (F8...).
-    progress: a bar factory (npspec.progress; None shows nothing), advanced by each tensor's bytes.
+    progress: a bar factory (npspec.sources.progress; None shows nothing), advanced by each tensor's bytes.
     """
     tensors, exotic = {}, []
     with reading(path):
@@ -279,7 +279,7 @@ def convert(src, out_dir, source=None, tokenizer_json=None, source_sha256=None, 
     source: the string stored as `source` in the metadata (default: the resolved `src` path).
     tokenizer_json: tokenizer text to use when `src` has no `tokenizer.json`.
     source_sha256: the hex sha256 of `src/model.safetensors` if already known (the hub cache
-    names blobs by it); computed otherwise. progress: a bar factory (npspec.progress) for reading, writing
+    names blobs by it); computed otherwise. progress: a bar factory (npspec.sources.progress) for reading, writing
     and hashing the source, None (the default) to show nothing.
     out_dir: a new or empty directory, or (with `force`) one holding an npspec model and nothing
     else, replaced whole; never `src`, inside it, or holding it. The model is written beside it and

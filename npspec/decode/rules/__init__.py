@@ -6,51 +6,35 @@ NOTE: letters as in Leviathan et al. 2023: `p` the target's rows, `q` the draft'
 A Rule has a chain rule, rule(d `[k]` ids, p `[k + 1, n_vocab]` float64, q `[k, n_vocab]` float64,
 u_tests `[k]`, u_final float) -> (n accepted, token id), and optionally a tree rule,
 rule(ids `[N]`, parents `[N]`, q `[N, n_vocab]`, p `[N + 1, n_vocab]`, u_tests `[N]`, u_final) -> (path, token id)
-(npspec.trees.accept_tree's signature). Both are called only for sampled rounds: at temperature 0
+(npspec.decode.rules.trees.accept_tree's signature). Both are called only for sampled rounds: at temperature 0
 every row is one-hot, the target's law is a point mass, and every lossless rule keeps exactly the
 drafts that equal the target's argmax (npspec.decode.round.accept, the one place greedy is handled).
 "token": token-by-token modified rejection sampling (`accept` here) and its multi-candidate form down
-a tree (npspec.trees.accept_tree), lossless for children drawn i.i.d. from the node's row. "block": block
-verification of a chain (Sun et al. 2025, Algorithm 2: npspec.rules.block_accept, the same signature and
+a tree (npspec.decode.rules.trees.accept_tree), lossless for children drawn i.i.d. from the node's row. "block": block
+verification of a chain (Sun et al. 2025, Algorithm 2: npspec.decode.rules.block_accept, the same signature and
 uniforms); it has no tree form, so a tree drafter with it is refused (checks.check_rule). "rsd": recursive
-rejection sampling over siblings drawn WITHOUT replacement (Jeon et al. 2024: npspec.rules.accept_tree_rsd), lossless
+rejection sampling over siblings drawn WITHOUT replacement (Jeon et al. 2024: npspec.decode.rules.accept_tree_rsd), lossless
 only for such children (notes/derivation.md, claim 11); on a chain (one child per node) it is the token rule.
 A Rule's `siblings` says how a tree's sampled children must be drawn for its tree form to be lossless ("iid" or
 "distinct"); checks.check_rule refuses a tree drafter that draws them otherwise (a drafter's own `siblings`,
 npspec.decode.types.Drafter; deterministic children, one-hot q, suit every tree form).
-Imports numpy, npspec.rules, npspec.sampling and npspec.trees.
+Imports numpy, npspec.decode.rules, npspec.decode.sampling and npspec.decode.rules.trees.
 """
 
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import numpy as np
-
-from ..rules import accept_tree_rsd, block_accept
-from ..sampling import residual, sample
-from ..trees import accept_tree
-
-
-def accept(d, p, q, u_accept, u_final):
-    """Modified rejection sampling (Leviathan et al. 2023, Algorithm 1): keep d_i while u_i < p_i(d_i) / q_i(d_i).
-
-    d `[gamma]` ids, p `[gamma + 1, n_vocab]`, q `[gamma, n_vocab]` float64, u_accept `[gamma]`, u_final float.
-    Returns (n accepted, the corrected token, a sample of residual(p_n, q_n), or the bonus, a sample of p_gamma).
-    """
-    gamma = len(d)
-    rows = np.arange(gamma)
-    with np.errstate(over="ignore"):  # a denormal q(d) makes p/q inf: accepted, as min(1, p/q) = 1 says
-        kept = u_accept < p[rows, d] / q[rows, d]  # strict: p(d) = 0 is never accepted, even with u = 0
-    n = int(np.argmin(kept)) if not kept.all() else gamma
-    last = p[gamma] if n == gamma else residual(p[n], q[n])
-    return n, sample(last, u_final)
+from .block import block_accept, block_thresholds, block_weights
+from .rsd import accept_tree_rsd, draw_children, sibling_rows
+from .token import accept
+from .trees import accept_tree
 
 
 @dataclass(frozen=True)
 class Rule:
     """An acceptance rule: `chain` for a chain of drafts, `tree` for a token tree (None: chains only), and `siblings`,
     how the tree form needs a node's sampled children drawn: "iid" (independent draws of the node's row) or
-    "distinct" (without replacement, npspec.rules.draw_children)."""
+    "distinct" (without replacement, npspec.decode.rules.draw_children)."""
 
     name: str
     chain: Callable

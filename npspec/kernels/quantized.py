@@ -1,26 +1,26 @@
 """Products with quantized weights: int8 codes dequantized one L2-sized panel at a time, right before its GEMV.
 
-Imports numpy and npspec.kernels; no I/O, no module state.
+Imports numpy and npspec.kernels.products; no I/O, no module state.
 
 A `QuantizedMatrix` stands where a block matrix `w` `[d_in, d_out]` (GPT-2's Conv1D layout) sits in
-a parameter tree: the int8 codes and float32 scales of an npspec.quantize int scheme (one scale per
+a parameter tree: the int8 codes and float32 scales of an npspec.sources.quantize int scheme (one scale per
 output channel, or per group of G consecutive input weights), cut into column panels of `width`
 columns (qpanel_width), each panel's codes contiguous and row-major `[d_in, width]`, so that the
 per-channel or per-group scale runs along the contiguous axis of the multiply. If d_out is not a
 multiple of the width, one more panel covers the last `width` columns (overlapping the previous
-one), as in npspec.kernels.GemvPanels: every column comes from a GEMV of the same width.
+one), as in npspec.kernels.products.GemvPanels: every column comes from a GEMV of the same width.
 
 The kernel "dequant-panels" (`dequant_panels`), `linear(x, w, b=None)`:
 `[n, d_in], QuantizedMatrix [d_in, d_out], [d_out] -> [n, d_out]` float32. For each panel: cast its
 codes to float32 into one reused buffer (exact: every int8 is a float32), multiply by its scales in
 place (one correctly rounded float32 product c * s per weight: the very values of
-npspec.quantize.dequantize_tensor), then every row's GEMV over the panel (np.matmul
+npspec.sources.quantize.dequantize_tensor), then every row's GEMV over the panel (np.matmul
 `[n, 1, d_in] @ [d_in, width]`). Its bits are therefore those of the same panel GEMVs run on the
 dequantized float32 matrix (`QuantizedMatrix.dequantize`), tested bit for bit in
-tests/test_qkernels.py. Batch invariant (npspec.kernels' contract): row i is the same GEMV calls
+tests/test_qkernels.py. Batch invariant (npspec.kernels.products' contract): row i is the same GEMV calls
 whatever n is. Its bits differ from "gemv-rows" and "gemv-panels" on the dequantized matrix (other
 GEMV shapes): a model keeps one kernel for all its decoding forwards. A plain float32 `w` (the tied
-head `wte.T`, tensors the scheme leaves alone) goes to npspec.kernels.gemv_rows. `dequant_gemm` is
+head `wte.T`, tensors the scheme leaves alone) goes to npspec.kernels.products.gemv_rows. `dequant_gemm` is
 the prefill's product: the same panels, one GEMM each (not batch invariant, as kernels.gemm).
 
 What it buys is bytes: a weight is read from memory as 1 byte instead of 4. What it costs is the
@@ -30,7 +30,7 @@ float32 target's fastest one-token forward (bench/results/README.md, issue 14).
 
 import numpy as np
 
-from .kernels import block_linears, gemm, gemv_rows
+from .products import block_linears, gemm, gemv_rows
 
 QPANEL_BYTES = 1 << 20  # float32 bytes of one dequantized panel: of 160 KiB to 2 MiB, the fastest for 3 of gpt2-large's 4 shapes (bench/results/quantized_speed_panels.md)
 
@@ -47,7 +47,7 @@ class QuantizedMatrix:
     codes: int8 `[P, d_in, width]`, each panel C-contiguous; scales: float32 `[P, n_groups, 1, width]`
     (n_groups = d_in / group; 1 per output channel); starts: the first column of each panel (the
     last one may overlap the previous). Build it with `from_codes`. `shape`, `size` (weights) and
-    `nbytes` (codes + scales, the overlap panel included) let npspec.model count it like an array.
+    `nbytes` (codes + scales, the overlap panel included) let npspec.model.model count it like an array.
     """
 
     def __init__(self, codes, scales, starts, d_out):
@@ -58,7 +58,7 @@ class QuantizedMatrix:
 
     @classmethod
     def from_codes(cls, codes, scales, panel_bytes=QPANEL_BYTES):
-        """From npspec.quantize's Quantized fields in the Conv1D layout (input axis 0).
+        """From npspec.sources.quantize's Quantized fields in the Conv1D layout (input axis 0).
 
         codes: int8 `[d_in, d_out]`; scales: float32 `[n_groups, d_out]` with n_groups dividing d_in
         (1: per output channel). Raises ValueError (one line) for other dtypes, ranks or shapes.
@@ -96,7 +96,7 @@ class QuantizedMatrix:
         return out
 
     def dequantize(self):  # -> float32 [d_in, d_out]
-        """The float32 matrix the codes stand for (npspec.quantize.dequantize_tensor's values), a new array."""
+        """The float32 matrix the codes stand for (npspec.sources.quantize.dequantize_tensor's values), a new array."""
         w = np.empty(self.shape, dtype=np.float32)
         buf = np.empty((self.shape[0], self.width), dtype=np.float32)
         for p, s in enumerate(self.starts):

@@ -3,7 +3,7 @@
 Radford et al. 2019, section 2.3 / openai/gpt-2 `model.py`: weights ~ N(0, 0.02), the residual
 projections (`attn.c_proj`, `mlp.c_proj`) scaled by 1/sqrt(2 * n_layer), biases 0, layer-norm
 gains 1. Used for tests and for timing full-size shapes, which cost the same time as trained
-weights. Imports npspec.files (the tensor names), npspec.progress and numpy; no I/O of its own.
+weights. Imports npspec.sources.files (the tensor names), npspec.sources.progress and numpy; no I/O of its own.
 
 Drawing the normals is the cost (gpt2-large: 774 M of them, about 16 s on one core here); every
 other step is done in place or overlapped with it: `iter_tensors` draws the next tensor on a worker
@@ -14,14 +14,14 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from .tensors import tensor_shapes
+from ..model.tensors import tensor_shapes
 from .progress import bar
 
 
 def init_tensors(config, seed=0, progress=None):
     """`{name: float32 array}` for every tensor of `config` (names as in files.tensor_shapes).
 
-    progress: a bar factory (npspec.progress; None shows nothing), advanced by each tensor's bytes.
+    progress: a bar factory (npspec.sources.progress; None shows nothing), advanced by each tensor's bytes.
     """
     rng = np.random.default_rng(seed)
     out = {}
@@ -40,7 +40,7 @@ def iter_tensors(config, seed=0, progress=None):
     array) while the caller uses the current one, so writing the weights costs little time beyond
     drawing them, and at most three tensors exist at once (not the weight bytes). The generator is
     only ever used by that one thread, in order: the values never depend on the timing.
-    progress: a bar factory (npspec.progress; None shows nothing), advanced by each tensor's bytes.
+    progress: a bar factory (npspec.sources.progress; None shows nothing), advanced by each tensor's bytes.
     """
     rng = np.random.default_rng(seed)
     shapes = list(tensor_shapes(config).items())
