@@ -28,7 +28,8 @@ import numpy as np
 
 from ..decode.rules import block_thresholds, block_weights
 from ..decode import accept, next_gamma, round_gamma
-from .oracle import (Round, RuleReport, SpeculativePath, _differ, _is_exact, _nonzero, _start, _stopped,
+from .oracle import (Round, RuleReport, SpeculativePath, _continued, _differ, _first_gamma, _is_exact, _nonzero,
+                     _start, _stopped,
                      constant_table, random_table, sequence_distribution, small_cases, table_drafter)
 
 ONE_BELOW = float(np.nextafter(1.0, 0.0))  # the largest double below 1, as npspec.testing.probes.ONE_BELOW
@@ -176,7 +177,7 @@ def block_paths(p, drafter, prompt, gamma, max_new_tokens, eos=None, n_ctx=None,
     the block. Yields SpeculativePath (paths of probability 0 skipped)."""
     rule = block_verification_rule if rule is None else rule
     prompt = _start(prompt, n_ctx)
-    gamma = min(gamma, max_new_tokens - 1, n_ctx - 1) if n_ctx is not None else min(gamma, max_new_tokens - 1)
+    gamma = _first_gamma(gamma, max_new_tokens, n_ctx)
 
     def go(seq, prob, rounds, scheduled):
         if _stopped(seq, len(prompt), max_new_tokens, eos, n_ctx):
@@ -201,7 +202,7 @@ def block_drafter_distribution(p, drafter, prompt, gamma, max_new_tokens, eos=No
     along several paths is expanded once."""
     rule = block_verification_rule if rule is None else rule
     prompt = _start(prompt, n_ctx)
-    gamma = min(gamma, max_new_tokens - 1, n_ctx - 1) if n_ctx is not None else min(gamma, max_new_tokens - 1)
+    gamma = _first_gamma(gamma, max_new_tokens, n_ctx)
     dist, states = defaultdict(int), {(prompt, gamma): 1}
     while states:
         (seq, scheduled) = min(states, key=lambda s: len(s[0]))  # every path into it comes from a shorter state
@@ -221,14 +222,8 @@ def block_round_distribution(p, q, prompt, gamma, eos=None, rule=None):
     gamma + 1 ids (shorter at eos): equal to sequence_distribution(p, prompt, gamma + 1, eos) for a lossless rule."""
     rule = block_verification_rule if rule is None else rule
     prompt = _start(prompt, None)
-    dist = defaultdict(int)
-    for _, emitted, prob in _block_round(p, table_drafter(q), prompt, gamma, eos, rule):
-        if eos is not None and emitted[-1] == eos:
-            dist[emitted] += prob
-            continue
-        for tail, tp in sequence_distribution(p, prompt + emitted, gamma + 1 - len(emitted), eos).items():
-            dist[emitted + tail] += prob * tp
-    return _nonzero(dist)
+    outcomes = _block_round(p, table_drafter(q), prompt, gamma, eos, rule)
+    return _nonzero(_continued(p, prompt, ((emitted, prob) for _, emitted, prob in outcomes), gamma + 1, eos))
 
 
 def expected_accepted(p, q, prompt, gamma, rule=None):

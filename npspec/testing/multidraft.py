@@ -18,7 +18,7 @@ a minimum over the 2^n_vocab sets B, exact in Fractions (P(some X_j in B) = 1 - 
 import itertools
 from fractions import Fraction
 
-from .trees import multi_candidate, sampled_expander, tree_round_outcomes
+from .trees import multi_candidate, sampled_expander, static_expander, tree_round_outcomes
 
 
 def without_replacement(row, k):
@@ -41,11 +41,7 @@ def without_replacement(row, k):
 
 def without_replacement_expander(q, branching):
     """branching[depth] children drawn without replacement from q(ctx), each with its conditional row (RSD)."""
-    def expand(ctx, depth):
-        if depth >= len(branching):
-            return [(1, [])]
-        return without_replacement(q(ctx), branching[depth])
-    return expand
+    return static_expander(q, branching, without_replacement)
 
 
 def node_acceptance(p_row, q_row, k, replacement=True):

@@ -158,6 +158,10 @@ def _stopped(seq, n_prompt, max_new_tokens, eos, n_ctx):
             or (eos is not None and len(out) > 0 and out[-1] == eos))
 
 
+def _first_gamma(gamma, max_new_tokens, n_ctx):  # the loop's first scheduled gamma: room for a bonus token
+    return min(gamma, max_new_tokens - 1, n_ctx - 1) if n_ctx is not None else min(gamma, max_new_tokens - 1)
+
+
 def _start(prompt, n_ctx):
     prompt = tuple(int(i) for i in prompt)
     if not prompt:
@@ -205,7 +209,7 @@ def drafter_paths(p, drafter, prompt, gamma, max_new_tokens, eos=None, n_ctx=Non
     Raises RuleError if the rule returns an invalid probability or row.
     """
     prompt = _start(prompt, n_ctx)
-    gamma = min(gamma, max_new_tokens - 1, n_ctx - 1) if n_ctx is not None else min(gamma, max_new_tokens - 1)
+    gamma = _first_gamma(gamma, max_new_tokens, n_ctx)
 
     budget = _Budget("the loop's enumeration")
 
@@ -246,13 +250,19 @@ def round_distribution(p, q, prompt, gamma, eos=None, rule=leviathan_rule):
     correct iff this equals sequence_distribution(p, prompt, gamma + 1, eos) for every p, q.
     """
     prompt = _start(prompt, None)
+    outcomes = _round(p, table_drafter(q), prompt, gamma, eos, rule, _Budget("the round's enumeration"))
+    return _continued(p, prompt, ((emitted, prob) for _, emitted, prob in outcomes), gamma + 1, eos)
+
+
+def _continued(p, prompt, outcomes, length, eos):
+    """`{ids: probability}`: each (emitted ids, probability) of a round after prompt, continued by the target alone
+    to `length` ids (shorter at eos)."""
     dist = defaultdict(int)
-    budget = _Budget("the round's enumeration")
-    for _, emitted, prob in _round(p, table_drafter(q), prompt, gamma, eos, rule, budget):
+    for emitted, prob in outcomes:
         if eos is not None and emitted[-1] == eos:
             dist[emitted] += prob
             continue
-        for tail, tp in sequence_distribution(p, prompt + emitted, gamma + 1 - len(emitted), eos).items():
+        for tail, tp in sequence_distribution(p, prompt + emitted, length - len(emitted), eos).items():
             dist[emitted + tail] += prob * tp
     return dict(dist)
 

@@ -22,7 +22,7 @@ from types import SimpleNamespace
 
 from ..decode import round_gamma, tree_depth
 from ..decode.rules.trees import branching_tree, depths, grow_tree
-from .oracle import _start, sequence_distribution
+from .oracle import _continued, _nonzero, _start
 
 
 def _norm_residual(r, q):
@@ -47,27 +47,34 @@ def multi_candidate(r, kids):
     return out
 
 
-def sampled_expander(q, branching):
-    """branching[depth] children drawn i.i.d. from q(ctx), every ordered outcome with its probability; each child's row is q(ctx)."""
+def static_expander(q, branching, children):
+    """The expander of a static tree: children(q(ctx), branching[depth]) -> [(probability, [(id, q_row), ...])]
+    at depth < len(branching), no children below."""
     def expand(ctx, depth):
-        if depth >= len(branching):
-            return [(1, [])]
-        row = q(ctx)
-        support = [x for x, qx in enumerate(row) if qx]
-        return [(_prod(row[x] for x in xs), [(x, row) for x in xs])
-                for xs in itertools.product(support, repeat=branching[depth])]
+        return children(q(ctx), branching[depth]) if depth < len(branching) else [(1, [])]
     return expand
+
+
+def iid_children(row, k):
+    """Every ordered draw of k children i.i.d. from row, with its probability; each child's row is row."""
+    support = [x for x, qx in enumerate(row) if qx]
+    return [(_prod(row[x] for x in xs), [(x, row) for x in xs]) for xs in itertools.product(support, repeat=k)]
+
+
+def top_children(row, k):
+    """The top k ids of row (ties to the lower id), each with a one-hot row: deterministic children."""
+    top = sorted(range(len(row)), key=lambda x: (-row[x], x))[:k]
+    return [(1, [(x, [Fraction(int(i == x)) for i in range(len(row))]) for x in top])]
+
+
+def sampled_expander(q, branching):
+    """branching[depth] children drawn i.i.d. from q(ctx), each with the row q(ctx)."""
+    return static_expander(q, branching, iid_children)
 
 
 def topk_expander(q, branching):
-    """The top branching[depth] ids of q(ctx) (ties to the lower id), each with a one-hot row: deterministic children."""
-    def expand(ctx, depth):
-        if depth >= len(branching):
-            return [(1, [])]
-        row = q(ctx)
-        top = sorted(range(len(row)), key=lambda x: (-row[x], x))[:branching[depth]]
-        return [(1, [(x, [Fraction(int(i == x)) for i in range(len(row))]) for x in top])]
-    return expand
+    """The top branching[depth] ids of q(ctx) (ties to the lower id), each with a one-hot row."""
+    return static_expander(q, branching, top_children)
 
 
 def dynamic_expander(q, budget, max_children, max_depth):
@@ -124,14 +131,7 @@ def tree_round_distribution(p, expand, prompt, depth, eos=None, verify=multi_can
     `{ids: probability}`; equal to sequence_distribution(p, prompt, depth + 1, eos) for a lossless pair.
     """
     prompt = _start(prompt, None)
-    dist = defaultdict(int)
-    for emitted, prob in tree_round_outcomes(p, expand, prompt, depth, eos, verify):
-        if eos is not None and emitted[-1] == eos:
-            dist[emitted] += prob
-            continue
-        for tail, tp in sequence_distribution(p, prompt + emitted, depth + 1 - len(emitted), eos).items():
-            dist[emitted + tail] += prob * tp
-    return {k: v for k, v in dist.items() if v}
+    return _nonzero(_continued(p, prompt, tree_round_outcomes(p, expand, prompt, depth, eos, verify), depth + 1, eos))
 
 
 def tree_loop_distribution(p, expand, branching, prompt, gamma, max_new_tokens, eos=None, n_ctx=None):
