@@ -1,18 +1,12 @@
 """npspec.testing: a conformance kit for speculative-decoding samplers, yours or npspec's.
 
-A sampler is correct when its output has exactly the target's distribution. `oracle` checks a
-rule stated as probabilities by exact enumeration (check_rule), `probes` checks a black-box
-sampler with injected uniforms and chi-square tests (check_sampler), `rounds` a whole black-box round
-(gamma drafts, their tests, the correction or bonus) on rows that differ by position, up to GPT-2's
-vocabulary (check_round), `drafting` checks a drafter
-(npspec.decode.drafters) by exact enumeration (check_drafter), `trees` enumerates a token-tree round
-(npspec.decode.rules.trees), `doubles` holds the
-stand-ins that drive npspec's loop on a table (TableModel, ScriptedRng), and `strategies` the
-hypothesis strategies. The submodules import numpy and npspec's core modules, never each other
-(drafting builds on oracle, rounds on probes; nor hypothesis, until a strategy is built); this file only re-exports
-them. `vectors` (built on `oracle`) exports the exact laws as data: `python -m npspec.testing vectors OUT.json`.
-`usage` holds the argument checks and bounds every check shares (KitUsageError, MAX_OUTCOMES); every
-submodule may import it.
+A sampler is correct when its output has exactly the target's law. By exact enumeration: oracle (a rule stated as
+probabilities: check_rule), blocks (whole-block verifiers), trees and multidraft (tree rounds, RSD), drafting
+(check_drafter); black box: probes (check_sampler), rounds (check_round); vectors (the laws as JSON: `python -m
+npspec.testing vectors OUT.json`); doubles (TableModel, ScriptedRng), strategies (hypothesis), usage (KitUsageError).
+Callbacks are not time-limited: a check calls them in the caller's thread and one that never returns hangs it (a
+sampler drawing uniforms forever is stopped: UniformsExhausted). Bound it with a test timeout, a subprocess or a
+main-thread alarm raising a BaseException (a callback's Exception is reported as a finding). This file re-exports.
 """
 
 from .blocks import (BLOCK_PROBES, block_distribution, block_drafter_distribution, block_probes,  # whole blocks

@@ -1,12 +1,7 @@
 """python -m npspec.testing vectors OUT.json [--force]: write the kit's exact laws as a versioned JSON file.
 
-The file (npspec.testing.vectors) lets a sampler written in any language be checked against exact
-laws without Python. OUT `-` writes the JSON to stdout. A file is written atomically (a temporary
-file renamed into place, npspec.sources.atomic.atomic_write) and never replaces an existing file without
---force; --force replaces only a regular file (never a directory, a symlink, a FIFO or a device
-such as /dev/null). Errors and usage go to stderr only, one line (dropped when stderr is closed,
-never printed on stdout: npspec.cli.console). Imports npspec.sources.atomic, npspec.cli.console, npspec.sources.errors and
-the kit.
+OUT `-` writes to stdout. A file is written atomically (npspec.sources.atomic) and replaces an existing one only
+with --force, and then only a regular file. Errors go to stderr, one line (npspec.cli.console).
 """
 
 import json
@@ -33,8 +28,8 @@ def build_parser(out=None, err=None):
 
 
 def main(argv=None, out=None, err=None):
-    """Run the command (argv: its arguments; default sys.argv[1:]; out, err: its streams, default sys.stdout and
-    sys.stderr). Returns the exit status: 0, 1 an error (one line on err), 2 a command line argparse rejects."""
+    """Run the command (argv default sys.argv[1:]; out, err default sys.stdout, sys.stderr). Returns the exit status:
+    0, 1 an error (one line on err), 2 a command line argparse rejects."""
     started()  # Python's Ctrl-C handler back (npspec.cli.console: the imports had their own)
     out = sys.stdout if out is None else out
     err = error_stream(sys.stderr if err is None else err)

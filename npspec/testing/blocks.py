@@ -1,23 +1,10 @@
 """npspec.testing.blocks: the exact law of speculative decoding when a WHOLE BLOCK of drafts is verified jointly.
 
-npspec.testing.oracle composes a per-token rule `rule(p, q, x) -> (a, r)` draft by draft; a block verifier
-(block verification, Sun et al. 2025, npspec.decode.rules.block_accept) decides after seeing every draft of the round,
-so it needs the whole block. A *block rule* is
-
-    block_rule(p_rows, q_rows, d) -> [(probability, n, row), ...]
-
-for drafts d = (d_1..d_k) drawn from the draft rows q_rows `[k]`, with the target's rows p_rows `[k + 1]` (row i
-after d_1..d_i): the law of the number n of drafts kept and of the row the round's last token is sampled from
-(a residual, or p_rows[k] for the bonus). Rows are lists of Fractions (exact) or floats. `token_block_rule` is
-the token rule (Leviathan et al. 2023, Algorithm 1) stated this way, `block_verification_rule` block verification
-(Sun et al. 2025, Algorithm 2) in exact arithmetic, and `function_rule` turns a verifier FUNCTION with
-npspec.decode.rules.accept's signature (block_accept's too) into a block rule by integrating it over its uniforms.
-`block_round_distribution` (one round, continued by the target) and `block_distribution` (the whole loop, with
-EOS, budget, n_ctx and npspec's gamma schedules) compose a block rule; `check_block_rule` compares it with the
-target's own law on small cases. `expected_accepted` is the exact E[n] of a round, `joint_bound` the upper
-bound sum_i P(X_1..i = Y_1..i) <= sum_i (1 - TV) any lossless verifier obeys, and `block_probes` runs a verifier
-function on the uniforms where the strict test and the prefix weights matter. Imports numpy, npspec.decode.rules,
-npspec.decode and npspec.testing.oracle.
+A *block rule* `block_rule(p_rows, q_rows, d) -> [(probability, n, row), ...]`: for drafts d_1..d_k from q_rows `[k]`
+and the target's p_rows `[k + 1]` (row i after d_1..d_i), the law of the number n kept and of the row the last token
+is drawn from. token_block_rule is Leviathan et al. 2023's, block_verification_rule Sun et al. 2025's Algorithm 2
+(notes/derivation.md, claim 10), function_rule a verifier function's; the rest mirrors npspec.testing.oracle.
+Imports numpy, npspec.decode, npspec.decode.rules and npspec.testing.oracle.
 """
 
 import itertools
@@ -65,13 +52,10 @@ def weights(p_rows, q_rows, d):
 
 
 def block_verification_rule(p_rows, q_rows, d):
-    """Block verification (Sun et al. 2025, Algorithm 2) as a block rule, in the arithmetic of its rows.
-
-    With weights w and h_k = w_k, h_i = Z_i / (Z_i + 1 - w_i), Z_i = sum(max(0, w_i p_{i+1} - q_{i+1})) (1 where
-    the denominator is 0), the backward scan keeps d_1..d_i with probability h_i prod_{j > i} (1 - h_j) (i >= 1),
-    none with prod_j (1 - h_j); it ends with the bonus row p_{k+1} at i = k, else norm(max(0, w_i p_{i+1} -
-    q_{i+1})) (w_i p_{i+1} itself, renormalised, if that has no mass: npspec.decode.sampling.residual's guard).
-    """
+    """Block verification (Sun et al. 2025, Algorithm 2) as a block rule, in its rows' arithmetic: weights w,
+    h_k = w_k, h_i = Z_i / (Z_i + 1 - w_i), Z_i = sum(max(0, w_i p_{i+1} - q_{i+1})) (1 where the denominator is 0);
+    d_1..d_i kept with probability h_i prod_{j > i} (1 - h_j), then the bonus row p_{k+1} at i = k, else
+    norm(max(0, w_i p_{i+1} - q_{i+1})) (w_i p_{i+1} renormalised if that has no mass)."""
     k = len(d)
     w = weights(p_rows, q_rows, d)
     h = []
@@ -108,15 +92,10 @@ def _cells(rows):
 
 
 def function_rule(verify=accept):
-    """A verifier FUNCTION `verify(d, p, q, u_tests, u_final) -> (n, token)` (npspec.decode.rules.accept's and
-    npspec.decode.rules.block_accept's signature) as a block rule, by integrating it over its uniforms.
-
-    Each u_tests[i] is cut where the token rule (min(1, p_i/q_i)) and block verification (h_i) change their
-    decision, u_final at every CDF breakpoint of the rows either rule samples from; the function is called once
-    at the midpoint of every box and the box's volume weighs its answer. For a verifier that decides by those
-    cuts this is its law to float64 rounding; a verifier that decides elsewhere is evaluated at the midpoints
-    only, which is still a law, and the comparison shows it is not the target's. Returns float probabilities.
-    """
+    """A verifier FUNCTION `verify(d, p, q, u_tests, u_final) -> (n, token)` (npspec.decode.rules.accept's
+    signature) as a block rule with float probabilities: u_tests cut where the token rule or block verification changes
+    its decision, u_final at every CDF breakpoint, the function called at each box's midpoint and weighed by its volume:
+    exact to rounding for a verifier deciding by those cuts; any other still gets a law, not the target's."""
     def rule(p_rows, q_rows, d):
         k = len(d)
         dd = np.asarray(d, dtype=np.int64)
@@ -143,9 +122,8 @@ def function_rule(verify=accept):
 
 
 def _block_round(p, drafter, seq, g, eos, rule):
-    """Yield (Round, emitted ids, probability) for every outcome of one round of at most g drafts after seq, the
-    drafts all drawn first, then decided by the block rule; an accepted EOS cuts the round there, as npspec's loop
-    does (the later drafts still took part in the decision)."""
+    """Yield (Round, emitted ids, probability) for every outcome of one round of at most g drafts after seq, all
+    drafted first, then decided by the block rule; an accepted EOS cuts the round there (the later drafts took part)."""
     def blocks(drafted, qrows, prob):
         step = drafter(seq, drafted) if len(drafted) < g else None
         proposal, qrow = step if step is not None else ((), None)
@@ -172,9 +150,8 @@ def _block_round(p, drafter, seq, g, eos, rule):
 
 
 def block_paths(p, drafter, prompt, gamma, max_new_tokens, eos=None, n_ctx=None, rule=None, schedule="constant"):
-    """Every path through npspec's loop with a block rule (default block_verification_rule) and a drafter
-    description (npspec.testing.oracle), with its probability: oracle.drafter_paths with the round decided by
-    the block. Yields SpeculativePath (paths of probability 0 skipped)."""
+    """Every path (SpeculativePath) of npspec's loop with a block rule (default block_verification_rule) and a
+    drafter description (npspec.testing.oracle): oracle.drafter_paths with the round decided by the block."""
     rule = block_verification_rule if rule is None else rule
     prompt = _start(prompt, n_ctx)
     gamma = _first_gamma(gamma, max_new_tokens, n_ctx)
@@ -197,9 +174,8 @@ def block_distribution(p, q, prompt, gamma, max_new_tokens, eos=None, n_ctx=None
 
 def block_drafter_distribution(p, drafter, prompt, gamma, max_new_tokens, eos=None, n_ctx=None, rule=None,
                                schedule="constant"):
-    """`{emitted ids: probability}` of the loop with a block rule and a drafter description (oracle's): the law of
-    block_paths summed by output, computed state by state (ids so far, scheduled gamma) so that a state reached
-    along several paths is expanded once."""
+    """`{emitted ids: probability}` of the loop with a block rule and a drafter description: block_paths
+    summed by output, each state (ids so far, scheduled gamma) expanded once."""
     rule = block_verification_rule if rule is None else rule
     prompt = _start(prompt, n_ctx)
     gamma = _first_gamma(gamma, max_new_tokens, n_ctx)
@@ -234,9 +210,8 @@ def expected_accepted(p, q, prompt, gamma, rule=None):
 
 
 def joint_bound(p, q, prompt, gamma):
-    """sum_{i=1..gamma} sum_{x_1..x_i} min(P_p(x_1..x_i), P_q(x_1..x_i)): no lossless verifier of gamma drafts from
-    q keeps more in expectation, since d_1..d_i is kept only if the output starts with it, and a coupling of the
-    two laws of i tokens agrees with probability at most 1 - TV (notes/derivation.md, claim 10)."""
+    """sum_{i <= gamma} sum_{x_1..x_i} min(P_p(x_1..x_i), P_q(x_1..x_i)): no lossless verifier of gamma drafts
+    from q keeps more in expectation (notes/derivation.md, claim 10)."""
     total, level = 0, {(): (1, 1)}
     for _ in range(gamma):
         nxt = {}
@@ -257,10 +232,8 @@ def context_cases(n=8, n_vocab=3):
 
 
 def check_block_rule(rule, cases=None, gammas=(1, 2, 3), prompt=(0,), eos=None, tol=1e-12):
-    """Does a block rule give exactly the target's law? oracle.check_rule for block rules: for each (p, q) (rows
-    or tables; default oracle.small_cases() then context_cases()) and gamma, block_round_distribution against
-    sequence_distribution, exactly when the law is in Fractions, else within tol per outcome. Returns an
-    oracle.RuleReport."""
+    """oracle.check_rule for block rules, default cases small_cases() then context_cases(): a RuleReport.
+    A `rule` that never returns hangs the check (npspec.testing)."""
     n, used = 0, 0
     for p, q in ([*small_cases(), *context_cases()] if cases is None else cases):
         n += 1
@@ -295,8 +268,9 @@ BLOCK_PROBES = [
 
 
 def block_probes(verify):
-    """Run a verifier function (block_accept's signature) on BLOCK_PROBES and on one-hot rows (temperature 0, where
-    it must decide as npspec.decode.rules.accept for every uniform). Returns [(probe name, what was wrong)]."""
+    """Run a verifier function (block_accept's signature) on BLOCK_PROBES and on one-hot rows (where it must
+    decide as npspec.decode.rules.accept). Returns [(probe, what was wrong)]. A `verify` that never returns hangs the
+    check."""
     findings = []
     for name, d, p, q, u, allowed, why in BLOCK_PROBES:
         got = verify(np.array(d), np.array(p, dtype=np.float64), np.array(q, dtype=np.float64), np.array(u), 0.5)

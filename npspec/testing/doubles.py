@@ -1,8 +1,6 @@
-"""npspec.testing.doubles: stand-ins to drive npspec's loop on a table.
+"""npspec.testing.doubles: stand-ins to drive npspec's loop on a table (TableModel, ScriptedRng).
 
-ScriptedRng hands out scripted uniforms in place of an np.random.Generator; TableModel (with its
-TableConfig and TableCache) is a model whose logits are an explicit function of the sequence.
-Imports numpy and npspec.model.gpt2 (ContextOverflowError), nothing else of npspec.
+Imports numpy and npspec.model.gpt2.
 """
 
 from dataclasses import dataclass
@@ -13,11 +11,8 @@ from ..model.gpt2 import ContextOverflowError, tree_paths
 
 
 class ScriptedRng:
-    """Stands in for np.random.Generator in speculative_generate: `random(n)` hands out the next n scripted uniforms.
-
-    `sizes` records each request (npspec draws 2 * g + 1 per round). Raises AssertionError if
-    the script runs out, so a test sees a loop that draws more than it should.
-    """
+    """Stands in for np.random.Generator in speculative_generate: random(n) hands out the next n scripted uniforms,
+    records n in `sizes`, and raises AssertionError when the script runs out."""
 
     def __init__(self, values):
         self.values, self.sizes = [float(v) for v in values], []
@@ -62,13 +57,8 @@ class TableCache:
 
 
 class TableModel:
-    """A stand-in for npspec.model.model.Model whose logits are an explicit function of the sequence.
-
-    logits(seq) -> `[n_vocab]`: the logits after the tuple of ids seq (all ids fed so far).
-    `forward(ids, cache)` and `prefill(ids, cache)` (the same here) return float32
-    `[n_new, n_vocab]` like Model.forward and raise ContextOverflowError past n_ctx. `calls`
-    counts both. No tokenizer.
-    """
+    """Stands in for npspec.model.model.Model, with logits(seq) -> `[n_vocab]` after the ids seq: forward, prefill and
+    forward_tree return float32 `[n_new, n_vocab]`, raise ContextOverflowError past n_ctx and count in `calls`."""
 
     def __init__(self, logits, n_vocab, n_ctx=64, eos_token_id=None):
         self.logits = logits

@@ -1,15 +1,8 @@
 """npspec.testing.drafting: check a drafter exactly, by enumeration on table models.
 
-A drafter is lossless when the loop's output, drafting with it, has exactly the target's law
-(npspec.decode.drafters states what it must guarantee). `check_drafter` enumerates that law with
-npspec.testing.oracle.drafter_paths, for several targets, gammas, budgets, EOS settings and both
-gamma schedules, and compares it with the target's own law (sequence_distribution): exactly
-for rows of Fractions, to 1e-9 for float rows. It takes a *drafter description* (see
-npspec.testing.oracle) built from the target's table, so a drafter that peeks at the target
-can be written down and caught. `ngram_drafter` and `confident_drafter` describe npspec's own
-strategies; `object_drafter` describes a real drafter object (npspec.decode.types.Drafter) by
-steering its uniforms, so yours can be checked as it is. Imports numpy, npspec.decode.drafters,
-npspec.decode.sampling, npspec.decode, npspec.testing.oracle and npspec.testing.usage.
+check_drafter: the loop's law when drafting with a drafter description (npspec.testing.oracle) equals the target's
+(notes/derivation.md, claim 8). ngram_drafter and confident_drafter describe npspec's own drafters, object_drafter
+any npspec.decode.types.Drafter. Imports numpy, npspec.decode and npspec.testing.oracle, .usage.
 """
 
 from dataclasses import dataclass
@@ -92,20 +85,13 @@ def default_targets(n_vocab=3, count=3):
 
 def check_drafter(make_drafter, n_vocab=3, targets=None, gammas=(1, 2, 3), max_new_tokens=4, eos_values=(None, 2),
                   n_ctx_values=(None,), schedules=SCHEDULES, prompt=(0, 1)):
-    """Does drafting with `make_drafter` keep the loop's output exactly target-distributed? Exact enumeration.
+    """Does drafting with `make_drafter(p) -> drafter description` keep the output exactly target-distributed?
 
-    make_drafter(p) -> a drafter description (npspec.testing.oracle) for target table p; it may
-    close over p (that is how a drafter that peeks at the target is written down).
-    targets: tables over n_vocab ids (default default_targets(n_vocab)); every combination of
-    target, gamma, eos, n_ctx and schedule is a case. Compares drafter_distribution with
-    sequence_distribution (max_new_tokens ids): equal for Fraction rows, within 1e-9 for floats.
-    Returns a DrafterReport for the first failing case; a drafter that raises fails on that case.
-    Raises KitUsageError (npspec.testing.usage), one line naming the argument, before any case runs: a
-    make_drafter that is not callable, empty gammas, eos_values, n_ctx_values, schedules or targets, a gamma
-    below 1 or max_new_tokens below 2 (no round would draft: a vacuous pass), an n_ctx that leaves no room
-    for a draft after the prompt, a target whose row is not a probability row over n_vocab ids, or a budget
-    whose n_vocab**max_new_tokens outputs exceed usage.MAX_OUTCOMES.
-    """
+    Every target (default default_targets(n_vocab)), gamma, eos, n_ctx and schedule is a case: drafter_distribution
+    against sequence_distribution, equal for Fraction rows, within 1e-9 for floats. Returns a DrafterReport (the first
+    failing case; a drafter that raises fails there). Raises KitUsageError before any case: make_drafter not callable,
+    an empty list, gamma < 1, max_new_tokens < 2, an n_ctx with no room for a draft, a target that is no probability
+    row, n_vocab**max_new_tokens over MAX_OUTCOMES. A drafter that never returns hangs the check (npspec.testing)."""
     where = "check_drafter"
     need_callable(make_drafter, "make_drafter", "make_drafter(p) -> drafter(seq, drafted)", where)
     n_vocab = need_int(n_vocab, "n_vocab", where, 2, MAX_VOCAB)
@@ -169,18 +155,10 @@ def _cell_middle(row, x):  # a uniform in the middle of x's inverse-CDF cell of 
 
 
 def object_drafter(make, warp_args=None):
-    """A drafter description of a real drafter object, by steering the uniforms it is given.
-
-    make(): a fresh drafter (npspec.decode.types.Drafter: start, propose -> Proposal). For the context seq and
-    the drafts so far, the description starts a fresh drafter on seq and calls propose with
-    gamma = len(drafted) + 1 and uniforms in the middle of each earlier draft's cell of its
-    reported row, so it proposes `drafted` again; then, for each id x of the next reported row
-    q, it calls again with the last uniform in the middle of x's cell: proposing x puts q[x] on
-    x, proposing nothing more moves q[x] to "stop". Proposing any other id raises DrafterError
-    (its q is not what it sampled from). Rows are float64, so check_drafter compares to 1e-9.
-    This covers drafters whose proposals depend on the ids and their own uniforms; one that
-    learns across rounds (update) is described from a fresh start only.
-    """
+    """A drafter description of a real drafter (make() -> npspec.decode.types.Drafter), by steering its uniforms:
+    a fresh drafter proposes with uniforms in the middle of each earlier draft's cell (so it proposes `drafted` again),
+    then with the last one in each next id x's cell: proposing x puts q[x] on x, stopping puts it on stop. Another id
+    raises DrafterError (q is not what it sampled from). A drafter that learns (update) is seen from a fresh start."""
     warp_args = dict(temperature=1.0) if warp_args is None else warp_args
 
     sampling = SamplingParams(**warp_args)

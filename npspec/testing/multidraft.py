@@ -1,18 +1,7 @@
-"""npspec.testing.multidraft: several drafts at one position, exactly: children drawn without replacement (RSD),
-expected kept drafts, and the optimal-transport bound.
+"""npspec.testing.multidraft: several drafts at one position, exactly: children without replacement (RSD), the bound.
 
-`without_replacement_expander(q, branching)` is the tree expander (npspec.testing.trees) of a drafter that draws a
-node's children without replacement (npspec.decode.rules.draw_children): child j from q(ctx) with the earlier children
-removed and renormalised, each child with that conditional row. With npspec.testing.trees.multi_candidate as the
-verifier this is RSD's recursive rejection sampling (Jeon et al. 2024; npspec.decode.rules.accept_tree_rsd).
-`node_acceptance` is the exact probability that one of a node's k children is kept; `ot_bound` the largest
-probability ANY lossless verifier can reach with those k drafts (the optimal transport with membership cost of
-SpecTr, Sun et al. 2023): by max-flow/min-cut on the bipartite graph "draft tuple -> the tokens it contains",
-
-    max P(Y in {X_1..X_k}) = min over token sets B of  (1 - p(B)) + P(some X_j in B),
-
-a minimum over the 2^n_vocab sets B, exact in Fractions (P(some X_j in B) = 1 - (1 - q(B))^k for i.i.d. drafts).
-`tree_expected_accepted` is the exact E[kept nodes] of one tree round. Imports npspec.testing.trees.
+With trees.multi_candidate, without_replacement_expander is RSD (Jeon et al. 2024); ot_bound is SpecTr's optimal
+transport bound (Sun et al. 2023) as a min-cut (notes/derivation.md, claim 11). Imports npspec.testing.trees.
 """
 
 import itertools
@@ -52,8 +41,8 @@ def node_acceptance(p_row, q_row, k, replacement=True):
 
 
 def ot_bound(p_row, q_row, k, replacement=True):
-    """The largest P(Y in {X_1..X_k}) over all couplings of k drafts (i.i.d. from q_row, or drawn without
-    replacement) with Y ~ p_row: min over token sets B of (1 - p(B)) + P(some draft in B), exact (2^n_vocab sets)."""
+    """The largest P(Y in {X_1..X_k}) over couplings of k drafts (i.i.d. from q_row, or without replacement) with
+    Y ~ p_row: min over token sets B of (1 - p(B)) + P(some draft in B), exact (2^n_vocab sets)."""
     n = len(p_row)
     draws = None if replacement else without_replacement(q_row, k)
     best = Fraction(1)

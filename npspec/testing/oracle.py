@@ -1,22 +1,11 @@
 """npspec.testing.oracle: the exact law of speculative decoding, by enumeration, for a rule stated as probabilities.
 
-A *rule* is `rule(p, q, x) -> (a, r)`: for a draft id x drawn from the draft row q, the
-probability a of accepting it and the row r sampled on rejection (Leviathan's letters: p the
-target's row, q the draft's). A *table* is `table(seq) -> row`, the next-token distribution after
-the tuple of ids seq (prompt included), a row of fractions.Fraction (exact) or of floats.
-`round_distribution` and `speculative_distribution` compose a rule into the law of one round and
-of a whole generation, `sequence_distribution` is the target's own law, and `check_rule` compares
-them on small p, q (Leviathan et al. 2023, Appendix A.1; Chen et al. 2023, Theorem 1).
-
-A *drafter description* generalises the draft table to any way of drafting (npspec.decode.drafters):
-`drafter(seq, drafted) -> (proposal, q)` or None, with seq the ids before the round and drafted
-the drafts so far in it. proposal[x] is the probability of proposing x next (a row of mass at
-most 1: the missing mass is the probability of proposing nothing more; None proposes nothing
-more), q the row the acceptance test is given. A correct drafter has proposal == q (or stops);
-`table_drafter(q)` is the draft model. `drafter_paths` enumerates the loop with a drafter and
-a gamma schedule. Every enumeration stops with KitUsageError past usage.MAX_OUTCOMES paths (check_rule
-refuses up front a gamma whose outcomes cannot fit). Imports numpy, npspec.decode.sampling, npspec.decode and
-npspec.testing.usage, nothing else of npspec.
+A *rule* `rule(p, q, x) -> (a, r)`: accept the draft x ~ q with probability a, else sample the row r (Leviathan's
+letters: p target, q draft). A *table* `table(seq) -> row`: the next-token law after ids seq, Fractions or floats. A
+*drafter description* `drafter(seq, drafted) -> (proposal, q)` or None: proposal[x] the probability of proposing x
+next (missing mass: stop), q the row tested; lossless iff proposal == q. check_rule proves a rule exact on small
+cases (Leviathan et al. 2023, Appendix A.1; Chen et al. 2023, Theorem 1; notes/derivation.md, claims 1 and 3). An
+enumeration past MAX_OUTCOMES paths raises KitUsageError. Imports numpy, npspec.decode and npspec.testing.usage.
 """
 
 import random
@@ -33,12 +22,8 @@ from .usage import (MAX_OUTCOMES, MAX_TOL, KitUsageError, largest, need_bounded,
 
 
 def leviathan_rule(p, q, x):
-    """The rule of Leviathan et al. 2023, Algorithm 1 (Chen et al. 2023, Algorithm 2).
-
-    p, q: rows `[n_vocab]` of Fractions or floats; x: a draft id with q[x] > 0.
-    Returns (a, r): a = min(1, p[x] / q[x]); r = norm(max(0, p - q)), or p itself when
-    max(0, p - q) has no mass (then a == 1 for every x in exact arithmetic, so r is never used).
-    """
+    """Leviathan et al. 2023, Algorithm 1 (Chen et al. 2023, Algorithm 2), rows `[n_vocab]` of Fractions or
+    floats: (a, r), a = min(1, p[x] / q[x]) for q[x] > 0, r = norm(max(0, p - q)), or p when that has no mass."""
     a = min(1, p[x] / q[x])
     r = [max(0, pi - qi) for pi, qi in zip(p, q)]
     mass = sum(r)
@@ -46,10 +31,7 @@ def leviathan_rule(p, q, x):
 
 
 def npspec_rule(p, q, x):
-    """npspec's own rule in float64: the ratio npspec.decode.rules.accept tests, npspec.decode.sampling.residual.
-
-    p, q: float rows `[n_vocab]`. Returns (min(1, p[x] / q[x]) float, residual(p, q) `[n_vocab]` float64).
-    """
+    """npspec's rule in float64: (min(1, p[x] / q[x]), npspec.decode.sampling.residual(p, q) `[n_vocab]`)."""
     p, q = np.asarray(p, dtype=np.float64), np.asarray(q, dtype=np.float64)
     with np.errstate(over="ignore"):  # p/q overflows to inf for a denormal q: min(1, inf) == 1, as it should
         return min(1.0, p[x] / q[x]), residual(p, q)
@@ -57,12 +39,8 @@ def npspec_rule(p, q, x):
 
 @dataclass(frozen=True)
 class Round:
-    """One round of a path, with the fields of a `--trace` record.
-
-    drafted: the drafts that decided the round, up to the rejected one or the accepted EOS;
-    accepted: how many were kept; token: the corrected or bonus id, None after an accepted EOS;
-    gamma: the round's scheduled and clamped g (it draws 2g + 1 uniforms).
-    """
+    """One round of a path, as a `--trace` record: the drafts that decided it (up to the rejected one or the
+    accepted EOS), how many were kept, the corrected or bonus id (None after an accepted EOS), the clamped gamma."""
 
     drafted: tuple
     accepted: int
@@ -172,12 +150,9 @@ def _start(prompt, n_ctx):
 
 
 def sequence_distribution(p, prompt, max_new_tokens, eos=None, n_ctx=None):
-    """The target's own law: `{emitted ids: probability}` of plain autoregressive sampling from table p.
-
-    prompt: ids (at least one). Generation stops after max_new_tokens ids (0 allowed), after an
-    emitted `eos` (included), or when prompt + emitted reaches n_ctx ids (as npspec's loop does).
-    Probabilities are Fractions for Fraction tables. Raises ValueError for an empty or too long prompt.
-    """
+    """The target's own law `{emitted ids: probability}` from table p after prompt (at least one id):
+    stops after max_new_tokens ids, an emitted eos (kept) or n_ctx ids in all, as npspec's loop does. Raises
+    ValueError for an empty or too long prompt."""
     prompt = _start(prompt, n_ctx)
     dist = defaultdict(int)
 
@@ -198,16 +173,10 @@ def sequence_distribution(p, prompt, max_new_tokens, eos=None, n_ctx=None):
 
 def drafter_paths(p, drafter, prompt, gamma, max_new_tokens, eos=None, n_ctx=None, rule=leviathan_rule,
                   schedule="constant"):
-    """Every path through the speculative loop with target table p and a drafter description, with its probability.
-
-    Each round drafts at most g = round_gamma(scheduled gamma, remaining, n_ctx, len(seq)) tokens,
-    npspec's loop's own clamp (g = 0 is a plain target step), with the scheduled gamma starting
-    at min(gamma, max_new_tokens - 1, n_ctx - 1) and moved by npspec.decode.schedule.next_gamma after
-    each round; tests them in order with `rule`, and emits the kept drafts plus the replacement
-    or bonus token; an accepted EOS ends the round and the generation. Stops as
-    sequence_distribution does. Yields SpeculativePath; paths of probability 0 are skipped.
-    Raises RuleError if the rule returns an invalid probability or row.
-    """
+    """Every path (SpeculativePath, probability > 0) of npspec's loop with table p and a drafter description:
+    a round drafts at most round_gamma's clamp of the scheduled gamma (next_gamma moves it), tests the drafts in order
+    with `rule`, emits the kept ones and the replacement or bonus; an accepted EOS ends it. Stops as
+    sequence_distribution does. Raises RuleError for a rule that returns an invalid probability or row."""
     prompt = _start(prompt, n_ctx)
     gamma = _first_gamma(gamma, max_new_tokens, n_ctx)
 
@@ -244,11 +213,8 @@ def speculative_distribution(p, q, prompt, gamma, max_new_tokens, eos=None, n_ct
 
 
 def round_distribution(p, q, prompt, gamma, eos=None, rule=leviathan_rule):
-    """The law of ONE round of gamma drafts, continued by the target alone up to gamma + 1 ids.
-
-    `{ids: probability}` over sequences of gamma + 1 ids (shorter if they end in eos). A rule is
-    correct iff this equals sequence_distribution(p, prompt, gamma + 1, eos) for every p, q.
-    """
+    """`{ids: probability}` of ONE round of gamma drafts, continued by the target alone to gamma + 1 ids
+    (shorter at eos): a rule is correct iff this is sequence_distribution(p, prompt, gamma + 1, eos) for every p, q."""
     prompt = _start(prompt, None)
     outcomes = _round(p, table_drafter(q), prompt, gamma, eos, rule, _Budget("the round's enumeration"))
     return _continued(p, prompt, ((emitted, prob) for _, emitted, prob in outcomes), gamma + 1, eos)
@@ -283,11 +249,8 @@ def constant_table(row):
 
 
 def random_table(n_vocab, seed=0, zero_prob=Fraction(1, 4), denominator=12):
-    """A table of random Fraction rows, a different row per sequence, reproducible from `seed`.
-
-    Each entry is k / (sum of weights) for integer weights k in 1..denominator, or exactly 0
-    with probability zero_prob (at least one entry stays positive). Rows are memoised.
-    """
+    """A reproducible table of random Fraction rows, one per sequence (memoised): entries k / sum for integer
+    weights k in 1..denominator, or 0 with probability zero_prob (one entry stays positive)."""
     memo = {}
 
     def table(seq):
@@ -304,12 +267,9 @@ def random_table(n_vocab, seed=0, zero_prob=Fraction(1, 4), denominator=12):
 
 
 def truncate(row, top_k=0, top_p=1):
-    """Exact top-k / top-p truncation of a row of Fractions, with npspec.decode.sampling.warp's conventions.
-
-    top_k: keep entries >= the k-th largest (ties kept); 0 = off. top_p: sort ascending (ties
-    by id), drop the prefix whose cumulative mass stays <= 1 - top_p, keep the most likely
-    entry always; 1 = off. Returns the renormalised row as a list.
-    """
+    """Exact top-k / top-p of a Fraction row, renormalised, as npspec.decode.sampling.warp: top_k keeps entries
+    >= the k-th largest (0: off); top_p drops the ascending prefix (ties by id) of mass <= 1 - top_p, never the most
+    likely entry (1: off)."""
     row = [Fraction(v) for v in row]
     if top_k and top_k < len(row):
         kth = sorted(row, reverse=True)[top_k - 1]
@@ -327,10 +287,8 @@ def truncate(row, top_k=0, top_p=1):
 
 
 def model_table(model, temperature=1.0, top_k=0, top_p=1.0):
-    """An npspec model (or TableModel) as a table: seq -> warp(logits of its last position), float64, memoised.
-
-    Each new sequence costs one fresh forward over it (batch-invariant path).
-    """
+    """A model (or TableModel) as a table: seq -> warp(logits at its last position), float64, memoised (one
+    fresh forward per new sequence)."""
     memo = {}
 
     def table(seq):
@@ -344,11 +302,8 @@ def model_table(model, temperature=1.0, top_k=0, top_p=1.0):
 
 
 def small_cases(max_vocab=3, max_denominator=4):
-    """Pairs (p, q) of constant rows, smallest first: by n_vocab 2..max_vocab, then denominator.
-
-    Rows are every distribution whose entries are multiples of 1/d; a pair is listed once, under
-    the smallest d that fits both. Includes zeros, one-hot rows, p == q and disjoint supports.
-    """
+    """Pairs (p, q) of constant Fraction rows, smallest first (n_vocab 2..max_vocab, then the denominator),
+    each once: zeros, one-hot rows, p == q and disjoint supports included."""
     def rows(n, d):
         def comp(n, total):
             if n == 1:
@@ -413,22 +368,13 @@ def _differ(expected, got, tol):
 
 
 def check_rule(rule, cases=None, gammas=(1, 2), prompt=(0,), eos=None, tol=1e-12):
-    """Does `rule` give exactly the target's distribution? Exact enumeration, no sampling.
+    """Does `rule(p, q, x) -> (a, r)` (given Fraction rows) give exactly the target's law? Exact enumeration.
 
-    rule: `rule(p, q, x) -> (a, r)` (see the module docstring); it must accept rows of Fractions.
-    cases: iterable of (p, q), each a row or a table; default small_cases() (smallest first).
-    For each case and each gamma, compares round_distribution with sequence_distribution
-    (gamma + 1 ids): exactly when every probability of the rule's law is a Fraction (or int);
-    otherwise (a float rule, such as npspec_rule) each outcome's probability must be within
-    `tol` of the target's (default 1e-12: a round multiplies a handful of float64 numbers in
-    [0, 1], so rounding stays below 1e-15 per outcome; a wrong rule is off by far more).
-    Returns a RuleReport for the first failure, whose p and q are then the
-    smallest failing case in the order of `cases`; a rule that raises or returns something
-    invalid fails on that case. `str(report)` prints both distributions and how they were compared.
-    Raises KitUsageError (npspec.testing.usage), one line naming the argument, for a rule that is not
-    callable, an empty `cases` or `gammas`, a gamma below 1, a p or q that is not a probability row,
-    tol outside [0, 1e-6], or a gamma whose n_vocab**(gamma + 1) outcomes exceed usage.MAX_OUTCOMES.
-    """
+    For each (p, q) of `cases` (rows or tables; default small_cases()) and gamma, round_distribution against
+    sequence_distribution: equal, or within `tol` per outcome for a float rule (npspec_rule). Returns a RuleReport: ok,
+    or the first failing case with both laws (a rule that raises fails there). Raises KitUsageError for a non-callable
+    rule, empty cases or gammas, a gamma < 1, a p or q not a probability row, tol outside [0, 1e-6] or n_vocab**(gamma
+    + 1) over MAX_OUTCOMES. A `rule` that never returns hangs the check (npspec.testing)."""
     where = "check_rule"
     need_callable(rule, "rule", "rule(p, q, x) -> (a, r)", where)
     gammas = need_ints(gammas, "gammas", where, 1, why=" (gamma 0 drafts nothing: no rule would be tested)")

@@ -1,13 +1,8 @@
 """npspec.testing.probes: black-box checks of a sampler given as two functions.
 
-They are `propose(logits, uniform) -> (x, q)` and `accept(x, p, q, uniform) -> (accepted, token)`;
-`uniform()` returns the next float in [0, 1). `check_sampler` runs deterministic probes with
-injected uniforms (probe_proposal, probe_acceptance over ACCEPT_PROBES), then Pearson chi-square
-tests at a stated false-alarm rate (statistical_check). A non-strict `u <= p/q` differs from the
-correct `u < p/q` only when u equals p/q exactly, which sampling never hits: only the probes catch
-it. Each finding names what was wrong (the decision, the accepted token, or the replacement).
-`npspec_sampler` is npspec's own pair. Imports numpy, npspec.decode.sampling, npspec.decode and
-npspec.testing.usage (argument checks and bounds), nothing else of npspec.
+`propose(logits, uniform) -> (x, q)` and `accept(x, p, q, uniform) -> (accepted, token)`, uniform() the next float in
+[0, 1): deterministic probes with injected uniforms (the only catch for a non-strict u <= p/q), then Pearson
+chi-square tests at a stated false-alarm rate. Imports numpy, npspec.decode and npspec.testing.usage.
 """
 
 import math
@@ -24,12 +19,8 @@ ONE_BELOW = float(np.nextafter(1.0, 0.0))  # the largest double below 1: 1 - 2**
 
 
 class Uniforms:
-    """A uniform source for probes: hands out `values` in order, then draws from a seeded generator.
-
-    Call it for the next float in [0, 1). `drawn` records the values handed out since the last
-    `new_call()` (or since it was made); past `limit` of them (default MAX_UNIFORMS_PER_CALL) it
-    raises UniformsExhausted: a sampler that loops is stopped, and nothing grows without bound.
-    """
+    """A uniform source, called for the next float in [0, 1): `values`, then a seeded generator. `drawn` holds the
+    values since new_call(); past `limit` of them it raises UniformsExhausted (a sampler that loops)."""
 
     def __init__(self, values=(), seed=0, limit=MAX_UNIFORMS_PER_CALL):
         self.values = list(values)
@@ -63,11 +54,8 @@ class Finding:
 
 @dataclass
 class SamplerReport:
-    """The result of check_sampler: ok, every Finding, and the chi-square tests run.
-
-    tests: list of dicts `{name, statistic, df, p_value, threshold}`; a test fails when
-    p_value < threshold (threshold = alpha / number of tests).
-    """
+    """The result of check_sampler: ok, every Finding, and the chi-square tests as dicts `{name, statistic, df,
+    p_value, threshold}` (a test fails when p_value < threshold = alpha / number of tests)."""
 
     ok: bool
     findings: list = field(default_factory=list)
@@ -80,12 +68,8 @@ class SamplerReport:
 
 
 def npspec_sampler(temperature=1.0, top_k=0, top_p=1.0):
-    """npspec's own sampler as a (propose, accept) pair for check_sampler.
-
-    propose(logits `[n_vocab]`, uniform) -> (x, q): q = npspec.decode.sampling.warp(logits, ...), x = sample(q, uniform()).
-    accept(x, p, q, uniform) -> (accepted, token): npspec.decode.rules.accept with gamma = 1,
-    drawing the acceptance uniform first, then the replacement's.
-    """
+    """npspec's own sampler as check_sampler's (propose, accept): propose warps the logits (npspec.decode.sampling.warp)
+    and samples q with uniform(); accept is npspec.decode.rules.accept with gamma = 1, its test's uniform first."""
     def propose(logits, uniform):
         q = warp(np.asarray(logits), temperature=temperature, top_k=top_k, top_p=top_p)
         return sample(q, uniform()), q
@@ -150,19 +134,11 @@ MISS_BOUND = 1e-12  # the proposal probes' false-alarm rate per logits row
 
 
 def probe_proposal(propose, streams=1024):
-    """Probes of a proposal with injected uniforms: a list of Findings (empty: passed).
-
-    For each logits row in the kit's list: with the first uniform 0, 1 - 2**-53, and `streams`
-    seeded streams, the returned q must be a probability row (finite, >= 0, sums to 1 within
-    1e-9), the same each time, and x an id with q[x] > 0 (exact checks). Two more checks that q is
-    the array x was drawn from, each flagged only when a sampler drawing from q would fail it with
-    probability below MISS_BOUND (1e-12):
-      * "proposal-ignores-uniforms": the same x from every stream although q is not one-hot (an
-        argmax proposal reporting a softmax q), when sum(q**streams) < 1e-12;
-      * "proposal-q-not-sampled": an id y with q[y] > 0 never drawn, when (1 - q[y])**streams
-        < 1e-12 (a draft that samples from its top-k or top-p but reports the full softmax as q;
-        at the default 1024 streams, every id with q[y] > 0.027 must turn up).
-    """
+    """Probes of a proposal with injected uniforms (0, 1 - 2**-53, `streams` seeded streams); returns Findings. q must
+    be the same probability row each time and x an id with q[x] > 0; flagged only below MISS_BOUND false alarms:
+    "proposal-ignores-uniforms" (one x every time, q not one-hot: argmax) and "proposal-q-not-sampled" (an id with
+    q > 0.027 never drawn: a top-k or top-p draft reporting the full softmax). A `propose` that never returns hangs
+    the check."""
     findings = []
     for logits in _LOGITS_PROBES:
         logits = np.array(logits, dtype=np.float64)
@@ -217,15 +193,10 @@ def _replacement_problem(token, allowed, p, q):
 
 
 def probe_acceptance(accept):
-    """Deterministic probes of an acceptance function with injected uniforms (ACCEPT_PROBES).
-
-    Convention: the FIRST uniform accept draws is the acceptance test's u (accept iff u < p[x]/q[x]);
-    later ones are its replacement's. Each rejecting probe is run with the replacement uniforms
-    0, 1/4, 1/2, 3/4, 1 - 2**-53 and must return an allowed id every time. Returns Findings, each
-    naming what was wrong: the decision (accepted or rejected against the probe's u and p/q), an
-    accepted token other than x, or a replacement outside the residual's support (p's, when the
-    residual has no mass), or an exception.
-    """
+    """Deterministic probes of an acceptance function (ACCEPT_PROBES), its FIRST uniform the test's u (accept iff
+    u < p[x]/q[x]), the next the replacement's (0, 1/4, 1/2, 3/4, 1 - 2**-53). Returns Findings: a wrong decision or
+    token, a replacement outside the residual's support (p's when it has no mass), an exception. An `accept` that never
+    returns hangs the check."""
     findings = []
     for name, p, q, x, u, expect, allowed, why in ACCEPT_PROBES:
         p, q = np.array(p, dtype=np.float64), np.array(q, dtype=np.float64)
@@ -255,11 +226,8 @@ def probe_acceptance(accept):
 
 
 def chi2_sf(x, df):
-    """P(X >= x) for X ~ chi-square with `df` degrees of freedom (integer df >= 1).
-
-    Closed forms of the regularised upper incomplete gamma Q(df/2, x/2): a finite sum for even
-    df, erfc plus a finite sum for odd df; terms are summed in log space (no overflow).
-    """
+    """P(X >= x) for X ~ chi-square with integer df >= 1: the closed forms of Q(df/2, x/2) (a finite sum for even
+    df, erfc plus a finite sum for odd df), summed in log space."""
     if x <= 0:
         return 1.0
     y = x / 2
@@ -270,13 +238,8 @@ def chi2_sf(x, df):
 
 
 def chi_square(counts, probs, min_expected=5.0):
-    """Pearson's chi-square of observed `counts` against `probs` (same length).
-
-    Cells with expected count below `min_expected` are pooled into one (merged into the
-    smallest other cell if the pool is still below it), so the asymptotic law holds.
-    Returns (statistic, df, p_value, impossible), where impossible lists the cells with a
-    count but probability 0 (an exact failure, whatever the p-value).
-    """
+    """Pearson's chi-square of `counts` against `probs`, cells expected below min_expected pooled. Returns (statistic,
+    df, p_value, impossible), impossible the cells counted though their probability is 0 (an exact failure)."""
     counts, probs = np.asarray(counts, dtype=np.float64), np.asarray(probs, dtype=np.float64)
     n = counts.sum()
     impossible = [int(i) for i in np.flatnonzero((probs <= 0) & (counts > 0))]
@@ -308,19 +271,10 @@ STATISTICAL_CASES = [
 
 
 def statistical_check(propose, accept, n_samples=20000, alpha=1e-6, seed=0):
-    """Chi-square tests of a black-box sampler. Returns (Findings, tests).
-
-    For each (draft logits, p) of STATISTICAL_CASES, n_samples trials of x, q = propose(logits);
-    (kept, token) = accept(x, p, q), one seeded uniform stream. Three tests per case:
-      * "proposal": x against q (x must be drawn from the q the proposal reports);
-      * "round": the joint (kept, token) against min(p, q) for kept, max(0, p - q) for replaced
-        (Leviathan et al. 2023, Definition 3.1 and Theorem 3.5: acceptance rate beta = sum(min(p, q)) = 1 - TV(p, q));
-      * "output": the emitted token against p (the theorem itself).
-    False-alarm rate: at most alpha in total, asymptotically (alpha / 9 per test, Bonferroni).
-    Power: a TV of d between the true and the claimed law gives a noncentrality of at least
-    n_samples * (2 d)**2 (Cauchy-Schwarz); at the defaults, d = 0.03 is found with probability
-    above 0.98 by each test (noncentral chi-square, up to 7 degrees of freedom).
-    """
+    """Chi-square tests of a black-box sampler on STATISTICAL_CASES, n_samples seeded trials each; returns (Findings,
+    tests). "proposal": x against q; "round": (kept, token) against min(p, q) and max(0, p - q) (Leviathan et al. 2023,
+    Theorem 3.5); "output": token against p. False alarms <= alpha in all (Bonferroni); at the defaults a TV of 0.03 is
+    found with probability > 0.98 per test. A `propose` or `accept` that never returns hangs the check."""
     n_samples, alpha = need_samples(n_samples, "statistical_check"), need_alpha(alpha, "statistical_check")
     src = Uniforms(seed=need_int(seed, "seed", "statistical_check", 0))
     findings, tests = [], []
@@ -359,23 +313,14 @@ def statistical_check(propose, accept, n_samples=20000, alpha=1e-6, seed=0):
 
 
 def check_sampler(propose, accept, n_samples=20000, alpha=1e-6, seed=0, statistical=True):
-    """Run every probe (probe_proposal, probe_acceptance) and, if `statistical`, statistical_check.
+    """Run probe_proposal, probe_acceptance and, if `statistical`, statistical_check; returns a SamplerReport.
 
-    propose(logits `[n_vocab]` float64, uniform) -> (x int, q `[n_vocab]`): draws x from the q it returns.
-    accept(x, p `[n_vocab]`, q `[n_vocab]`, uniform) -> (accepted bool, token int): token is x if
-    accepted, else the replacement; its first uniform is the acceptance test's u.
-    uniform: a callable returning the next float in [0, 1).
-    Returns a SamplerReport; the probes are exact (no false alarms), the statistical tests have a
-    total false-alarm rate of at most alpha (asymptotic chi-square). Probes catch a non-strict
-    u <= p/q, a missing or unguarded residual (also behind a non-strict test:
-    "residual-zero-mass-above-ratio"), an argmax proposal and a q that is not the array x was
-    drawn from (both with a false-alarm rate below MISS_BOUND per logits row; the acceptance
-    probes are exact); the statistical tests catch any rule whose law is off by a TV of a few percent.
-    A sampler that draws more than MAX_UNIFORMS_PER_CALL uniforms in one call is stopped (a finding).
-    Raises KitUsageError (npspec.testing.usage), one line naming the argument, for a propose or accept
-    that is not callable, or (if statistical) n_samples not an integer in [100, 1e7], alpha outside
-    [1e-12, 0.05] (0 or NaN would turn the tests off), or a negative seed.
-    """
+    propose(logits `[n_vocab]` float64, uniform) -> (x int, q `[n_vocab]`), x drawn from q; accept(x, p, q, uniform) ->
+    (accepted bool, token int), its first uniform the test's u. Catches a non-strict u <= p/q, a missing or unguarded
+    residual, an argmax proposal, a q x was not drawn from (exact probes), a law off by a few percent TV (chi-square,
+    false alarms <= alpha); a call drawing over MAX_UNIFORMS_PER_CALL uniforms is a finding. Raises KitUsageError for a
+    non-callable propose or accept, or (if statistical) n_samples outside [100, 1e7], alpha outside [1e-12, 0.05] or a
+    negative seed. A `propose` or `accept` that never returns hangs the check (npspec.testing)."""
     where = "check_sampler"
     need_callable(propose, "propose", "propose(logits, uniform) -> (x, q)", where)
     need_callable(accept, "accept", "accept(x, p, q, uniform) -> (accepted, token)", where)

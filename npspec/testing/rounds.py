@@ -1,32 +1,11 @@
 """npspec.testing.rounds: check a whole speculative round, black box: gamma drafts, their tests, the correction or bonus.
 
-The round under test is one function, `round_fn(draft_logits, target_logits, u, warping) -> (drafts, accepted, token)`:
-
-* draft_logits `[gamma + 1, n_vocab]` float64: row i is the draft model's logits after i drafts (row gamma,
-  after the last draft, is there so that a bonus drawn from the draft can be expressed; a correct
-  round never reads it); target_logits `[gamma + 1, n_vocab]` float64: row i is the target's logits
-  after i drafts, row gamma the bonus row. Rows differ by position, and do not depend on which ids were
-  drafted (the round's law is then a product over positions, exactly computable).
-* u `[2 gamma + 1]` float64 uniforms in [0, 1), in npspec's layout: u[i] draws draft i from
-  q_i = warp(draft_logits[i]) by inverse CDF (the first id whose cumulative mass exceeds u * total);
-  u[gamma + i] tests draft i (kept iff u < p_i(d_i) / q_i(d_i), p_i = warp(target_logits[i]));
-  u[2 gamma] draws the correction from norm(max(0, p_n - q_n)) (p_n when that has no mass) after the
-  first rejection at n, or the bonus from p_gamma when every draft is kept (Leviathan et al. 2023,
-  Algorithm 1).
-* warping: a dict `{temperature, top_k, top_p}` the round applies to both rows alike, as
-  npspec.decode.sampling.warp does (temperature, then top-k with ties at the k-th value kept, then top-p;
-  temperature 0 is one-hot on the argmax, lowest id on ties; top_k 0 and top_p 1 are off).
-* it returns the gamma drafts it drew, how many it kept, and the corrected or bonus id.
-
-`check_round` runs it on ROUND_CASES (vocabularies up to GPT-2's 50,257 ids, logits with a Zipf tail,
-ties on a grid, -inf entries, so top-k up to 100 and top-p really cut) and compares each trial with the
-reference, trial by trial: exact, since the uniforms decide everything (a trial with a uniform within
-`tie_tol` of a decision boundary is skipped, so float32 rounding is not blamed). A mismatch is named
-by the classic bug that would return what the round returned (DIAGNOSES: a non-strict test, the bonus
-from the draft, rows off by one, q or p unwarped, no residual, argmax drafts). `round_statistics`
-checks the laws by chi-square (for a round that draws its own randomness) at a stated false-alarm rate.
-`npspec_round()` is npspec's own round. Imports numpy, npspec.decode.sampling, npspec.decode (accept),
-npspec.testing.probes (chi_square, Finding) and npspec.testing.usage.
+The round is `round_fn(draft_logits, target_logits, u, warping) -> (drafts, accepted, token)`: logits `[gamma + 1,
+n_vocab]` float64, row i after i drafts (whatever they were); u `[2 gamma + 1]` uniforms (u[i] draws draft i,
+u[gamma + i] tests it, u[2 gamma] draws the correction or bonus: Leviathan et al. 2023, Algorithm 1); warping
+`{temperature, top_k, top_p}` for both rows. It returns all gamma drafts, the number kept and the correction or
+bonus id. npspec/testing/VECTORS.md, "Conventions", spells out the rules and the layout.
+Imports numpy, npspec.decode, npspec.testing.probes and npspec.testing.usage.
 """
 
 from dataclasses import dataclass, field
@@ -55,9 +34,8 @@ TIE_TOL = 1e-9  # a uniform this close to p/q or a CDF cell edge is a float64 ro
 
 
 def realistic_logits(n_vocab, n_rows, seed, zipf=1.1, grid=0.125, banned=0.01):  # -> [n_rows, n_vocab] float64
-    """Logits shaped like a language model's: a Zipf tail (the k-th most likely id has logit -zipf * log k plus
-    Gumbel noise of scale 0.3), rounded to a grid of 1/8 (so exact ties, also at a top-k cut), a random
-    fraction `banned` of ids at -inf (never a row's best), each row its own permutation of the ids."""
+    """Logits `[n_rows, n_vocab]` like a language model's: a Zipf tail plus Gumbel noise, on a grid of 1/8 (exact
+    ties), a fraction `banned` at -inf (never a row's best), each row its own permutation of the ids."""
     rng = np.random.default_rng(seed)
     rows = np.empty((n_rows, n_vocab))
     for i in range(n_rows):
@@ -208,19 +186,14 @@ def _explain(P, Q, Pr, Qr, gamma, played):
 
 def check_round(round_fn, cases=None, trials=24, seed=0, tie_tol=TIE_TOL, statistical=False, n_samples=20000,
                 alpha=1e-6):
-    """Run `round_fn` (see the module docstring) on each case's rows and compare every trial with the reference.
+    """Compare `round_fn` (the module docstring) with the reference, trial by trial, exactly; returns a RoundReport.
 
-    cases: (name, n_vocab, gamma, warping dict) tuples, default ROUND_CASES; `trials` uniform vectors per case,
-    seeded (each draw's uniform moved to the middle of the cell it falls in): a third random, a third with every acceptance uniform 0 (every draft with p > 0 is kept: the bonus
-    is reached, and a draft with p = 0 must still be rejected), a third with the acceptance uniforms
-    1 - 2**-10 (the first draft is rejected unless p >= q: the residual). Exact: the uniforms decide the round,
-    so any difference is a bug; each finding names the classic bug (DIAGNOSES) that returns what round_fn
-    returned, with the trial's case, position-varying rows and uniforms. Trials with a uniform within tie_tol
-    of a boundary are skipped (counted). One finding per failing case: how many trials differ, the first, and
-    the classic bugs that reproduce what round_fn returned on every trial. If `statistical`, round_statistics too (its false-alarm rate alpha).
-    Returns a RoundReport. Raises KitUsageError for a non-callable round_fn, a bad case, trials not in
-    [1, 10000], tie_tol outside [0, 1e-3], or (if statistical) bad n_samples or alpha.
-    """
+    cases: (name, n_vocab, gamma, warping) tuples, default ROUND_CASES (up to GPT-2's 50,257 ids). Per case `trials`
+    seeded uniform vectors: random, acceptance uniforms 0 (the bonus) or 1 - 2**-10 (the residual); trials within
+    tie_tol of a boundary skipped. A failing case's Finding names the DIAGNOSES that return what round_fn did. If
+    `statistical`, round_statistics too. Raises KitUsageError for a non-callable round_fn, a bad case, trials outside
+    [1, 10000], tie_tol outside [0, 1e-3], or bad n_samples or alpha. A `round_fn` that never returns hangs the
+    check (npspec.testing)."""
     where = "check_round"
     need_callable(round_fn, "round_fn", "round_fn(draft_logits, target_logits, u, warping) -> (drafts, accepted, token)", where)
     trials = need_int(trials, "trials", where, 1, 10000)
@@ -328,11 +301,9 @@ def round_laws(Q, P, gamma):
 
 
 def round_statistics(round_fn, n_samples=20000, alpha=1e-6, seed=0):
-    """Chi-square tests of a round's laws on STATISTICAL_ROUNDS (rows that differ by position), n_samples rounds
-    each with seeded uniforms: the drafts at each position against q_i, the accepted count, the joint (accepted,
-    token), and the kept drafts at each position against min(p_i, q_i) / beta_i (round_laws). Returns (Findings,
-    tests). False-alarm rate: at most alpha in total, asymptotically (Bonferroni over every test). These need
-    no uniform layout: they also check a round that draws its own randomness."""
+    """Chi-square tests of a round's laws (round_laws) on STATISTICAL_ROUNDS, n_samples seeded rounds each; returns
+    (Findings, tests), false alarms <= alpha in all. Needs no uniform layout: it also checks a round with its own
+    randomness. A `round_fn` that never returns hangs the check (npspec.testing)."""
     where = "round_statistics"
     need_callable(round_fn, "round_fn", "round_fn(draft_logits, target_logits, u, warping) -> (drafts, accepted, token)", where)
     n_samples, alpha, seed = need_samples(n_samples, where), need_alpha(alpha, where), need_int(seed, "seed", where, 0)

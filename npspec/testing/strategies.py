@@ -1,7 +1,6 @@
 """npspec.testing.strategies: hypothesis strategies for probability rows, (p, q) pairs and logits rows.
 
-Each function imports hypothesis (a test dependency) only when it builds a strategy, so
-`import npspec.testing` never needs it. Imports numpy, nothing of npspec.
+Each imports hypothesis (a test dependency) only when it builds a strategy. Imports numpy, nothing of npspec.
 """
 
 import numpy as np
@@ -15,11 +14,8 @@ def _normalise(w):
 
 
 def probability_vectors(min_size=2, max_size=8, size=None):
-    """Hypothesis strategy: float64 probability rows `[n]` (n = size, or min_size..max_size) summing to 1 to rounding.
-
-    Mixes random rows with exact zeros and near-denormal entries (5e-324, 1e-310, 2.2e-308),
-    one-hot rows and uniform rows. Needs hypothesis (a test dependency).
-    """
+    """float64 probability rows `[n]` (n = size, or min_size..max_size): random rows with zeros and
+    near-denormal entries, one-hot rows, uniform rows."""
     from hypothesis import strategies as st
     from hypothesis.extra.numpy import arrays
 
@@ -36,11 +32,8 @@ def probability_vectors(min_size=2, max_size=8, size=None):
 
 
 def probability_pairs(min_size=2, max_size=8):
-    """Hypothesis strategy: (p, q) float64 rows of one size, including the hard cases.
-
-    Independent rows; p == q; disjoint supports; one-hot pairs; q = p with one entry raised
-    by one ulp (so max(0, p - q) is all zero: the residual's zero-mass case).
-    """
+    """(p, q) float64 rows of one size: independent, p == q, disjoint supports, one-hot, and q = p with one
+    entry one ulp higher (max(0, p - q) all zero: the residual's zero-mass case)."""
     from hypothesis import strategies as st
 
     def pairs(n):

@@ -1,18 +1,9 @@
 """npspec.testing.trees: the exact law of one tree round, by enumeration, for a tree drafter and a verifier.
 
-A *tree expander* describes how a drafter grows children: `expand(ctx, depth) -> [(probability,
-[(id, q_row), ...]), ...]`, the law of the ordered list of children of the node whose context is
-ctx (depth 0: the root), each child with the row the test is given. `sampled_expander(q,
-branching)` draws branching[depth] children i.i.d. from q(ctx); `topk_expander(q, branching)`
-takes q(ctx)'s top branching[depth] ids (ties to the lower id), each with a one-hot row.
-A *verifier* `verify(r, children) -> [(probability, outcome)]` decides one node: outcome
-("keep", j) descends into child j, ("emit", row) ends the round with a sample of row;
-`multi_candidate` is npspec.decode.rules.trees.accept_tree's rule, stated as probabilities.
-`tree_round_distribution` composes them into the law of a round continued by the target alone to
-len(branching) + 1 ids, which a correct drafter + verifier makes equal to the target's own law
-(npspec.testing.oracle.sequence_distribution); `tree_loop_distribution` runs the whole loop's rounds.
-Lazy: children are drawn only where the walk goes,
-which has the same law as drawing the whole tree first. Imports npspec.testing.oracle.
+An *expander* `expand(ctx, depth) -> [(probability, [(id, q_row), ...])]`: the law of a node's ordered children, each
+with the row its test is given. A *verifier* `verify(r, children) -> [(probability, outcome)]`: ("keep", j) descends
+into child j, ("emit", row) ends the round with a sample of row; multi_candidate is
+npspec.decode.rules.trees.accept_tree's (notes/derivation.md, claim 9). Imports npspec.decode and .oracle.
 """
 
 import itertools
@@ -106,7 +97,7 @@ def _prod(xs):
 
 def tree_round_outcomes(p, expand, prompt, depth, eos=None, verify=multi_candidate):
     """Every outcome of one tree round after `prompt`, nodes no deeper than `depth`: yields (emitted ids, probability)."""
-    def walk(kept, prob):
+    def walk(kept, prob):  # children drawn only where the walk goes: the law of drawing the whole tree first
         ctx = prompt + kept
         for cp, kids in (expand(ctx, len(kept)) if len(kept) < depth else [(1, [])]):
             for vp, (kind, what) in verify(list(p(ctx)), kids):
@@ -125,22 +116,16 @@ def tree_round_outcomes(p, expand, prompt, depth, eos=None, verify=multi_candida
 
 
 def tree_round_distribution(p, expand, prompt, depth, eos=None, verify=multi_candidate):
-    """The law of one tree round after `prompt`, continued by the target alone to depth + 1 ids (shorter at eos).
-
-    p: the target's table; expand: a tree expander; depth: the tree's depth (len(branching)).
-    `{ids: probability}`; equal to sequence_distribution(p, prompt, depth + 1, eos) for a lossless pair.
-    """
+    """`{ids: probability}` of one tree round after prompt (table p, an expander, nodes no deeper than depth),
+    continued by the target alone to depth + 1 ids (shorter at eos): sequence_distribution's for a lossless pair."""
     prompt = _start(prompt, None)
     return _nonzero(_continued(p, prompt, tree_round_outcomes(p, expand, prompt, depth, eos, verify), depth + 1, eos))
 
 
 def tree_loop_distribution(p, expand, branching, prompt, gamma, max_new_tokens, eos=None, n_ctx=None):
-    """`{emitted ids: probability}` of npspec's whole loop drafting static trees of `branching` with `expand`.
-
-    Each round's depth is npspec.decode.schedule.tree_depth's: at most round_gamma's clamp of gamma
-    (itself first clamped to max_new_tokens - 1 and n_ctx - 1), cut until the verify's rows fit
-    n_ctx. Stops at eos, max_new_tokens or n_ctx as the loop does (oracle.sequence_distribution).
-    """
+    """`{emitted ids: probability}` of npspec's whole loop drafting static trees of `branching` with `expand`:
+    each round's depth is npspec.decode.schedule.tree_depth's (round_gamma's clamp, cut until the verify fits n_ctx);
+    stops at eos, max_new_tokens or n_ctx as the loop does."""
     prompt = _start(prompt, n_ctx)
     sizes = depths(branching_tree(branching))
     shape = SimpleNamespace(depth=len(branching), tree_size=lambda d: sum(x <= d for x in sizes))

@@ -1,32 +1,18 @@
 """npspec.testing.usage: the kit's argument checks and its bounds, in one place.
 
-A bad argument to a check (a negative gamma, an unnormalised row, a non-callable, alpha = 0) is
-the caller's mistake, not the sampler's: it raises KitUsageError, one line naming the argument
-and the fix, before anything runs. The bounds follow from what the checks can hold:
-
-* MAX_OUTCOMES: an exact enumeration walks every path of the loop, some 50 us of Python each with
-  Fraction rows (measured: 182,529 paths of 3 ids and 8 tokens in 11.7 s), and holds its outcomes
-  in a dict (a tuple of ids and a Fraction, under 1 KB each). 2**17 paths are a few seconds and
-  at most some 100 MB. A check whose n_vocab**length outcomes exceed it is refused up front, with
-  the largest gamma or budget that fits; an enumeration that walks more paths than that stops.
-* MAX_UNIFORMS_PER_CALL: one call of a sampler's accept or round draws a handful of uniforms
-  (2 * gamma + 1 at most); past this many it is looping, and the uniform source raises
-  UniformsExhausted instead of growing without end.
-* MAX_SAMPLES, ALPHA_RANGE, MAX_TOL: a statistical test with alpha = 0, NaN or above 5 % is off
-  or meaningless; a tolerance above 1e-6 lets a wrong rule pass (rounding is below 1e-15).
-
-Imports nothing of npspec.
+A bad argument to a check is the caller's mistake, not the sampler's: KitUsageError, one line naming the argument
+and the fix, before anything runs. Imports nothing of npspec.
 """
 
 import math
 from fractions import Fraction
 
-MAX_OUTCOMES = 2 ** 17
-MAX_UNIFORMS_PER_CALL = 1024
+MAX_OUTCOMES = 2 ** 17  # paths an exact enumeration may walk: seconds of Python, at most some 100 MB of outcomes
+MAX_UNIFORMS_PER_CALL = 1024  # a call draws 2 * gamma + 1 uniforms at most: past this many it loops
 MAX_SAMPLES = 10 ** 7
 MIN_SAMPLES = 100
-ALPHA_RANGE = (1e-12, 0.05)
-MAX_TOL = 1e-6
+ALPHA_RANGE = (1e-12, 0.05)  # a false-alarm rate of 0 or NaN turns a statistical test off; above 5 % it means little
+MAX_TOL = 1e-6  # a larger tolerance lets a wrong rule pass (float64 rounding stays below 1e-15)
 MAX_VOCAB = 262_144  # 2**18: above GPT-2's 50,257 and the largest vocabularies in use (256k)
 
 

@@ -1,33 +1,8 @@
 """npspec.testing.vectors: the exact laws of speculative decoding as data, for engines in any language.
 
-`vectors()` returns a JSON-ready dict (`python -m npspec.testing vectors OUT.json` writes it): a
-versioned list of cases, each a target row p and a draft row q (before and after warping: top-k,
-top-p, temperature 0 or 1), gamma, a budget `max_new_tokens` and an optional EOS id, with, as
-exact fractions (strings "n/d"):
-  * `output_law`: the law of the emitted ids, which is the target's own (Leviathan et al. 2023,
-    Theorem 3.5), computed by plain enumeration of p and checked here against the enumeration of
-    the speculative loop (oracle.speculative_distribution), equal as Fractions;
-  * `first_round_law`: the joint law of the first round's (drafted ids, accepted count, token);
-  * `accepted_length_law`: the law of the first round's accepted count;
-  * `accepted_total_law`: the law of the number of drafts accepted over the whole generation.
-Rows do not depend on the context (the same p and q at every position), so a sampler can be
-checked without a model. The cases cover disjoint supports, a one-hot q (an n-gram or other
-deterministic draft), q = 0 where p > 0, p == q, truncation, greedy, EOS and a budget below gamma.
-Version 2 adds, beside `cases` (unchanged):
-  * `probe_cases`: the boundary probes of check_sampler (u = 0 with p = 0, u at and around p/q, a
-    zero-mass residual...) as binary64 rows, a draft id, the injected uniforms and the exact decision and token;
-  * `round_cases`: whole rounds on 64 ids with top-k 50, top-p and no warping, rows that differ by position,
-    with injected uniforms and the exact drafts, accepted count and token of each trial (exact Fractions,
-    every uniform at least 1e-6 from any boundary, so float64 or float32 arithmetic decides alike);
-  * `position_cases`: laws as in `cases`, with a row per position;
-  * `tree_cases`: the law of one multi-candidate tree round;
-  * `procedure`: how to sample the laws (sizes, the false-alarm rate, chi-square critical values).
-npspec/testing/VECTORS.md documents every field; npspec/testing/vectors.schema.json is the JSON Schema.
-Besides `cases`, `verification_cases` adds `block_verification` (chain cases decided by block verification, Sun
-et al. 2025) and `multi_draft` (one node with k children, i.i.d. or drawn without replacement: RSD) with their
-exact laws and acceptance, under `verification_conventions`. Imports oracle, blocks, multidraft and trees (the
-enumerations), probes (ACCEPT_PROBES, chi2_sf) and npspec.decode (round_gamma, accept), nothing else
-of npspec.
+vectors() is the JSON-ready dict `python -m npspec.testing vectors OUT.json` writes; every output law is checked
+against the speculative loop's enumeration (Leviathan et al. 2023, Theorem 3.5). npspec/testing/VECTORS.md documents
+every field, vectors.schema.json is its JSON Schema. Imports npspec.decode and the kit's enumerations.
 """
 
 import random
@@ -110,8 +85,8 @@ def _law(dist, key):
 
 
 def case(name, description, p, q, gamma, max_new_tokens, eos=None, warping=None, prompt=(0,)):
-    """One case as a JSON-ready dict (see the module docstring). Raises AssertionError if the speculative
-    loop's enumerated law is not exactly the target's (it always is: that is the theorem)."""
+    """One case of `cases` as a JSON-ready dict (VECTORS.md). Raises AssertionError if the speculative loop's
+    enumerated law is not exactly the target's (the theorem says it is)."""
     warping = dict(warping or {})
     pw, qw = warp_exact(p, **warping), warp_exact(q, **warping)
     return {"name": name, "description": description, "n_vocab": len(p), "prompt": list(prompt),
@@ -191,10 +166,8 @@ def _inverse_cdf(row, u):  # exact: the first id whose cumulative mass exceeds u
 
 
 def probe_cases():
-    """check_sampler's ACCEPT_PROBES as exact cases: binary64 rows p and q, the draft id x, u_test, u_final, and
-    the strict rule's decision and token (computed in Fractions from the doubles, and by npspec's accept). A
-    u_final within 1e-9 of a cell edge of the row it samples (where the rounding of a float cumsum, not the rule,
-    decides) is left out."""
+    """ACCEPT_PROBES as exact cases (rows, x, u_test, u_final, the strict rule's decision and token, checked against
+    npspec's accept), leaving out a u_final within 1e-9 of a CDF cell edge (where a float cumsum's rounding decides)."""
     out = []
     for name, p, q, x, u, expect, allowed, why in ACCEPT_PROBES:
         pf, qf = [F(v) for v in p], [F(v) for v in q]
@@ -252,9 +225,8 @@ ROUND_VECTOR_CASES = [
 
 
 def round_cases(min_margin=F(1, 10 ** 6)):
-    """Whole rounds with injected uniforms: rows by position (row gamma of q is the draft's next row, which a
-    correct round never uses), exact expected drafts, accepted count and token. Uniforms are multiples of 2**-24;
-    each trial keeps every uniform at least min_margin from the boundary it is compared with (else redrawn)."""
+    """Whole rounds with rows by position and injected uniforms (multiples of 2**-24, each at least min_margin from
+    its boundary), with the exact drafts, accepted count and token of every trial."""
     out = []
     for c, (name, n_vocab, g, warping, trials) in enumerate(ROUND_VECTOR_CASES):
         p_rows, q_rows = _weights_rows(n_vocab, g + 1, 2 * c), _weights_rows(n_vocab, g + 1, 2 * c + 1)
@@ -392,10 +364,8 @@ TREE_CASES = [  # name, description, p, q, children per node
 
 
 def verification_cases():
-    """Block-verification cases (the chain cases of BLOCK_CASES and the paper's example, decided by Sun et al.'s
-    Algorithm 2; npspec.decode.rules.block_accept) and multi-draft cases (one node with k children: i.i.d. tested by the
-    recursive residual, npspec.decode.rules.trees.accept_tree, or drawn without replacement, RSD, npspec.decode.rules.accept_tree_rsd):
-    `{"block_verification": [...], "multi_draft": [...]}` in the format of `case`, every law exact."""
+    """Block-verification cases (BLOCK_CASES and the paper's, Sun et al. 2025, Algorithm 2) and multi-draft cases
+    (one node, k children i.i.d. or without replacement: RSD) in the format of `case`, every law exact."""
     chain = {c[0]: c for c in CASES}
     blocks = []
     for name, description, p, q, gamma, max_new_tokens, eos, warping in [PAPER, *(chain[n] for n in BLOCK_CASES)]:
