@@ -1,19 +1,25 @@
 """Signals: SIGTERM during a conversion cleans up as Ctrl-C does, a Ctrl-C while a command is still importing is
-one line and exit 130, and what a SIGKILLed cache build left is cleaned at the next cache use.
+one line and exit 130, a Ctrl-C or SIGTERM wherever it lands in a generation ends it with 130 at once, and what a
+SIGKILLed cache build left is cleaned at the next cache use.
 
-No test here depends on timing: a child signals itself, or says it is ready through a file before the
-parent signals it.
+A child signals itself, or says it is ready (through a file, or its first byte on stdout) before the parent
+signals it. Only the repeated interrupts of a generation signal at random moments after that, on purpose: they
+look for a race, and the interrupt that lands at each bytecode of Workers.run is the deterministic test of it.
 """
 
+import itertools
 import os
+import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
 
-from npspec import startup
+from npspec import kernels, startup
+from npspec.kernels import Workers
 from npspec.sources import cache
 
 from conftest import ROOT, run_python
@@ -114,3 +120,64 @@ def test_a_live_builds_staging_is_left_alone(tmp_path):
         assert live.is_dir()
     cache.clean_stale(root)
     assert not live.exists()
+
+
+# --- an interrupt at any point of a product shared out to worker threads ------------------------------------------
+
+
+def interrupt_before(k):
+    """A trace function (sys.settrace) that raises KeyboardInterrupt before the k-th bytecode this thread runs in
+    npspec.kernels, as a signal may: CPython runs a signal's handler between two bytecodes. Python then unsets it."""
+    count = itertools.count()
+
+    def opcode(frame, event, arg):
+        if event == "opcode" and next(count) == k:
+            raise KeyboardInterrupt
+        return opcode
+
+    def call(frame, event, arg):
+        if frame.f_code.co_filename != kernels.__file__:
+            return None
+        frame.f_trace_opcodes = True
+        return opcode
+    return call
+
+
+def then_run_and_drop(box, seen, threads, before):
+    """In a thread of its own (it may hang): one more run of the Workers in `box`, then its threads (those not in
+    `before`) into `threads` and the Workers dropped."""
+    box[0].run([lambda: seen.append(0), lambda: seen.append(1), lambda: seen.append(2)])
+    threads += [t for t in threading.enumerate() if t.name.startswith("npspec-") and t not in before]
+    box.clear()  # the last reference: no cycle holds a Workers
+
+
+@pytest.mark.parametrize("warm", [False, True], ids=["first-run", "later-run"])
+def test_an_interrupt_before_any_bytecode_of_a_run_leaves_workers_that_run_again_and_stop(warm):
+    """Workers.run interrupted before each of its bytecodes in turn, in the run that starts the threads and in a later
+    one: the next run returns with every job done, and the threads end once the Workers is dropped. (Marking a worker
+    busy and handing it its job were two steps, and so were taking its result and marking it idle: an interrupt
+    between them left a job that never started, and the exit after Ctrl-C waited for it forever.)"""
+    for k in itertools.count():
+        before = set(threading.enumerate())
+        box, seen, threads = [Workers(2)], [], []
+        if warm:
+            box[0].run([lambda: None] * 3)
+        sys.settrace(interrupt_before(k))
+        try:
+            box[0].run([lambda: None] * 3)
+            interrupted = False
+        except KeyboardInterrupt:
+            interrupted = True
+        finally:
+            sys.settrace(None)
+        after = threading.Thread(target=then_run_and_drop, args=(box, seen, threads, before), daemon=True)
+        after.start()
+        after.join(10)
+        assert not after.is_alive(), f"interrupted before bytecode {k}: the next run never returned"
+        assert sorted(seen) == [0, 1, 2]
+        for t in threads:
+            t.join(10)
+        assert threads and not any(t.is_alive() for t in threads), f"interrupted before bytecode {k}: threads left"
+        if not interrupted:  # k is past the run's last bytecode: every point was tried
+            break
+    assert k > 20, k
