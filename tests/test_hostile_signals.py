@@ -23,6 +23,7 @@ from npspec.kernels import Workers
 from npspec.sources import cache
 
 from conftest import ROOT, run_python
+from test_cli import offline_env
 from test_convert import hf_dir
 
 SLOW_CONVERT = """
@@ -97,6 +98,62 @@ def test_a_command_puts_pythons_own_ctrl_c_handler_back_before_it_works():
     (["python", "-m", "bench.speedup"], False), (["ipython"], False), ([], False)])
 def test_only_npspecs_own_commands_exit_on_a_ctrl_c_while_starting(orig_argv, command):
     assert startup.is_command(orig_argv) is command  # a library user's Ctrl-C stays a KeyboardInterrupt
+
+
+# --- Ctrl-C and SIGTERM at random moments of a generation -------------------------------------------------------
+
+# Issue 50's command, on random:distilgpt2 (random:gpt2's matrices in half its layers: a quicker start) and with the
+# kernel its machine picked without numba, which shares each large product with a worker thread (--threads 2)
+GENERATION = ["-m", "npspec", "generate", "--target", "random:distilgpt2", "--gamma", "0", "--max-new-tokens", "400",
+              "--kernel-probe", "off", "--temperature", "0", "--target-kernel", "gemm-blocks", "--threads", "2"]
+
+
+@pytest.fixture(scope="module")
+def generation_env(tmp_path_factory):
+    """offline_env's variables, random:distilgpt2 already in its cache."""
+    env = offline_env(tmp_path_factory.mktemp("interrupts"))
+    r = run_python(*GENERATION, "--max-new-tokens", "1", env=env)
+    assert r.returncode == 0, r.stderr
+    return env
+
+
+def interrupted(env, signals, rng):  # -> None, or what went wrong
+    """Run GENERATION and send it `signals`: the first at a random moment of up to 2 s once its prompt is echoed
+    (decoding starts), each other up to 0.5 s after the one before. None if it then exits 130 within 2 s, its last
+    line the summary (stop: interrupted) or `interrupted`, with no traceback and nothing "ignored"."""
+    full_env = {k: v for k, v in {**os.environ, **env}.items() if v is not None}
+    child = subprocess.Popen([sys.executable, "-X", "faulthandler", *GENERATION], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, env=full_env, cwd=ROOT)
+    try:
+        if not child.stdout.read(1):
+            return f"ended before decoding: {child.communicate()[1].decode()}"
+        time.sleep(rng.uniform(0, 2))
+        for i, sig in enumerate(signals):
+            time.sleep(rng.uniform(0, 0.5) if i else 0)
+            child.send_signal(sig)  # (nothing once it has exited)
+        try:
+            err = child.communicate(timeout=2)[1].decode()
+        except subprocess.TimeoutExpired:
+            child.send_signal(signal.SIGABRT)  # -X faulthandler: every thread's stack on stderr
+            return f"still running 2 s after {signals}:\n{child.communicate(timeout=60)[1].decode()}"
+    finally:
+        if child.poll() is None:
+            child.kill()
+    last = err.strip().splitlines()[-1:]
+    if child.returncode != 130 or "Traceback" in err or "ignored" in err or not last or not (
+            last[0].endswith("(stop: interrupted)") or last[0] == "npspec.generate: interrupted"):
+        return f"exit {child.returncode} after {signals}:\n{err}"
+    return None
+
+
+@pytest.mark.parametrize("runs", [3, pytest.param(50, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_generation_interrupted_at_random_moments_exits_130_at_once_every_time(generation_env, sig, runs):
+    """The race of issue 50 hung 1 exit in 3 to 25 (its product's worker was marked busy with no job): 50 in a row
+    catch it (the slow tier; 3 in the default run)."""
+    rng = random.Random(runs)
+    problems = [p for p in (interrupted(generation_env, [sig], rng) for _ in range(runs)) if p]
+    assert not problems, f"{len(problems)} of {runs} interrupts went wrong; the first:\n{problems[0]}"
 
 
 # --- a SIGKILLed cache build ---------------------------------------------------------------------------
