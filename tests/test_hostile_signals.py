@@ -91,6 +91,12 @@ def test_a_command_puts_pythons_own_ctrl_c_handler_back_before_it_works():
         signal.signal(signal.SIGINT, previous)
 
 
+def test_only_a_command_exits_at_a_second_ctrl_c():
+    previous = signal.getsignal(signal.SIGINT)
+    startup.exit_on_another_interrupt()  # called by generate's main once interrupted; pytest is no npspec command
+    assert signal.getsignal(signal.SIGINT) is previous  # a library user's Ctrl-C stays a KeyboardInterrupt
+
+
 @pytest.mark.parametrize("orig_argv, command", [
     (["python", "-m", "npspec.generate", "ROMEO:"], True), (["python", "-m", "npspec"], True),
     (["python", "/venv/bin/npspec", "generate"], True), (["python", "-m", "npspec.testing", "vectors", "-"], True),
@@ -154,6 +160,15 @@ def test_a_generation_interrupted_at_random_moments_exits_130_at_once_every_time
     rng = random.Random(runs)
     problems = [p for p in (interrupted(generation_env, [sig], rng) for _ in range(runs)) if p]
     assert not problems, f"{len(problems)} of {runs} interrupts went wrong; the first:\n{problems[0]}"
+
+
+@pytest.mark.parametrize("runs", [3, pytest.param(50, marks=pytest.mark.slow)])
+def test_a_second_ctrl_c_on_the_way_out_exits_130_quietly(generation_env, runs):
+    """A second Ctrl-C while the first one's exit frees the models and ends the interpreter: 130 at once, never
+    `Exception ignored ... KeyboardInterrupt` from where Python could not raise it."""
+    rng = random.Random(runs)
+    problems = [p for p in (interrupted(generation_env, [signal.SIGINT] * 2, rng) for _ in range(runs)) if p]
+    assert not problems, f"{len(problems)} of {runs} double Ctrl-Cs went wrong; the first:\n{problems[0]}"
 
 
 # --- a SIGKILLed cache build ---------------------------------------------------------------------------
