@@ -47,7 +47,7 @@ from ..kernels.quantized import holds_codes
 from ..kernels.registry import STATIC_DEFAULT, kernel as registry_kernel, names as kernel_names
 from ..sources import HUB_NAMES, SHIPPED_PAIR, load, role_model, shipped_dir
 from ..decode.text import TextStreamer, encode_prompt
-from .startup import started
+from .startup import exit_on_another_interrupt, started
 from ..decode.rules.trees import MAX_TREE_NODES, branching_tree
 
 DEFAULT_PROMPT = "ROMEO:"
@@ -626,8 +626,10 @@ def main(argv=None, prog=PROG, out=None, err=None):
         print(f"npspec.generate: error: {e}", file=err)
         return 1
     except Interrupted:  # the output and the summary (stop: interrupted) are printed
+        exit_on_another_interrupt()  # a second Ctrl-C while the models are freed: 130 at once
         return 130
     except KeyboardInterrupt:  # before generation started, or while printing its end
+        exit_on_another_interrupt()
         print("npspec.generate: interrupted", file=err)
         return 130
     except BrokenPipeError:  # e.g. `| head`: the reader left; stop quietly, as Unix tools do

@@ -6,11 +6,15 @@ used to print a traceback from deep inside an import. npspec/__init__.py calls
 `started()` before it does anything, which puts Python's handler (KeyboardInterrupt) back. Only
 npspec's own commands are affected (is_command): a library user's Ctrl-C during `import npspec`
 stays a KeyboardInterrupt. The interpreter's own start (site, runpy), before npspec's first line,
-is out of reach. Imports the standard library only (the lightest modules: it runs first).
+is out of reach. The other end: once a Ctrl-C has stopped a command and its last words are printed,
+`exit_on_another_interrupt` makes a second Ctrl-C end the process at once with 130 and nothing more.
+Imports the standard library only (the lightest modules: it runs first).
 """
 
+import atexit
 import os
 import signal
+import sys
 import threading
 
 COMMAND_MODULES = ("npspec.cli", "npspec.generate", "npspec.cli.generate", "npspec.cli.convert", "npspec.testing")  # what `python -m` may run
@@ -48,3 +52,20 @@ def started():
     every command's main calls it first."""
     if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is _exit_while_starting:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def _exit_interrupted(signum, frame):
+    """Another SIGINT while an interrupted command exits: exit 130 at once (its last words are printed)."""
+    os._exit(130)
+
+
+def exit_on_another_interrupt():
+    """Once a Ctrl-C (or SIGTERM) has stopped a command and its output and summary are printed, make another Ctrl-C
+    end the process at once with status 130, printing nothing. Python would raise it wherever the exit is (freeing
+    the models, the threads' shutdown), where it cannot propagate (`Exception ignored ... KeyboardInterrupt`). From
+    the atexit callbacks on it is ignored: the interpreter then puts SIGINT's default action back, which would kill
+    the process by the signal, and what is left (flushing, freeing) never waits. Only for npspec's commands
+    (is_command(sys.orig_argv)) in the main thread: a library user's Ctrl-C stays theirs."""
+    if is_command(sys.orig_argv) and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, _exit_interrupted)
+        atexit.register(signal.signal, signal.SIGINT, signal.SIG_IGN)

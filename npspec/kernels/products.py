@@ -37,6 +37,7 @@ bench/verify_cost measures each for n = 1..16; bench/results/README.md says what
 """
 
 import os
+import queue
 import threading
 import weakref
 
@@ -121,88 +122,90 @@ def check_threads(threads, cpus=None):
 
 
 class Workers:
-    """`n` persistent worker threads, each handed one job at a time through a pair of locks.
+    """`n` persistent worker threads that take jobs from one queue and put what each job raised on another.
 
-    Leaner than concurrent.futures.ThreadPoolExecutor (no Future, no queue): a job is a callable
-    with no arguments, handed over by releasing the worker's `go` lock; the worker releases its
-    `done` lock when the job returns. numpy releases the GIL inside its products, so jobs that are
-    products run at the same time. Threads start on first use and are daemons (a worker blocked on
-    its lock never keeps the interpreter alive). An exception in a job is raised again in the
-    caller of `run`. Interrupting `run` (KeyboardInterrupt) leaves no job half-collected: the next
-    `run` first waits for every worker still busy. The threads hold the locks and lists, not the
-    Workers object, so once nothing else holds it (a model left behind by with_kernel, a probe's
-    candidate) it is collected and its threads end (`stop_workers`).
+    Leaner than concurrent.futures.ThreadPoolExecutor (no Future): a job is a callable with no
+    arguments; `run` puts it on the `jobs` queue, a free worker takes it, runs it and puts
+    (its run's mark, what it raised or None) on the `results` queue. numpy releases the GIL inside
+    its products, so jobs that are products run at the same time. Threads start on first use and
+    are daemons (a worker waiting for a job never keeps the interpreter alive). An exception in a
+    job is raised again in the caller of `run`.
+
+    An interrupt (KeyboardInterrupt, or SIGTERM made one) may land between any two steps of the
+    calling thread, so `run` keeps no state of its own across steps: each step it shares with the
+    workers is one call of a queue.SimpleQueue (put, get), which an interrupt cannot split, and its
+    bookkeeping lives in its frame. Interrupting the caller's share of a run still waits for the
+    run's jobs before raising; an interrupt anywhere else abandons the jobs not yet collected: they
+    finish into their own run's buffers, and later runs skip their results. So nothing ever waits
+    for a job that never started. The threads hold the queues, not the Workers object, so once
+    nothing else holds it (a model left behind by with_kernel, a probe's candidate) it is
+    collected and its threads end (`stop_workers`, which never waits).
     """
 
     def __init__(self, n):
         self.n = n
-        self.go = [threading.Lock() for _ in range(n)]
-        self.done = [threading.Lock() for _ in range(n)]
-        self.jobs, self.errors, self.busy = [None] * n, [None] * n, [False] * n  # changed in place only
+        self.jobs, self.results = queue.SimpleQueue(), queue.SimpleQueue()  # (mark, job), (mark, error or None)
         self.threads = []
+        weakref.finalize(self, stop_workers, self.jobs).atexit = False  # daemons: nothing to do at exit
 
     def start(self):
-        for i in range(self.n):
-            self.go[i].acquire()
-            self.done[i].acquire()
-            t = threading.Thread(target=work, args=(self.go[i], self.done[i], self.jobs, self.errors, i),
-                                 name=f"npspec-{i}", daemon=True)
+        """Start the threads not started yet (a start an interrupt cut short is finished by the next run)."""
+        for i in range(len(self.threads), self.n):
+            t = threading.Thread(target=work, args=(self.jobs, self.results), name=f"npspec-{i}", daemon=True)
             t.start()
-            self.threads.append(t)
-        weakref.finalize(self, stop_workers, self.go, self.done, self.jobs, self.busy).atexit = False  # daemons
+            self.threads.append(t)  # (interrupted before this line: one thread more, which serves the same queues)
 
     def run(self, jobs):
         """Run `jobs` (at most n + 1 callables) at once: jobs[0] on the calling thread, the rest on the workers; wait for all."""
-        if not self.threads:
+        if len(self.threads) < self.n:
             self.start()
-        self.collect()  # a job left running by an interrupted run
-        self.errors[:] = [None] * self.n  # and whatever it raised: that run is over
-        for i, job in enumerate(jobs[1:]):
-            self.jobs[i], self.busy[i] = job, True
-            self.go[i].release()
+        mark = object()  # this run's: on each of its jobs and their results
+        for job in jobs[1:]:
+            self.jobs.put((mark, job))
         try:
             jobs[0]()
         finally:
-            self.collect()
-        if errors := [e for e in self.errors if e is not None]:
-            self.errors[:] = [None] * self.n
+            errors = self.collect(mark, len(jobs) - 1)
+        if errors:
             raise errors[0]
 
-    def collect(self):
-        for i in range(self.n):
-            if self.busy[i]:
-                self.done[i].acquire()
-                self.busy[i] = False
+    def collect(self, mark, count):  # -> [the errors the run's jobs raised]
+        """Wait for the `count` results of the run marked `mark`; drop the results of runs interrupted before."""
+        errors = []
+        while count:
+            run, error = self.results.get()
+            if run is mark:
+                count -= 1
+                if error is not None:
+                    errors.append(error)
+        return errors
 
 
-STOP = object()  # the job that ends a worker's thread (stop_workers)
+STOP = object()  # the job that ends the workers' threads (stop_workers)
 
 
-def work(go, done, jobs, errors, i):  # worker i's thread: its two locks, the shared job and error lists
-    """Worker i's loop (Workers): wait for `go`, run jobs[i], record what it raised in errors[i], release `done`;
-    return at the STOP job."""
-    while True:
-        go.acquire()
-        job = jobs[i]
-        if job is STOP:
-            return
-        try:
-            job()
-        except BaseException as e:  # raised again in run's thread
-            errors[i] = e
-        jobs[i] = job = None  # a job holds its kernel (and so this Workers): nothing keeps it while waiting
-        done.release()
+def work(jobs, results):  # a worker's thread: the queues of (mark, job) and (mark, error or None)
+    """A worker's loop (Workers): take a job, run it, put its run's mark and what it raised (None); at STOP, put STOP
+    back for the next worker and return."""
+    while (item := jobs.get()) is not STOP:
+        results.put((item[0], attempt(item[1])))
+        item = None  # a job holds its kernel (and so its Workers): nothing keeps it while waiting
+    jobs.put(STOP)
 
 
-def stop_workers(go, done, jobs, busy):
-    """End every worker's thread (called when its Workers is collected): wait for a job still running, then hand
-    each the STOP job."""
-    for i in range(len(go)):
-        if busy[i]:
-            done[i].acquire()
-            busy[i] = False
-        jobs[i] = STOP
-        go[i].release()
+def attempt(job):
+    """What calling `job` raised (raised again in run's thread), or None."""
+    try:
+        job()
+    except BaseException as e:
+        return e
+    return None
+
+
+def stop_workers(jobs):
+    """End the workers' threads (called when their Workers is collected): one STOP, which each worker passes on once
+    its jobs are done. A put: it never waits."""
+    jobs.put(STOP)
 
 
 class PanelKernel:
