@@ -112,7 +112,7 @@ def test_only_npspecs_own_commands_exit_on_a_ctrl_c_while_starting(orig_argv, co
 
 # Issue 50's command, on random:distilgpt2 (random:gpt2's matrices in half its layers: a quicker start) and with the
 # kernel its machine picked without numba, which shares each large product with a worker thread (--threads 2)
-GENERATION = ["-m", "npspec", "generate", "--target", "random:distilgpt2", "--gamma", "0", "--max-new-tokens", "400",
+GENERATION = ["-m", "npspec.cli", "generate", "--target", "random:distilgpt2", "--gamma", "0", "--max-new-tokens", "400",
               "--kernel-probe", "off", "--temperature", "0", "--target-kernel", "gemm-blocks", "--threads", "2"]
 
 
