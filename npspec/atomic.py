@@ -15,7 +15,8 @@ the kit's vectors, bench results):
   * `exchange(a, b)`: swap two directories in one step (Linux renameat2 RENAME_EXCHANGE), so that a
     reader of `b` always finds a complete directory; where the OS lacks it, two renames.
   * `public_mode(path)`: give a directory made by mkdtemp (mode 0700) the mode the umask gives a new one.
-  * `expand(path, what)`: `~` and `~user` expanded, or a one-line ValueError naming the path.
+  * `expand(path, what)`: `~` and `~user` expanded, or a one-line ValueError naming the path;
+    `resolved(path, what)`: its symlinks followed, or a one-line ValueError naming the link that loops.
 Imports filelock and the standard library only.
 """
 
@@ -184,3 +185,35 @@ def expand(path, what):
     except RuntimeError:
         raise ValueError(f"{what} {str(path)!r}: cannot expand {str(path).split('/')[0]} (no such user or "
                          "home directory); give the full path") from None
+
+
+def resolved(path, what):
+    """`path` made absolute with every symlink followed (Path.resolve; `~` is not expanded: see expand), as a Path.
+
+    Raises ValueError, one line naming `what`, the path and the link, when a symlink on it loops (Path.resolve
+    raises RuntimeError "Symlink loop" for it before Python 3.13, and returns a path that cannot be opened after).
+    """
+    try:
+        out = Path(path).resolve()
+    except RuntimeError:
+        out = None
+    except OSError as e:
+        if e.errno != errno.ELOOP:
+            raise
+        out = None
+    link = looping_link(path)
+    if out is None or link is not None:
+        raise ValueError(f"{what} {str(path)!r}: {link or path} is a symlink loop (following its links never "
+                         "ends); fix or remove that link, or give another path")
+    return out
+
+
+def looping_link(path):
+    """The first component of `path` (made absolute) whose links loop (os.stat fails with ELOOP), else None."""
+    path = Path(os.path.abspath(path))
+    for prefix in [*reversed(path.parents), path]:
+        try:
+            os.stat(prefix)
+        except OSError as e:
+            return prefix if e.errno == errno.ELOOP else None
+    return None

@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from . import picture
-from .atomic import expand, replace_problem
+from .atomic import expand, replace_problem, resolved
 from .choice import MODES
 from .console import Parser, error_stream, parse, terminate_as_interrupt
 from .decode import (RULES, SCHEDULES, SIBLINGS, Generation, GenerationInterrupted, Options, SamplingParams, Stats,
@@ -273,8 +273,8 @@ def is_shipped_target(spec):
     if spec is None:
         return True
     try:
-        return expand(spec, "--target").resolve() == shipped_dir(f"{SHIPPED_PAIR}/target").resolve()
-    except (ValueError, OSError):  # CheckpointError included; a ~user that does not exist: load says so
+        return resolved(expand(spec, "--target"), "--target") == shipped_dir(f"{SHIPPED_PAIR}/target").resolve()
+    except (ValueError, OSError):  # CheckpointError included; a ~user that does not exist, a symlink loop: load says so
         return False
 
 

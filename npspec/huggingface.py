@@ -8,8 +8,8 @@ The command line is `python -m npspec.convert SRC OUT_DIR` (npspec/convert.py). 
 head is tied). Every problem is reported at once. Pickle files (`pytorch_model.bin`) are
 never loaded. Writes are atomic (see files.save_converted). Every check of a Hugging Face
 checkpoint lives here (`read_source` for the config and tokenizer, `convert_tensors` for the
-tensors). Imports npspec.errors, npspec.files, npspec.gpt2, npspec.progress and npspec.tensors,
-safetensors and tokenizers.
+tensors). Imports npspec.atomic (resolved), npspec.errors, npspec.files, npspec.gpt2, npspec.progress and
+npspec.tensors, safetensors and tokenizers.
 """
 
 import hashlib
@@ -24,6 +24,7 @@ from safetensors import safe_open
 from safetensors.numpy import save_file
 from tokenizers import Tokenizer
 
+from .atomic import resolved
 from .errors import CheckpointError, capped, oneline
 from .files import out_dir_problem, read_header, read_tensor, reading, save_converted, write_dir
 from .gpt2 import GPT2Config
@@ -263,8 +264,12 @@ def _save(src, save, progress=None):
 
 
 def overlap_problem(src, out_dir):
-    """A one-line message if OUT_DIR is SRC, inside it, or holds it (converting would mix or delete them), else None."""
-    s, o = Path(src).resolve(), Path(out_dir).resolve()
+    """A one-line message if OUT_DIR is SRC, inside it, or holds it (converting would mix or delete them), or if a
+    symlink on either loops, else None."""
+    try:
+        s, o = resolved(src, "source"), resolved(out_dir, "OUT_DIR")
+    except ValueError as e:  # a symlink loop
+        return str(e)
     if o == s or s in o.parents:
         return (f"OUT_DIR {out_dir} is the source checkpoint {src} or inside it; npspec's files would replace or "
                 "mix with the checkpoint's: choose an OUT_DIR outside the source")

@@ -4,7 +4,8 @@ Only a regular file the user named is ever replaced (npspec.atomic.atomic_write:
 directory, a FIFO or a device such as /dev/null, which `--force` once turned into a regular file when
 run as root); `--html FILE` refuses an existing file without `--force`; `vectors -` is stdout; a FIFO
 named model.safetensors is refused, not read forever; weights holding NaN are refused before the
-first byte of output; directories npspec makes get the umask's mode, not mkdtemp's 0700.
+first byte of output; directories npspec makes get the umask's mode, not mkdtemp's 0700; a symlink loop
+as a model, under one, or as convert's SRC, OUT_DIR or OUT_DIR's parent is named (Path.resolve raised RuntimeError).
 """
 
 import io
@@ -28,6 +29,8 @@ from npspec.testing.__main__ import main as kit_main
 from conftest import run_python
 from model_files import SMALL, TOKENIZER, saved
 from test_cli import GENERATE, assert_one_clean_line, offline_env
+from test_convert import hf_dir
+from test_hostile_convert import assert_refused, convert
 
 needs_fifo = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs os.mkfifo")
 
@@ -184,6 +187,35 @@ def test_finite_checks_in_chunks():
     assert files.finite(a, chunk=3)
     a[9] = np.nan  # in the last, short chunk
     assert not files.finite(a, chunk=3)
+
+
+# --- symlink loops: named, never a RuntimeError from Path.resolve -------------------------------------
+
+
+def symlink_loop(d):
+    """d/a -> d/b -> d/a; returns d/a."""
+    (d / "a").symlink_to(d / "b")
+    (d / "b").symlink_to(d / "a")
+    return d / "a"
+
+
+@pytest.mark.parametrize("option", ["--target", "--draft"])
+@pytest.mark.parametrize("under", ["", "sub"], ids=["the-loop", "under-it"])
+def test_a_symlink_loop_as_a_model_is_named(tmp_path, monkeypatch, option, under):
+    loop = symlink_loop(tmp_path)
+    monkeypatch.setenv("NPSPEC_CACHE", str(tmp_path / "cache"))
+    out, err = streams()
+    assert generate_main([option, str(loop / under), "--max-new-tokens", "2"], out=out, err=err) == 1
+    assert f"{loop} is a symlink loop" in one_line(err) and out.getvalue() == ""  # --target: a RuntimeError
+
+
+@pytest.mark.parametrize("where", ["source", "OUT_DIR", "OUT_DIR's parent"])
+def test_a_symlink_loop_in_convert_is_named(tmp_path, where):
+    loop, hf = symlink_loop(tmp_path), hf_dir(tmp_path / "hf")
+    src, out_dir = {"source": (loop, tmp_path / "out"), "OUT_DIR": (hf, loop),
+                    "OUT_DIR's parent": (hf, loop / "out")}[where]
+    assert_refused(convert(src, out_dir), where.split("'")[0], f"{loop} is a symlink loop")  # a RuntimeError
+    assert sorted(os.listdir(tmp_path)) == ["a", "b", "hf"]  # nothing written
 
 
 # --- modes ---------------------------------------------------------------------------------------------

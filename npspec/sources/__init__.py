@@ -26,7 +26,7 @@ npspec.model, npspec.quantize, npspec.quantized, npspec.registry and those.
 import re
 from pathlib import Path
 
-from ..atomic import expand
+from ..atomic import expand, resolved
 from ..choice import CACHE_FILE, choose, choose_prefill
 from ..errors import CheckpointError, KernelUnavailable
 from ..files import load_model
@@ -59,12 +59,13 @@ def resolve(spec, cache_dir=None, progress=None, note=None):
     progress: a bar factory (npspec.progress) for a build or conversion; None shows nothing.
     note: None, or called with one line for the user (a conversion starting, a wait for another process).
     Returns a Path. Raises CheckpointError naming the problem and the fix (a path the OS refuses to look
-    at, e.g. a name too long, and a `~user` that does not exist included).
+    at, e.g. a name too long, a symlink loop, and a `~user` that does not exist included).
     """
     root = cache_root(cache_dir)
     spec = str(spec)
     try:
         path = expand(spec, "model")
+        resolved(path, "model")  # a symlink loop on it: named, rather than "not an existing directory"
         exists = path.exists()
     except OSError as e:
         raise CheckpointError(f"model {spec[:80]!r}{'...' if len(spec) > 80 else ''}: {e.strerror or e}; "
@@ -192,14 +193,17 @@ def _load(spec, role, cache_dir, kernel, threads, progress, target, note):
     if spec is None:
         return load_model(shipped_dir(f"{SHIPPED_PAIR}/{role}"), kernel, threads, progress, note)
     path = resolve(spec, cache_dir, progress, note)
-    root = cache_root(cache_dir)
-    in_cache = root.resolve() in path.resolve().parents
+    try:
+        root, real = resolved(cache_root(cache_dir), "the cache directory ($NPSPEC_CACHE)"), resolved(path, "model")
+    except ValueError as e:
+        raise CheckpointError(str(e)) from None
+    in_cache = root in real.parents
     try:
         if is_quantized(path):
             return load_quantized(path, kernel, threads)
         # a format-1 file is rewritten once as format 2: in the cache, under the entry's own lock
         return load_model(path, kernel, threads, progress, note,
-                          cache.entry_lock(root.resolve(), path.resolve(), note=note) if in_cache else None)
+                          cache.entry_lock(root, real, note=note) if in_cache else None)
     except CheckpointError as e:
         if in_cache:
             raise CheckpointError(f"{e} (the cached conversion {path} is damaged: delete it and run again)") from e
