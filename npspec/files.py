@@ -344,6 +344,9 @@ def config_from_metadata(metadata, where, versions=READABLE_VERSIONS):
         raise CheckpointError(f"{where}: the model metadata has no {e.args[0]} (an npspec file holds "
                               "format_version, n_vocab, n_ctx, n_embd, n_head, n_layer, layer_norm_epsilon and "
                               "eos_token_id); reconvert it with python -m npspec.convert") from None
+    except RecursionError:  # eos_token_id's brackets nested deeper than Python's JSON parser follows
+        raise CheckpointError(f"{where}: bad model metadata (eos_token_id nests its brackets too deep to parse; it "
+                              "must be an integer or null); reconvert it with python -m npspec.convert") from None
     except (ValueError, TypeError, OverflowError) as e:
         raise CheckpointError(f"{where}: bad model metadata ({oneline(e)}); "
                               "reconvert it with python -m npspec.convert") from e

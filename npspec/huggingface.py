@@ -221,6 +221,9 @@ def read_source(src, tokenizer_json=None):
         cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise CheckpointError(f"{cfg_path} is not valid JSON ({oneline(e)})") from e
+    except RecursionError:  # Python's parser recurses once per bracket
+        raise CheckpointError(f"{cfg_path} nests brackets deeper than the JSON parser can follow, so it is not a "
+                              "GPT-2 config; put the checkpoint's own config.json there") from None
     except OSError as e:
         raise CheckpointError(f"cannot read {cfg_path} ({oneline(e)})") from e
     config = config_from_hf(cfg, cfg_path)
