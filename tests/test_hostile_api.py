@@ -2,6 +2,7 @@
 it accepts, before any forward, instead of an AttributeError from deep inside or a silent acceptance."""
 
 import random
+import sys
 
 import numpy as np
 import pytest
@@ -9,10 +10,15 @@ import pytest
 import npspec
 from npspec.decode import SamplingParams, speculative_generate
 from npspec.decode.drafters import MAX_NGRAM, DynamicTreeDrafter, ModelDrafter, NgramDrafter, TreeDrafter
+from npspec.errors import CheckpointError
+from npspec.model import leaves
+from npspec.quantize import parse_scheme
+from npspec.quantized import quantize_model
 from npspec.testing import ScriptedRng
 from npspec.trees import MAX_TREE_NODES, grow_tree
 
 from conftest import tiny_model
+from model_files import saved
 
 
 @pytest.fixture(scope="module")
@@ -130,3 +136,15 @@ def test_grow_tree_ranks_an_array_row_as_it_ranks_a_list_ties_to_the_lower_id():
         row = rng.integers(0, 4, size=12) / 10.0  # many ties, zeros included
         as_array = grow_tree(lambda path: row, 9, 3, 3)
         assert as_array == grow_tree(lambda path: list(row), 9, 3, 3)
+
+
+def test_scheme_prefixes_nested_past_the_recursion_limit_load_as_the_grammar_reads_them(tmp_path):
+    d, n, cache = saved(tmp_path / "m"), sys.getrecursionlimit() + 500, tmp_path / "cache"
+    deep = npspec.load("int8-ch:" * n + str(d), "draft", kernel="gemm", cache_dir=cache)  # was a RecursionError
+    assert deep.source == "int8-ch:" * n + str(d)  # SCHEME:SPEC, SPEC itself SCHEME:SPEC: each prefix quantizes
+    two = npspec.load(f"int8-ch:fp16:{d}", "draft", kernel="gemm", cache_dir=cache)
+    base = npspec.load(str(d), "draft", kernel="gemm", cache_dir=cache)
+    by_hand = quantize_model(quantize_model(base, parse_scheme("fp16")), parse_scheme("int8-ch"))  # innermost first
+    assert all(np.array_equal(a, b) for a, b in zip(leaves(two.params), leaves(by_hand.params)))
+    with pytest.raises(CheckpointError, match=r"^model 'fp16:self': `self` stands for the target"):
+        npspec.load("int8-ch:" * n + "fp16:self", "target", kernel="gemm", cache_dir=cache)

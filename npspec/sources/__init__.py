@@ -15,7 +15,9 @@ cache directory and its layout are described in npspec.sources.cache.
 A quantized SPEC, `SCHEME:SPEC` (not an existing path), is the model SPEC names quantized with
 SCHEME (npspec.quantize.parse_scheme: int<bits>-ch, int<bits>-g<group>, fp16, bf16, each
 optionally +emb), built in memory (npspec.quantized.quantize_model); `SCHEME:self` is the target
-quantized, the self-speculative draft: `--draft int4-g64:self`. A directory written by
+quantized, the self-speculative draft: `--draft int4-g64:self`. SPEC may itself be quantized, so
+`int8-ch:fp16:DIR` is DIR quantized with fp16, then with int8-ch (any number of prefixes, the innermost
+applied first). A directory written by
 npspec.quantized.save_quantized loads like any converted directory.
 
 Submodules: `names` (the one registry of names), `cache` (the conversion cache and the hub),
@@ -178,18 +180,28 @@ def split_quantized(spec):
 
 
 def _load(spec, role, cache_dir, kernel, threads, progress, target, note):
-    quantized = None if spec is None else split_quantized(spec)
-    if quantized is not None:
-        scheme, inner = quantized
-        if inner == "self" and role == "target":
-            raise CheckpointError(f"model {spec!r}: `self` stands for the target, so it belongs in the draft's SPEC "
+    layers = []  # (SPEC, scheme) of each SCHEME: prefix, outermost first: peeled in a loop, so any number nest
+    while spec is not None and (quantized := split_quantized(spec)) is not None:
+        layers.append((spec, quantized[0]))
+        spec = quantized[1]
+    if layers and spec == "self":
+        inner, scheme = layers[-1]
+        if role == "target":
+            raise CheckpointError(f"model {inner!r}: `self` stands for the target, so it belongs in the draft's SPEC "
                                   f"(--draft {scheme.name}:self)")
-        base = _load(target, "target", cache_dir, kernel, threads, progress, None, note) if inner == "self" else \
-            _load(inner, role, cache_dir, kernel, threads, progress, target, note)
+        model = _load(target, "target", cache_dir, kernel, threads, progress, None, note)
+    else:
+        model = _load_base(spec, role, cache_dir, kernel, threads, progress, note)
+    for outer, scheme in reversed(layers):  # the innermost scheme first, as SCHEME:SPEC reads
         try:
-            return quantize_model(base, scheme)
+            model = quantize_model(model, scheme)
         except ValueError as e:
-            raise CheckpointError(f"model {spec!r}: {e}") from None
+            raise CheckpointError(f"model {outer!r}: {e}") from None
+    return model
+
+
+def _load_base(spec, role, cache_dir, kernel, threads, progress, note):
+    """The model a SPEC without a SCHEME: prefix names (None: the shipped `role`; a saved quantized directory too)."""
     if spec is None:
         return load_model(shipped_dir(f"{SHIPPED_PAIR}/{role}"), kernel, threads, progress, note)
     path = resolve(spec, cache_dir, progress, note)
