@@ -58,6 +58,13 @@ def test_the_cli_word_ngram_as_a_draft_points_to_ngramdrafter(shipped_target):
         npspec.generate_text(None, "ROMEO:")
 
 
+@pytest.mark.parametrize("shape", ["bogus", "random:tiny", ["tiny"], None])
+def test_random_model_names_the_shapes_it_takes(shape):
+    with pytest.raises(ValueError, match=r"^unknown shape .*; random_model takes one of gpt2, .*tiny-draft") as e:
+        npspec.random_model(shape)  # a KeyError ('bogus'), a TypeError (a list)
+    one_line(e)
+
+
 def test_a_draft_model_that_is_not_a_model_is_named_by_the_drafters():
     for make in (ModelDrafter, lambda m: TreeDrafter(m, (2,)), lambda m: DynamicTreeDrafter(m, 4)):
         with pytest.raises(TypeError, match=r"^a draft model must be an npspec Model .*NgramDrafter"):

@@ -226,8 +226,12 @@ def random_model(shape, seed=0, tokenizer=None, kernel=STATIC_DEFAULT, threads=1
     """An in-memory Model with the exact shapes of `shape` (a name of names.SHAPES) and GPT-2's random init.
 
     tokenizer: a tokenizers.Tokenizer (default: GPT-2's, shipped in weights/gpt2/).
-    Memory: the weight bytes (gpt2-large: 3.1e9 bytes). Raises KeyError for an unknown shape.
+    Memory: the weight bytes (gpt2-large: 3.1e9 bytes). Raises ValueError, one line naming the shapes, for an
+    unknown shape.
     """
+    if not isinstance(shape, str) or shape not in SHAPES:
+        raise ValueError(f"unknown shape {shape!r:.60}; random_model takes one of {', '.join(SHAPES)} "
+                         "(npspec.sources.names.SHAPES)")
     config = SHAPES[shape]
     tokenizer = gpt2_tokenizer() if tokenizer is None else tokenizer
     return Model(config, params_tree(init_tensors(config, seed), config), tokenizer, f"random:{shape}", kernel, threads)
