@@ -84,6 +84,21 @@ def test_an_rng_that_is_not_a_generator_or_a_seed_is_named(pair, rng, error, phr
     one_line(e)
 
 
+class ShortRng:
+    """A source of uniforms whose random(n) returns n - 2 values (none for a round without drafts)."""
+
+    def random(self, n):
+        return np.random.default_rng(0).random(max(n - 2, 0))
+
+
+@pytest.mark.parametrize("drafting", [True, False])
+def test_an_rng_that_returns_too_few_uniforms_is_named(pair, drafting):
+    with pytest.raises(ValueError, match=r"^rng.random\((7|1)\) returned an array of shape \((5|0),\), expected "
+                                         r"shape \(\1,\): the rng must return n uniforms") as e:
+        speculative_generate(pair[0], pair[1] if drafting else None, [1, 2], 4, gamma=3, rng=ShortRng())  # IndexError
+    one_line(e)
+
+
 def test_a_generator_a_seed_and_a_scripted_rng_are_still_taken(pair):
     a = speculative_generate(pair[0], pair[1], [1, 2], 4, gamma=2, rng=np.random.default_rng(7))
     b = speculative_generate(pair[0], pair[1], [1, 2], 4, gamma=2, rng=7)

@@ -1,6 +1,6 @@
 """Every check of a generation's options, pair, prompt, random source and proposals, each called once: the options when
 npspec.decode.types.Options is built (the CLI builds it before any model loads), the pair, prompt and random source in
-npspec.decode.loop.prepare, a proposal as the round receives it. Errors are one line naming the problem and the fix.
+npspec.decode.loop.prepare, a round's uniforms as it draws them, a proposal as the round receives it. Errors are one line naming the problem and the fix.
 Imports numpy, npspec.gpt2 (ContextOverflowError), npspec.text (same_tokenizer) and npspec.decode.types.
 """
 
@@ -97,6 +97,21 @@ def check_rng(rng):
     elif isinstance(rng, (types.ModuleType, np.random.RandomState)) or not (rng is None or isinstance(rng, Uniforms)):
         raise TypeError(f"rng must be an np.random.Generator or an int seed, got {rng!r:.60} (a {type(rng).__name__}); "
                         "pass np.random.default_rng(seed) or a seed >= 0")
+
+
+def drawn_uniforms(rng, n):  # -> [n] float64
+    """`rng.random(n)` as a float64 array, checked: raise ValueError unless it holds n numbers (a source of uniforms
+    that returns fewer or more would leave a draft, a test or the final draw without its uniform)."""
+    u = rng.random(n)
+    try:
+        out = np.asarray(u, dtype=np.float64)
+    except (TypeError, ValueError):
+        out = None
+    if out is None or out.shape != (n,):
+        got = f"an array of shape {out.shape}" if out is not None else f"{type(u).__name__} {u!r:.40}"
+        raise ValueError(f"rng.random({n}) returned {got}, expected shape ({n},): the rng must return n uniforms "
+                         "in [0, 1) for random(n), as np.random.Generator does")
+    return out
 
 
 def check_prompt(prompt_ids, n_ctx, n_vocab):
