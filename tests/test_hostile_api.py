@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import npspec
-from npspec.decode import SamplingParams, speculative_generate
+from npspec.decode import BaseDrafter, SamplingParams, speculative_generate
 from npspec.decode.drafters import MAX_NGRAM, DynamicTreeDrafter, ModelDrafter, NgramDrafter, TreeDrafter
 from npspec.errors import CheckpointError
 from npspec.model import leaves
@@ -81,6 +81,25 @@ def test_a_draft_model_that_is_not_a_model_is_named_by_the_drafters():
 def test_an_rng_that_is_not_a_generator_or_a_seed_is_named(pair, rng, error, phrase):
     with pytest.raises(error, match=phrase) as e:
         speculative_generate(pair[0], pair[1], [1, 2], 4, rng=rng)
+    one_line(e)
+
+
+class Returning(BaseDrafter):
+    """A chain drafter whose propose returns `value`."""
+
+    def __init__(self, value, n_vocab):
+        self.value, self.n_vocab = value, n_vocab
+
+    def propose(self, seq, depth, u, sampling):
+        return self.value
+
+
+@pytest.mark.parametrize("value", [None, ([3], None), [3]], ids=["None", "tuple", "list"])
+def test_a_drafter_whose_propose_returns_no_proposal_is_named(pair, value):
+    drafter = Returning(value, pair[0].config.n_vocab)
+    with pytest.raises(TypeError, match=r"^a drafter's propose must return an npspec.decode.Proposal \(the Drafter "
+                                        r"protocol, .*got (NoneType|tuple|list) ") as e:
+        speculative_generate(pair[0], drafter, [1, 2], 4, gamma=2)  # AttributeError: no .ids
     one_line(e)
 
 

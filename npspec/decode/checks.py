@@ -13,7 +13,7 @@ from ..gpt2 import ContextOverflowError
 from ..sampling import check_integer
 from ..text import same_tokenizer
 from .acceptance import RULES, SIBLINGS
-from .types import Forwarder, HiddenForwarder, TreeForwarder, Uniforms
+from .types import Forwarder, HiddenForwarder, Proposal, TreeForwarder, Uniforms
 
 
 def check_target(target):
@@ -146,13 +146,17 @@ def check_prompt(prompt_ids, n_ctx, n_vocab):
 
 
 def check_proposal(proposal, n_asked, n_vocab, sampling, tree):
-    """Raise ValueError unless a drafter's Proposal is well formed.
+    """Raise TypeError unless a drafter's propose returned a Proposal, ValueError unless it is well formed.
 
     A chain drafter's: at most n_asked ids, parents [-1, 0, 1, ...]; a tree drafter's: exactly n_asked nodes, each
     parent -1 or an earlier node. Every id, extra ones included, in [0, n_vocab); extra parents -1 or an earlier
     node of ids + extra_ids. When sampling (temperature > 0) and q is given: float `[k, n_vocab]` with
     q[i, ids[i]] > 0 (a token it cannot have drawn is a drafter bug); q None is a deterministic proposal.
     """
+    if not isinstance(proposal, Proposal):
+        raise TypeError(f"a drafter's propose must return an npspec.decode.Proposal (the Drafter protocol, "
+                        f"npspec.decode.types.Drafter; a chain's is Proposal.chain(ids, q)), got "
+                        f"{type(proposal).__name__} {proposal!r:.60}")
     ids, parents = list(proposal.ids), list(proposal.parents)
     if tree and (len(ids) != n_asked or len(parents) != n_asked or any(not -1 <= p < i for i, p in enumerate(parents))):
         raise ValueError(f"the tree drafter proposed {len(ids)} ids with parents {parents}: {n_asked} nodes, "
