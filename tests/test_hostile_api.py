@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 
 import npspec
-from npspec.decode import BaseDrafter, SamplingParams, speculative_generate
+from npspec.decode import BaseDrafter, Proposal, SamplingParams, speculative_generate
 from npspec.decode.drafters import MAX_NGRAM, DynamicTreeDrafter, ModelDrafter, NgramDrafter, TreeDrafter
 from npspec.errors import CheckpointError
 from npspec.model import leaves
 from npspec.quantize import parse_scheme
 from npspec.quantized import quantize_model
-from npspec.testing import ScriptedRng
+from npspec.testing import ScriptedRng, TableModel
 from npspec.trees import MAX_TREE_NODES, grow_tree
 
 from conftest import tiny_model
@@ -101,6 +101,38 @@ def test_a_drafter_whose_propose_returns_no_proposal_is_named(pair, value):
                                         r"protocol, .*got (NoneType|tuple|list) ") as e:
         speculative_generate(pair[0], drafter, [1, 2], 4, gamma=2)  # AttributeError: no .ids
     one_line(e)
+
+
+def uniform_row(n_vocab, dtype=np.float64, scale=1.0):  # q row 3 > 0
+    return np.full(n_vocab, scale / n_vocab, dtype)
+
+
+@pytest.mark.parametrize("row, phrase", [
+    (uniform_row(8, scale=3.0), "sums to 3: "),  # generated, no longer the target's law
+    (uniform_row(8, np.float32, 1.001), r"sums to 1.001.* within 0.0001 \(float32 rows\)"),
+    (np.r_[0.5, -0.25, 0.25, 0.5, 0, 0, 0, 0], r"holds -0.25 < 0"),
+    (np.r_[np.nan, 0.5, 0, 0.5, 0, 0, 0, 0], "holds NaN or inf"),
+    (np.r_[np.inf, 0, 0, 1.0, 0, 0, 0, 0], "holds NaN or inf"),
+    ([[0.0, 0.0, 0.0, 1.0, 0, 0, 0, 0]], "is list"),
+], ids=["sums-to-3", "float32-off", "negative", "nan", "inf", "list"])
+def test_a_q_that_is_not_a_distribution_is_refused(row, phrase):
+    target = TableModel(lambda seq: np.zeros(8), 8, 40)  # uniform p
+    drafter = Returning(Proposal.chain([3], row if isinstance(row, list) else row[None]), 8)
+    with pytest.raises(ValueError, match=r"^the drafter's q (row 0 )?" + phrase) as e:
+        speculative_generate(target, drafter, [1, 2], 4, gamma=1)
+    assert "within 1e-06" in one_line(e) or "float32" in phrase or "list" in phrase
+
+
+def test_q_rows_are_held_to_the_stated_tolerance(pair):
+    n_vocab = pair[0].config.n_vocab
+    for dtype, tol in ((np.float64, 1e-6), (np.float32, 1e-4)):
+        for off, taken in ((tol / 2, True), (tol * 2, False)):
+            drafter = Returning(Proposal.chain([3], uniform_row(n_vocab, dtype, 1 + off)[None]), n_vocab)
+            if taken:
+                assert len(speculative_generate(pair[0], drafter, [1, 2], 3, gamma=1).ids) == 3
+            else:
+                with pytest.raises(ValueError, match=rf"summing to 1 within {tol:g} \({np.dtype(dtype)} rows\)"):
+                    speculative_generate(pair[0], drafter, [1, 2], 3, gamma=1)
 
 
 class ShortRng:

@@ -150,8 +150,10 @@ def check_proposal(proposal, n_asked, n_vocab, sampling, tree):
 
     A chain drafter's: at most n_asked ids, parents [-1, 0, 1, ...]; a tree drafter's: exactly n_asked nodes, each
     parent -1 or an earlier node. Every id, extra ones included, in [0, n_vocab); extra parents -1 or an earlier
-    node of ids + extra_ids. When sampling (temperature > 0) and q is given: float `[k, n_vocab]` with
-    q[i, ids[i]] > 0 (a token it cannot have drawn is a drafter bug); q None is a deterministic proposal.
+    node of ids + extra_ids. When sampling (temperature > 0) and q is given: a float array `[k, n_vocab]` with
+    q[i, ids[i]] > 0 (a token it cannot have drawn is a drafter bug), each row a distribution (q_problem: finite,
+    >= 0, summing to 1 within Q_TOLERANCE, 1e-6 for float64 rows, 1e-4 for float32); q None is a deterministic
+    proposal.
     """
     if not isinstance(proposal, Proposal):
         raise TypeError(f"a drafter's propose must return an npspec.decode.Proposal (the Drafter protocol, "
@@ -170,10 +172,34 @@ def check_proposal(proposal, n_asked, n_vocab, sampling, tree):
     q = proposal.q
     if sampling.greedy or not ids or q is None:
         return
-    if np.shape(q) != (len(ids), n_vocab) or not np.all(q[np.arange(len(ids)), ids] > 0):
+    if not isinstance(q, np.ndarray) or q.dtype.kind not in "fiu":
+        raise ValueError(f"the drafter's q is {type(q).__name__} {q!r:.40}; it must be a float array [k, n_vocab] "
+                         "of the rows the ids were drawn from (or None for a deterministic proposal)")
+    if q.shape != (len(ids), n_vocab) or not np.all(q[np.arange(len(ids)), ids] > 0):
         raise ValueError(f"the drafter's q has shape {np.shape(q)} or gives a proposed id probability 0; it must be "
                          f"the [{len(ids)}, {n_vocab}] rows the ids were drawn from (or None for a deterministic "
                          "proposal)")
+    if problem := q_problem(q):
+        raise ValueError(problem)
+
+
+Q_TOLERANCE = {"float64": 1e-6, "float32": 1e-4}  # |a q row's sum - 1| allowed (the sum is 1: relative = absolute)
+
+
+def q_problem(q):
+    """What makes the rows of q `[k, n_vocab]` not probability distributions, one line, or None: every entry must be
+    finite and >= 0, every row sum 1 within Q_TOLERANCE (float32 rows and narrower: 1e-4; float64 and integer rows:
+    1e-6), summed in float64. Two vectorised passes (a min and a row sum): nothing in Python per entry."""
+    tol = Q_TOLERANCE["float32" if q.dtype.kind == "f" and q.dtype.itemsize <= 4 else "float64"]
+    sums = q.sum(axis=1, dtype=np.float64)
+    if q.min() >= 0 and np.all(np.abs(sums - 1) <= tol):  # a NaN fails both comparisons, an inf the second
+        return None
+    lows = q.min(axis=1)
+    i = int(np.flatnonzero(~((lows >= 0) & (np.abs(sums - 1) <= tol)))[0])
+    what = ("holds NaN or inf" if not np.all(np.isfinite(q[i])) else f"holds {lows[i]:.6g} < 0" if lows[i] < 0
+            else f"sums to {sums[i]:.9g}")
+    return (f"the drafter's q row {i} {what}: each row must be the distribution its id was drawn from, finite, >= 0 "
+            f"and summing to 1 within {tol:g} ({q.dtype} rows)")
 
 
 def check_extra(proposal, k):
