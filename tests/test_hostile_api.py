@@ -10,7 +10,7 @@ import pytest
 import npspec
 from npspec.decode import BaseDrafter, Proposal, SamplingParams, speculative_generate
 from npspec.decode.drafters import MAX_NGRAM, DynamicTreeDrafter, ModelDrafter, NgramDrafter, TreeDrafter
-from npspec.errors import CheckpointError
+from npspec.errors import CheckpointError, NoCodes
 from npspec.model import leaves
 from npspec.quantize import parse_scheme
 from npspec.quantized import quantize_model
@@ -63,6 +63,25 @@ def test_random_model_names_the_shapes_it_takes(shape):
     with pytest.raises(ValueError, match=r"^unknown shape .*; random_model takes one of gpt2, .*tiny-draft") as e:
         npspec.random_model(shape)  # a KeyError ('bogus'), a TypeError (a list)
     one_line(e)
+
+
+@pytest.mark.parametrize("kernel", ["", 3])
+def test_a_kernel_that_names_no_kernel_is_refused(kernel):
+    with pytest.raises(ValueError, match=r"^kernel must be None \(the draft's fastest, measured\) or one of "
+                                         r"compiled-panels, .*dequant-panels, got ") as e:
+        npspec.load(role="draft", kernel=kernel)  # "" silently meant the default; None is the default
+    one_line(e)
+
+
+def test_a_kernel_reading_int8_codes_for_float_weights_is_refused_as_the_cli_refuses_it():
+    phrase = r"^kernel='dequant-panels' reads a quantized (draft|model)'s int8 codes, and the \1 .* holds float32 "
+    for load in (lambda: npspec.load(role="draft", kernel="dequant-panels"),  # generated with the float weights
+                 lambda: npspec.load("fp16:self", "draft", kernel="dequant-panels"),  # not an int scheme
+                 lambda: npspec.random_model("tiny", kernel="dequant-panels")):
+        with pytest.raises(NoCodes, match=phrase) as e:
+            load()
+        assert "give an int scheme such as " in one_line(e)
+    assert npspec.load("int8-g64:self", "draft", kernel="dequant-panels").kernel == "dequant-panels"
 
 
 def test_a_draft_model_that_is_not_a_model_is_named_by_the_drafters():

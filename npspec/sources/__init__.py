@@ -21,8 +21,8 @@ applied first). A directory written by
 npspec.quantized.save_quantized loads like any converted directory.
 
 Submodules: `names` (the one registry of names), `cache` (the conversion cache and the hub),
-`shipped` (the files npspec ships). Imports npspec.choice (a role's kernel), npspec.files, npspec.init,
-npspec.model, npspec.quantize, npspec.quantized, npspec.registry and those.
+`shipped` (the files npspec ships). Imports npspec.atomic, npspec.choice (a role's kernel), npspec.errors, npspec.files,
+npspec.init, npspec.model, npspec.qkernels (holds_codes), npspec.quantize, npspec.quantized, npspec.registry and those.
 """
 
 import re
@@ -30,14 +30,15 @@ from pathlib import Path
 
 from ..atomic import expand, resolved
 from ..choice import CACHE_FILE, choose, choose_prefill
-from ..errors import CheckpointError, KernelUnavailable
+from ..errors import CheckpointError, KernelUnavailable, NoCodes
 from ..files import load_model
 from ..tensors import params_tree
 from ..init import init_tensors
 from ..model import Model
 from ..quantize import parse_scheme
+from ..qkernels import holds_codes
 from ..quantized import is_quantized, load_quantized, quantize_model
-from ..registry import ROLES, STATIC_DEFAULT, role_candidates
+from ..registry import REGISTRY, ROLES, STATIC_DEFAULT, kernel as registry_kernel, role_candidates
 from . import cache
 from .names import HUB_NAMES, SHAPES
 from .shipped import SHIPPED_PAIR, gpt2_tokenizer, shipped_dir
@@ -103,8 +104,9 @@ def load(spec=None, role="target", cache_dir=None, kernel=None, threads=1, progr
     that no BLAS thread spins on the cores the other model's workers need: npspec.blas). Which kernel the
     draft uses never changes the output: every q gives exactly the target's law, and greedy output is the
     target's argmax sequence (notes/derivation.md).
-    kernel: a name of npspec.registry, overriding the role's (no probe: then `threads` as given). threads: the
-    threads asked for (a kernel's own workers, or BLAS's).
+    kernel: None (the role's, measured), or a name of npspec.registry, overriding the role's (no probe: then
+    `threads` as given; one that reads int8 codes, "dequant-panels", only for a model quantized with an int scheme).
+    threads: the threads asked for (a kernel's own workers, or BLAS's).
     probe: how the choice uses its cache, one of choice.MODES ("cached": measured once per machine, kept in
     the cache directory's choices.json; "refresh": measured again and kept; "bypass": measured, nothing kept;
     "off": the role's first candidate, unmeasured).
@@ -117,12 +119,17 @@ def load(spec=None, role="target", cache_dir=None, kernel=None, threads=1, progr
     work (a conversion into the cache, a wait for another process, a format-1 file rewritten); the
     commands print it on stderr.
     Returns a Model. Raises CheckpointError with the fix (a bad quantization scheme included),
-    ValueError for another role, kernel or thread count.
+    ValueError for another role, kernel or thread count (errors.NoCodes: a kernel reading int8 codes for float weights).
     """
     if role not in ROLES:
         raise ValueError(f"role must be 'target' or 'draft', got {role!r}")
-    model = _load(spec, role, cache_dir, kernel or STATIC_DEFAULT, threads, progress, target, note)
+    if kernel is not None and (not isinstance(kernel, str) or kernel not in REGISTRY):
+        raise ValueError(f"kernel must be None (the {role}'s fastest, measured) or one of {', '.join(REGISTRY)}, "
+                         f"got {kernel!r:.60}")
+    model = _load(spec, role, cache_dir, STATIC_DEFAULT if kernel is None else kernel, threads, progress, target, note)
     if kernel is not None:
+        if registry_kernel(kernel).reads_codes and not holds_codes(model.params):
+            raise NoCodes(kernel, role, model.source)
         return model
     return role_model(model, role, threads, cache_dir, probe, note)
 
@@ -227,11 +234,14 @@ def random_model(shape, seed=0, tokenizer=None, kernel=STATIC_DEFAULT, threads=1
 
     tokenizer: a tokenizers.Tokenizer (default: GPT-2's, shipped in weights/gpt2/).
     Memory: the weight bytes (gpt2-large: 3.1e9 bytes). Raises ValueError, one line naming the shapes, for an
-    unknown shape.
+    unknown shape; errors.NoCodes for a kernel that reads int8 codes (the weights are float32).
     """
     if not isinstance(shape, str) or shape not in SHAPES:
         raise ValueError(f"unknown shape {shape!r:.60}; random_model takes one of {', '.join(SHAPES)} "
                          "(npspec.sources.names.SHAPES)")
+    if registry_kernel(kernel).reads_codes:
+        raise NoCodes(kernel, "model", f"random:{shape}", spec=f"npspec.load('int8-ch:random:{shape}', role, "
+                      f"kernel={kernel!r})")
     config = SHAPES[shape]
     tokenizer = gpt2_tokenizer() if tokenizer is None else tokenizer
     return Model(config, params_tree(init_tensors(config, seed), config), tokenizer, f"random:{shape}", kernel, threads)
