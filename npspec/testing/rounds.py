@@ -16,7 +16,8 @@ The round under test is one function, `round_fn(draft_logits, target_logits, u, 
 * warping: a dict `{temperature, top_k, top_p}` the round applies to both rows alike, as
   npspec.sampling.warp does (temperature, then top-k with ties at the k-th value kept, then top-p;
   temperature 0 is one-hot on the argmax, lowest id on ties; top_k 0 and top_p 1 are off).
-* it returns the gamma drafts it drew, how many it kept, and the corrected or bonus id.
+* it returns the gamma drafts it drew, how many it kept, and the corrected or bonus id, each an integer (a Python,
+  NumPy or torch int: 2.0 or 2.5 is a finding, never truncated).
 
 `check_round` runs it on ROUND_CASES (vocabularies up to GPT-2's 50,257 ids, logits with a Zipf tail,
 ties on a grid, -inf entries, so top-k up to 100 and top-p really cut) and compares each trial with the
@@ -26,7 +27,7 @@ by the classic bug that would return what the round returned (DIAGNOSES: a non-s
 from the draft, rows off by one, q or p unwarped, no residual, argmax drafts). `round_statistics`
 checks the laws by chi-square (for a round that draws its own randomness) at a stated false-alarm rate.
 `npspec_round()` is npspec's own round. Imports numpy, npspec.sampling, npspec.decode (accept),
-npspec.testing.probes (chi_square, Finding) and npspec.testing.usage.
+npspec.testing.probes (chi_square, Finding, integer) and npspec.testing.usage.
 """
 
 from dataclasses import dataclass, field
@@ -35,7 +36,7 @@ import numpy as np
 
 from ..sampling import residual, sample, warp
 from ..decode import accept
-from .probes import Finding, chi_square
+from .probes import Finding, chi_square, integer
 from .usage import KitUsageError, need_alpha, need_callable, need_int, need_real, need_samples
 
 GPT2_VOCAB = 50257
@@ -169,10 +170,14 @@ def _outcome(out, gamma, n_vocab):
     """(drafts tuple, accepted, token) from what round_fn returned, or a string saying what is wrong with it."""
     try:
         drafts, accepted, token = out
-        drafts = tuple(int(d) for d in drafts)
-        accepted, token = int(accepted), int(token)
+        drafts = tuple(drafts)
     except (TypeError, ValueError):
         return f"returned {out!r}, not (drafts, accepted, token)"
+    values = [*((f"drafts[{i}]", d) for i, d in enumerate(drafts)), ("accepted", accepted), ("token", token)]
+    if wrong := [f"{name} = {value!r}" for name, value in values if integer(value) is None]:
+        return (f"returned {', '.join(wrong[:4])}{' ...' if len(wrong) > 4 else ''}: not integers (the drafts and the "
+                "token are ids, accepted a count: ints, never truncated to fit)")
+    drafts, accepted, token = tuple(integer(d) for d in drafts), integer(accepted), integer(token)
     if len(drafts) != gamma or not all(0 <= d < n_vocab for d in drafts):
         return f"returned drafts {list(drafts)[:8]}: expected {gamma} ids in [0, {n_vocab})"
     if not 0 <= accepted <= gamma or not 0 <= token < n_vocab:
