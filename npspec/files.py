@@ -379,13 +379,48 @@ def read_tensor(fh, data_start, entry, dtype, where):
     return a
 
 
+def open_error(path):
+    """The OSError that opening `path` for reading raises now, or None if it opens (without blocking on a FIFO; closed
+    at once). safetensors and tokenizers report every failure to open a file in their own words: safetensors as
+    FileNotFoundError "No such file or directory" (a file of mode 000 included), tokenizers as a bare Exception."""
+    try:
+        os.close(os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)))
+    except OSError as e:
+        return e
+    return None
+
+
+def unreadable(path, e, fix=""):
+    """The CheckpointError for the file `path` that could not be read (`e`: an OSError or MemoryError): "could not be
+    read" with the OS's reason (open_error, for safetensors' FileNotFoundError), then `fix`; a permission denied has its
+    own fix instead."""
+    why = (open_error(path) or e) if isinstance(e, FileNotFoundError) else e
+    if isinstance(why, PermissionError):
+        return CheckpointError(f"{path} could not be read (permission denied); give the user running npspec read "
+                               "permission on it (chmod a+r)")
+    return CheckpointError(f"{path} could not be read ({type(why).__name__}: {oneline(why)})" + (f"; {fix}" if fix
+                                                                                                  else ""))
+
+
+def read_tokenizer(tok, fix):
+    """The tokenizers.Tokenizer in the file `tok`. Raises CheckpointError, one line: a file that cannot be opened names
+    the OS's reason (unreadable: e.g. permission denied), anything else is not a tokenizers file (ending with `fix`)."""
+    try:
+        return Tokenizer.from_file(str(tok))
+    except Exception as e:  # tokenizers raises a bare Exception for a file it cannot open or parse
+        if (why := open_error(tok)) is not None:
+            raise unreadable(tok, why) from e
+        raise CheckpointError(f"{tok} is not a valid tokenizers file ({oneline(e)}); {fix}") from e
+
+
 @contextlib.contextmanager
 def reading(path, fix=""):
     """Turn whatever safetensors, numpy or the OS raise while reading `path` into one CheckpointError line.
 
     An unreadable file (safetensors' SafetensorError, a panic of its Rust core, which pyo3 raises
     as a BaseException, or a malformed value) says "is not a readable safetensors file"; an OS
-    failure (permissions, a vanished file, no memory) says "could not be read". `fix`, when
+    failure (a vanished file, no memory) says "could not be read", with the OS's reason (unreadable: not
+    safetensors' "No such file" for every failure), and a permission denied says so with its own fix. `fix`, when
     given, is appended after "; ". CheckpointError and other BaseExceptions pass through.
     """
     tail = f"; {fix}" if fix else ""
@@ -394,7 +429,7 @@ def reading(path, fix=""):
     except CheckpointError:
         raise
     except (OSError, MemoryError) as e:
-        raise CheckpointError(f"{path} could not be read ({type(e).__name__}: {oneline(e)}){tail}") from e
+        raise unreadable(path, e, fix) from e
     except (SafetensorError, ValueError, TypeError, KeyError, OverflowError) as e:
         raise CheckpointError(f"{path} is not a readable safetensors file ({oneline(e)}){tail}") from e
     except BaseException as e:
@@ -522,10 +557,7 @@ def load_model(path, kernel=STATIC_DEFAULT, threads=1, progress=None, note=None,
         metadata, config, tensors, problems = read_weights(weights, progress)
     if problems:
         raise CheckpointError(f"{weights}: " + capped(problems) + f"; {fix}")
-    try:
-        tokenizer = Tokenizer.from_file(str(tok))
-    except Exception as e:  # tokenizers raises a bare Exception for malformed JSON
-        raise CheckpointError(f"{tok} is not a valid tokenizers file ({oneline(e)}); {fix}") from e
+    tokenizer = read_tokenizer(tok, fix)
     if tokenizer.get_vocab_size() > config.n_vocab:
         raise CheckpointError(f"{tok} has {tokenizer.get_vocab_size()} ids but the model's n_vocab is {config.n_vocab}: "
                               "it is not this model's tokenizer; put the model's own tokenizer.json there")

@@ -26,7 +26,7 @@ from tokenizers import Tokenizer
 
 from .atomic import resolved
 from .errors import CheckpointError, capped, oneline
-from .files import out_dir_problem, read_header, read_tensor, reading, save_converted, write_dir
+from .files import out_dir_problem, read_header, read_tensor, reading, save_converted, unreadable, write_dir
 from .gpt2 import GPT2Config
 from .progress import bar
 from .tensors import layer_count_problem, tensor_shapes
@@ -225,7 +225,7 @@ def read_source(src, tokenizer_json=None):
         raise CheckpointError(f"{cfg_path} nests brackets deeper than the JSON parser can follow, so it is not a "
                               "GPT-2 config; put the checkpoint's own config.json there") from None
     except OSError as e:
-        raise CheckpointError(f"cannot read {cfg_path} ({oneline(e)})") from e
+        raise unreadable(cfg_path, e) from e
     config = config_from_hf(cfg, cfg_path)
     weights = src / "model.safetensors"
     if not weights.is_file():
@@ -243,7 +243,7 @@ def read_source(src, tokenizer_json=None):
             raise CheckpointError(f"{tok_path} is not UTF-8 text ({e.reason} at byte {e.start:,}), so not a "
                                   f"tokenizers file; {fix}") from None
         except OSError as e:
-            raise CheckpointError(f"cannot read {tok_path} ({oneline(e)})") from e
+            raise unreadable(tok_path, e) from e
     elif tokenizer_json is None:
         raise CheckpointError(f"{src} has no tokenizer.json; add the model's tokenizer.json to it")
     else:
