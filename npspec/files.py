@@ -42,7 +42,7 @@ import numpy as np
 from safetensors import SafetensorError, safe_open
 from tokenizers import Tokenizer
 
-from .atomic import atomic_write, exchange, kind, locked, public_mode
+from .atomic import atomic_write, described, exchange, kind, locked, public_mode
 from .errors import CheckpointError, capped, oneline
 from .gpt2 import GPT2Config
 from .kernels import block_linears, column_major, fortran_copy
@@ -547,8 +547,8 @@ def load_model(path, kernel=STATIC_DEFAULT, threads=1, progress=None, note=None,
     if not path.is_dir():
         raise CheckpointError(f"{path} is a file; give the directory that holds {WEIGHTS_FILE} and {TOKENIZER_FILE}")
     for f in (weights, tok):
-        if (what := kind(f)) not in ("missing", "file") and not f.is_file():
-            raise CheckpointError(f"{f} is a {what}, not a regular file; put the model's {f.name} there")
+        if kind(f) not in ("missing", "file") and not f.is_file():
+            raise CheckpointError(f"{f} is {described(f)}, not a regular file; put the model's {f.name} there")
         if not f.is_file():
             raise CheckpointError(f"{path} has no {f.name}; is it an npspec-converted model? "
                                   "Convert a Hugging Face checkpoint with: python -m npspec.convert SRC OUT_DIR")

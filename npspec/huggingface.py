@@ -8,7 +8,7 @@ The command line is `python -m npspec.convert SRC OUT_DIR` (npspec/convert.py). 
 head is tied). Every problem is reported at once. Pickle files (`pytorch_model.bin`) are
 never loaded. Writes are atomic (see files.save_converted). Every check of a Hugging Face
 checkpoint lives here (`read_source` for the config and tokenizer, `convert_tensors` for the
-tensors). Imports npspec.atomic (resolved), npspec.errors, npspec.files, npspec.gpt2, npspec.progress and
+tensors). Imports npspec.atomic (paths), npspec.errors, npspec.files, npspec.gpt2, npspec.progress and
 npspec.tensors, safetensors and tokenizers.
 """
 
@@ -24,7 +24,7 @@ from safetensors import safe_open
 from safetensors.numpy import save_file
 from tokenizers import Tokenizer
 
-from .atomic import resolved
+from .atomic import described, kind, resolved
 from .errors import CheckpointError, capped, oneline
 from .files import out_dir_problem, read_header, read_tensor, reading, save_converted, unreadable, write_dir
 from .gpt2 import GPT2Config
@@ -209,14 +209,18 @@ def read_source(src, tokenizer_json=None):
     whose header must hold about the tensors the config asks for (checked before anything is
     built from the config: see files.layer_count_problem). The tokenizer is `src/tokenizer.json`,
     else the text `tokenizer_json` (npspec.sources.cache.fallback_tokenizer_json: GPT-2's); it must
-    parse and fit the vocabulary. Raises CheckpointError naming the problem and the fix.
+    parse and fit the vocabulary. Raises CheckpointError naming the problem and the fix (a config.json,
+    model.safetensors or tokenizer.json that is there but not a regular file is named as what it is).
     """
     src = Path(src)
     if not src.is_dir():
         raise CheckpointError(f"source {src} is not a directory; give a Hugging Face checkpoint directory")
     cfg_path = src / "config.json"
     if not cfg_path.is_file():
-        raise CheckpointError(f"{src} has no config.json; is it a Hugging Face GPT-2 checkpoint?")
+        if kind(cfg_path) == "missing":
+            raise CheckpointError(f"{src} has no config.json; is it a Hugging Face GPT-2 checkpoint?")
+        raise CheckpointError(f"{cfg_path} is {described(cfg_path)}, not a regular file; put the checkpoint's own "
+                              "config.json there")
     try:
         cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
@@ -229,6 +233,9 @@ def read_source(src, tokenizer_json=None):
     config = config_from_hf(cfg, cfg_path)
     weights = src / "model.safetensors"
     if not weights.is_file():
+        if kind(weights) != "missing":
+            raise CheckpointError(f"{weights} is {described(weights)}, not a regular file; put the checkpoint's "
+                                  "model.safetensors there")
         raise no_weights_error(src)
     with reading(weights), safe_open(str(weights), framework="numpy") as f:  # the header only: cheap
         names = list(f.keys())
@@ -244,6 +251,8 @@ def read_source(src, tokenizer_json=None):
                                   f"tokenizers file; {fix}") from None
         except OSError as e:
             raise unreadable(tok_path, e) from e
+    elif kind(tok_path) != "missing":  # never replaced by GPT-2's as if it were absent
+        raise CheckpointError(f"{tok_path} is {described(tok_path)}, not a regular file; {fix}")
     elif tokenizer_json is None:
         raise CheckpointError(f"{src} has no tokenizer.json; add the model's tokenizer.json to it")
     else:

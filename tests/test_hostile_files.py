@@ -7,7 +7,8 @@ named model.safetensors is refused, not read forever; weights holding NaN are re
 first byte of output; directories npspec makes get the umask's mode, not mkdtemp's 0700; a symlink loop
 as a model, under one, or as convert's SRC, OUT_DIR or OUT_DIR's parent is named (Path.resolve raised RuntimeError);
 a model file without read permission says permission denied (safetensors said "No such file", tokenizers' reading
-"not a valid tokenizers file").
+"not a valid tokenizers file"); a checkpoint's config.json that is a FIFO, a loop, a directory or a link to /dev/zero
+is named (it was blamed on model.safetensors).
 """
 
 import builtins
@@ -224,6 +225,38 @@ def test_a_symlink_loop_in_convert_is_named(tmp_path, where):
                     "OUT_DIR's parent": (hf, loop / "out")}[where]
     assert_refused(convert(src, out_dir), where.split("'")[0], f"{loop} is a symlink loop")  # a RuntimeError
     assert sorted(os.listdir(tmp_path)) == ["a", "b", "hf"]  # nothing written
+
+
+# --- a checkpoint's file that is there but is not a regular file: named, never taken as absent ---------------------
+
+
+def _loop_to_itself(p, tmp_path):
+    p.symlink_to(p.name)
+
+
+def _to_dev_zero(p, tmp_path):
+    p.symlink_to("/dev/zero")
+
+
+NOT_FILES = [pytest.param("config.json", _fifo, "a FIFO", marks=needs_fifo),
+             ("config.json", _loop_to_itself, "a symlink loop"), ("config.json", _directory, "a directory"),
+             pytest.param("config.json", _to_dev_zero, "a symlink to a device (/dev/zero)",
+                          marks=pytest.mark.skipif(not os.path.exists("/dev/zero"), reason="needs /dev/zero")),
+             pytest.param("model.safetensors", _fifo, "a FIFO", marks=needs_fifo),
+             pytest.param("tokenizer.json", _fifo, "a FIFO", marks=needs_fifo)]
+
+
+@pytest.mark.parametrize("name, make, what", NOT_FILES, ids=lambda v: v if isinstance(v, str) else "")
+def test_a_checkpoint_file_that_is_not_a_regular_file_is_named(tmp_path, monkeypatch, name, make, what):
+    src = hf_dir(tmp_path / "hf")
+    (src / name).unlink()
+    make(src / name, tmp_path)
+    said = f"{src / name} is {what}, not a regular file"  # config.json's was blamed on model.safetensors
+    assert_refused(convert(src, tmp_path / "out"), said)  # a tokenizer.json FIFO: GPT-2's tokenizer instead
+    monkeypatch.setenv("NPSPEC_CACHE", str(tmp_path / "cache"))
+    out, err = streams()
+    assert generate_main(["--target", str(src), "--gamma", "0", "--max-new-tokens", "2"], out=out, err=err) == 1
+    assert said in one_line(err) and out.getvalue() == ""
 
 
 # --- files npspec may not read: the OS's reason, not safetensors' "No such file" nor "not a tokenizers file" ----------

@@ -25,6 +25,7 @@ Submodules: `names` (the one registry of names), `cache` (the conversion cache a
 npspec.init, npspec.model, npspec.qkernels (holds_codes), npspec.quantize, npspec.quantized, npspec.registry and those.
 """
 
+import os
 import re
 from pathlib import Path
 
@@ -76,7 +77,7 @@ def resolve(spec, cache_dir=None, progress=None, note=None):
     except ValueError as e:
         raise CheckpointError(str(e)) from None
     if exists:
-        if path.is_dir() and (path / "config.json").is_file():
+        if path.is_dir() and os.path.lexists(path / "config.json"):  # read_source names a config.json not a file
             return cache.from_local(path, root, progress, note)
         return path  # a converted directory; load_model reports anything wrong with it
     if spec.startswith("random:"):
