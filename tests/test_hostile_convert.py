@@ -3,8 +3,8 @@ truncated model, and forwards fed what they cannot take. Each gives one line nam
 
 Covered: a 400-digit layer_norm_epsilon (OverflowError) and one of 1e300 (inf in float32), in convert and
 generate; a tokenizer.json that is not UTF-8 (convert: a traceback; generate: a message naming no file); a
-config.json with fewer layers than the checkpoint (a truncated model behind a UserWarning); metadata
-without eos_token_id; `forward` with 2-D ids or another model's cache (raw numpy errors).
+config.json with fewer layers than the checkpoint (a truncated model behind a UserWarning); a config.json
+or an eos_token_id nested 200,000 brackets deep (RecursionError); metadata without eos_token_id; `forward` with 2-D ids or another model's cache (raw numpy errors).
 """
 
 import io
@@ -69,6 +69,32 @@ def test_a_converted_file_whose_epsilon_overflows_float32_is_refused():
     metadata = converted_metadata(CONFIG, "test", None)
     with pytest.raises(CheckpointError, match="which is inf in float32"):
         config_from_metadata({**metadata, "layer_norm_epsilon": "1e300"}, "m/model.safetensors")
+
+
+# --- JSON nested deeper than Python's parser recurses ------------------------------------------------------
+
+DEEP = "[" * 200_000 + "]" * 200_000  # json.loads: RecursionError
+
+
+def test_a_deeply_nested_config_is_one_line_in_convert(tmp_path):
+    src = hf_dir(tmp_path / "hf")
+    (src / "config.json").write_text(DEEP)
+    assert_refused(convert(src, tmp_path / "out"), str(src / "config.json"), "nests brackets deeper")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_deeply_nested_config_is_one_line_in_generate(tmp_path):
+    src = hf_dir(tmp_path / "hf")
+    (src / "config.json").write_text(DEEP)
+    r = run_python(*GENERATE, "--target", src, "--gamma", "0", "--max-new-tokens", "2", env=offline_env(tmp_path))
+    assert r.stdout == ""
+    assert_one_clean_line(r, str(src / "config.json"), "nests brackets deeper", "not a GPT-2 config")
+
+
+def test_a_deeply_nested_eos_token_id_in_the_metadata_is_refused():
+    metadata = converted_metadata(CONFIG, "test", None)
+    with pytest.raises(CheckpointError, match="eos_token_id nests its brackets too deep"):
+        config_from_metadata({**metadata, "eos_token_id": DEEP}, "m/model.safetensors")
 
 
 # --- tokenizer.json that is not UTF-8 -----------------------------------------------------------------

@@ -4,18 +4,28 @@ Only a regular file the user named is ever replaced (npspec.sources.atomic.atomi
 directory, a FIFO or a device such as /dev/null, which `--force` once turned into a regular file when
 run as root); `--html FILE` refuses an existing file without `--force`; `vectors -` is stdout; a FIFO
 named model.safetensors is refused, not read forever; weights holding NaN are refused before the
-first byte of output; directories npspec makes get the umask's mode, not mkdtemp's 0700.
+first byte of output; directories npspec makes get the umask's mode, not mkdtemp's 0700; a symlink loop
+as a model, under one, or as convert's SRC, OUT_DIR or OUT_DIR's parent is named (Path.resolve raised RuntimeError);
+a model file without read permission says permission denied (safetensors said "No such file", tokenizers' reading
+"not a valid tokenizers file"); a checkpoint's config.json that is a FIFO, a loop, a directory or a link to /dev/zero
+is named (it was blamed on model.safetensors).
 """
 
+import builtins
+import errno
 import io
 import json
 import os
+import shutil
+import subprocess
+import sys
 import threading
 
 import numpy as np
 import pytest
+import tokenizers
 
-from npspec.sources import atomic, files
+from npspec.sources import atomic, files, huggingface
 from npspec.sources.atomic import NotRegularFile, atomic_write
 from npspec.sources.errors import CheckpointError
 from npspec.sources.files import load_model, save_converted, write_dir
@@ -25,9 +35,11 @@ from npspec.sources.quantized import is_quantized
 from npspec.sources import cache
 from npspec.testing.__main__ import main as kit_main
 
-from conftest import run_python
+from conftest import ROOT, run_python
 from model_files import SMALL, TOKENIZER, saved
 from test_cli import GENERATE, assert_one_clean_line, offline_env
+from test_convert import hf_dir
+from test_hostile_convert import assert_refused, convert
 
 needs_fifo = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs os.mkfifo")
 
@@ -184,6 +196,141 @@ def test_finite_checks_in_chunks():
     assert files.finite(a, chunk=3)
     a[9] = np.nan  # in the last, short chunk
     assert not files.finite(a, chunk=3)
+
+
+# --- symlink loops: named, never a RuntimeError from Path.resolve -------------------------------------
+
+
+def symlink_loop(d):
+    """d/a -> d/b -> d/a; returns d/a."""
+    (d / "a").symlink_to(d / "b")
+    (d / "b").symlink_to(d / "a")
+    return d / "a"
+
+
+@pytest.mark.parametrize("option", ["--target", "--draft"])
+@pytest.mark.parametrize("under", ["", "sub"], ids=["the-loop", "under-it"])
+def test_a_symlink_loop_as_a_model_is_named(tmp_path, monkeypatch, option, under):
+    loop = symlink_loop(tmp_path)
+    monkeypatch.setenv("NPSPEC_CACHE", str(tmp_path / "cache"))
+    out, err = streams()
+    assert generate_main([option, str(loop / under), "--max-new-tokens", "2"], out=out, err=err) == 1
+    assert f"{loop} is a symlink loop" in one_line(err) and out.getvalue() == ""  # --target: a RuntimeError
+
+
+@pytest.mark.parametrize("where", ["source", "OUT_DIR", "OUT_DIR's parent"])
+def test_a_symlink_loop_in_convert_is_named(tmp_path, where):
+    loop, hf = symlink_loop(tmp_path), hf_dir(tmp_path / "hf")
+    src, out_dir = {"source": (loop, tmp_path / "out"), "OUT_DIR": (hf, loop),
+                    "OUT_DIR's parent": (hf, loop / "out")}[where]
+    assert_refused(convert(src, out_dir), where.split("'")[0], f"{loop} is a symlink loop")  # a RuntimeError
+    assert sorted(os.listdir(tmp_path)) == ["a", "b", "hf"]  # nothing written
+
+
+# --- a checkpoint's file that is there but is not a regular file: named, never taken as absent ---------------------
+
+
+def _loop_to_itself(p, tmp_path):
+    p.symlink_to(p.name)
+
+
+def _to_dev_zero(p, tmp_path):
+    p.symlink_to("/dev/zero")
+
+
+NOT_FILES = [pytest.param("config.json", _fifo, "a FIFO", marks=needs_fifo),
+             ("config.json", _loop_to_itself, "a symlink loop"), ("config.json", _directory, "a directory"),
+             pytest.param("config.json", _to_dev_zero, "a symlink to a device (/dev/zero)",
+                          marks=pytest.mark.skipif(not os.path.exists("/dev/zero"), reason="needs /dev/zero")),
+             pytest.param("model.safetensors", _fifo, "a FIFO", marks=needs_fifo),
+             pytest.param("tokenizer.json", _fifo, "a FIFO", marks=needs_fifo)]
+
+
+@pytest.mark.parametrize("name, make, what", NOT_FILES, ids=lambda v: v if isinstance(v, str) else "")
+def test_a_checkpoint_file_that_is_not_a_regular_file_is_named(tmp_path, monkeypatch, name, make, what):
+    src = hf_dir(tmp_path / "hf")
+    (src / name).unlink()
+    make(src / name, tmp_path)
+    said = f"{src / name} is {what}, not a regular file"  # config.json's was blamed on model.safetensors
+    assert_refused(convert(src, tmp_path / "out"), said)  # a tokenizer.json FIFO: GPT-2's tokenizer instead
+    monkeypatch.setenv("NPSPEC_CACHE", str(tmp_path / "cache"))
+    out, err = streams()
+    assert generate_main(["--target", str(src), "--gamma", "0", "--max-new-tokens", "2"], out=out, err=err) == 1
+    assert said in one_line(err) and out.getvalue() == ""
+
+
+# --- files npspec may not read: the OS's reason, not safetensors' "No such file" nor "not a tokenizers file" ----------
+
+
+def without_read_permission(path, monkeypatch):
+    """Take read permission away from `path` (mode 000). Root reads it anyway, so for root what the OS does for another
+    user is simulated on `path` only: opening it (os.open, open) raises PermissionError, safetensors' safe_open the
+    FileNotFoundError "No such file or directory" it raises for any file it cannot open, and tokenizers'
+    Tokenizer.from_file the bare Exception "Permission denied (os error 13)" (as both do for root without
+    CAP_DAC_OVERRIDE: test_a_model_file_without_read_permission_for_real)."""
+    path.chmod(0)
+    if os.geteuid() != 0:
+        return
+    name = str(path)
+
+    def guard(real, error):
+        def call(p, *args, **kwargs):
+            if isinstance(p, (str, os.PathLike)) and os.fspath(p) == name:
+                raise error()
+            return real(p, *args, **kwargs)
+        return call
+
+    denied = guard(io.open, lambda: PermissionError(errno.EACCES, "Permission denied", name))
+    monkeypatch.setattr(os, "open", guard(os.open, lambda: PermissionError(errno.EACCES, "Permission denied", name)))
+    monkeypatch.setattr(io, "open", denied)
+    monkeypatch.setattr(builtins, "open", denied)
+    for module in (files, huggingface):
+        monkeypatch.setattr(module, "safe_open", guard(module.safe_open,
+                                                       lambda: FileNotFoundError(f"No such file or directory: {name}")))
+    monkeypatch.setattr(files, "Tokenizer", type("Tokenizer", (), {
+        "from_str": staticmethod(tokenizers.Tokenizer.from_str),
+        "from_file": staticmethod(guard(tokenizers.Tokenizer.from_file,
+                                        lambda: Exception("Permission denied (os error 13)")))}))
+
+
+PERMISSION = r"could not be read \(permission denied\); give the user running npspec read permission on it"
+
+
+@pytest.mark.parametrize("name", ["model.safetensors", "tokenizer.json"])
+def test_a_model_file_without_read_permission_says_permission_denied(tmp_path, monkeypatch, name):
+    d = saved(tmp_path / "m")
+    without_read_permission(d / name, monkeypatch)
+    with pytest.raises(CheckpointError, match=f"^{d / name} {PERMISSION}") as e:
+        load_model(d)  # was FileNotFoundError / "not a valid tokenizers file ... reconvert it"
+    assert "reconvert" not in str(e.value)
+
+
+@pytest.mark.parametrize("name", ["config.json", "model.safetensors", "tokenizer.json"])
+def test_a_checkpoint_file_without_read_permission_says_permission_denied(tmp_path, monkeypatch, name):
+    src = hf_dir(tmp_path / "hf")
+    without_read_permission(src / name, monkeypatch)
+    status, out, err = convert(src, tmp_path / "out")
+    assert status == 1 and f"{src / name} could not be read (permission denied); give the user" in err, err
+
+
+SETPRIV = ["--bounding-set=-dac_override,-dac_read_search", "--inh-caps=-dac_override,-dac_read_search"]
+
+
+def drops_root_file_access():
+    """Whether setpriv can run this interpreter as root without the capabilities that let root read any file."""
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        return False
+    return subprocess.run(["setpriv", *SETPRIV, sys.executable, "-c", "pass"], capture_output=True).returncode == 0
+
+
+@pytest.mark.skipif(not drops_root_file_access(), reason="root and setpriv (another user: the tests above are real)")
+def test_a_model_file_without_read_permission_for_real(tmp_path):
+    d = saved(tmp_path / "m")
+    (d / "model.safetensors").chmod(0)
+    env = {k: v for k, v in {**os.environ, **offline_env(tmp_path)}.items() if v is not None}
+    r = subprocess.run(["setpriv", *SETPRIV, sys.executable, "-m", "npspec.generate", "--target", d, "--gamma", "0"],
+                       capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
+    assert_one_clean_line(r, f"{d / 'model.safetensors'} could not be read (permission denied)")
 
 
 # --- modes ---------------------------------------------------------------------------------------------

@@ -3,16 +3,19 @@
 Each bad argument raises npspec.testing.usage.KitUsageError naming the argument, before any case
 runs (never a finding blamed on the rule, the sampler or the drafter, never a vacuous pass); a
 size the enumeration cannot hold is refused at once; a sampler that loops is stopped by the
-uniform source. Everything here runs in well under a second per case.
+uniform source; a round or a block verifier that returns floats fails naming them (int() used to
+truncate them into a pass). Everything here runs in well under a second per case.
 """
 
 import math
+import re
 import time
 from fractions import Fraction as F
 
 import pytest
 
 from npspec import testing as kit
+from npspec.rules import block_accept
 from npspec.testing.usage import MAX_OUTCOMES, MAX_UNIFORMS_PER_CALL, KitUsageError
 
 PROPOSE, ACCEPT = kit.npspec_sampler()
@@ -155,3 +158,27 @@ def test_valid_arguments_still_pass_and_a_wrong_rule_still_fails():
     assert kit.check_drafter(lambda p: kit.table_drafter(kit.random_table(3, seed=9)), gammas=(1,),
                              max_new_tokens=2, eos_values=(None,), schedules=("constant",)).ok
 
+
+
+# ---- what a round or a verifier returns must be integers: never truncated into a pass
+
+ROUND = kit.npspec_round()
+
+
+@pytest.mark.parametrize("spoil, names", [
+    (lambda d, n, t: (d, n + 0.5, t), r"accepted = \d+\.5: not integers"),
+    (lambda d, n, t: (d, n, float(t)), r"token = \d+\.0: not integers"),
+    (lambda d, n, t: ([x + 0.25 for x in d], n, t), r"drafts\[0\] = \d+\.25, drafts\[1\] = .*: not integers"),
+], ids=["accepted-half", "float-token", "float-drafts"])
+def test_a_round_that_returns_non_integers_fails_naming_them(spoil, names):
+    report = kit.check_round(lambda *args: spoil(*ROUND(*args)), cases=kit.ROUND_CASES[:1], trials=3)
+    assert not report.ok and re.search(names, str(report.findings[0])), report  # int() truncated them: a pass
+
+
+def test_a_block_verifier_that_returns_non_integers_fails_naming_them():
+    def half(d, p, q, u, u_final):  # the right decision, n + 0.5
+        n, token = block_accept(d, p, q, u, u_final)
+        return n + 0.5, token
+
+    findings = kit.block_probes(half)
+    assert findings and all("not integers" in problem and "strict" not in problem for _, problem in findings)

@@ -32,19 +32,18 @@ from pathlib import Path
 import numpy as np
 
 from . import picture
-from ..sources.atomic import expand, replace_problem
+from ..sources.atomic import expand, replace_problem, resolved
 from ..sources.choices import MODES
 from .console import Parser, error_stream, parse, terminate_as_interrupt
 from ..decode import (RULES, SCHEDULES, SIBLINGS, Generation, GenerationInterrupted, Options, SamplingParams, Stats,
                      decode, prepare, tree_depth)
 from ..decode.drafters import (COMMANDS, TREE_DRAFTERS, DraftModelCache, DynamicTreeDrafter, ModelDrafter, TreeDrafter,
                               check_p_min)
-from ..sources.errors import CheckpointError
+from ..sources.errors import CheckpointError, NoCodes
 from .harness import compare_repeated, comparison, simulated, steered
 from ..kernels.products import check_threads
 from ..sources.progress import bar, show_progress, terminal_bars
-from ..kernels.quantized import holds_codes
-from ..kernels.registry import STATIC_DEFAULT, kernel as registry_kernel, names as kernel_names
+from ..kernels.registry import STATIC_DEFAULT, names as kernel_names
 from ..sources import HUB_NAMES, SHIPPED_PAIR, load, role_model, shipped_dir
 from ..decode.text import TextStreamer, encode_prompt
 from .startup import exit_on_another_interrupt, started
@@ -273,8 +272,8 @@ def is_shipped_target(spec):
     if spec is None:
         return True
     try:
-        return expand(spec, "--target").resolve() == shipped_dir(f"{SHIPPED_PAIR}/target").resolve()
-    except (ValueError, OSError):  # CheckpointError included; a ~user that does not exist: load says so
+        return resolved(expand(spec, "--target"), "--target") == shipped_dir(f"{SHIPPED_PAIR}/target").resolve()
+    except (ValueError, OSError):  # CheckpointError included; a ~user that does not exist, a symlink loop: load says so
         return False
 
 
@@ -392,14 +391,11 @@ def load_draft(args, threads, progress=None, note=None):
     with --draft-kernel, else registry.STATIC_DEFAULT until `probed` gives it the draft's (after every check)."""
     if not drafting(args) or args.draft in COMMANDS:
         return None
-    draft = load(args.draft, "draft", kernel=args.draft_kernel or STATIC_DEFAULT, threads=threads, progress=progress,
-                 target=args.target, note=note)
-    codes = args.draft_kernel is not None and registry_kernel(args.draft_kernel).reads_codes
-    if codes and not holds_codes(draft.params):
-        raise ValueError(f"--draft-kernel {args.draft_kernel} reads a quantized draft's int8 codes, and the draft "
-                         f"{draft.source} holds float32 weights: give an int scheme such as --draft int8-g64:SPEC, or "
-                         "drop --draft-kernel")
-    return draft
+    try:  # load refuses a kernel reading int8 codes for float weights; said here with the CLI's options
+        return load(args.draft, "draft", kernel=args.draft_kernel or STATIC_DEFAULT, threads=threads,
+                    progress=progress, target=args.target, note=note)
+    except NoCodes as e:
+        raise NoCodes(e.kernel, "draft", e.source, f"--draft-kernel {e.kernel}", "--draft int8-g64:SPEC") from None
 
 
 def make_drafter(args, target, draft):

@@ -1,6 +1,6 @@
 """Every check of a generation's options, pair, prompt, random source and proposals, each called once: the options when
 npspec.decode.types.Options is built (the CLI builds it before any model loads), the pair, prompt and random source in
-npspec.decode.loop.prepare, a proposal as the round receives it. Errors are one line naming the problem and the fix.
+npspec.decode.loop.prepare, a round's uniforms as it draws them, a proposal as the round receives it. Errors are one line naming the problem and the fix.
 Imports numpy, npspec.model.gpt2 (ContextOverflowError), npspec.decode.text (same_tokenizer) and npspec.decode.types.
 """
 
@@ -13,7 +13,7 @@ from ..model.gpt2 import ContextOverflowError
 from .sampling import check_integer
 from .text import same_tokenizer
 from .rules import RULES, SIBLINGS
-from .types import Forwarder, HiddenForwarder, TreeForwarder, Uniforms
+from .types import Forwarder, HiddenForwarder, Proposal, TreeForwarder, Uniforms
 
 
 def check_target(target):
@@ -99,6 +99,21 @@ def check_rng(rng):
                         "pass np.random.default_rng(seed) or a seed >= 0")
 
 
+def drawn_uniforms(rng, n):  # -> [n] float64
+    """`rng.random(n)` as a float64 array, checked: raise ValueError unless it holds n numbers (a source of uniforms
+    that returns fewer or more would leave a draft, a test or the final draw without its uniform)."""
+    u = rng.random(n)
+    try:
+        out = np.asarray(u, dtype=np.float64)
+    except (TypeError, ValueError):
+        out = None
+    if out is None or out.shape != (n,):
+        got = f"an array of shape {out.shape}" if out is not None else f"{type(u).__name__} {u!r:.40}"
+        raise ValueError(f"rng.random({n}) returned {got}, expected shape ({n},): the rng must return n uniforms "
+                         "in [0, 1) for random(n), as np.random.Generator does")
+    return out
+
+
 def check_prompt(prompt_ids, n_ctx, n_vocab):
     """Check the prompt before any forward.
 
@@ -131,13 +146,19 @@ def check_prompt(prompt_ids, n_ctx, n_vocab):
 
 
 def check_proposal(proposal, n_asked, n_vocab, sampling, tree):
-    """Raise ValueError unless a drafter's Proposal is well formed.
+    """Raise TypeError unless a drafter's propose returned a Proposal, ValueError unless it is well formed.
 
     A chain drafter's: at most n_asked ids, parents [-1, 0, 1, ...]; a tree drafter's: exactly n_asked nodes, each
     parent -1 or an earlier node. Every id, extra ones included, in [0, n_vocab); extra parents -1 or an earlier
-    node of ids + extra_ids. When sampling (temperature > 0) and q is given: float `[k, n_vocab]` with
-    q[i, ids[i]] > 0 (a token it cannot have drawn is a drafter bug); q None is a deterministic proposal.
+    node of ids + extra_ids. When sampling (temperature > 0) and q is given: a float array `[k, n_vocab]` with
+    q[i, ids[i]] > 0 (a token it cannot have drawn is a drafter bug), each row a distribution (q_problem: finite,
+    >= 0, summing to 1 within Q_TOLERANCE, 1e-6 for float64 rows, 1e-4 for float32); q None is a deterministic
+    proposal.
     """
+    if not isinstance(proposal, Proposal):
+        raise TypeError(f"a drafter's propose must return an npspec.decode.Proposal (the Drafter protocol, "
+                        f"npspec.decode.types.Drafter; a chain's is Proposal.chain(ids, q)), got "
+                        f"{type(proposal).__name__} {proposal!r:.60}")
     ids, parents = list(proposal.ids), list(proposal.parents)
     if tree and (len(ids) != n_asked or len(parents) != n_asked or any(not -1 <= p < i for i, p in enumerate(parents))):
         raise ValueError(f"the tree drafter proposed {len(ids)} ids with parents {parents}: {n_asked} nodes, "
@@ -151,10 +172,34 @@ def check_proposal(proposal, n_asked, n_vocab, sampling, tree):
     q = proposal.q
     if sampling.greedy or not ids or q is None:
         return
-    if np.shape(q) != (len(ids), n_vocab) or not np.all(q[np.arange(len(ids)), ids] > 0):
+    if not isinstance(q, np.ndarray) or q.dtype.kind not in "fiu":
+        raise ValueError(f"the drafter's q is {type(q).__name__} {q!r:.40}; it must be a float array [k, n_vocab] "
+                         "of the rows the ids were drawn from (or None for a deterministic proposal)")
+    if q.shape != (len(ids), n_vocab) or not np.all(q[np.arange(len(ids)), ids] > 0):
         raise ValueError(f"the drafter's q has shape {np.shape(q)} or gives a proposed id probability 0; it must be "
                          f"the [{len(ids)}, {n_vocab}] rows the ids were drawn from (or None for a deterministic "
                          "proposal)")
+    if problem := q_problem(q):
+        raise ValueError(problem)
+
+
+Q_TOLERANCE = {"float64": 1e-6, "float32": 1e-4}  # |a q row's sum - 1| allowed (the sum is 1: relative = absolute)
+
+
+def q_problem(q):
+    """What makes the rows of q `[k, n_vocab]` not probability distributions, one line, or None: every entry must be
+    finite and >= 0, every row sum 1 within Q_TOLERANCE (float32 rows and narrower: 1e-4; float64 and integer rows:
+    1e-6), summed in float64. Two vectorised passes (a min and a row sum): nothing in Python per entry."""
+    tol = Q_TOLERANCE["float32" if q.dtype.kind == "f" and q.dtype.itemsize <= 4 else "float64"]
+    sums = q.sum(axis=1, dtype=np.float64)
+    if q.min() >= 0 and np.all(np.abs(sums - 1) <= tol):  # a NaN fails both comparisons, an inf the second
+        return None
+    lows = q.min(axis=1)
+    i = int(np.flatnonzero(~((lows >= 0) & (np.abs(sums - 1) <= tol)))[0])
+    what = ("holds NaN or inf" if not np.all(np.isfinite(q[i])) else f"holds {lows[i]:.6g} < 0" if lows[i] < 0
+            else f"sums to {sums[i]:.9g}")
+    return (f"the drafter's q row {i} {what}: each row must be the distribution its id was drawn from, finite, >= 0 "
+            f"and summing to 1 within {tol:g} ({q.dtype} rows)")
 
 
 def check_extra(proposal, k):

@@ -32,7 +32,7 @@ import numpy as np
 
 from .sampling import greedy
 from .rules.trees import accept_tree_greedy, children
-from .checks import check_proposal
+from .checks import check_proposal, drawn_uniforms
 from .types import Outcome, Proposal
 
 
@@ -43,7 +43,7 @@ def play(target, cache, drafter, seq, depth, rng, sampling, rule):
     gamma (npspec.decode.schedule); rng: the run's source of uniforms; rule: an acceptance Rule.
     """
     n = drafter.tree_size(depth) if drafter is not None and depth else 0
-    u = rng.random(2 * n + 1)
+    u = drawn_uniforms(rng, 2 * n + 1)
     t1 = time.perf_counter()
     proposal = propose(drafter, seq, depth, u[:n], sampling, target.config.n_vocab)
     t2 = time.perf_counter()

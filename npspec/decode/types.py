@@ -83,7 +83,8 @@ class Proposal:
     """What a drafter proposes in one round.
 
     ids `[k]`: the candidates; parents `[k]`: -1 (a child of the last id) or an earlier candidate;
-    q: float64 `[k, n_vocab]`, row i the distribution ids[i] was drawn from, or None for a
+    q: float64 `[k, n_vocab]`, row i the distribution ids[i] was drawn from (the round checks each row: finite,
+    >= 0, summing to 1 within npspec.decode.checks.Q_TOLERANCE), or None for a
     deterministic proposal (every row one-hot on its id: n-gram lookup, top-k children, greedy).
     extra_ids `[m]`, extra_parents `[m]`: non-candidate nodes scored in the same forward, each parent
     -1, a candidate or an earlier extra node (an index into ids + extra_ids); never accepted.

@@ -15,28 +15,32 @@ cache directory and its layout are described in npspec.sources.cache.
 A quantized SPEC, `SCHEME:SPEC` (not an existing path), is the model SPEC names quantized with
 SCHEME (npspec.sources.quantize.parse_scheme: int<bits>-ch, int<bits>-g<group>, fp16, bf16, each
 optionally +emb), built in memory (npspec.sources.quantized.quantize_model); `SCHEME:self` is the target
-quantized, the self-speculative draft: `--draft int4-g64:self`. A directory written by
+quantized, the self-speculative draft: `--draft int4-g64:self`. SPEC may itself be quantized, so
+`int8-ch:fp16:DIR` is DIR quantized with fp16, then with int8-ch (any number of prefixes, the innermost
+applied first). A directory written by
 npspec.sources.quantized.save_quantized loads like any converted directory.
 
 Submodules: `names` (the one registry of names), `cache` (the conversion cache and the hub),
-`shipped` (the files npspec ships). Imports npspec.sources.choices (a role's kernel), npspec.sources.files, npspec.sources.init,
-npspec.model.model, npspec.sources.quantize, npspec.sources.quantized, npspec.kernels.registry and those.
+`shipped` (the files npspec ships). Imports npspec.sources.atomic, npspec.sources.choices (a role's kernel), npspec.sources.errors, npspec.sources.files,
+npspec.sources.init, npspec.model.model, npspec.kernels.quantized (holds_codes), npspec.sources.quantize, npspec.sources.quantized, npspec.kernels.registry and those.
 """
 
+import os
 import re
 from pathlib import Path
 
-from .atomic import expand
+from .atomic import expand, resolved
 from .choices import CACHE_FILE, choose, choose_prefill
 from ..kernels.compiled import KernelUnavailable
-from .errors import CheckpointError
+from .errors import CheckpointError, NoCodes
 from .files import load_model
 from ..model.tensors import params_tree
 from .init import init_tensors
 from ..model.model import Model
 from .quantize import parse_scheme
+from ..kernels.quantized import holds_codes
 from .quantized import is_quantized, load_quantized, quantize_model
-from ..kernels.registry import ROLES, STATIC_DEFAULT, role_candidates
+from ..kernels.registry import REGISTRY, ROLES, STATIC_DEFAULT, kernel as registry_kernel, role_candidates
 from . import cache
 from .names import HUB_NAMES, SHAPES
 from .shipped import SHIPPED_PAIR, gpt2_tokenizer, shipped_dir
@@ -60,12 +64,13 @@ def resolve(spec, cache_dir=None, progress=None, note=None):
     progress: a bar factory (npspec.sources.progress) for a build or conversion; None shows nothing.
     note: None, or called with one line for the user (a conversion starting, a wait for another process).
     Returns a Path. Raises CheckpointError naming the problem and the fix (a path the OS refuses to look
-    at, e.g. a name too long, and a `~user` that does not exist included).
+    at, e.g. a name too long, a symlink loop, and a `~user` that does not exist included).
     """
     root = cache_root(cache_dir)
     spec = str(spec)
     try:
         path = expand(spec, "model")
+        resolved(path, "model")  # a symlink loop on it: named, rather than "not an existing directory"
         exists = path.exists()
     except OSError as e:
         raise CheckpointError(f"model {spec[:80]!r}{'...' if len(spec) > 80 else ''}: {e.strerror or e}; "
@@ -73,7 +78,7 @@ def resolve(spec, cache_dir=None, progress=None, note=None):
     except ValueError as e:
         raise CheckpointError(str(e)) from None
     if exists:
-        if path.is_dir() and (path / "config.json").is_file():
+        if path.is_dir() and os.path.lexists(path / "config.json"):  # read_source names a config.json not a file
             return cache.from_local(path, root, progress, note)
         return path  # a converted directory; load_model reports anything wrong with it
     if spec.startswith("random:"):
@@ -101,8 +106,9 @@ def load(spec=None, role="target", cache_dir=None, kernel=None, threads=1, progr
     that no BLAS thread spins on the cores the other model's workers need: npspec.kernels.blas). Which kernel the
     draft uses never changes the output: every q gives exactly the target's law, and greedy output is the
     target's argmax sequence (notes/derivation.md).
-    kernel: a name of npspec.kernels.registry, overriding the role's (no probe: then `threads` as given). threads: the
-    threads asked for (a kernel's own workers, or BLAS's).
+    kernel: None (the role's, measured), or a name of npspec.kernels.registry, overriding the role's (no probe: then
+    `threads` as given; one that reads int8 codes, "dequant-panels", only for a model quantized with an int scheme).
+    threads: the threads asked for (a kernel's own workers, or BLAS's).
     probe: how the choice uses its cache, one of choice.MODES ("cached": measured once per machine, kept in
     the cache directory's choices.json; "refresh": measured again and kept; "bypass": measured, nothing kept;
     "off": the role's first candidate, unmeasured).
@@ -115,12 +121,17 @@ def load(spec=None, role="target", cache_dir=None, kernel=None, threads=1, progr
     work (a conversion into the cache, a wait for another process, a format-1 file rewritten); the
     commands print it on stderr.
     Returns a Model. Raises CheckpointError with the fix (a bad quantization scheme included),
-    ValueError for another role, kernel or thread count.
+    ValueError for another role, kernel or thread count (errors.NoCodes: a kernel reading int8 codes for float weights).
     """
     if role not in ROLES:
         raise ValueError(f"role must be 'target' or 'draft', got {role!r}")
-    model = _load(spec, role, cache_dir, kernel or STATIC_DEFAULT, threads, progress, target, note)
+    if kernel is not None and (not isinstance(kernel, str) or kernel not in REGISTRY):
+        raise ValueError(f"kernel must be None (the {role}'s fastest, measured) or one of {', '.join(REGISTRY)}, "
+                         f"got {kernel!r:.60}")
+    model = _load(spec, role, cache_dir, STATIC_DEFAULT if kernel is None else kernel, threads, progress, target, note)
     if kernel is not None:
+        if registry_kernel(kernel).reads_codes and not holds_codes(model.params):
+            raise NoCodes(kernel, role, model.source)
         return model
     return role_model(model, role, threads, cache_dir, probe, note)
 
@@ -178,29 +189,42 @@ def split_quantized(spec):
 
 
 def _load(spec, role, cache_dir, kernel, threads, progress, target, note):
-    quantized = None if spec is None else split_quantized(spec)
-    if quantized is not None:
-        scheme, inner = quantized
-        if inner == "self" and role == "target":
-            raise CheckpointError(f"model {spec!r}: `self` stands for the target, so it belongs in the draft's SPEC "
+    layers = []  # (SPEC, scheme) of each SCHEME: prefix, outermost first: peeled in a loop, so any number nest
+    while spec is not None and (quantized := split_quantized(spec)) is not None:
+        layers.append((spec, quantized[0]))
+        spec = quantized[1]
+    if layers and spec == "self":
+        inner, scheme = layers[-1]
+        if role == "target":
+            raise CheckpointError(f"model {inner!r}: `self` stands for the target, so it belongs in the draft's SPEC "
                                   f"(--draft {scheme.name}:self)")
-        base = _load(target, "target", cache_dir, kernel, threads, progress, None, note) if inner == "self" else \
-            _load(inner, role, cache_dir, kernel, threads, progress, target, note)
+        model = _load(target, "target", cache_dir, kernel, threads, progress, None, note)
+    else:
+        model = _load_base(spec, role, cache_dir, kernel, threads, progress, note)
+    for outer, scheme in reversed(layers):  # the innermost scheme first, as SCHEME:SPEC reads
         try:
-            return quantize_model(base, scheme)
+            model = quantize_model(model, scheme)
         except ValueError as e:
-            raise CheckpointError(f"model {spec!r}: {e}") from None
+            raise CheckpointError(f"model {outer!r}: {e}") from None
+    return model
+
+
+def _load_base(spec, role, cache_dir, kernel, threads, progress, note):
+    """The model a SPEC without a SCHEME: prefix names (None: the shipped `role`; a saved quantized directory too)."""
     if spec is None:
         return load_model(shipped_dir(f"{SHIPPED_PAIR}/{role}"), kernel, threads, progress, note)
     path = resolve(spec, cache_dir, progress, note)
-    root = cache_root(cache_dir)
-    in_cache = root.resolve() in path.resolve().parents
+    try:
+        root, real = resolved(cache_root(cache_dir), "the cache directory ($NPSPEC_CACHE)"), resolved(path, "model")
+    except ValueError as e:
+        raise CheckpointError(str(e)) from None
+    in_cache = root in real.parents
     try:
         if is_quantized(path):
             return load_quantized(path, kernel, threads)
         # a format-1 file is rewritten once as format 2: in the cache, under the entry's own lock
         return load_model(path, kernel, threads, progress, note,
-                          cache.entry_lock(root.resolve(), path.resolve(), note=note) if in_cache else None)
+                          cache.entry_lock(root, real, note=note) if in_cache else None)
     except CheckpointError as e:
         if in_cache:
             raise CheckpointError(f"{e} (the cached conversion {path} is damaged: delete it and run again)") from e
@@ -211,8 +235,15 @@ def random_model(shape, seed=0, tokenizer=None, kernel=STATIC_DEFAULT, threads=1
     """An in-memory Model with the exact shapes of `shape` (a name of names.SHAPES) and GPT-2's random init.
 
     tokenizer: a tokenizers.Tokenizer (default: GPT-2's, shipped in weights/gpt2/).
-    Memory: the weight bytes (gpt2-large: 3.1e9 bytes). Raises KeyError for an unknown shape.
+    Memory: the weight bytes (gpt2-large: 3.1e9 bytes). Raises ValueError, one line naming the shapes, for an
+    unknown shape; errors.NoCodes for a kernel that reads int8 codes (the weights are float32).
     """
+    if not isinstance(shape, str) or shape not in SHAPES:
+        raise ValueError(f"unknown shape {shape!r:.60}; random_model takes one of {', '.join(SHAPES)} "
+                         "(npspec.sources.names.SHAPES)")
+    if registry_kernel(kernel).reads_codes:
+        raise NoCodes(kernel, "model", f"random:{shape}", spec=f"npspec.load('int8-ch:random:{shape}', role, "
+                      f"kernel={kernel!r})")
     config = SHAPES[shape]
     tokenizer = gpt2_tokenizer() if tokenizer is None else tokenizer
     return Model(config, params_tree(init_tensors(config, seed), config), tokenizer, f"random:{shape}", kernel, threads)

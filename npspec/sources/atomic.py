@@ -15,7 +15,9 @@ the kit's vectors, bench results):
   * `exchange(a, b)`: swap two directories in one step (Linux renameat2 RENAME_EXCHANGE), so that a
     reader of `b` always finds a complete directory; where the OS lacks it, two renames.
   * `public_mode(path)`: give a directory made by mkdtemp (mode 0700) the mode the umask gives a new one.
-  * `expand(path, what)`: `~` and `~user` expanded, or a one-line ValueError naming the path.
+  * `kind(path)` and `described(path)`: what a path is (a symlink: where it leads), for checks and messages.
+  * `expand(path, what)`: `~` and `~user` expanded, or a one-line ValueError naming the path;
+    `resolved(path, what)`: its symlinks followed, or a one-line ValueError naming the link that loops.
 Imports filelock and the standard library only.
 """
 
@@ -51,6 +53,26 @@ def kind(path):
         if test(mode):
             return name
     return "special file"
+
+
+def described(path):
+    """What `path` is, for a message: "a regular file", "missing", "a FIFO", "a directory", "a device", ..., and for a
+    symlink where it leads: "a symlink loop", "a dangling symlink (to x)", "a symlink to a device (/dev/zero)"."""
+    what = kind(path)
+    if what == "missing":
+        return what
+    if what != "symlink":
+        return "a regular file" if what == "file" else f"a {what}"
+    to = os.readlink(path)
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as e:
+        return "a symlink loop" if e.errno == errno.ELOOP else f"a dangling symlink (to {to})"
+    for test, name in ((stat.S_ISREG, "regular file"), (stat.S_ISDIR, "directory"), (stat.S_ISFIFO, "FIFO"),
+                       (stat.S_ISCHR, "device"), (stat.S_ISBLK, "device"), (stat.S_ISSOCK, "socket")):
+        if test(mode):
+            return f"a symlink to a {name} ({to})"
+    return f"a symlink to a special file ({to})"
 
 
 def replace_problem(path):
@@ -184,3 +206,35 @@ def expand(path, what):
     except RuntimeError:
         raise ValueError(f"{what} {str(path)!r}: cannot expand {str(path).split('/')[0]} (no such user or "
                          "home directory); give the full path") from None
+
+
+def resolved(path, what):
+    """`path` made absolute with every symlink followed (Path.resolve; `~` is not expanded: see expand), as a Path.
+
+    Raises ValueError, one line naming `what`, the path and the link, when a symlink on it loops (Path.resolve
+    raises RuntimeError "Symlink loop" for it before Python 3.13, and returns a path that cannot be opened after).
+    """
+    try:
+        out = Path(path).resolve()
+    except RuntimeError:
+        out = None
+    except OSError as e:
+        if e.errno != errno.ELOOP:
+            raise
+        out = None
+    link = looping_link(path)
+    if out is None or link is not None:
+        raise ValueError(f"{what} {str(path)!r}: {link or path} is a symlink loop (following its links never "
+                         "ends); fix or remove that link, or give another path")
+    return out
+
+
+def looping_link(path):
+    """The first component of `path` (made absolute) whose links loop (os.stat fails with ELOOP), else None."""
+    path = Path(os.path.abspath(path))
+    for prefix in [*reversed(path.parents), path]:
+        try:
+            os.stat(prefix)
+        except OSError as e:
+            return prefix if e.errno == errno.ELOOP else None
+    return None

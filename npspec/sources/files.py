@@ -42,7 +42,7 @@ import numpy as np
 from safetensors import SafetensorError, safe_open
 from tokenizers import Tokenizer
 
-from .atomic import atomic_write, exchange, kind, locked, public_mode
+from .atomic import atomic_write, described, exchange, kind, locked, public_mode
 from .errors import CheckpointError, capped, oneline
 from ..model.gpt2 import GPT2Config
 from ..kernels.products import block_linears, column_major, fortran_copy
@@ -343,7 +343,10 @@ def config_from_metadata(metadata, where, versions=READABLE_VERSIONS):
     except KeyError as e:
         raise CheckpointError(f"{where}: the model metadata has no {e.args[0]} (an npspec file holds "
                               "format_version, n_vocab, n_ctx, n_embd, n_head, n_layer, layer_norm_epsilon and "
-                              "eos_token_id); reconvert it with npspec convert") from None
+                              "eos_token_id); reconvert it with python -m npspec.cli.convert") from None
+    except RecursionError:  # eos_token_id's brackets nested deeper than Python's JSON parser follows
+        raise CheckpointError(f"{where}: bad model metadata (eos_token_id nests its brackets too deep to parse; it "
+                              "must be an integer or null); reconvert it with python -m npspec.cli.convert") from None
     except (ValueError, TypeError, OverflowError) as e:
         raise CheckpointError(f"{where}: bad model metadata ({oneline(e)}); "
                               "reconvert it with npspec convert") from e
@@ -376,13 +379,48 @@ def read_tensor(fh, data_start, entry, dtype, where):
     return a
 
 
+def open_error(path):
+    """The OSError that opening `path` for reading raises now, or None if it opens (without blocking on a FIFO; closed
+    at once). safetensors and tokenizers report every failure to open a file in their own words: safetensors as
+    FileNotFoundError "No such file or directory" (a file of mode 000 included), tokenizers as a bare Exception."""
+    try:
+        os.close(os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)))
+    except OSError as e:
+        return e
+    return None
+
+
+def unreadable(path, e, fix=""):
+    """The CheckpointError for the file `path` that could not be read (`e`: an OSError or MemoryError): "could not be
+    read" with the OS's reason (open_error, for safetensors' FileNotFoundError), then `fix`; a permission denied has its
+    own fix instead."""
+    why = (open_error(path) or e) if isinstance(e, FileNotFoundError) else e
+    if isinstance(why, PermissionError):
+        return CheckpointError(f"{path} could not be read (permission denied); give the user running npspec read "
+                               "permission on it (chmod a+r)")
+    return CheckpointError(f"{path} could not be read ({type(why).__name__}: {oneline(why)})" + (f"; {fix}" if fix
+                                                                                                  else ""))
+
+
+def read_tokenizer(tok, fix):
+    """The tokenizers.Tokenizer in the file `tok`. Raises CheckpointError, one line: a file that cannot be opened names
+    the OS's reason (unreadable: e.g. permission denied), anything else is not a tokenizers file (ending with `fix`)."""
+    try:
+        return Tokenizer.from_file(str(tok))
+    except Exception as e:  # tokenizers raises a bare Exception for a file it cannot open or parse
+        if (why := open_error(tok)) is not None:
+            raise unreadable(tok, why) from e
+        raise CheckpointError(f"{tok} is not a valid tokenizers file ({oneline(e)}); {fix}") from e
+
+
 @contextlib.contextmanager
 def reading(path, fix=""):
     """Turn whatever safetensors, numpy or the OS raise while reading `path` into one CheckpointError line.
 
     An unreadable file (safetensors' SafetensorError, a panic of its Rust core, which pyo3 raises
     as a BaseException, or a malformed value) says "is not a readable safetensors file"; an OS
-    failure (permissions, a vanished file, no memory) says "could not be read". `fix`, when
+    failure (a vanished file, no memory) says "could not be read", with the OS's reason (unreadable: not
+    safetensors' "No such file" for every failure), and a permission denied says so with its own fix. `fix`, when
     given, is appended after "; ". CheckpointError and other BaseExceptions pass through.
     """
     tail = f"; {fix}" if fix else ""
@@ -391,7 +429,7 @@ def reading(path, fix=""):
     except CheckpointError:
         raise
     except (OSError, MemoryError) as e:
-        raise CheckpointError(f"{path} could not be read ({type(e).__name__}: {oneline(e)}){tail}") from e
+        raise unreadable(path, e, fix) from e
     except (SafetensorError, ValueError, TypeError, KeyError, OverflowError) as e:
         raise CheckpointError(f"{path} is not a readable safetensors file ({oneline(e)}){tail}") from e
     except BaseException as e:
@@ -509,8 +547,8 @@ def load_model(path, kernel=STATIC_DEFAULT, threads=1, progress=None, note=None,
     if not path.is_dir():
         raise CheckpointError(f"{path} is a file; give the directory that holds {WEIGHTS_FILE} and {TOKENIZER_FILE}")
     for f in (weights, tok):
-        if (what := kind(f)) not in ("missing", "file") and not f.is_file():
-            raise CheckpointError(f"{f} is a {what}, not a regular file; put the model's {f.name} there")
+        if kind(f) not in ("missing", "file") and not f.is_file():
+            raise CheckpointError(f"{f} is {described(f)}, not a regular file; put the model's {f.name} there")
         if not f.is_file():
             raise CheckpointError(f"{path} has no {f.name}; is it an npspec-converted model? "
                                   "Convert a Hugging Face checkpoint with: npspec convert SRC OUT_DIR")
@@ -519,10 +557,7 @@ def load_model(path, kernel=STATIC_DEFAULT, threads=1, progress=None, note=None,
         metadata, config, tensors, problems = read_weights(weights, progress)
     if problems:
         raise CheckpointError(f"{weights}: " + capped(problems) + f"; {fix}")
-    try:
-        tokenizer = Tokenizer.from_file(str(tok))
-    except Exception as e:  # tokenizers raises a bare Exception for malformed JSON
-        raise CheckpointError(f"{tok} is not a valid tokenizers file ({oneline(e)}); {fix}") from e
+    tokenizer = read_tokenizer(tok, fix)
     if tokenizer.get_vocab_size() > config.n_vocab:
         raise CheckpointError(f"{tok} has {tokenizer.get_vocab_size()} ids but the model's n_vocab is {config.n_vocab}: "
                               "it is not this model's tokenizer; put the model's own tokenizer.json there")

@@ -8,7 +8,7 @@ The command line is `npspec convert SRC OUT_DIR` (npspec/convert.py). SRC is a d
 head is tied). Every problem is reported at once. Pickle files (`pytorch_model.bin`) are
 never loaded. Writes are atomic (see files.save_converted). Every check of a Hugging Face
 checkpoint lives here (`read_source` for the config and tokenizer, `convert_tensors` for the
-tensors). Imports npspec.sources.errors, npspec.sources.files, npspec.model.gpt2, npspec.sources.progress and npspec.model.tensors,
+tensors). Imports npspec.sources.atomic (paths), npspec.sources.errors, npspec.sources.files, npspec.model.gpt2, npspec.sources.progress and npspec.model.tensors,
 safetensors and tokenizers.
 """
 
@@ -24,8 +24,9 @@ from safetensors import safe_open
 from safetensors.numpy import save_file
 from tokenizers import Tokenizer
 
+from .atomic import described, kind, resolved
 from .errors import CheckpointError, capped, oneline
-from .files import out_dir_problem, read_header, read_tensor, reading, save_converted, write_dir
+from .files import out_dir_problem, read_header, read_tensor, reading, save_converted, unreadable, write_dir
 from ..model.gpt2 import GPT2Config
 from .progress import bar
 from ..model.tensors import layer_count_problem, tensor_shapes
@@ -208,23 +209,33 @@ def read_source(src, tokenizer_json=None):
     whose header must hold about the tensors the config asks for (checked before anything is
     built from the config: see files.layer_count_problem). The tokenizer is `src/tokenizer.json`,
     else the text `tokenizer_json` (npspec.sources.cache.fallback_tokenizer_json: GPT-2's); it must
-    parse and fit the vocabulary. Raises CheckpointError naming the problem and the fix.
+    parse and fit the vocabulary. Raises CheckpointError naming the problem and the fix (a config.json,
+    model.safetensors or tokenizer.json that is there but not a regular file is named as what it is).
     """
     src = Path(src)
     if not src.is_dir():
         raise CheckpointError(f"source {src} is not a directory; give a Hugging Face checkpoint directory")
     cfg_path = src / "config.json"
     if not cfg_path.is_file():
-        raise CheckpointError(f"{src} has no config.json; is it a Hugging Face GPT-2 checkpoint?")
+        if kind(cfg_path) == "missing":
+            raise CheckpointError(f"{src} has no config.json; is it a Hugging Face GPT-2 checkpoint?")
+        raise CheckpointError(f"{cfg_path} is {described(cfg_path)}, not a regular file; put the checkpoint's own "
+                              "config.json there")
     try:
         cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise CheckpointError(f"{cfg_path} is not valid JSON ({oneline(e)})") from e
+    except RecursionError:  # Python's parser recurses once per bracket
+        raise CheckpointError(f"{cfg_path} nests brackets deeper than the JSON parser can follow, so it is not a "
+                              "GPT-2 config; put the checkpoint's own config.json there") from None
     except OSError as e:
-        raise CheckpointError(f"cannot read {cfg_path} ({oneline(e)})") from e
+        raise unreadable(cfg_path, e) from e
     config = config_from_hf(cfg, cfg_path)
     weights = src / "model.safetensors"
     if not weights.is_file():
+        if kind(weights) != "missing":
+            raise CheckpointError(f"{weights} is {described(weights)}, not a regular file; put the checkpoint's "
+                                  "model.safetensors there")
         raise no_weights_error(src)
     with reading(weights), safe_open(str(weights), framework="numpy") as f:  # the header only: cheap
         names = list(f.keys())
@@ -239,7 +250,9 @@ def read_source(src, tokenizer_json=None):
             raise CheckpointError(f"{tok_path} is not UTF-8 text ({e.reason} at byte {e.start:,}), so not a "
                                   f"tokenizers file; {fix}") from None
         except OSError as e:
-            raise CheckpointError(f"cannot read {tok_path} ({oneline(e)})") from e
+            raise unreadable(tok_path, e) from e
+    elif kind(tok_path) != "missing":  # never replaced by GPT-2's as if it were absent
+        raise CheckpointError(f"{tok_path} is {described(tok_path)}, not a regular file; {fix}")
     elif tokenizer_json is None:
         raise CheckpointError(f"{src} has no tokenizer.json; add the model's tokenizer.json to it")
     else:
@@ -263,8 +276,12 @@ def _save(src, save, progress=None):
 
 
 def overlap_problem(src, out_dir):
-    """A one-line message if OUT_DIR is SRC, inside it, or holds it (converting would mix or delete them), else None."""
-    s, o = Path(src).resolve(), Path(out_dir).resolve()
+    """A one-line message if OUT_DIR is SRC, inside it, or holds it (converting would mix or delete them), or if a
+    symlink on either loops, else None."""
+    try:
+        s, o = resolved(src, "source"), resolved(out_dir, "OUT_DIR")
+    except ValueError as e:  # a symlink loop
+        return str(e)
     if o == s or s in o.parents:
         return (f"OUT_DIR {out_dir} is the source checkpoint {src} or inside it; npspec's files would replace or "
                 "mix with the checkpoint's: choose an OUT_DIR outside the source")

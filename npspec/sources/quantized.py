@@ -32,12 +32,11 @@ from pathlib import Path
 import numpy as np
 from safetensors import safe_open
 from safetensors.numpy import save_file
-from tokenizers import Tokenizer
 
 from . import files
 from .atomic import atomic_write
 from .errors import CheckpointError, oneline
-from .files import TOKENIZER_FILE, WEIGHTS_FILE, config_from_metadata, read_header, reading
+from .files import TOKENIZER_FILE, WEIGHTS_FILE, config_from_metadata, read_header, read_tokenizer, reading
 from ..model.gpt2 import attention_masked, gpt2
 from ..kernels.products import gemm
 from ..model.model import Model
@@ -213,10 +212,7 @@ def load_quantized(path, kernel=STATIC_DEFAULT, threads=1):
             except ValueError as e:
                 raise CheckpointError(f"{weights} names a quantization this npspec cannot load ({oneline(e)})") from e
             tensors, quantized = read_quantized(f, config, scheme, weights)
-    try:
-        tokenizer = Tokenizer.from_file(str(tok))
-    except Exception as e:  # tokenizers raises a bare Exception for a missing or malformed file
-        raise CheckpointError(f"{tok} is not a valid tokenizers file ({oneline(e)}); {FIX}") from e
+    tokenizer = read_tokenizer(tok, FIX)
     return quantized_model(config, tensors, quantized, scheme, tokenizer, path, kernel, threads, metadata)
 
 

@@ -4,7 +4,7 @@ A *block rule* `block_rule(p_rows, q_rows, d) -> [(probability, n, row), ...]`: 
 and the target's p_rows `[k + 1]` (row i after d_1..d_i), the law of the number n kept and of the row the last token
 is drawn from. token_block_rule is Leviathan et al. 2023's, block_verification_rule Sun et al. 2025's Algorithm 2
 (notes/derivation.md, claim 10), function_rule a verifier function's; the rest mirrors npspec.testing.oracle.
-Imports numpy, npspec.decode, npspec.decode.rules and npspec.testing.oracle.
+Imports numpy, npspec.decode, npspec.decode.rules, npspec.testing.oracle and npspec.testing.probes (integer).
 """
 
 import itertools
@@ -18,6 +18,7 @@ from ..decode import accept, next_gamma, round_gamma
 from .oracle import (Round, RuleReport, SpeculativePath, _continued, _differ, _first_gamma, _is_exact, _nonzero,
                      _start, _stopped,
                      constant_table, random_table, sequence_distribution, small_cases, table_drafter)
+from .probes import integer
 
 ONE_BELOW = float(np.nextafter(1.0, 0.0))  # the largest double below 1, as npspec.testing.probes.ONE_BELOW
 
@@ -267,24 +268,33 @@ BLOCK_PROBES = [
 ]
 
 
+def _decision(got):
+    """The (n, token) a verifier returned, as ints, or a line naming what is not an integer (never truncated)."""
+    pair = tuple(integer(v) for v in got[:2])
+    return pair if None not in pair else f"returned (n, token) = {tuple(got[:2])!r}: not integers (a count and an " \
+        "id are ints; never truncated to fit)"
+
+
 def block_probes(verify):
     """Run a verifier function (block_accept's signature) on BLOCK_PROBES and on one-hot rows (where it must
-    decide as npspec.decode.rules.accept). Returns [(probe, what was wrong)]. A `verify` that never returns hangs the
-    check."""
+    decide as npspec.decode.rules.accept). Returns [(probe, what was wrong)]; an n or token that is not an integer is wrong
+    wherever it appears. A `verify` that never returns hangs the check."""
     findings = []
     for name, d, p, q, u, allowed, why in BLOCK_PROBES:
-        got = verify(np.array(d), np.array(p, dtype=np.float64), np.array(q, dtype=np.float64), np.array(u), 0.5)
-        if (int(got[0]), int(got[1])) not in allowed:
-            findings.append((name, f"{why}; got (n, token) = ({int(got[0])}, {int(got[1])})"))
+        got = _decision(verify(np.array(d), np.array(p, dtype=np.float64), np.array(q, dtype=np.float64),
+                               np.array(u), 0.5))
+        if isinstance(got, str) or got not in allowed:
+            findings.append((name, got if isinstance(got, str) else f"{why}; got (n, token) = {got}"))
     eye = np.eye(3)
     for d in itertools.product(range(3), repeat=2):
         for best in itertools.product(range(3), repeat=3):
             p, q = eye[list(best)], eye[list(d)]
             for u in (0.0, 0.5, ONE_BELOW):
                 us = np.full(2, u)
-                want, got = accept(np.array(d), p, q, us, u), verify(np.array(d), p, q, us, u)
-                if (int(got[0]), int(got[1])) != want:
+                want, got = accept(np.array(d), p, q, us, u), _decision(verify(np.array(d), p, q, us, u))
+                if got != want:
                     return findings + [("greedy", f"one-hot rows, drafts {d}, target argmax {best}, u = {u}: "
-                                                  f"got {tuple(map(int, got))}, the token rule {want}")]
+                                                  + (got if isinstance(got, str) else f"got {got}")
+                                                  + f", the token rule {want}")]
     return findings
 

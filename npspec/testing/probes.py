@@ -6,6 +6,7 @@ chi-square tests at a stated false-alarm rate. Imports numpy, npspec.decode and 
 """
 
 import math
+import operator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -50,6 +51,17 @@ class Finding:
 
     def __str__(self):
         return f"[{self.probe}] {self.problem}"
+
+
+def integer(x):
+    """x as an int when it is an integer (a Python int, a NumPy or torch integer: operator.index), else None (3.5, 3.0,
+    "3" and a bool are not: int() would truncate or convert them, and a returned count or id must be exact)."""
+    if isinstance(x, (bool, np.bool_)):
+        return None
+    try:
+        return operator.index(x)
+    except TypeError:
+        return None
 
 
 @dataclass

@@ -4,7 +4,7 @@ The round is `round_fn(draft_logits, target_logits, u, warping) -> (drafts, acce
 n_vocab]` float64, row i after i drafts (whatever they were); u `[2 gamma + 1]` uniforms (u[i] draws draft i,
 u[gamma + i] tests it, u[2 gamma] draws the correction or bonus: Leviathan et al. 2023, Algorithm 1); warping
 `{temperature, top_k, top_p}` for both rows. It returns all gamma drafts, the number kept and the correction or
-bonus id. npspec/testing/VECTORS.md, "Conventions", spells out the rules and the layout.
+bonus id, each an integer (2.0 or 2.5 is a finding, never truncated). npspec/testing/VECTORS.md, "Conventions", spells out the rules and the layout.
 Imports numpy, npspec.decode, npspec.testing.probes and npspec.testing.usage.
 """
 
@@ -14,7 +14,7 @@ import numpy as np
 
 from ..decode.sampling import residual, sample, warp
 from ..decode import accept
-from .probes import Finding, chi_square
+from .probes import Finding, chi_square, integer
 from .usage import KitUsageError, need_alpha, need_callable, need_int, need_real, need_samples
 
 GPT2_VOCAB = 50257
@@ -147,10 +147,14 @@ def _outcome(out, gamma, n_vocab):
     """(drafts tuple, accepted, token) from what round_fn returned, or a string saying what is wrong with it."""
     try:
         drafts, accepted, token = out
-        drafts = tuple(int(d) for d in drafts)
-        accepted, token = int(accepted), int(token)
+        drafts = tuple(drafts)
     except (TypeError, ValueError):
         return f"returned {out!r}, not (drafts, accepted, token)"
+    values = [*((f"drafts[{i}]", d) for i, d in enumerate(drafts)), ("accepted", accepted), ("token", token)]
+    if wrong := [f"{name} = {value!r}" for name, value in values if integer(value) is None]:
+        return (f"returned {', '.join(wrong[:4])}{' ...' if len(wrong) > 4 else ''}: not integers (the drafts and the "
+                "token are ids, accepted a count: ints, never truncated to fit)")
+    drafts, accepted, token = tuple(integer(d) for d in drafts), integer(accepted), integer(token)
     if len(drafts) != gamma or not all(0 <= d < n_vocab for d in drafts):
         return f"returned drafts {list(drafts)[:8]}: expected {gamma} ids in [0, {n_vocab})"
     if not 0 <= accepted <= gamma or not 0 <= token < n_vocab:
