@@ -15,7 +15,7 @@ from fractions import Fraction as F
 import pytest
 
 from npspec import testing as kit
-from npspec.rules import block_accept
+from npspec.decode.rules import block_accept
 from npspec.testing.usage import MAX_OUTCOMES, MAX_UNIFORMS_PER_CALL, KitUsageError
 
 PROPOSE, ACCEPT = kit.npspec_sampler()
