@@ -147,7 +147,8 @@ def test_a_rerun_decodes_as_the_first_run_did(extra):
     acceptances and per-round drafts, with a steered draft too (its decisions drawn anew from the seed)."""
     args = generate.build_parser().parse_args(["--gamma", "3", "--max-new-tokens", "24", "--quiet", "--seed", "4",
                                                "--kernel-probe", "off", "--compare", *extra, "ROMEO:"])
-    job, again, *_ = generate.prepared(args, io.StringIO(), None)
+    prep = generate.prepared(args, io.StringIO(), None)
+    job, again = prep.job, prep.again
     runs = [decode(job, trace=True), decode(again(), trace=True), decode(again(), trace=True)]
     assert runs[0].stats.rounds > 1 and runs[0].stats.rejected > 0  # rounds that reject: the draws matter
 
@@ -166,7 +167,8 @@ def test_compare_repeated_runs_each_speculative_decoding_after_the_targets_own_k
     follows a decoding on the target's own kernel."""
     args = generate.build_parser().parse_args(["--gamma", "3", "--max-new-tokens", "4", "--quiet", "--kernel-probe",
                                                "off", "--compare", "--compare-repeats", "3", "ROMEO:"])
-    job, again, *_ = generate.prepared(args, io.StringIO(), None)
+    prep = generate.prepared(args, io.StringIO(), None)
+    job, again = prep.job, prep.again
     order = []
 
     def fake_decode(job, on_emit=None, trace=False):
@@ -188,7 +190,8 @@ def test_ctrl_c_in_compare_repeated_keeps_the_turns_that_finished(monkeypatch, t
     turn is stopped (turn None)."""
     args = generate.build_parser().parse_args(["--gamma", "3", "--max-new-tokens", "4", "--quiet", "--kernel-probe",
                                                "off", "--compare", "--compare-repeats", "3", "ROMEO:"])
-    job, again, *_ = generate.prepared(args, io.StringIO(), None)
+    prep = generate.prepared(args, io.StringIO(), None)
+    job, again = prep.job, prep.again
     count = len(harness.plain_models(job, 1))  # plain decodings a turn
     size = count if turn == 0 else count + 1
     start = 0 if turn in (0, None) else count + (turn - 1) * (count + 1)

@@ -20,7 +20,8 @@ from npspec.sources import choices as choice
 from npspec.sources.atomic import locked
 from npspec.decode import Options, SamplingParams, prepare
 from npspec.decode.drafters import ModelDrafter, TreeDrafter
-from npspec.cli.generate import main, verify_rows
+from npspec.cli.generate import main
+from npspec.cli.kernel_choice import verify_rows
 from npspec.cli.harness import plain_label
 from npspec.kernels.registry import REGISTRY
 from npspec.sources import load

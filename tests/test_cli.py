@@ -13,7 +13,8 @@ import os
 
 import pytest
 
-from npspec.cli.generate import cpu_count, prompt_byte_limit, read_prompt, summary, thread_count
+from npspec.cli.inputs import cpu_count, prompt_byte_limit, read_prompt, thread_count
+from npspec.cli.report import summary
 from npspec.kernels.registry import REGISTRY, names
 
 from conftest import installed

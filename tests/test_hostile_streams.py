@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from npspec.cli import main as cli, generate, harness
+from npspec.cli import main as cli, generate, harness, inputs
 from npspec.decode import Options, SamplingParams, prepare
 from npspec.decode.drafters import ModelDrafter
 from npspec.kernels.products import THREADS_PER_CPU, check_threads
@@ -74,7 +74,7 @@ def test_thread_counts_are_bounded_by_the_cpus():
     with pytest.raises(ValueError, match=r"at most 128 \(64 per CPU; this process may use 2\), got 129"):
         check_threads(129, cpus=2)
     with pytest.raises(ValueError, match="--threads: the thread count must be at most"):
-        generate.thread_count(10 ** 9, environ={}, cpus=2)  # used to allocate 3.8 GB of locks
+        inputs.thread_count(10 ** 9, environ={}, cpus=2)  # used to allocate 3.8 GB of locks
 
 
 def test_load_with_10_to_the_12_threads_answers_at_once(tmp_path):
@@ -85,7 +85,7 @@ def test_load_with_10_to_the_12_threads_answers_at_once(tmp_path):
 @pytest.mark.parametrize("value", ["²", "٣", "1e3", "-2", " "])
 def test_npspec_num_threads_that_is_not_ascii_digits_names_the_variable(value):
     with pytest.raises(ValueError, match="NPSPEC_NUM_THREADS=.* is not a positive integer"):
-        generate.thread_count(None, environ={"NPSPEC_NUM_THREADS": value}, cpus=2)  # "²" used to reach int()
+        inputs.thread_count(None, environ={"NPSPEC_NUM_THREADS": value}, cpus=2)  # "²" used to reach int()
 
 
 # --- paths the OS refuses ------------------------------------------------------------------------------

@@ -75,6 +75,21 @@ def parse(parser, argv, err, name):
         return None, 1
 
 
+def streams(out, err):  # -> (out, err)
+    """A command's streams: `out`, else sys.stdout; `err`, else sys.stderr, through error_stream (read when called)."""
+    return (sys.stdout if out is None else out), error_stream(sys.stderr if err is None else err)
+
+
+def parsed(build, argv, err, name):  # -> (args, None) or (None, status)
+    """parse(build(), argv, err, name), or (None, 130) after one line `{name}: interrupted` on `err` when Ctrl-C
+    stops the building or the parsing. build() returns the command's parser."""
+    try:
+        return parse(build(), argv, err, name)
+    except KeyboardInterrupt:
+        print(f"{name}: interrupted", file=err)
+        return None, 130
+
+
 class Terminated(KeyboardInterrupt):
     """SIGTERM, raised where the signal arrives as an interruption, so that the same cleanup runs as for Ctrl-C."""
 

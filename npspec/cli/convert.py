@@ -12,7 +12,7 @@ the command line only (argparse -> convert -> one line on stderr; progress bars 
 import os
 import sys
 
-from .console import Parser, Terminated, error_stream, parse, terminate_as_interrupt
+from .console import Parser, Terminated, parsed, streams, terminate_as_interrupt
 from ..sources.errors import CheckpointError, oneline
 from ..sources.huggingface import convert
 from ..sources.progress import show_progress, terminal_bars
@@ -36,13 +36,8 @@ def main(argv=None, prog="npspec convert", out=None, err=None):
     """Run the command (argv: its arguments; default sys.argv[1:]); prog: the name usage shows; out, err: its streams
     (default sys.stdout and sys.stderr; a closed stderr drops messages). Returns the exit status."""
     started()  # Python's Ctrl-C handler back (npspec.cli.console: the imports had their own)
-    out = sys.stdout if out is None else out
-    err = error_stream(sys.stderr if err is None else err)
-    try:
-        args, status = parse(build_parser(prog, out, err), argv, err, "npspec.convert")
-    except KeyboardInterrupt:
-        print("npspec.convert: interrupted", file=err)
-        return 130
+    out, err = streams(out, err)
+    args, status = parsed(lambda: build_parser(prog, out, err), argv, err, "npspec.convert")
     if args is None:
         return status
     progress = terminal_bars if show_progress(args.quiet, err, os.environ) else None

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from .. import __version__
 from . import convert, generate
-from .console import Parser, error_stream, parse
+from .console import Parser, parse, streams
 from .startup import started
 
 SOURCE_ROOT = Path(__file__).resolve().parents[2]  # the source tree, when npspec runs from one
@@ -65,8 +65,7 @@ def bench(argv, root=SOURCE_ROOT, extra_installed=None, out=None, err=None):
     exit status (the benchmark's own, or 1 with a one-line message if `root` has no bench/, the extra is
     missing or stdout cannot take --help, or 2 for an unknown NAME).
     """
-    out = sys.stdout if out is None else out
-    err = error_stream(sys.stderr if err is None else err)
+    out, err = streams(out, err)
     if not (Path(root) / "bench").is_dir():
         print(f"npspec bench: error: the benchmarks live in npspec's source tree, and npspec was imported from "
               f"{Path(root) / 'npspec'}; clone the repository and run pip install -e '.[bench]' there", file=err)
@@ -120,8 +119,7 @@ def main(argv=None, out=None, err=None):
     """
     started()  # Python's Ctrl-C handler back (npspec.cli.console: the imports had their own)
     argv = sys.argv[1:] if argv is None else list(argv)
-    out = sys.stdout if out is None else out
-    err = error_stream(sys.stderr if err is None else err)
+    out, err = streams(out, err)
     try:
         if not argv or argv[0] not in COMMANDS:  # --help, --version, or a usage error
             _, status = parse(build_parser(out, err), argv[:1], err, "npspec")

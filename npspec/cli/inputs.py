@@ -1,0 +1,90 @@
+"""What generate reads besides its options: the prompt (the argument, or stdin for `-`) and the thread count
+(--threads, NPSPEC_NUM_THREADS, the CPUs this process may use).
+
+Raises ValueError naming the setting and its fix. Imports npspec.kernels.products (the threads' bound) and
+options' DEFAULT_PROMPT.
+"""
+
+import os
+import re
+import sys
+
+from ..kernels.products import check_threads
+from .options import DEFAULT_PROMPT
+
+
+def prompt_byte_limit(tokenizer, n_ctx):
+    """A number of bytes past which a prompt cannot fit in `n_ctx` tokens: 4 * n_ctx * the longest token's length.
+
+    A token stands for at most that many characters and a character is at most 4 UTF-8 bytes, so a longer
+    text has more than n_ctx tokens; it is refused without being read or tokenized in full.
+    """
+    return 4 * n_ctx * max(map(len, tokenizer.get_vocab()))
+
+
+def read_prompt(arg, limit, stdin=None):
+    """The prompt text: the argument, or stdin verbatim for `-` (a trailing newline is kept).
+
+    Raises ValueError for a prompt of more than `limit` bytes (prompt_byte_limit; stdin is read no further) or
+    stdin that is not UTF-8.
+    """
+    if arg is None:
+        return DEFAULT_PROMPT
+    if arg == "-":
+        stream = stdin if stdin is not None else getattr(sys.stdin, "buffer", None)
+        if stream is None:
+            raise ValueError("the prompt is - (read stdin), but stdin is closed; pipe the prompt in, or give it "
+                             "as an argument")
+        try:
+            data = stream.read(limit + 1)
+        except OSError as e:
+            raise ValueError(f"cannot read the prompt from stdin ({e.strerror or e}); pipe the prompt in, or give "
+                             "it as an argument") from None
+        source = "the prompt on stdin"
+    else:
+        data, source = arg.encode("utf-8", "surrogateescape"), "the prompt"
+    if len(data) > limit:
+        raise ValueError(f"{source} is over {limit:,} bytes, more than the context can hold "
+                         "(the prompt has more tokens than the context); shorten it")
+    if arg != "-":
+        return arg
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"the prompt on stdin is not valid UTF-8 ({e.reason} at byte {e.start}); "
+                         "pass UTF-8 text") from None
+
+
+def cpu_count():
+    """The CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def thread_count(arg, environ=os.environ, cpus=None, note=None):
+    """--threads, else NPSPEC_NUM_THREADS capped at `cpus` (default cpu_count()), else cpus.
+
+    An explicit --threads is used as given, up to kernels.check_threads' bound (an error past it). A variable above the CPU count is capped, and note(message) (if given)
+    says so. Raises ValueError naming the bad setting.
+    """
+    cpus = cpu_count() if cpus is None else cpus
+    if arg is not None:
+        if arg < 1:
+            raise ValueError(f"--threads must be >= 1, got {arg}")
+        try:
+            return check_threads(arg, cpus)  # the one bound, per CPU
+        except ValueError as e:
+            raise ValueError(f"--threads: {e}") from None
+    env = environ.get("NPSPEC_NUM_THREADS", "")
+    if not env:
+        return cpus
+    if not re.fullmatch(r"\s*[0-9]+\s*", env) or int(env) < 1:  # ASCII digits: "²".isdigit() is True
+        raise ValueError(f"NPSPEC_NUM_THREADS={env!r} is not a positive integer; set it to a thread count such "
+                         "as 2, or unset it")
+    if int(env) > cpus:
+        if note is not None:
+            note(f"NPSPEC_NUM_THREADS={env.strip()} is more than the {cpus} CPUs this process may use; using {cpus}")
+        return cpus
+    return int(env)
