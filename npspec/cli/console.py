@@ -1,19 +1,10 @@
-"""The commands' streams: where their bytes go, and what happens when a stream is closed or full.
+"""The commands' streams. Every command takes `out` and `err` in its `main(argv, out=None, err=None)` and passes them
+down; nothing replaces sys.stdout or sys.stderr.
 
-Every command (`npspec`, `python -m npspec.generate`, `npspec convert`, `python -m
-npspec.testing`) takes its streams from its `main(argv, out=None, err=None)` and passes them down;
-nothing replaces `sys.stdout` or `sys.stderr`.
-  * `error_stream(err)`: stderr, or os.devnull when it is closed (`2>&-`), so that an error, a note or
-    argparse's usage is dropped rather than printed to stdout (print(file=None) writes to stdout).
-  * `Parser`: argparse's parser writing help and version to the command's `out` and a usage error to its
-    `err` as one line (the usage itself is in --help), and letting a failed write raise (argparse itself drops
-    the OSError, so `--help > /dev/full` used to exit 0).
-  * `parse(parser, argv, err, name)`: (args, None), or (None, the exit status) for --help and --version (0,
-    or 1 with one line on `err` if stdout could not take them) and usage errors (2).
-  * `terminate_as_interrupt()`: SIGTERM raised as a KeyboardInterrupt (Terminated) while a command works,
-    so a conversion killed by SIGTERM deletes its staging directory as Ctrl-C does.
-  * `started()` (npspec.cli.startup): every main first puts back Python's Ctrl-C handler, which npspec's
-    package replaced while the command was importing (a Ctrl-C then prints one line and exits 130).
+A closed stderr becomes os.devnull (error_stream): messages are dropped, never printed to stdout. Parser writes
+help and version to `out`, a usage error to `err` as one line, and lets a failed write raise (argparse drops it).
+parse and parsed give (args, None) or (None, the exit status); streams and parsed open every main alike.
+terminate_as_interrupt raises SIGTERM as Terminated (a KeyboardInterrupt), so cleanup runs as for Ctrl-C.
 Imports the standard library only.
 """
 
@@ -35,8 +26,8 @@ TO_ERR = object()  # Parser's own name for "the command's stderr"
 
 
 class Parser(argparse.ArgumentParser):
-    """An ArgumentParser whose help and version go to `out` and usage errors to `err` (default: sys.stdout and
-    sys.stderr when written), each write flushed, a failed one raising OSError (a closed stdout: OSError too)."""
+    """An ArgumentParser writing help and version to `out`, usage errors to `err` (default: sys.stdout, sys.stderr
+    when written), each write flushed; a failed one (a closed stdout too) raises OSError."""
 
     def __init__(self, *args, out=None, err=None, **kwargs):
         super().__init__(*args, **kwargs)
@@ -64,8 +55,8 @@ class Parser(argparse.ArgumentParser):
 
 
 def parse(parser, argv, err, name):
-    """(args, None) from `parser.parse_args(argv)`, or (None, status): 0 after --help or --version, 2 after a usage
-    error (argparse's message on `err`), 1 when the help could not be written (one line on `err`, naming `name`)."""
+    """(parser.parse_args(argv), None), or (None, status): 0 after --help or --version, 2 after a usage error, 1
+    with one line on `err` naming `name` when stdout cannot take the help."""
     try:
         return parser.parse_args(argv), None
     except SystemExit as e:
@@ -81,8 +72,7 @@ def streams(out, err):  # -> (out, err)
 
 
 def parsed(build, argv, err, name):  # -> (args, None) or (None, status)
-    """parse(build(), argv, err, name), or (None, 130) after one line `{name}: interrupted` on `err` when Ctrl-C
-    stops the building or the parsing. build() returns the command's parser."""
+    """parse(build(), argv, err, name), or (None, 130) with `{name}: interrupted` on `err` after Ctrl-C."""
     try:
         return parse(build(), argv, err, name)
     except KeyboardInterrupt:
@@ -96,8 +86,7 @@ class Terminated(KeyboardInterrupt):
 
 @contextlib.contextmanager
 def terminate_as_interrupt():
-    """While the block runs, SIGTERM raises Terminated (a KeyboardInterrupt) instead of killing the process:
-    a staging directory being written is then deleted as after Ctrl-C. A no-op outside the main thread."""
+    """While the block runs, SIGTERM raises Terminated instead of killing the process (no-op off the main thread)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return

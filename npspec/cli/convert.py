@@ -1,12 +1,10 @@
 """npspec convert SRC OUT_DIR: convert a Hugging Face GPT-2 checkpoint directory into npspec's layout.
 
-SRC holds `config.json` + `model.safetensors` [+ `tokenizer.json`] (as transformers' save_pretrained
-writes it); without tokenizer.json, GPT-2's is used if it fits, as `--target DIR` does (one rule:
-npspec.sources.cache.fallback_tokenizer_json). OUT_DIR must be new or empty, or hold an npspec model
-to replace with --force (swapped in atomically: a reader of OUT_DIR meanwhile sees the old model or the new).
-SIGTERM, like Ctrl-C, stops the conversion and deletes what it had written (exit 143; Ctrl-C 130). The conversion and its checks are npspec.sources.huggingface.convert. This module is
-the command line only (argparse -> convert -> one line on stderr; progress bars on a terminal unless
---quiet, NPSPEC_QUIET or TQDM_DISABLE); only npspec.cli.main imports it.
+The command line only (argparse -> npspec.sources.huggingface.convert, which holds every check and the atomic
+swap of OUT_DIR -> one line on stderr); without tokenizer.json GPT-2's is used if it fits
+(npspec.sources.cache.fallback_tokenizer_json); OUT_DIR must be new or empty, or an npspec model replaced with
+--force. Exit 0, 1 an error, 2 usage, 130 Ctrl-C, 143 SIGTERM (both delete what was written). Only npspec.cli.main
+imports it.
 """
 
 import os
@@ -33,8 +31,8 @@ def build_parser(prog, out=None, err=None):
 
 
 def main(argv=None, prog="npspec convert", out=None, err=None):
-    """Run the command (argv: its arguments; default sys.argv[1:]); prog: the name usage shows; out, err: its streams
-    (default sys.stdout and sys.stderr; a closed stderr drops messages). Returns the exit status."""
+    """Run the command (argv default sys.argv[1:]; prog: the name usage shows; out, err: console.streams).
+    Returns the exit status."""
     started()  # Python's Ctrl-C handler back (npspec.cli.console: the imports had their own)
     out, err = streams(out, err)
     args, status = parsed(lambda: build_parser(prog, out, err), argv, err, "npspec.convert")

@@ -1,8 +1,5 @@
-"""generate's drafter, built from its options: the draft model --draft names (load_draft) and the drafter over it
-or over a word of npspec.decode.drafters.COMMANDS (make_drafter).
-
-Imports npspec.decode.drafters, npspec.kernels.registry (the static default), npspec.sources (load, NoCodes) and
-options' drafting.
+"""generate's drafter from its options: the draft model --draft names (load_draft) and the drafter (make_drafter).
+Imports npspec.decode.drafters, npspec.kernels.registry, npspec.sources and options' drafting.
 """
 
 from ..decode import RULES
@@ -15,9 +12,8 @@ from .options import drafting
 
 
 def load_draft(args, threads, progress=None, note=None):
-    """The draft model --draft names (the shipped draft for the shipped target without --draft), or None when the run
-    drafts without one (not drafting(args), or a word of npspec.decode.drafters.COMMANDS such as `ngram`). It decodes
-    with --draft-kernel, else registry.STATIC_DEFAULT until `probed` gives it the draft's (after every check)."""
+    """The draft model --draft names (the shipped draft for the shipped target), or None when the run drafts
+    without one; with --draft-kernel, else STATIC_DEFAULT until probed chooses. Raises NoCodes, CheckpointError."""
     if not drafting(args) or args.draft in COMMANDS:
         return None
     try:  # load refuses a kernel reading int8 codes for float weights; said here with the CLI's options
@@ -28,9 +24,8 @@ def load_draft(args, threads, progress=None, note=None):
 
 
 def make_drafter(args, target, draft):
-    """The drafter --draft names (None when not drafting(args)): a registered word's (npspec.decode.drafters.COMMANDS,
-    e.g. `ngram`), else ModelDrafter(draft), TreeDrafter with --tree, DynamicTreeDrafter with --tree-budget; `draft`
-    is load_draft's model."""
+    """The drafter --draft names, or None when not drafting(args): a COMMANDS word's, else over `draft`
+    (load_draft's) a ModelDrafter, a tree drafter with --tree, or DynamicTreeDrafter with --tree-budget."""
     if not drafting(args):
         return None
     if args.draft in COMMANDS:

@@ -1,16 +1,12 @@
 """python -m npspec.generate: speculative decoding from the command line.
 
-    python -m npspec.generate                        # the shipped Shakespeare pair
-    python -m npspec.generate "ROMEO:" --temperature 0 --max-new-tokens 64
     printf 'JULIET:' | python -m npspec.generate - --json   # stdin is used verbatim
-    python -m npspec.generate --draft ngram --gamma-schedule heuristic "ROMEO:"   # prompt lookup
 
-The run: options checked (options) -> the pair loaded, the drafter built (drafts), the prompt read (inputs) and
-checked (npspec.decode.prepare) -> each role's kernel (kernel_choice) -> decode, streaming text to stdout ->
-report (the summary on stderr, never stdout). Nothing is written and no kernel measured before every check
-passed; main maps errors to one line and an exit status. Ctrl-C prints what was generated and exits 130.
-Environment: NO_COLOR (accepted drafts are green on a terminal), NPSPEC_QUIET and TQDM_DISABLE (progress bars),
-NPSPEC_NUM_THREADS (--threads). Imports the cli modules and npspec.decode, npspec.sources.
+run: options checked (options) -> the pair, the drafter (drafts) and the prompt (inputs), checked by
+npspec.decode.prepare -> each role's kernel (kernel_choice) -> decode, text streamed to stdout -> report (on
+stderr). Nothing is written nor measured before every check passed; Ctrl-C prints what was generated, exit 130.
+Reads NO_COLOR, NPSPEC_QUIET, TQDM_DISABLE and NPSPEC_NUM_THREADS. Imports npspec.decode, npspec.sources,
+npspec.kernels.registry and the other cli modules.
 """
 
 import os
@@ -46,31 +42,27 @@ class Interrupted(Exception):
 
 @dataclass(frozen=True)
 class Prepared:
-    """A run ready to decode (prepared's). job: the checked npspec.decode Job with each role's kernel; again(): a
-    Job decoding as job does (rerun, for --compare-repeats); prompt: its text; kernels: kernels_used's dict;
-    progress: the bar factory or None; threads: the threads asked for (thread_count)."""
-    job: object
-    again: object
-    prompt: str
-    kernels: dict
-    progress: object
-    threads: int
+    """A run ready to decode (prepared's)."""
+    job: object  # the checked npspec.decode Job, each role with its kernel (probed), steered by --simulate-acceptance
+    again: object  # () -> a Job decoding as job first did (rerun), for --compare-repeats
+    prompt: str  # the prompt's text
+    kernels: dict  # kernels_used's: each role's kernel, threads and prefill rows
+    progress: object  # the bar factory, or None
+    threads: int  # the threads asked for (thread_count)
 
 
 def rerun(job, args, reference=None):  # -> Job
-    """A Job decoding as `job` (probed's, before --simulate-acceptance steers it) first does: a new drafter of the
-    same draft model (make_drafter: an empty cache), a new random stream seeded with --seed, steered again copying
-    `reference` (npspec.cli.harness.simulated's ids) with --simulate-acceptance. --compare-repeats decodes one per
-    repeat (npspec.cli.harness.compare_repeated); its ids are the first run's."""
+    """A Job decoding as `job` (probed's, before --simulate-acceptance steers it) first did: a new drafter of the same
+    draft model, a new rng seeded with --seed, steered again copying `reference` with --simulate-acceptance."""
     drafter = None if job.drafter is None else make_drafter(args, job.target, draft_model(job.drafter))
     fresh = replace(job, drafter=drafter, rng=np.random.default_rng(args.seed))
     return fresh if reference is None else steered(fresh, reference, args.simulate_acceptance, args.seed)
 
 
 def run(args, out=sys.stdout, err=sys.stderr, stdin=None):
-    """Generate as `args` (build_parser's) say: the text to `out`, the summary and notes to `err`. Returns the
-    Generation. Raises ValueError or CheckpointError, before anything is written to `out`, for anything that can
-    be checked up front; Interrupted after printing what was generated when Ctrl-C stops the generation."""
+    """Generate as `args` (build_parser's) say: the text to `out`, the summary and notes to `err`; returns the
+    Generation. Raises ValueError or CheckpointError before anything is written to `out`; Interrupted after printing
+    what was generated when Ctrl-C stops it."""
     prep = prepared(args, err, stdin)
     target = prep.job.target
     color = out.isatty() and not args.no_color and not os.environ.get("NO_COLOR") and not args.json
@@ -98,12 +90,9 @@ def run(args, out=sys.stdout, err=sys.stderr, stdin=None):
 
 
 def prepared(args, err, stdin):  # -> Prepared
-    """Every check, then the models, the drafter, the prompt, then the kernels: a Prepared.
-
-    The options are checked (options.checked) before any model loads, the pair and the prompt by
-    npspec.decode.prepare once they are known, each once; only then are the default kernels chosen (probed), so
-    that a refused command leaves nothing in the cache. Raises ValueError or CheckpointError.
-    """
+    """A Prepared: the options checked (options.checked) before any model loads, the pair and the prompt by
+    npspec.decode.prepare, and only then each role's kernel chosen (probed), so that a refused command leaves nothing
+    in the cache. Raises ValueError or CheckpointError."""
     options = checked(args)
     threads = thread_count(args.threads, note=lambda message: print(f"npspec.generate: note: {message}", file=err))
     progress = terminal_bars if show_progress(args.quiet, err, os.environ) else None
@@ -131,9 +120,9 @@ def prepared(args, err, stdin):  # -> Prepared
 
 
 def generated(prep, args, out, streamer, color):  # -> (Generation, bool)
-    """Echo the prompt (the first byte written: everything that can be checked was), decode the job streaming its
-    text to `out` through `streamer` (accepted drafts coloured when `color`; with --json, a bar of the tokens on
-    stderr instead); returns (the Generation, whether Ctrl-C stopped it). prep: a Prepared."""
+    """Echo the prompt (the first byte written), then decode prep.job streaming its text to `out` (accepted drafts
+    coloured when `color`; with --json, a bar on stderr instead). Returns (the Generation, whether Ctrl-C stopped
+    it)."""
     def on_emit(new_ids, n_accepted):
         if args.json:  # nothing streams: a bar on stderr shows the tokens instead
             tokens.update(len(new_ids))
@@ -158,9 +147,8 @@ def generated(prep, args, out, streamer, color):  # -> (Generation, bool)
 
 
 def main(argv=None, prog=PROG, out=None, err=None):
-    """Run the command (argv: the arguments; default sys.argv[1:]). Returns the exit status: 0, 1 an error, 2 a
-    command line argparse rejects, 130 interrupted, 141 stdout's reader left. prog: the name usage shows.
-    out, err: the streams (npspec.cli.console.streams: a closed stderr drops messages, never prints to stdout)."""
+    """Run the command (argv default sys.argv[1:]; prog: the name usage shows; out, err: console.streams). Returns
+    the exit status: 0, 1 an error, 2 usage, 130 interrupted, 141 stdout's reader left."""
     started()  # Python's Ctrl-C handler back (npspec.cli.startup: the imports had their own)
     out, err = streams(out, err)
     args, status = parsed(lambda: build_parser(prog, out, err), argv, err, "npspec.generate")

@@ -1,8 +1,5 @@
 """What generate reads besides its options: the prompt (the argument, or stdin for `-`) and the thread count
-(--threads, NPSPEC_NUM_THREADS, the CPUs this process may use).
-
-Raises ValueError naming the setting and its fix. Imports npspec.kernels.products (the threads' bound) and
-options' DEFAULT_PROMPT.
+(--threads, NPSPEC_NUM_THREADS, the CPUs). Imports npspec.kernels.products and options' DEFAULT_PROMPT.
 """
 
 import os
@@ -14,20 +11,14 @@ from .options import DEFAULT_PROMPT
 
 
 def prompt_byte_limit(tokenizer, n_ctx):
-    """A number of bytes past which a prompt cannot fit in `n_ctx` tokens: 4 * n_ctx * the longest token's length.
-
-    A token stands for at most that many characters and a character is at most 4 UTF-8 bytes, so a longer
-    text has more than n_ctx tokens; it is refused without being read or tokenized in full.
-    """
+    """Bytes past which a prompt cannot fit in `n_ctx` tokens: 4 * n_ctx * the longest token's length (a token
+    stands for at most that many characters, a character is at most 4 UTF-8 bytes)."""
     return 4 * n_ctx * max(map(len, tokenizer.get_vocab()))
 
 
 def read_prompt(arg, limit, stdin=None):
-    """The prompt text: the argument, or stdin verbatim for `-` (a trailing newline is kept).
-
-    Raises ValueError for a prompt of more than `limit` bytes (prompt_byte_limit; stdin is read no further) or
-    stdin that is not UTF-8.
-    """
+    """The prompt: `arg`, DEFAULT_PROMPT for None, or stdin verbatim for `-`. Raises ValueError past `limit`
+    bytes (stdin is read no further), for a closed or unreadable stdin, or stdin that is not UTF-8."""
     if arg is None:
         return DEFAULT_PROMPT
     if arg == "-":
@@ -64,11 +55,8 @@ def cpu_count():
 
 
 def thread_count(arg, environ=os.environ, cpus=None, note=None):
-    """--threads, else NPSPEC_NUM_THREADS capped at `cpus` (default cpu_count()), else cpus.
-
-    An explicit --threads is used as given, up to kernels.check_threads' bound (an error past it). A variable above the CPU count is capped, and note(message) (if given)
-    says so. Raises ValueError naming the bad setting.
-    """
+    """--threads `arg` (up to kernels.products.check_threads' bound), else NPSPEC_NUM_THREADS capped at `cpus`
+    (note(message) says so), else cpus (default cpu_count()). Raises ValueError naming the bad setting."""
     cpus = cpu_count() if cpus is None else cpus
     if arg is not None:
         if arg < 1:

@@ -1,7 +1,5 @@
-"""The kernel each role of generate's checked job decodes with (probed), and what the job tells the probe and the
-report: the target's rows per round (verify_rows) and the kernels chosen (kernels_used).
-
-Imports npspec.sources.role_model (the probe), npspec.decode.tree_depth and drafts' make_drafter.
+"""Each role's kernel for generate's checked job (probed), the target's rows per round that the probe times
+(verify_rows) and the kernels chosen (kernels_used). Imports npspec.sources.role_model, npspec.decode and drafts.
 """
 
 from dataclasses import replace

@@ -1,23 +1,10 @@
-"""The `npspec` command: one entry point whose subcommands are npspec's commands.
+"""The `npspec` command: `npspec generate ...` (= python -m npspec.generate), `npspec convert SRC OUT_DIR`,
+`npspec bench NAME [options]` (= python -m bench.NAME) and `npspec --version`.
 
-    npspec generate [PROMPT] [options]      # = python -m npspec.generate
-    npspec convert SRC OUT_DIR              # = npspec convert
-    npspec bench NAME [options]             # = python -m bench.NAME (a source checkout with the bench extra)
-    npspec --version
-
-Each subcommand is the module's own `main`, given the rest of the command line unchanged, so
-`npspec generate ...` and `python -m npspec.generate ...` accept the same arguments and behave
-alike. Exit status (EXIT_CODES): 0 done, 1 an error (one line on stderr), 2 a command line
-argparse rejects, 130 interrupted (Ctrl-C), 141 the reader of stdout left (e.g. `| head`).
-
-The benchmarks are not part of the installed package: `npspec bench` runs `python -m bench.NAME`
-in a child process from the source tree npspec was imported from (an editable install or
-PYTHONPATH), and says what to install when that tree or the bench extra (matplotlib) is
-missing. The benchmarks offered are the modules of that tree's bench/ that run as a command
-(bench_commands: no second list). Streams are passed down explicitly (npspec.cli.console): with
-stderr closed, messages are dropped, never printed to stdout; help or version that stdout cannot
-take (a full disk) is an error. Imports npspec.cli.console, npspec.generate and npspec.cli.convert;
-nothing in npspec imports this module.
+Each subcommand is its module's own `main`, given the rest of the command line. Exit status: EXIT_CODES.
+`npspec bench` runs the benchmark in a child process from the source tree npspec was imported from, offering
+the modules of its bench/ that run as a command (bench_commands), and says what to install when the tree or
+the bench extra is missing. Imports npspec.cli's console, generate and convert; nothing imports this module.
 """
 
 import importlib.util
@@ -37,15 +24,13 @@ EXIT_CODES = {0: "done", 1: "an error, one line on stderr", 2: "a command line a
 
 
 def bench_commands(root=SOURCE_ROOT):
-    """The benchmark names `npspec bench` offers: the modules of `root`/bench that run as a command (hold
-    `if __name__ == "__main__"`), sorted; empty when `root` has no bench/ (an installed npspec)."""
+    """The sorted names of `root`/bench's modules that run as a command; () without bench/ (an installed npspec)."""
     return tuple(sorted(p.stem for p in (Path(root) / "bench").glob("*.py")
                         if not p.stem.startswith("_") and '__name__ == "__main__"' in p.read_text(encoding="utf-8")))
 
 
 def build_parser(out=None, err=None):
-    """The top-level parser: --help, --version and the subcommand's name (the rest is the subcommand's); help and
-    version to `out`, usage errors to `err` (npspec.cli.console.Parser)."""
+    """The top-level parser: --help, --version and the subcommand's name (console.Parser)."""
     ap = Parser(
         out=out, err=err, prog="npspec", description="Speculative decoding on a hand-written NumPy GPT-2.",
         epilog="`npspec COMMAND --help` shows a command's options. Exit status: "
@@ -58,13 +43,9 @@ def build_parser(out=None, err=None):
 
 
 def bench(argv, root=SOURCE_ROOT, extra_installed=None, out=None, err=None):
-    """`npspec bench NAME [options]`: run `python -m bench.NAME [options]` from the source tree `root`.
-
-    argv: NAME and its options. extra_installed: whether the bench extra is importable (default:
-    look for matplotlib). out, err: the streams for the usage (default sys.stdout, sys.stderr). Returns the
-    exit status (the benchmark's own, or 1 with a one-line message if `root` has no bench/, the extra is
-    missing or stdout cannot take --help, or 2 for an unknown NAME).
-    """
+    """`npspec bench NAME [options]`: `python -m bench.NAME [options]` from the source tree `root`. Returns the
+    benchmark's exit status, 1 with one line when `root` has no bench/, the extra (extra_installed, default: is
+    matplotlib importable) is missing or stdout cannot take --help, 2 for an unknown NAME."""
     out, err = streams(out, err)
     if not (Path(root) / "bench").is_dir():
         print(f"npspec bench: error: the benchmarks live in npspec's source tree, and npspec was imported from "
@@ -113,10 +94,7 @@ COMMANDS = {"generate": run_generate, "convert": run_convert, "bench": bench}
 
 
 def main(argv=None, out=None, err=None):
-    """Run `npspec COMMAND ...` (argv: the arguments after `npspec`; default sys.argv[1:]). Returns the exit status.
-
-    out, err: the command's streams (default sys.stdout and sys.stderr; a closed stderr drops messages).
-    """
+    """Run `npspec COMMAND ...` (argv default sys.argv[1:]; out, err: console.streams). Returns the exit status."""
     started()  # Python's Ctrl-C handler back (npspec.cli.console: the imports had their own)
     argv = sys.argv[1:] if argv is None else list(argv)
     out, err = streams(out, err)

@@ -1,9 +1,6 @@
-"""generate's options: the argument parser (build_parser) and every check of the options that needs no model
-(checked), each once, before a model loads.
-
-Raises ValueError naming the option and its fix; argparse rejects a malformed value itself (exit 2). Imports
-npspec.decode (the options' choices and bounds), npspec.kernels.registry (the kernels' names),
-npspec.sources (SPEC names, the shipped pair, the cache's probe modes, path checks) and console's Parser.
+"""generate's options: the parser (build_parser) and every check that needs no model (checked), each once, before
+a model loads; a failed check raises ValueError naming the option and its fix. Imports npspec.decode (choices,
+bounds), npspec.kernels.registry (names), npspec.sources (SPECs, paths, probe modes) and console's Parser.
 """
 
 import argparse
@@ -24,8 +21,7 @@ DESCRIPTION = "python -m npspec.generate: speculative decoding from the command 
 
 
 def build_parser(prog=PROG, out=None, err=None):
-    """The argument parser; prog names the command in usage and help (`npspec generate` under the npspec command);
-    help to `out`, usage errors to `err` (npspec.cli.console.Parser)."""
+    """The parser; prog: the name usage shows; help to `out`, usage errors to `err` (console.Parser)."""
     ap = Parser(prog=prog, description=DESCRIPTION, out=out, err=err)
     ap.add_argument("prompt", nargs="?", default=None,
                     help=f"prompt text, or - to read it from stdin (default: {DEFAULT_PROMPT!r})")
@@ -88,8 +84,7 @@ def build_parser(prog=PROG, out=None, err=None):
 
 
 def add_drafting_options(ap):
-    """How to draft: gamma and its schedule, the acceptance rule, confidence stopping, trees, and the options of each
-    drafter without a model (npspec.decode.drafters.COMMANDS)."""
+    """Gamma, its schedule, the acceptance rule, trees, confidence stopping and each COMMANDS drafter's options."""
     ap.add_argument("--gamma", type=int, default=4,
                     help="draft tokens per round (the heuristic schedule's start); 0 = plain decoding (default 4)")
     ap.add_argument("--gamma-schedule", choices=SCHEDULES, default="constant",
@@ -141,10 +136,8 @@ def is_shipped_target(spec):
 
 
 def drafting(args):
-    """Whether the run drafts: --gamma >= 1 and a drafter, given by --draft or the shipped target's own draft.
-
-    Without --draft, a target other than the shipped one decodes plainly (the shipped draft speaks another
-    tokenizer; run() says so on stderr)."""
+    """Whether the run drafts: --gamma >= 1 and --draft, or the shipped target (its own draft; another target
+    without --draft decodes plainly)."""
     return args.gamma > 0 and (args.draft is not None or is_shipped_target(args.target))
 
 
@@ -159,9 +152,8 @@ def drafting_options(args):
 
 
 def check_output_args(args):
-    """Raise ValueError for output options that would do nothing or cannot apply: --trace without --json (--html needs
-    no --trace), --compare-repeats without --compare or below 1, and an --html FILE that cannot be written (checked
-    before anything is printed)."""
+    """Raise ValueError for --trace without --json, --compare-repeats below 1 or without --compare, --force
+    without --html, and an --html FILE that cannot be written."""
     if args.trace and not args.json:
         raise ValueError("--trace adds a record per round to --json's output: add --json (or draw the rounds "
                          "with --html FILE)")
@@ -191,8 +183,8 @@ def check_output_args(args):
 
 
 def check_drafting_args(args):
-    """Raise ValueError for drafting options that cannot apply together, do nothing, or pass their bounds (the tree's
-    node count, npspec.decode.rules.trees.MAX_TREE_NODES; a model-free drafter's own, its Command.check), before anything loads."""
+    """Raise ValueError for drafting options that conflict, do nothing or pass their bounds (MAX_TREE_NODES, a
+    model-free drafter's Command.check)."""
     command = COMMANDS.get(args.draft)  # a drafter without a model (--draft WORD), or None
     words = " or ".join(f"--draft {word}" for word in COMMANDS)
     if command is not None and args.gamma == 0:
@@ -249,8 +241,8 @@ def check_tree_args(args, command, words):
 
 
 def checked(args):  # -> Options
-    """The decoding Options of `args` (build_parser's), once every option that needs no model is checked: Options'
-    own bounds, then the drafting options, the output options and --seed. Raises ValueError for the first that fails."""
+    """The decoding Options of `args`, once Options' bounds, the drafting and output options and --seed are
+    checked. Raises ValueError for the first that fails."""
     options = Options(args.max_new_tokens, args.gamma, SamplingParams(args.temperature, args.top_k, args.top_p),
                       args.gamma_schedule, args.verify)
     check_drafting_args(args)

@@ -1,20 +1,11 @@
 """A picture of a generation, round by round: one self-contained HTML page (no script, no network).
 
-Built from the per-round trace (`speculative_generate(..., trace=True)`, or the `"trace"` of
-`--json --trace`): each record has `drafted` ids, the number `accepted`, the corrected or bonus
-`token`; where present, each draft's `p`, `q` and uniform `u` and the round's `seconds_draft`
-and `seconds_verify`. Every field is read defensively: a missing one is left out of the page,
-and any further scalar field (e.g. the drafter's name) is shown as it is.
-
-Each round is a row: its drafts, coloured by what happened to them (class `accepted`: u < p/q;
-`rejected`: the first that failed; `unchecked`: drafts after a rejection, never tested), then
-the target's own token (`corrected`: sampled from norm(max(0, p - q)) after a rejection;
-`bonus`: from p_{gamma+1} after every draft was kept; `target`: a round with no drafts), and a
-bar of its draft and verify time. Hovering a draft shows p, q, p/q and u (the `title`
-attribute; pure CSS highlights it). Above the rounds, the text as it reads, in the same colours.
-Letters as in Leviathan et al. 2023: p the target, q the draft (notes/walkthrough.md).
-
-Imports npspec.sources.atomic (the atomic write) and the standard library.
+Built from the per-round trace (`--json --trace`'s "trace"): each record's `drafted` ids, `accepted` count and
+corrected or bonus `token`, and where present each draft's `p`, `q`, `u` and the round's `seconds_draft` and
+`seconds_verify`; a missing field is left out, any other scalar field shown as it is. Each round is a row: its
+drafts coloured accepted (u < p/q), rejected or unchecked, the target's token (corrected, bonus or target) and
+a bar of its times; hovering a draft shows p, q, p/q and u. Letters as in Leviathan et al. 2023: p the target,
+q the draft (notes/walkthrough.md). Imports npspec.sources.atomic (the atomic write) and the standard library.
 """
 
 import html
@@ -100,12 +91,9 @@ def _span(text, kind, p=None, q=None, u=None, token_id=None):
 
 
 def render(trace, decode=None, prompt="", stats=None, title="Speculative decoding, round by round"):
-    """The HTML page (a str) of a generation's `trace` (a list of dicts, see the module docstring).
-
-    decode: a function from a list of ids to text, such as `model.tokenizer.decode` (None, or a token
-    without text such as <|endoftext|>: the id is shown, as [50256]). prompt: the prompt text, shown first. stats: a dict like `Stats.as_dict()`
-    (or None) for the summary line. Raises TypeError if `trace` is not a list of dicts.
-    """
+    """The HTML page (a str) of `trace` (a list of dicts, module docstring). decode(ids) -> text (None, or a token
+    without text: the id is shown, as [50256]); prompt: shown first; stats: Stats.as_dict() or None for the
+    summary. Raises TypeError if `trace` is not a list of dicts."""
     if not isinstance(trace, list) or not all(isinstance(r, dict) for r in trace):
         raise TypeError("trace must be a list of dicts, one per round (speculative_generate(..., trace=True))")
 
@@ -161,12 +149,9 @@ def render(trace, decode=None, prompt="", stats=None, title="Speculative decodin
 
 
 def write(path, trace, decode=None, prompt="", stats=None):
-    """Write `render(trace, decode, prompt, stats)` to the file `path` (UTF-8); returns the path as a Path.
-
-    Written atomically (npspec.sources.atomic.atomic_write): an existing regular file is replaced whole, anything else
-    (a symlink, a directory, a FIFO, a device) is refused. Raises TypeError for a malformed trace, OSError
-    (NotRegularFile among them) if the file cannot be written.
-    """
+    """Write render(trace, decode, prompt, stats) to `path` atomically (UTF-8; sources.atomic.atomic_write: a
+    regular file is replaced whole, anything else refused); returns the Path. Raises TypeError for a malformed
+    trace, OSError (NotRegularFile among them) if the file cannot be written."""
     path = Path(path)
     page = render(trace, decode, prompt, stats)
     atomic_write(path, lambda tmp: Path(tmp).write_text(page, encoding="utf-8"))

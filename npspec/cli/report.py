@@ -1,6 +1,5 @@
-"""What generate prints once a generation ends: the --json object, the one-line summary and the --compare line.
-
-report writes them; summary is the line on stderr. Imports numpy and npspec.cli.harness's comparison.
+"""What generate prints once it has decoded (report): the --json object, the summary line on stderr (summary) and
+the --compare line. Imports numpy and npspec.cli.harness's comparison.
 """
 
 import json
@@ -13,14 +12,12 @@ from .harness import comparison
 
 @dataclass(frozen=True)
 class Outcome:
-    """What a run reports. gen: the Generation streamed; specs, plain: compare_repeated's speculative and plain
-    runs of the finished turns (plain {}: no comparison); kernels: kernels_used's dict; text(ids) -> str: the
-    target's tokenizer.decode."""
-    gen: object
-    specs: list
-    plain: dict
-    kernels: dict
-    text: object
+    """What a run reports (report)."""
+    gen: object  # the Generation streamed
+    specs: list  # compare_repeated's speculative Generations of the finished turns ([gen] without --compare)
+    plain: dict  # {label: [Generation]}: its plain ones ({}: no comparison)
+    kernels: dict  # kernel_choice.kernels_used's
+    text: object  # ids -> str: the target's tokenizer.decode
 
 
 def json_safe(x):
@@ -47,9 +44,8 @@ def summary(stats):
 
 
 def report(args, outcome, out, err):
-    """The --json object (its stats naming the kernels) to `out`, the summary and the --compare line to `err` (the
-    streamed text's end is written before --html and --compare run); `outcome`: an Outcome. Fewer turns than
-    --compare-repeats asked (Ctrl-C) are said on `err` and in the object's `repeats` and `repeats_asked`."""
+    """The --json object to `out`, the summary and the --compare lines to `err` (the streamed text ends before);
+    fewer turns than --compare-repeats asked (Ctrl-C) are said on `err` and in the object's `repeats`."""
     gen, specs, plain = outcome.gen, outcome.specs, outcome.plain
     greedy = args.temperature == 0
     if args.json:
@@ -68,8 +64,7 @@ def report(args, outcome, out, err):
 
 
 def print_comparison(c, asked, err):
-    """The --compare line of `c` (npspec.cli.harness.comparison's dict) to `err`, and a second line when Ctrl-C
-    left fewer than the `asked` turns (--compare-repeats)."""
+    """The --compare line of `c` (harness.comparison's) to `err`, and one more if Ctrl-C left fewer than `asked`."""
     spread = (f" (median of {c['repeats']} in turn, {min(c['speedups']):.2f}x to {max(c['speedups']):.2f}x)"
               if c["repeats"] > 1 else "")
     print(f"compare: speculative {c['speculative_tokens_per_s']:.1f} tokens/s, plain "

@@ -1,14 +1,9 @@
 """A Ctrl-C while one of npspec's commands is still importing: one line and exit 130, not a traceback.
 
-The imports (numpy, tokenizers, safetensors, npspec's modules) take about 0.4 s; a Ctrl-C in that time
-used to print a traceback from deep inside an import. npspec/__init__.py calls
-`exit_on_interrupt_while_starting` as its very first statement, and each command's main calls
-`started()` before it does anything, which puts Python's handler (KeyboardInterrupt) back. Only
-npspec's own commands are affected (is_command): a library user's Ctrl-C during `import npspec`
-stays a KeyboardInterrupt. The interpreter's own start (site, runpy), before npspec's first line,
-is out of reach. The other end: once a Ctrl-C has stopped a command and its last words are printed,
-`exit_on_another_interrupt` makes a second Ctrl-C end the process at once with 130 and nothing more.
-Imports the standard library only (the lightest modules: it runs first).
+npspec/__init__.py calls exit_on_interrupt_while_starting first; each command's main calls started(), which
+puts Python's handler back. exit_on_another_interrupt makes a second Ctrl-C, once an interrupted command's last
+words are printed, end it at once with 130. Only npspec's own commands are affected (is_command): a library
+user's Ctrl-C stays a KeyboardInterrupt. Imports the standard library only (it runs first).
 """
 
 import atexit
@@ -30,8 +25,7 @@ def _exit_while_starting(signum, frame):
 
 
 def is_command(orig_argv):
-    """Whether the interpreter's original command line (sys.orig_argv) runs one of npspec's commands: the `npspec`
-    console script, or `python -m` one of COMMAND_MODULES."""
+    """Whether sys.orig_argv runs one of npspec's commands: the `npspec` script, or -m one of COMMAND_MODULES."""
     if not orig_argv:
         return False
     if "-m" in orig_argv[1:-1]:
@@ -40,16 +34,13 @@ def is_command(orig_argv):
 
 
 def exit_on_interrupt_while_starting(orig_argv):
-    """Make a Ctrl-C that arrives while a command is still importing print one line and exit 130, as a Ctrl-C later
-    does, instead of a traceback. Only for npspec's commands (is_command(orig_argv)) in the main thread. The
-    command's main puts the usual handler back (`started`) before it does anything."""
+    """While a command imports (is_command(orig_argv), main thread), a Ctrl-C prints one line and exits 130."""
     if is_command(orig_argv) and threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, _exit_while_starting)
 
 
 def started():
-    """Put back Python's SIGINT handler (KeyboardInterrupt) if exit_on_interrupt_while_starting installed its own;
-    every command's main calls it first."""
+    """Put Python's SIGINT handler back if exit_on_interrupt_while_starting set its own; every main calls it first."""
     if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is _exit_while_starting:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
@@ -60,12 +51,10 @@ def _exit_interrupted(signum, frame):
 
 
 def exit_on_another_interrupt():
-    """Once a Ctrl-C (or SIGTERM) has stopped a command and its output and summary are printed, make another Ctrl-C
-    end the process at once with status 130, printing nothing. Python would raise it wherever the exit is (freeing
-    the models, the threads' shutdown), where it cannot propagate (`Exception ignored ... KeyboardInterrupt`). From
-    the atexit callbacks on it is ignored: the interpreter then puts SIGINT's default action back, which would kill
-    the process by the signal, and what is left (flushing, freeing) never waits. Only for npspec's commands
-    (is_command(sys.orig_argv)) in the main thread: a library user's Ctrl-C stays theirs."""
+    """Once Ctrl-C or SIGTERM stopped a command and its last words are printed, another Ctrl-C exits 130 at once
+    (Python would raise it where it cannot propagate: freeing models, threads' shutdown); from the atexit callbacks
+    on it is ignored. Only for npspec's commands, in the main thread."""
     if is_command(sys.orig_argv) and threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, _exit_interrupted)
+        # from the atexit callbacks on, the interpreter's default action would kill the process by the signal
         atexit.register(signal.signal, signal.SIGINT, signal.SIG_IGN)
