@@ -543,13 +543,21 @@ def prepared(args, err, stdin):
 
 
 def generated(job, args, out, prompt, streamer, color, progress):
-    """Echo the prompt (the first byte written: everything that can be checked was), decode the job streaming its
-    text to `out` (accepted drafts coloured when `color`; with --json, a bar of the tokens on stderr instead);
-    returns (the Generation, whether Ctrl-C stopped it)."""
+    """Decode the job streaming its text to `out` after the prompt (accepted drafts coloured when `color`; with --json,
+    a bar of the tokens on stderr instead); returns (the Generation, whether Ctrl-C stopped it).
+
+    The prompt is echoed with the first round's text, the first byte written: by then everything that can be checked
+    was, the logits of the first forwards included (a model whose weights overflow to inf fails there, with nothing
+    on stdout); alone if Ctrl-C stops the decoding before a round ends."""
+    pending = "" if args.json else prompt  # the prompt, until the first round's text follows it
+
     def on_emit(new_ids, n_accepted):
+        nonlocal pending
         if args.json:  # nothing streams: a bar on stderr shows the tokens instead
             tokens.update(len(new_ids))
             return
+        out.write(pending)
+        pending = ""
         if color:
             drafted = streamer.push(new_ids[:n_accepted])
             out.write(GREEN + drafted + RESET if drafted else "")
@@ -559,14 +567,14 @@ def generated(job, args, out, prompt, streamer, color, progress):
         out.flush()
 
     try:
-        if not args.json:
-            out.write(prompt)
         with bar(progress if args.json else None, "generating", args.max_new_tokens, "tok") as tokens:
-            return decode(job, on_emit, trace=args.trace or args.html is not None), False
+            gen, interrupted = decode(job, on_emit, trace=args.trace or args.html is not None), False
     except GenerationInterrupted as e:  # Ctrl-C: print what was generated, then exit 130
-        return e.generation, True
-    except KeyboardInterrupt:  # between the prompt and the first forward: nothing generated
-        return Generation([], Stats(stop_reason="interrupted")), True
+        gen, interrupted = e.generation, True
+    except KeyboardInterrupt:  # before the first forward: nothing generated
+        gen, interrupted = Generation([], Stats(stop_reason="interrupted")), True
+    out.write(pending)  # no round ended (Ctrl-C): the prompt alone
+    return gen, interrupted
 
 
 def report(args, out, err, gen, specs, plain, target, kernels):
