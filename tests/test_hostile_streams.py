@@ -47,6 +47,21 @@ def test_help_and_version_to_a_full_disk_are_an_error(argv):
     assert_one_line(r, "No space left on device")  # used to exit 0 (argparse drops the OSError)
 
 
+@needs_dev_full
+@pytest.mark.parametrize("argv, status", [
+    (["-m", "npspec", "generate", "--max-new-tokens", "3", "--kernel-probe", "off"], 0),  # /dev/full: used to be 1
+    (["-m", "npspec.generate", "--gamma", "-1"], 1), (["-m", "npspec.convert", "no/such/dir", "out"], 1),
+    (["-m", "npspec", "generate", "--no-such-option"], 2)], ids=["done", "error", "convert", "usage"])
+def test_a_full_or_closed_stderr_never_changes_the_exit_status(argv, status, tmp_path):
+    for how in ("full", "closed"):
+        with open("/dev/full", "w") as full:
+            r = subprocess.run([sys.executable, *argv], stdout=subprocess.PIPE, stderr=full, text=True, cwd=ROOT,
+                               env={**ENV, "NPSPEC_CACHE": str(tmp_path)}, timeout=300,
+                               preexec_fn=(lambda: os.close(2)) if how == "closed" else None)
+        assert r.returncode == status, (how, r.returncode)
+        assert r.stdout.startswith("ROMEO:") if status == 0 else r.stdout == "", (how, r.stdout)
+
+
 def test_a_closed_stdin_is_one_line():
     r = run(["-m", "npspec.generate", "-"], close=(0,))
     assert r.stdout == ""
