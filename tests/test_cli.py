@@ -10,6 +10,7 @@ test_convert.py and test_sources.py, which import them from here.
 import io
 import json
 import os
+import re
 
 import pytest
 
@@ -334,3 +335,17 @@ def test_bad_input_table_is_in_readme():
                    "prompt_ids must be a 1-D sequence", "rollback's length must be an integer",
                    "p or q holds NaN or an infinity"):
         assert phrase in section, phrase
+
+
+
+def test_readme_synopsis_names_every_option():
+    from npspec import convert
+    from npspec.decode import RULES
+    from npspec.generate import build_parser
+    readme = (ROOT / "README.md").read_text()
+    synopsis = readme[readme.index("npspec generate [PROMPT"):readme.index("npspec bench NAME")]
+    generate, convert_ = synopsis.split("npspec convert")
+    for part, parser in ((generate, build_parser()), (convert_, convert.build_parser("npspec convert"))):
+        options = {o for a in parser._actions for o in a.option_strings if o.startswith("--")} - {"--help"}
+        assert options <= set(re.findall(r"--[a-z][a-z-]*", part)), options  # --verify and --force were missing
+    assert f"[--verify {'|'.join(RULES)}]" in generate
