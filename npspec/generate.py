@@ -44,7 +44,7 @@ from .harness import compare_repeated, comparison, simulated, steered
 from .kernels import check_threads
 from .progress import bar, show_progress, terminal_bars
 from .qkernels import holds_codes
-from .registry import STATIC_DEFAULT, kernel as registry_kernel, names as kernel_names
+from .registry import STATIC_DEFAULT, kernel as registry_kernel, names as kernel_names, role_candidates
 from .sources import HUB_NAMES, SHIPPED_PAIR, load, role_model, shipped_dir
 from .text import TextStreamer, encode_prompt
 from .startup import started
@@ -88,13 +88,13 @@ def build_parser(prog=PROG, out=None, err=None):
                          "(default: $NPSPEC_NUM_THREADS, else the CPUs this process may use); a role's default kernel "
                          "runs at these or at one, as --kernel-probe timed faster; results never depend on it")
     ap.add_argument("--target-kernel", choices=kernel_names(cli=True, codes=False), default=None,
-                    help="the target's product (default: the fastest batch-invariant one on this machine: "
-                         "compiled-panels with the fast extra, else gemm-blocks or gemv-panels as --kernel-probe "
-                         "measured; npspec.registry)")
+                    help="the target's product (default: the fastest of " + ", ".join(role_candidates("target"))
+                         + " on this machine, as timed by --kernel-probe; compiled-panels needs the fast extra; "
+                         "npspec.registry)")
     ap.add_argument("--draft-kernel", choices=kernel_names(cli=True), default=None,
-                    help="the draft's product (default: compiled-panels with the fast extra, else gemv-panels: a "
-                         "one-token product on npspec's own threads; dequant-panels keeps a quantized draft's int8 "
-                         "codes, npspec.qkernels)")
+                    help="the draft's product (default: the fastest of " + ", ".join(role_candidates("draft"))
+                         + " on this machine, as timed by --kernel-probe; compiled-panels needs the fast extra; "
+                         "dequant-panels keeps a quantized draft's int8 codes, npspec.qkernels)")
     ap.add_argument("--kernel-probe", choices=MODES, default="cached",
                     help="how the default kernels, and the longest prompt each prefills itself, are chosen "
                          "(npspec.choice), once every check has passed: cached (measured once per machine and model "

@@ -349,3 +349,13 @@ def test_readme_synopsis_names_every_option():
         options = {o for a in parser._actions for o in a.option_strings if o.startswith("--")} - {"--help"}
         assert options <= set(re.findall(r"--[a-z][a-z-]*", part)), options  # --verify and --force were missing
     assert f"[--verify {'|'.join(RULES)}]" in generate
+
+
+@pytest.mark.parametrize("role", ["target", "draft"])
+def test_a_kernel_options_help_says_the_probe_chooses_its_default(role):
+    from npspec.generate import build_parser
+    from npspec.registry import role_candidates
+    [action] = [a for a in build_parser()._actions if a.dest == f"{role}_kernel"]
+    text = " ".join(action.help.split())
+    assert f"the fastest of {', '.join(role_candidates(role))} on this machine, as timed by --kernel-probe" in text
+    assert "compiled-panels with the fast extra" not in text  # the draft's used to name it the default
