@@ -510,7 +510,8 @@ def load_model(path, kernel=STATIC_DEFAULT, threads=1, progress=None, note=None,
     then the block matrices are laid out column-major one at a time (peak: the weights plus one
     matrix), and the file is rewritten once as format 2 (rewrite_format_1, under `lock`, else a
     lock on the directory). note: None, or called with one line for the user when a format-1 file
-    was rewritten or could not be (a read-only directory still loads). Raises CheckpointError,
+    was rewritten or could not be (a read-only directory still loads), and when `kernel` took long to compile
+    (npspec.compiled). Raises CheckpointError,
     one line naming the problem and the fix, for a missing or empty directory, a missing,
     truncated or non-safetensors file, a header whose offsets or sizes do not fit the file,
     wrong metadata (an unknown format_version or layout), missing, misshaped or non-float32
@@ -550,4 +551,4 @@ def load_model(path, kernel=STATIC_DEFAULT, threads=1, progress=None, note=None,
         metadata, said = rewrite_format_1(path, params, config, metadata, lock)
         if said is not None and note is not None:
             note(said)
-    return Model(config, params, tokenizer, path, kernel, threads, metadata)
+    return Model(config, params, tokenizer, path, kernel, threads, metadata, note=note)

@@ -494,7 +494,8 @@ def run(args, out=sys.stdout, err=sys.stderr, stdin=None):
         print(f"npspec.generate: wrote {args.html} (each round of the generation)", file=err)
     specs, plain = [gen], {}
     if args.compare and not interrupted:  # the same prompt, options and seed, with the target alone
-        specs, plain, finished = compare_repeated(job, gen, again, args.seed, threads, args.compare_repeats, progress)
+        specs, plain, finished = compare_repeated(job, gen, again, args.seed, threads, args.compare_repeats, progress,
+                                                  notes(err))
         interrupted = not finished  # Ctrl-C in a turn: the finished turns are still compared
     report(args, out, err, gen, specs, plain, target, kernels)
     if interrupted:
@@ -519,10 +520,7 @@ def prepared(args, err, stdin):
         raise ValueError(f"--seed must be >= 0, got {args.seed}")
     threads = thread_count(args.threads, note=lambda message: print(f"npspec.generate: note: {message}", file=err))
     progress = terminal_bars if show_progress(args.quiet, err, os.environ) else None
-
-    def note(message):  # the cache's and loader's notes (a conversion, a wait, a rewrite)
-        print(f"npspec: {message}", file=err, flush=True)
-
+    note = notes(err)
     target = load(args.target, "target", kernel=args.target_kernel or STATIC_DEFAULT, threads=threads,
                   progress=progress, note=note)  # the role's kernel is chosen once every check has passed (probed)
     draft = load_draft(args, threads, progress, note)
@@ -540,6 +538,12 @@ def prepared(args, err, stdin):
         job, reference = simulated(job, args.simulate_acceptance, args.seed,
                                    lambda message: print(f"npspec.generate: note: {message}", file=err), progress)
     return job, lambda: rerun(probed_job, args, reference), prompt, kernels, progress, threads
+
+
+def notes(err):
+    """The note function given to the library: the cache's and loader's notes (a conversion, a wait, a rewrite), the
+    probe's and a compiled kernel's compile time, each a line `npspec: ...` on `err`."""
+    return lambda message: print(f"npspec: {message}", file=err, flush=True)
 
 
 def generated(job, args, out, prompt, streamer, color, progress):

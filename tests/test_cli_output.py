@@ -1,24 +1,30 @@
 """What the CLI (python -m npspec.generate) prints: the --trace records in --json, accepted drafts in
-colour on a terminal (and never when piped, with --no-color or with NO_COLOR set), and the API
-function kept next to the CLI module.
+colour on a terminal (and never when piped, with --no-color or with NO_COLOR set), the note of a slow compile
+(faked: SlowNjit), and the API function kept next to the CLI module.
 
 Terminals are real: a child process (conftest.run_python) points its stdout at a pseudo-terminal,
 runs the CLI's main, and hands back what the terminal received.
 """
 
+import functools
 import io
 import json
 import re
+import time
 
 import numpy as np
 import pytest
 
 import npspec
 import npspec.generate
+from npspec import compiled
+from npspec.choice import Choice, measure_all
 from npspec.generate import GREEN, RESET, build_parser, run
+from npspec.registry import REGISTRY
 from npspec.sources import load
 
-from conftest import run_python
+from conftest import run_python, tiny_model
+from model_files import saved
 
 ARGS = ["ROMEO:", "--max-new-tokens", "40", "--seed", "4", "--temperature", "0.8"]
 ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
@@ -103,3 +109,50 @@ def test_colour_can_be_turned_off(how):
 def test_importing_the_cli_keeps_the_api_function():
     # the CLI module is npspec.generate; the API function has its own name, so importing one never hides the other
     assert callable(npspec.generate_text) and npspec.generate.__name__ == "npspec.generate"
+
+
+# --- the note of a slow compile ------------------------------------------------------------------------
+
+
+class SlowNjit:
+    """numba.njit's shape, njit(**options)(f) -> a callable, whose functions run as plain Python and take `seconds`
+    more on their first call, as a function numba compiles does."""
+
+    def __init__(self, seconds):
+        self.seconds = seconds
+
+    def __call__(self, **options):
+        def jit(f):
+            first = [True]
+
+            def compiled_f(*args):
+                if first:
+                    time.sleep(self.seconds)
+                    first.clear()
+                return f(*args)
+            return compiled_f
+        return jit
+
+
+@pytest.fixture
+def slow_compile(monkeypatch):
+    """compiled-panels built anew in this process (one thread), each function's compile faked at twice NOTE_SECONDS."""
+    if not REGISTRY["compiled-panels"].available():
+        pytest.skip("the registry offers compiled-panels with numba (the fast extra) only")
+    monkeypatch.setattr(compiled, "_compiled", {})
+    monkeypatch.setattr(compiled, "NOTE_SECONDS", 0.05)
+    monkeypatch.setattr(compiled, "compiled_product", functools.partial(compiled.compiled_product, njit=SlowNjit(0.1)))
+
+
+def test_a_slow_compile_of_a_kernel_given_by_name_says_so(tmp_path, slow_compile):
+    out, err = io.StringIO(), io.StringIO()
+    argv = ["--target", str(saved(tmp_path / "m")), "--gamma", "0", "--target-kernel", "compiled-panels",
+            "--threads", "1", "--max-new-tokens", "2"]
+    assert npspec.generate.main(argv, out=out, err=err) == 0, err.getvalue()
+    assert "npspec: kernel compiled-panels: compiled in " in err.getvalue()  # 9.3 s used to pass in silence
+
+
+def test_a_slow_compile_in_the_kernel_probe_says_so(slow_compile):
+    notes = []
+    measure_all([Choice("compiled-panels", 1)], tiny_model(), (1,), lambda *args, **kw: 0.0, note=notes.append)
+    assert [n for n in notes if n.startswith("kernel compiled-panels: compiled in ")], notes  # the first fast run's

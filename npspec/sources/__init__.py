@@ -196,7 +196,7 @@ def _load(spec, role, cache_dir, kernel, threads, progress, target, note):
     in_cache = root.resolve() in path.resolve().parents
     try:
         if is_quantized(path):
-            return load_quantized(path, kernel, threads)
+            return load_quantized(path, kernel, threads, note)
         # a format-1 file is rewritten once as format 2: in the cache, under the entry's own lock
         return load_model(path, kernel, threads, progress, note,
                           cache.entry_lock(root.resolve(), path.resolve(), note=note) if in_cache else None)
