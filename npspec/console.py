@@ -13,6 +13,8 @@ nothing replaces `sys.stdout` or `sys.stderr`.
     the OSError, so `--help > /dev/full` used to exit 0).
   * `parse(parser, argv, err, name)`: (args, None), or (None, the exit status) for --help and --version (0,
     or 1 with one line on `err` if stdout could not take them) and usage errors (2).
+  * `integer(text)`, `number(text)`: the one parser of the numbers the commands read (their options' argparse type,
+    NPSPEC_NUM_THREADS): Python's int() and float() syntax, in ASCII only.
   * `terminate_as_interrupt()`: SIGTERM raised as a KeyboardInterrupt (Terminated) while a command works,
     so a conversion killed by SIGTERM deletes its staging directory as Ctrl-C does.
   * `started()` (npspec.startup): every main first puts back Python's Ctrl-C handler, which npspec's
@@ -63,6 +65,23 @@ class DroppingStream:
 
     def __getattr__(self, name):
         return getattr(self.stream, name)
+
+
+def integer(text):  # str -> int
+    """An integer written in ASCII, as int() reads it (`4`, `-1`, ` 12 `): an integer option's argparse type, and
+    NPSPEC_NUM_THREADS's parser. int() alone also reads other scripts' digits (`٣`, `１２`), which no option means.
+    Raises ValueError (argparse then prints `invalid integer value: '٣'`)."""
+    if not text.isascii():
+        raise ValueError(f"{text!r} is not written in ASCII")
+    return int(text)
+
+
+def number(text):  # str -> float
+    """A real number written in ASCII, as float() reads it (`0.8`, `1e-3`, `inf`): a real option's argparse type.
+    Raises ValueError for anything else, other scripts' digits included (`٠.٥`)."""
+    if not text.isascii():
+        raise ValueError(f"{text!r} is not written in ASCII")
+    return float(text)
 
 
 TO_ERR = object()  # Parser's own name for "the command's stderr"
