@@ -23,7 +23,7 @@ ties on a grid, -inf entries, so top-k up to 100 and top-p really cut) and compa
 reference, trial by trial: exact, since the uniforms decide everything (a trial with a uniform within
 `tie_tol` of a decision boundary is skipped, so float32 rounding is not blamed). A mismatch is named
 by the classic bug that would return what the round returned (DIAGNOSES: a non-strict test, the bonus
-from the draft, rows off by one, q or p unwarped, no residual, argmax drafts). `round_statistics`
+from the draft, rows off by one, q or p unwarped, no residual, argmax drafts or every id an argmax). `round_statistics`
 checks the laws by chi-square (for a round that draws its own randomness) at a stated false-alarm rate.
 `npspec_round()` is npspec's own round. Imports numpy, npspec.sampling, npspec.decode (accept),
 npspec.testing.probes (chi_square, Finding) and npspec.testing.usage.
@@ -85,20 +85,21 @@ def round_rows(n_vocab, gamma, seed):
 
 
 def _play(P, Q, u, gamma, strict=True, ratio_p=None, ratio_q=None, res_p=None, res_q=None, bonus=None,
-          no_residual=False, argmax=False, margins=None):
-    """One round by the rules, with knobs for the classic bugs (all off: the correct round). Returns
-    (drafts, accepted, token); `margins` (a list) collects each decision's distance to its boundary."""
+          no_residual=False, argmax=False, argmax_last=False, margins=None):
+    """One round by the rules, with knobs for the classic bugs (all off: the correct round): `argmax` takes each
+    draft's argmax, `argmax_last` the correction's or bonus's. Returns (drafts, accepted, token); `margins` (a list)
+    collects each decision's distance to its boundary."""
     ratio_p, ratio_q = P if ratio_p is None else ratio_p, Q if ratio_q is None else ratio_q
     res_p, res_q = P if res_p is None else res_p, Q if res_q is None else res_q
 
-    def draw(row, v):
-        x = int(np.argmax(row)) if argmax else sample(row, v)
+    def draw(row, v, top):
+        x = int(np.argmax(row)) if top else sample(row, v)
         if margins is not None:
             cdf = np.cumsum(row) / row.sum()
             margins.append(min(v - (cdf[x - 1] if x else 0.0), cdf[x] - v))
         return x
 
-    drafts = [draw(Q[i], u[i]) for i in range(gamma)]
+    drafts = [draw(Q[i], u[i], argmax) for i in range(gamma)]
     n = gamma
     for i, d in enumerate(drafts):
         with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
@@ -112,7 +113,7 @@ def _play(P, Q, u, gamma, strict=True, ratio_p=None, ratio_q=None, res_p=None, r
         last = P[gamma] if bonus is None else bonus
     else:
         last = res_p[n] if no_residual else residual(res_p[n], res_q[n])
-    return drafts, n, draw(last, u[2 * gamma])
+    return drafts, n, draw(last, u[2 * gamma], argmax_last)
 
 
 def _middle(row, v):  # the middle of the inverse-CDF cell of row that v falls in
@@ -143,8 +144,10 @@ DIAGNOSES = [
      lambda P, Q, Pr, Qr, g: dict(ratio_p=Pr, res_p=Pr, bonus=Pr[g])),
     ("no-residual", "after a rejection the correction drawn from p instead of norm(max(0, p - q))",
      lambda P, Q, Pr, Qr, g: dict(no_residual=True)),
-    ("argmax-draft", "the drafts are the draft row's argmax, not drawn from q with u[i]",
-     lambda P, Q, Pr, Qr, g: dict(argmax=True)),
+    ("argmax-draft", "the drafts are the draft row's argmax, not drawn from q with u[i] (the correction and the "
+     "bonus drawn as they should be)", lambda P, Q, Pr, Qr, g: dict(argmax=True)),
+    ("argmax-everywhere", "every id is its row's argmax, the drafts, the correction and the bonus (greedy whatever "
+     "the temperature)", lambda P, Q, Pr, Qr, g: dict(argmax=True, argmax_last=True)),
 ]
 
 
