@@ -13,6 +13,13 @@ hypothesis strategies. The submodules import numpy and npspec's core modules, ne
 them. `vectors` (built on `oracle`) exports the exact laws as data: `python -m npspec.testing vectors OUT.json`.
 `usage` holds the argument checks and bounds every check shares (KitUsageError, MAX_OUTCOMES); every
 submodule may import it.
+
+Callbacks are not time-limited: every check calls the rule, sampler, round or drafter it is given in the caller's
+thread, and one that never returns hangs the check (a sampler that draws uniforms forever is the one hang the kit
+stops: UniformsExhausted). The caller bounds the check: a test timeout, a subprocess it can kill, or an alarm in
+the main thread raising an exception that is not an Exception (the kit reports a callback's Exception as a finding
+and calls the next case). A per-call limit is not offered: a Python thread cannot be stopped from outside, and a
+signal works in the main thread only.
 """
 
 from .blocks import (BLOCK_PROBES, block_distribution, block_drafter_distribution, block_probes,  # whole blocks

@@ -265,7 +265,10 @@ def check_block_rule(rule, cases=None, gammas=(1, 2, 3), prompt=(0,), eos=None, 
     """Does a block rule give exactly the target's law? oracle.check_rule for block rules: for each (p, q) (rows
     or tables; default oracle.small_cases() then context_cases()) and gamma, block_round_distribution against
     sequence_distribution, exactly when the law is in Fractions, else within tol per outcome. Returns an
-    oracle.RuleReport."""
+    oracle.RuleReport.
+    Calls of `rule` have no time limit: one that never returns hangs the check (npspec.testing says how to bound
+    it).
+    """
     n, used = 0, 0
     for p, q in ([*small_cases(), *context_cases()] if cases is None else cases):
         n += 1
@@ -301,7 +304,10 @@ BLOCK_PROBES = [
 
 def block_probes(verify):
     """Run a verifier function (block_accept's signature) on BLOCK_PROBES and on one-hot rows (temperature 0, where
-    it must decide as npspec.decode.acceptance.accept for every uniform). Returns [(probe name, what was wrong)]."""
+    it must decide as npspec.decode.acceptance.accept for every uniform). Returns [(probe name, what was wrong)].
+    Calls of `verify` have no time limit: one that never returns hangs the check (npspec.testing says how to bound
+    it).
+    """
     findings = []
     for name, d, p, q, u, allowed, why in BLOCK_PROBES:
         got = verify(np.array(d), np.array(p, dtype=np.float64), np.array(q, dtype=np.float64), np.array(u), 0.5)

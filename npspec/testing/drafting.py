@@ -105,6 +105,8 @@ def check_drafter(make_drafter, n_vocab=3, targets=None, gammas=(1, 2, 3), max_n
     below 1 or max_new_tokens below 2 (no round would draft: a vacuous pass), an n_ctx that leaves no room
     for a draft after the prompt, a target whose row is not a probability row over n_vocab ids, or a budget
     whose n_vocab**max_new_tokens outputs exceed usage.MAX_OUTCOMES.
+    Calls of `make_drafter` and its drafters have no time limit: one that never returns hangs the check
+    (npspec.testing says how to bound it).
     """
     where = "check_drafter"
     need_callable(make_drafter, "make_drafter", "make_drafter(p) -> drafter(seq, drafted)", where)

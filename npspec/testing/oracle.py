@@ -418,6 +418,8 @@ def check_rule(rule, cases=None, gammas=(1, 2), prompt=(0,), eos=None, tol=1e-12
     Raises KitUsageError (npspec.testing.usage), one line naming the argument, for a rule that is not
     callable, an empty `cases` or `gammas`, a gamma below 1, a p or q that is not a probability row,
     tol outside [0, 1e-6], or a gamma whose n_vocab**(gamma + 1) outcomes exceed usage.MAX_OUTCOMES.
+    Calls of `rule` have no time limit: one that never returns hangs the check (npspec.testing says how to bound
+    it).
     """
     where = "check_rule"
     need_callable(rule, "rule", "rule(p, q, x) -> (a, r)", where)

@@ -162,6 +162,8 @@ def probe_proposal(propose, streams=1024):
       * "proposal-q-not-sampled": an id y with q[y] > 0 never drawn, when (1 - q[y])**streams
         < 1e-12 (a draft that samples from its top-k or top-p but reports the full softmax as q;
         at the default 1024 streams, every id with q[y] > 0.027 must turn up).
+    Calls of `propose` have no time limit: one that never returns hangs the check (npspec.testing says how to bound
+    it).
     """
     findings = []
     for logits in _LOGITS_PROBES:
@@ -225,6 +227,8 @@ def probe_acceptance(accept):
     naming what was wrong: the decision (accepted or rejected against the probe's u and p/q), an
     accepted token other than x, or a replacement outside the residual's support (p's, when the
     residual has no mass), or an exception.
+    Calls of `accept` have no time limit: one that never returns hangs the check (npspec.testing says how to bound
+    it).
     """
     findings = []
     for name, p, q, x, u, expect, allowed, why in ACCEPT_PROBES:
@@ -320,6 +324,8 @@ def statistical_check(propose, accept, n_samples=20000, alpha=1e-6, seed=0):
     Power: a TV of d between the true and the claimed law gives a noncentrality of at least
     n_samples * (2 d)**2 (Cauchy-Schwarz); at the defaults, d = 0.03 is found with probability
     above 0.98 by each test (noncentral chi-square, up to 7 degrees of freedom).
+    Calls of `propose` and `accept` have no time limit: one that never returns hangs the check (npspec.testing says
+    how to bound it).
     """
     n_samples, alpha = need_samples(n_samples, "statistical_check"), need_alpha(alpha, "statistical_check")
     src = Uniforms(seed=need_int(seed, "seed", "statistical_check", 0))
@@ -375,6 +381,8 @@ def check_sampler(propose, accept, n_samples=20000, alpha=1e-6, seed=0, statisti
     Raises KitUsageError (npspec.testing.usage), one line naming the argument, for a propose or accept
     that is not callable, or (if statistical) n_samples not an integer in [100, 1e7], alpha outside
     [1e-12, 0.05] (0 or NaN would turn the tests off), or a negative seed.
+    Calls of `propose` and `accept` have no time limit: one that never returns hangs the check (npspec.testing says
+    how to bound it).
     """
     where = "check_sampler"
     need_callable(propose, "propose", "propose(logits, uniform) -> (x, q)", where)

@@ -223,6 +223,8 @@ def check_round(round_fn, cases=None, trials=24, seed=0, tie_tol=TIE_TOL, statis
     the classic bugs that reproduce what round_fn returned on every trial. If `statistical`, round_statistics too (its false-alarm rate alpha).
     Returns a RoundReport. Raises KitUsageError for a non-callable round_fn, a bad case, trials not in
     [1, 10000], tie_tol outside [0, 1e-3], or (if statistical) bad n_samples or alpha.
+    Calls of `round_fn` have no time limit: one that never returns hangs the check (npspec.testing says how to
+    bound it).
     """
     where = "check_round"
     need_callable(round_fn, "round_fn", "round_fn(draft_logits, target_logits, u, warping) -> (drafts, accepted, token)", where)
@@ -335,7 +337,10 @@ def round_statistics(round_fn, n_samples=20000, alpha=1e-6, seed=0):
     each with seeded uniforms: the drafts at each position against q_i, the accepted count, the joint (accepted,
     token), and the kept drafts at each position against min(p_i, q_i) / beta_i (round_laws). Returns (Findings,
     tests). False-alarm rate: at most alpha in total, asymptotically (Bonferroni over every test). These need
-    no uniform layout: they also check a round that draws its own randomness."""
+    no uniform layout: they also check a round that draws its own randomness.
+    Calls of `round_fn` have no time limit: one that never returns hangs the check (npspec.testing says how to
+    bound it).
+    """
     where = "round_statistics"
     need_callable(round_fn, "round_fn", "round_fn(draft_logits, target_logits, u, warping) -> (drafts, accepted, token)", where)
     n_samples, alpha, seed = need_samples(n_samples, where), need_alpha(alpha, where), need_int(seed, "seed", where, 0)
