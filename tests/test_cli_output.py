@@ -1,6 +1,6 @@
 """What the CLI (python -m npspec.generate) prints: the --trace records in --json, accepted drafts in
 colour on a terminal (and never when piped, with --no-color or with NO_COLOR set), the note of a slow compile
-(faked: SlowNjit), and the API function kept next to the CLI module.
+(faked: SlowNjit), the API function kept next to the CLI module, and the shipped pair's --compare figures README quotes.
 
 Terminals are real: a child process (conftest.run_python) points its stdout at a pseudo-terminal,
 runs the CLI's main, and hands back what the terminal received.
@@ -23,7 +23,7 @@ from npspec.generate import GREEN, RESET, build_parser, run
 from npspec.registry import REGISTRY
 from npspec.sources import load
 
-from conftest import run_python, tiny_model
+from conftest import ROOT, run_python, tiny_model
 from model_files import saved
 
 ARGS = ["ROMEO:", "--max-new-tokens", "40", "--seed", "4", "--temperature", "0.8"]
@@ -156,3 +156,18 @@ def test_a_slow_compile_in_the_kernel_probe_says_so(slow_compile):
     notes = []
     measure_all([Choice("compiled-panels", 1)], tiny_model(), (1,), lambda *args, **kw: 0.0, note=notes.append)
     assert [n for n in notes if n.startswith("kernel compiled-panels: compiled in ")], notes  # the first fast run's
+
+
+# --- what README says --compare prints on the shipped pair ----------------------------------------------
+
+
+def test_readme_states_the_shipped_pairs_measured_speedups_with_their_conditions():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    intro = " ".join(readme[:readme.index("## Quick start")].split())
+    assert "cannot gain at all" not in readme  # a 2-core AMD EPYC gained 1.27x (and the issue's machine 1.64x)
+    runs = ROOT / "bench" / "results" / "issue50" / "epyc2"
+    assert "`bench/results/issue50/epyc2/README.md`" in intro and "AMD EPYC" in intro and "load average" in intro
+    for name, options in (("compare_default", "with its defaults"), ("compare_greedy_gamma3", "--temperature 0 --gamma 3")):
+        c = json.loads((runs / f"{name}.json").read_text())["compare"]
+        quoted = f"{c['speedup']:.2f}x ({min(c['speedups']):.2f}x to {max(c['speedups']):.2f}x)"
+        assert quoted in intro and c["repeats"] == 5 and options in intro, quoted
