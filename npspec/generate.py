@@ -51,6 +51,7 @@ from .startup import started
 from .trees import MAX_TREE_NODES, branching_tree
 
 DEFAULT_PROMPT = "ROMEO:"
+NUMBER_TYPES = {int: integer, float: real}  # how the command line reads a number (npspec.console): ASCII only
 GREEN, RESET = "\033[32m", "\033[0m"
 
 
@@ -153,7 +154,9 @@ def add_drafting_options(ap):
                          "(EAGLE-2's idea; each node offers its 4 most likely ids); its depth is at most --gamma, "
                          f"N at most {MAX_TREE_NODES}")
     for command in COMMANDS.values():  # the options of each drafter without a model (npspec.decode.drafters)
-        for flag, options in command.options:
+        for flag, options in command.options:  # its int and float read as every number here: ASCII only
+            if "type" in options:
+                options = {**options, "type": NUMBER_TYPES.get(options["type"], options["type"])}
             ap.add_argument(flag, **options)
 
 

@@ -1,12 +1,11 @@
 """Prompt lookup (n-gram) drafting: propose what followed the latest earlier occurrence of the last n ids (Saxena
 2023; transformers' `prompt_lookup_num_tokens`; vLLM's `ngram`), with its command-line options (`--draft ngram`,
 --ngram-min, --ngram-max). A drafter is this file plus its registration line in npspec.decode.drafters.COMMANDS.
-Imports numpy, npspec.decode.types and npspec.console (the options' integer type).
+Imports numpy and npspec.decode.types.
 """
 
 import numpy as np
 
-from ...console import integer
 from ...sampling import check_integer
 from ..types import BaseDrafter, Proposal
 from .command import Command
@@ -121,9 +120,9 @@ def sizes(args):  # -> (ngram_min, ngram_max)
 
 COMMAND = Command(
     WORD, "prompt lookup, no draft model", "its proposals are certain",
-    (("--ngram-min", dict(type=integer, default=None, metavar="N",
+    (("--ngram-min", dict(type=int, default=None, metavar="N",
                           help="with --draft ngram: the shortest n-gram to match (default 1)")),
-     ("--ngram-max", dict(type=integer, default=None, metavar="N",
+     ("--ngram-max", dict(type=int, default=None, metavar="N",
                           help=f"with --draft ngram: the longest n-gram to match, tried first (default 4, at most "
                                f"{MAX_NGRAM})"))),
     lambda args: check_ngram_sizes(*sizes(args)),
