@@ -511,11 +511,10 @@ def load_model(path, kernel=STATIC_DEFAULT, threads=1, progress=None, note=None,
     matrix), and the file is rewritten once as format 2 (rewrite_format_1, under `lock`, else a
     lock on the directory). note: None, or called with one line for the user when a format-1 file
     was rewritten or could not be (a read-only directory still loads), and when `kernel` took long to compile
-    (npspec.compiled). Raises CheckpointError,
-    one line naming the problem and the fix, for a missing or empty directory, a missing,
-    truncated or non-safetensors file, a header whose offsets or sizes do not fit the file,
-    wrong metadata (an unknown format_version or layout), missing, misshaped or non-float32
-    tensors, and a malformed tokenizer.json.
+    (npspec.compiled). Raises CheckpointError, one line naming the problem and the fix, for a missing or empty
+    directory, a missing, truncated or non-safetensors file, a header whose offsets or sizes do not fit the file,
+    wrong metadata (an unknown format_version or layout), missing, misshaped or non-float32 tensors, and a malformed
+    tokenizer.json.
     progress: a bar factory (npspec.progress) for reading the weights and laying them out; None (the
     default) shows nothing.
     """
