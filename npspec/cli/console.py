@@ -4,12 +4,17 @@ Every command (`npspec`, `python -m npspec.generate`, `npspec convert`, `python 
 npspec.testing`) takes its streams from its `main(argv, out=None, err=None)` and passes them down;
 nothing replaces `sys.stdout` or `sys.stderr`.
   * `error_stream(err)`: stderr, or os.devnull when it is closed (`2>&-`), so that an error, a note or
-    argparse's usage is dropped rather than printed to stdout (print(file=None) writes to stdout).
+    argparse's usage is dropped rather than printed to stdout (print(file=None) writes to stdout); a write to it
+    that fails (`2>/dev/full`, its reader gone) drops that message and the rest, as a closed stderr does. One
+    rule: stderr never changes a command's exit status, which says whether the command did its work (its
+    stdout included); the messages are what is lost (README: exit status).
   * `Parser`: argparse's parser writing help and version to the command's `out` and a usage error to its
     `err` as one line (the usage itself is in --help), and letting a failed write raise (argparse itself drops
     the OSError, so `--help > /dev/full` used to exit 0).
   * `parse(parser, argv, err, name)`: (args, None), or (None, the exit status) for --help and --version (0,
     or 1 with one line on `err` if stdout could not take them) and usage errors (2).
+  * `integer(text)`, `number(text)`: the one parser of the numbers the commands read (their options' argparse type,
+    NPSPEC_NUM_THREADS): Python's int() and float() syntax, in ASCII only.
   * `terminate_as_interrupt()`: SIGTERM raised as a KeyboardInterrupt (Terminated) while a command works,
     so a conversion killed by SIGTERM deletes its staging directory as Ctrl-C does.
   * `started()` (npspec.cli.startup): every main first puts back Python's Ctrl-C handler, which npspec's
@@ -27,8 +32,56 @@ import threading
 
 
 def error_stream(err):
-    """`err`, or a stream to os.devnull if it is None (stderr closed): messages are dropped, never sent to stdout."""
-    return err if err is not None else open(os.devnull, "w", encoding="utf-8")
+    """`err` as a DroppingStream, to os.devnull if it is None (stderr closed): messages are dropped, never sent to
+    stdout, and a write that fails drops them from then on (module docstring)."""
+    if isinstance(err, DroppingStream):
+        return err
+    return DroppingStream(err if err is not None else open(os.devnull, "w", encoding="utf-8"))
+
+
+class DroppingStream:
+    """A text stream for messages: writes and flushes go to `stream` until one raises OSError (a full disk, a closed
+    descriptor, a reader gone), and after that to os.devnull. Everything else (isatty, fileno...) is `stream`'s."""
+
+    def __init__(self, stream):
+        self.stream = stream
+
+    def write(self, text):
+        try:
+            return self.stream.write(text)
+        except OSError:
+            self.dropped()
+            return len(text)
+
+    def flush(self):
+        try:
+            self.stream.flush()
+        except OSError:
+            self.dropped()
+
+    def dropped(self):
+        """Send the rest to os.devnull."""
+        self.stream = open(os.devnull, "w", encoding="utf-8")
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+
+def integer(text):  # str -> int
+    """An integer written in ASCII, as int() reads it (`4`, `-1`, ` 12 `): an integer option's argparse type, and
+    NPSPEC_NUM_THREADS's parser. int() alone also reads other scripts' digits (`٣`, `１２`), which no option means.
+    Raises ValueError (argparse then prints `invalid integer value: '٣'`)."""
+    if not text.isascii():
+        raise ValueError(f"{text!r} is not written in ASCII")
+    return int(text)
+
+
+def number(text):  # str -> float
+    """A real number written in ASCII, as float() reads it (`0.8`, `1e-3`, `inf`): a real option's argparse type.
+    Raises ValueError for anything else, other scripts' digits included (`٠.٥`)."""
+    if not text.isascii():
+        raise ValueError(f"{text!r} is not written in ASCII")
+    return float(text)
 
 
 TO_ERR = object()  # Parser's own name for "the command's stderr"

@@ -3,7 +3,8 @@
 SRC holds `config.json` + `model.safetensors` [+ `tokenizer.json`] (as transformers' save_pretrained
 writes it); without tokenizer.json, GPT-2's is used if it fits, as `--target DIR` does (one rule:
 npspec.sources.cache.fallback_tokenizer_json). OUT_DIR must be new or empty, or hold an npspec model
-to replace with --force (swapped in atomically: a reader of OUT_DIR meanwhile sees the old model or the new).
+to replace with --force (swapped in atomically: a reader of OUT_DIR meanwhile sees the old model or the new); a
+symlink is refused, whatever it points to (npspec.sources.files.out_dir_problem).
 SIGTERM, like Ctrl-C, stops the conversion and deletes what it had written (exit 143; Ctrl-C 130). The conversion and its checks are npspec.sources.huggingface.convert. This module is
 the command line only (argparse -> convert -> one line on stderr; progress bars on a terminal unless
 --quiet, NPSPEC_QUIET or TQDM_DISABLE); only npspec.cli.main imports it.

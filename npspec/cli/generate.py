@@ -24,7 +24,6 @@ The only environment variables read are here: NO_COLOR, NPSPEC_QUIET and TQDM_DI
 import argparse
 import json
 import os
-import re
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -34,7 +33,8 @@ import numpy as np
 from . import picture
 from ..sources.atomic import expand, replace_problem, resolved
 from ..sources.choices import MODES
-from .console import Parser, error_stream, parse, terminate_as_interrupt
+from .console import Parser, error_stream, integer, parse, terminate_as_interrupt
+from .console import number as real  # (`number` here formats a ratio)
 from ..decode import (RULES, SCHEDULES, SIBLINGS, Generation, GenerationInterrupted, Options, SamplingParams, Stats,
                      decode, prepare, tree_depth)
 from ..decode.drafters import (COMMANDS, TREE_DRAFTERS, DraftModelCache, DynamicTreeDrafter, ModelDrafter, TreeDrafter,
@@ -43,13 +43,14 @@ from ..sources.errors import CheckpointError, NoCodes
 from .harness import compare_repeated, comparison, simulated, steered
 from ..kernels.products import check_threads
 from ..sources.progress import bar, show_progress, terminal_bars
-from ..kernels.registry import STATIC_DEFAULT, names as kernel_names
+from ..kernels.registry import STATIC_DEFAULT, names as kernel_names, role_candidates
 from ..sources import HUB_NAMES, SHIPPED_PAIR, load, role_model, shipped_dir
 from ..decode.text import TextStreamer, encode_prompt
 from .startup import exit_on_another_interrupt, started
 from ..decode.rules.trees import MAX_TREE_NODES, branching_tree
 
 DEFAULT_PROMPT = "ROMEO:"
+NUMBER_TYPES = {int: integer, float: real}  # how the command line reads a number (npspec.cli.console): ASCII only
 GREEN, RESET = "\033[32m", "\033[0m"
 
 
@@ -75,25 +76,25 @@ def build_parser(prog=PROG, out=None, err=None):
                          "model / the target quantized, e.g. int4-g64:self (default: the shipped draft for the shipped "
                          "target; another target without --draft decodes plainly)")
     add_drafting_options(ap)
-    ap.add_argument("--max-new-tokens", type=int, default=128, help="tokens to generate (default 128)")
-    ap.add_argument("--temperature", type=float, default=0.8, help="0 = greedy (default 0.8)")
-    ap.add_argument("--top-k", type=int, default=0, help="keep the k most likely tokens; 0 = off (default)")
-    ap.add_argument("--top-p", type=float, default=0.95, help="nucleus mass in (0, 1]; 1 = off (default 0.95)")
-    ap.add_argument("--seed", type=int, default=0,
+    ap.add_argument("--max-new-tokens", type=integer, default=128, help="tokens to generate (default 128)")
+    ap.add_argument("--temperature", type=real, default=0.8, help="0 = greedy (default 0.8)")
+    ap.add_argument("--top-k", type=integer, default=0, help="keep the k most likely tokens; 0 = off (default)")
+    ap.add_argument("--top-p", type=real, default=0.95, help="nucleus mass in (0, 1]; 1 = off (default 0.95)")
+    ap.add_argument("--seed", type=integer, default=0,
                     help="seed of the one random generator (default 0): the same seed, models, prompt and "
                          "options give the same output (README: Reproducibility)")
-    ap.add_argument("--threads", type=int, default=None,
+    ap.add_argument("--threads", type=integer, default=None,
                     help="threads of each forward: the panel kernels' own workers, or BLAS's for gemm and gemv-rows "
                          "(default: $NPSPEC_NUM_THREADS, else the CPUs this process may use); a role's default kernel "
                          "runs at these or at one, as --kernel-probe timed faster; results never depend on it")
     ap.add_argument("--target-kernel", choices=kernel_names(cli=True, codes=False), default=None,
-                    help="the target's product (default: the fastest batch-invariant one on this machine: "
-                         "compiled-panels with the fast extra, else gemm-blocks or gemv-panels as --kernel-probe "
-                         "measured; npspec.kernels.registry)")
+                    help="the target's product (default: the fastest of " + ", ".join(role_candidates("target"))
+                         + " on this machine, as timed by --kernel-probe; compiled-panels needs the fast extra; "
+                         "npspec.kernels.registry)")
     ap.add_argument("--draft-kernel", choices=kernel_names(cli=True), default=None,
-                    help="the draft's product (default: compiled-panels with the fast extra, else gemv-panels: a "
-                         "one-token product on npspec's own threads; dequant-panels keeps a quantized draft's int8 "
-                         "codes, npspec.kernels.quantized)")
+                    help="the draft's product (default: the fastest of " + ", ".join(role_candidates("draft"))
+                         + " on this machine, as timed by --kernel-probe; compiled-panels needs the fast extra; "
+                         "dequant-panels keeps a quantized draft's int8 codes, npspec.kernels.quantized)")
     ap.add_argument("--kernel-probe", choices=MODES, default="cached",
                     help="how the default kernels, and the longest prompt each prefills itself, are chosen "
                          "(npspec.sources.choices), once every check has passed: cached (measured once per machine and model "
@@ -109,11 +110,11 @@ def build_parser(prog=PROG, out=None, err=None):
     ap.add_argument("--compare", action="store_true",
                     help="then run plain decoding with the same options (with the target's kernel, compiled-panels "
                          "when installed, gemv-rows and gemm) and print the speeds and the speedup over the fastest")
-    ap.add_argument("--compare-repeats", type=int, default=1, metavar="N",
+    ap.add_argument("--compare-repeats", type=integer, default=1, metavar="N",
                     help="with --compare: decode speculatively and then plainly with each kernel, in turn, N times, "
                          "and print the medians (default 1); where the machine's memory rate drifts (a virtual "
                          "machine), 5 keeps the drift out of the speedup")
-    ap.add_argument("--simulate-acceptance", type=float, default=None, metavar="A",
+    ap.add_argument("--simulate-acceptance", type=real, default=None, metavar="A",
                     help="SIMULATION for timing random-weight drafts: run the draft's forwards for their cost but make "
                          "each proposal the target's greedy token with probability A (needs --temperature 0 and a "
                          "draft model; the output stays the target's greedy output)")
@@ -127,7 +128,7 @@ def build_parser(prog=PROG, out=None, err=None):
 def add_drafting_options(ap):
     """How to draft: gamma and its schedule, the acceptance rule, confidence stopping, trees, and the options of each
     drafter without a model (npspec.decode.drafters.COMMANDS)."""
-    ap.add_argument("--gamma", type=int, default=4,
+    ap.add_argument("--gamma", type=integer, default=4,
                     help="draft tokens per round (the heuristic schedule's start); 0 = plain decoding (default 4)")
     ap.add_argument("--gamma-schedule", choices=SCHEDULES, default="constant",
                     help="constant: gamma every round; heuristic: transformers' rule, +2 after a round that kept "
@@ -138,7 +139,7 @@ def add_drafting_options(ap):
                          "block = block verification of a chain (Sun et al. 2025), which keeps at least as many drafts "
                          "in law, rsd = a --tree whose siblings are drawn without replacement, verified by recursive "
                          "rejection sampling (Jeon et al. 2024), which keeps at least as many per node (default token)")
-    ap.add_argument("--draft-p-min", type=float, default=0.0, metavar="P",
+    ap.add_argument("--draft-p-min", type=real, default=0.0, metavar="P",
                     help="confidence stopping for a draft model: stop drafting after a token whose largest draft "
                          "probability is below P, as llama.cpp's --draft-p-min (default 0: off)")
     ap.add_argument("--tree", type=branching, default=None, metavar="K1,K2,...",
@@ -147,12 +148,14 @@ def add_drafting_options(ap):
                          f"{MAX_TREE_NODES}")
     ap.add_argument("--tree-kind", choices=("sampled", "top-k"), default="sampled",
                     help="with --tree: children drawn i.i.d. from the draft (sampled) or its most likely ids (top-k)")
-    ap.add_argument("--tree-budget", type=int, default=None, metavar="N",
+    ap.add_argument("--tree-budget", type=integer, default=None, metavar="N",
                     help="draft a dynamic tree of N nodes grown best first by cumulative draft probability "
                          "(EAGLE-2's idea; each node offers its 4 most likely ids); its depth is at most --gamma, "
                          f"N at most {MAX_TREE_NODES}")
     for command in COMMANDS.values():  # the options of each drafter without a model (npspec.decode.drafters)
-        for flag, options in command.options:
+        for flag, options in command.options:  # its int and float read as every number here: ASCII only
+            if "type" in options:
+                options = {**options, "type": NUMBER_TYPES.get(options["type"], options["type"])}
             ap.add_argument(flag, **options)
 
 
@@ -246,20 +249,24 @@ def thread_count(arg, environ=os.environ, cpus=None, note=None):
     env = environ.get("NPSPEC_NUM_THREADS", "")
     if not env:
         return cpus
-    if not re.fullmatch(r"\s*[0-9]+\s*", env) or int(env) < 1:  # ASCII digits: "²".isdigit() is True
+    try:
+        n = integer(env)  # the options' own rule: ASCII only
+    except ValueError:
+        n = 0
+    if n < 1:
         raise ValueError(f"NPSPEC_NUM_THREADS={env!r} is not a positive integer; set it to a thread count such "
                          "as 2, or unset it")
-    if int(env) > cpus:
+    if n > cpus:
         if note is not None:
             note(f"NPSPEC_NUM_THREADS={env.strip()} is more than the {cpus} CPUs this process may use; using {cpus}")
         return cpus
-    return int(env)
+    return n
 
 
 def branching(text):
     """--tree's value: "3,2,1" -> (3, 2, 1). Raises argparse.ArgumentTypeError for anything else."""
     try:
-        counts = tuple(int(k) for k in text.split(","))
+        counts = tuple(integer(k) for k in text.split(","))
     except ValueError:
         counts = ()
     if not counts or min(counts) < 1:
@@ -490,7 +497,8 @@ def run(args, out=sys.stdout, err=sys.stderr, stdin=None):
         print(f"npspec.generate: wrote {args.html} (each round of the generation)", file=err)
     specs, plain = [gen], {}
     if args.compare and not interrupted:  # the same prompt, options and seed, with the target alone
-        specs, plain, finished = compare_repeated(job, gen, again, args.seed, threads, args.compare_repeats, progress)
+        specs, plain, finished = compare_repeated(job, gen, again, args.seed, threads, args.compare_repeats, progress,
+                                                  notes(err))
         interrupted = not finished  # Ctrl-C in a turn: the finished turns are still compared
     report(args, out, err, gen, specs, plain, target, kernels)
     if interrupted:
@@ -515,10 +523,7 @@ def prepared(args, err, stdin):
         raise ValueError(f"--seed must be >= 0, got {args.seed}")
     threads = thread_count(args.threads, note=lambda message: print(f"npspec.generate: note: {message}", file=err))
     progress = terminal_bars if show_progress(args.quiet, err, os.environ) else None
-
-    def note(message):  # the cache's and loader's notes (a conversion, a wait, a rewrite)
-        print(f"npspec: {message}", file=err, flush=True)
-
+    note = notes(err)
     target = load(args.target, "target", kernel=args.target_kernel or STATIC_DEFAULT, threads=threads,
                   progress=progress, note=note)  # the role's kernel is chosen once every check has passed (probed)
     draft = load_draft(args, threads, progress, note)
@@ -538,14 +543,28 @@ def prepared(args, err, stdin):
     return job, lambda: rerun(probed_job, args, reference), prompt, kernels, progress, threads
 
 
+def notes(err):
+    """The note function given to the library: the cache's and loader's notes (a conversion, a wait, a rewrite), the
+    probe's and a compiled kernel's compile time, each a line `npspec: ...` on `err`."""
+    return lambda message: print(f"npspec: {message}", file=err, flush=True)
+
+
 def generated(job, args, out, prompt, streamer, color, progress):
-    """Echo the prompt (the first byte written: everything that can be checked was), decode the job streaming its
-    text to `out` (accepted drafts coloured when `color`; with --json, a bar of the tokens on stderr instead);
-    returns (the Generation, whether Ctrl-C stopped it)."""
+    """Decode the job streaming its text to `out` after the prompt (accepted drafts coloured when `color`; with --json,
+    a bar of the tokens on stderr instead); returns (the Generation, whether Ctrl-C stopped it).
+
+    The prompt is echoed with the first round's text, the first byte written: by then everything that can be checked
+    was, the logits of the first forwards included (a model whose weights overflow to inf fails there, with nothing
+    on stdout); alone if Ctrl-C stops the decoding before a round ends."""
+    pending = "" if args.json else prompt  # the prompt, until the first round's text follows it
+
     def on_emit(new_ids, n_accepted):
+        nonlocal pending
         if args.json:  # nothing streams: a bar on stderr shows the tokens instead
             tokens.update(len(new_ids))
             return
+        out.write(pending)
+        pending = ""
         if color:
             drafted = streamer.push(new_ids[:n_accepted])
             out.write(GREEN + drafted + RESET if drafted else "")
@@ -555,14 +574,14 @@ def generated(job, args, out, prompt, streamer, color, progress):
         out.flush()
 
     try:
-        if not args.json:
-            out.write(prompt)
         with bar(progress if args.json else None, "generating", args.max_new_tokens, "tok") as tokens:
-            return decode(job, on_emit, trace=args.trace or args.html is not None), False
+            gen, interrupted = decode(job, on_emit, trace=args.trace or args.html is not None), False
     except GenerationInterrupted as e:  # Ctrl-C: print what was generated, then exit 130
-        return e.generation, True
-    except KeyboardInterrupt:  # between the prompt and the first forward: nothing generated
-        return Generation([], Stats(stop_reason="interrupted")), True
+        gen, interrupted = e.generation, True
+    except KeyboardInterrupt:  # before the first forward: nothing generated
+        gen, interrupted = Generation([], Stats(stop_reason="interrupted")), True
+    out.write(pending)  # no round ended (Ctrl-C): the prompt alone
+    return gen, interrupted
 
 
 def report(args, out, err, gen, specs, plain, target, kernels):

@@ -22,14 +22,14 @@ def plain_job(job, target, rng):
                    rng=rng)
 
 
-def plain_models(job, threads):  # -> {label: Model}
+def plain_models(job, threads, note=None):  # -> {label: Model}
     """The models --compare decodes the job's prompt plainly with, keyed by plain_label: the target with its own
     kernel and threads first, then each kernel of npspec.kernels.registry.plain_baselines (the compiled one when installed,
-    BLAS's) at the `threads` asked for, through Model.with_kernel."""
+    BLAS's) at the `threads` asked for, through Model.with_kernel (note: None, or told a compile's time)."""
     target = job.target
     models = {plain_label(target, threads): target}
     for kernel in plain_baselines(target.kernel):
-        models.setdefault(kernel, target.with_kernel(kernel, threads))
+        models.setdefault(kernel, target.with_kernel(kernel, threads, note=note))
     return models
 
 
@@ -42,7 +42,8 @@ def decode_plain(job, model, seed, label, progress=None):  # -> Generation
                       on_emit=lambda new_ids, n: b.update(len(new_ids)))
 
 
-def compare_repeated(job, first, again, seed, threads, repeats, progress=None):  # -> ([Gen], {label: [Gen]}, bool)
+def compare_repeated(job, first, again, seed, threads, repeats, progress=None,
+                     note=None):  # -> ([Gen], {label: [Gen]}, bool)
     """--compare, `repeats` times in turn (--compare-repeats): a speculative decoding, then one plain decoding of the
     prompt with each of plain_models(job, threads), the target's own kernel last, each drawing from a generator
     seeded with `seed`.
@@ -52,12 +53,12 @@ def compare_repeated(job, first, again, seed, threads, repeats, progress=None): 
 
     job: the speculative Job already decoded, giving `first` (the first repeat's Generation); again(): a Job that
     decodes as `job` did (a fresh drafter and random stream: npspec.cli.generate.rerun), called for each later repeat.
-    progress: a bar factory (npspec.sources.progress) for each run, or None. Returns the speculative Generations and {label:
-    the plain Generations} of the repeats that finished, in order, and whether all `repeats` did: Ctrl-C
-    (GenerationInterrupted) during a repeat drops that repeat's runs and keeps the finished ones ({} for the plain
-    runs when none finished).
+    progress: a bar factory (npspec.sources.progress) for each run, or None. note: plain_models'. Returns the speculative
+    Generations and {label: the plain Generations} of the repeats that finished, in order, and whether all `repeats`
+    did: Ctrl-C (GenerationInterrupted) during a repeat drops that repeat's runs and keeps the finished ones ({} for
+    the plain runs when none finished).
     """
-    models = plain_models(job, threads)
+    models = plain_models(job, threads, note)
     specs, plain = [], {label: [] for label in models}
     own, *others = models  # the target's own kernel runs last, so that each later speculative run follows a decoding
     # with it, as the first follows --simulate-acceptance's greedy reference: a run right after a BLAS-threaded one
