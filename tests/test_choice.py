@@ -97,7 +97,7 @@ def test_a_machine_that_slows_while_the_probe_runs_does_not_pick_the_first_candi
     alike. Two equally fast candidates, on a machine 0.1% slower at each timing: their means over both passes
     differ by the drift's curvature only, a hundredth of the one-pass gap."""
     class Stub:  # a model whose with_kernel builds nothing
-        def with_kernel(self, kernel, threads):
+        def with_kernel(self, kernel, threads, note=None):
             return self
     choices = [choice.Choice("a", 1), choice.Choice("b", 1)]
     calls = []

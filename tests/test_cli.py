@@ -10,6 +10,7 @@ test_convert.py and test_sources.py, which import them from here.
 import io
 import json
 import os
+import re
 
 import pytest
 
@@ -335,3 +336,27 @@ def test_bad_input_table_is_in_readme():
                    "prompt_ids must be a 1-D sequence", "rollback's length must be an integer",
                    "p or q holds NaN or an infinity"):
         assert phrase in section, phrase
+
+
+
+def test_readme_synopsis_names_every_option():
+    from npspec import convert
+    from npspec.decode import RULES
+    from npspec.generate import build_parser
+    readme = (ROOT / "README.md").read_text()
+    synopsis = readme[readme.index("npspec generate [PROMPT"):readme.index("npspec bench NAME")]
+    generate, convert_ = synopsis.split("npspec convert")
+    for part, parser in ((generate, build_parser()), (convert_, convert.build_parser("npspec convert"))):
+        options = {o for a in parser._actions for o in a.option_strings if o.startswith("--")} - {"--help"}
+        assert options <= set(re.findall(r"--[a-z][a-z-]*", part)), options  # --verify and --force were missing
+    assert f"[--verify {'|'.join(RULES)}]" in generate
+
+
+@pytest.mark.parametrize("role", ["target", "draft"])
+def test_a_kernel_options_help_says_the_probe_chooses_its_default(role):
+    from npspec.generate import build_parser
+    from npspec.registry import role_candidates
+    [action] = [a for a in build_parser()._actions if a.dest == f"{role}_kernel"]
+    text = " ".join(action.help.split())
+    assert f"the fastest of {', '.join(role_candidates(role))} on this machine, as timed by --kernel-probe" in text
+    assert "compiled-panels with the fast extra" not in text  # the draft's used to name it the default

@@ -1,24 +1,30 @@
 """What the CLI (python -m npspec.generate) prints: the --trace records in --json, accepted drafts in
-colour on a terminal (and never when piped, with --no-color or with NO_COLOR set), and the API
-function kept next to the CLI module.
+colour on a terminal (and never when piped, with --no-color or with NO_COLOR set), the note of a slow compile
+(faked: SlowNjit), the API function kept next to the CLI module, and the shipped pair's --compare figures README quotes.
 
 Terminals are real: a child process (conftest.run_python) points its stdout at a pseudo-terminal,
 runs the CLI's main, and hands back what the terminal received.
 """
 
+import functools
 import io
 import json
 import re
+import time
 
 import numpy as np
 import pytest
 
 import npspec
 import npspec.cli.generate
+from npspec.kernels import compiled
+from npspec.sources.choices import Choice, measure_all
 from npspec.cli.generate import GREEN, RESET, build_parser, run
+from npspec.kernels.registry import REGISTRY
 from npspec.sources import load
 
-from conftest import run_python
+from conftest import ROOT, run_python, tiny_model
+from model_files import saved
 
 ARGS = ["ROMEO:", "--max-new-tokens", "40", "--seed", "4", "--temperature", "0.8"]
 ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
@@ -101,6 +107,67 @@ def test_colour_can_be_turned_off(how):
 
 
 def test_importing_the_cli_keeps_the_api_function():
-    # the CLI module is npspec.cli.generate (npspec.generate runs it); the API function has its own name, so importing
-    # one never hides the other
+    # the CLI module is npspec.cli.generate; the API function has its own name, so importing one never hides the other
     assert callable(npspec.generate_text) and npspec.cli.generate.__name__ == "npspec.cli.generate"
+
+
+# --- the note of a slow compile ------------------------------------------------------------------------
+
+
+class SlowNjit:
+    """numba.njit's shape, njit(**options)(f) -> a callable, whose functions run as plain Python and take `seconds`
+    more on their first call, as a function numba compiles does."""
+
+    def __init__(self, seconds):
+        self.seconds = seconds
+
+    def __call__(self, **options):
+        def jit(f):
+            first = [True]
+
+            def compiled_f(*args):
+                if first:
+                    time.sleep(self.seconds)
+                    first.clear()
+                return f(*args)
+            return compiled_f
+        return jit
+
+
+@pytest.fixture
+def slow_compile(monkeypatch):
+    """compiled-panels built anew in this process (one thread), each function's compile faked at twice NOTE_SECONDS."""
+    if not REGISTRY["compiled-panels"].available():
+        pytest.skip("the registry offers compiled-panels with numba (the fast extra) only")
+    monkeypatch.setattr(compiled, "_compiled", {})
+    monkeypatch.setattr(compiled, "NOTE_SECONDS", 0.05)
+    monkeypatch.setattr(compiled, "compiled_product", functools.partial(compiled.compiled_product, njit=SlowNjit(0.1)))
+
+
+def test_a_slow_compile_of_a_kernel_given_by_name_says_so(tmp_path, slow_compile):
+    out, err = io.StringIO(), io.StringIO()
+    argv = ["--target", str(saved(tmp_path / "m")), "--gamma", "0", "--target-kernel", "compiled-panels",
+            "--threads", "1", "--max-new-tokens", "2"]
+    assert npspec.cli.generate.main(argv, out=out, err=err) == 0, err.getvalue()
+    assert "npspec: kernel compiled-panels: compiled in " in err.getvalue()  # 9.3 s used to pass in silence
+
+
+def test_a_slow_compile_in_the_kernel_probe_says_so(slow_compile):
+    notes = []
+    measure_all([Choice("compiled-panels", 1)], tiny_model(), (1,), lambda *args, **kw: 0.0, note=notes.append)
+    assert [n for n in notes if n.startswith("kernel compiled-panels: compiled in ")], notes  # the first fast run's
+
+
+# --- what README says --compare prints on the shipped pair ----------------------------------------------
+
+
+def test_readme_states_the_shipped_pairs_measured_speedups_with_their_conditions():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    intro = " ".join(readme[:readme.index("## Quick start")].split())
+    assert "cannot gain at all" not in readme  # a 2-core AMD EPYC gained 1.27x (and the issue's machine 1.64x)
+    runs = ROOT / "bench" / "results" / "issue50" / "epyc2"
+    assert "`bench/results/issue50/epyc2/README.md`" in intro and "AMD EPYC" in intro and "load average" in intro
+    for name, options in (("compare_default", "with its defaults"), ("compare_greedy_gamma3", "--temperature 0 --gamma 3")):
+        c = json.loads((runs / f"{name}.json").read_text())["compare"]
+        quoted = f"{c['speedup']:.2f}x ({min(c['speedups']):.2f}x to {max(c['speedups']):.2f}x)"
+        assert quoted in intro and c["repeats"] == 5 and options in intro, quoted

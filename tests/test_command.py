@@ -51,7 +51,7 @@ def test_convert_is_python_m_npspec_convert(tmp_path):
 @pytest.mark.parametrize("argv, status, says", [
     ([], 2, "required: command"),
     (["frobnicate"], 2, "invalid choice: 'frobnicate'"),
-    (["generate", "--gamma", "abc"], 2, "invalid int value: 'abc'"),  # argparse's status passes through
+    (["generate", "--gamma", "abc"], 2, "invalid integer value: 'abc'"),  # argparse's status passes through
     (["generate", "--gamma", "-1"], 1, "error: gamma must be an integer >= 0"),
     (["convert", "/no/such/dir", "out"], 1, "error: source /no/such/dir is not a directory"),
     (["bench", "nosuch"], 2, "unknown benchmark 'nosuch'"),

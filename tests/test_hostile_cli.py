@@ -3,9 +3,10 @@
 Each case runs `python -m npspec.generate` in a subprocess whose address space is capped (RLIMIT_AS, MEMORY_CAP):
 a size that allocates without a bound fails there with a MemoryError traceback instead of the one-line error.
 Every refusal is exit status 1, one line `npspec.generate: error: ...`, nothing on stdout. Caches are temporary
-(test_cli.offline_env).
+(test_cli.offline_env). Numbers are read by one rule, ASCII only (npspec.cli.console.integer and number).
 """
 
+import io
 import os
 import resource
 import subprocess
@@ -13,7 +14,10 @@ import sys
 
 import pytest
 
+from npspec.cli.console import parse
 from npspec.decode.drafters import MAX_NGRAM
+from npspec.cli.inputs import thread_count
+from npspec.cli.options import build_parser
 from npspec.decode.rules.trees import MAX_TREE_NODES
 
 from conftest import ROOT
@@ -79,6 +83,24 @@ def test_a_tree_at_the_node_bound_is_accepted_and_runs(tmp_path):
     r = capped_generate(tmp_path, "--tree", f"{MAX_TREE_NODES // 2},1", "--temperature", 0, "--max-new-tokens", 2)
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("ROMEO:")
+
+
+def test_every_number_a_command_reads_is_ascii_only():
+    """int() and float() also read other scripts' digits: --gamma ٣ and --top-k １２ were taken while
+    NPSPEC_NUM_THREADS=٣ was refused. Every option that reads a number now refuses them (a usage error, status 2)."""
+    numeric = [a for a in build_parser()._actions if a.type is not None]
+    assert {"--gamma", "--top-k", "--temperature", "--tree", "--ngram-max"} <= {a.option_strings[0] for a in numeric}
+    for action in numeric:
+        for digits in ("٣", "１２", "٠.٥"):
+            err = io.StringIO()
+            args, status = parse(build_parser(err=err), [action.option_strings[0], digits], err, "npspec.generate")
+            assert status == 2 and f"'{digits}'" in err.getvalue(), (action.option_strings, digits, args)
+        args, status = parse(build_parser(), [action.option_strings[0], "3"], None, "npspec.generate")
+        assert status is None and getattr(args, action.dest) in (3, (3,)), action.option_strings  # ASCII: read
+    for value in ("١٢", "１２"):
+        with pytest.raises(ValueError, match="NPSPEC_NUM_THREADS=.* is not a positive integer"):
+            thread_count(None, environ={"NPSPEC_NUM_THREADS": value}, cpus=2)
+    assert thread_count(None, environ={"NPSPEC_NUM_THREADS": " 2 "}, cpus=4) == 2
 
 
 def test_readme_states_the_policy_bounds():

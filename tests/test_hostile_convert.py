@@ -3,20 +3,24 @@ truncated model, and forwards fed what they cannot take. Each gives one line nam
 
 Covered: a 400-digit layer_norm_epsilon (OverflowError) and one of 1e300 (inf in float32), in convert and
 generate; a tokenizer.json that is not UTF-8 (convert: a traceback; generate: a message naming no file); a
-config.json with fewer layers than the checkpoint (a truncated model behind a UserWarning); a config.json
-or an eos_token_id nested 200,000 brackets deep (RecursionError); metadata without eos_token_id; `forward` with 2-D ids or another model's cache (raw numpy errors).
+config.json with fewer layers than the checkpoint (a truncated model behind a UserWarning); metadata
+without eos_token_id; `forward` with 2-D ids or another model's cache (raw numpy errors); an OUT_DIR that is a
+symlink (replaced by a directory, its staging left behind for good), and a staging directory whose lock cannot be
+taken (left behind).
 """
 
 import io
 import json
+import os
 
 import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
 from npspec.cli import convert as convert_command
+from npspec.sources import files
 from npspec.sources.errors import CheckpointError
-from npspec.sources.files import config_from_metadata, converted_metadata, load_model
+from npspec.sources.files import config_from_metadata, converted_metadata, load_model, write_dir
 from npspec.model.gpt2 import GPT2Config, KVCache
 from npspec.sources.init import init_tensors
 from npspec.model.model import Model
@@ -120,6 +124,34 @@ def test_a_config_with_fewer_layers_than_the_checkpoint_is_refused(tmp_path):
     src = hf_dir(tmp_path / "hf", cfg_patch={"n_layer": 1})  # the checkpoint holds 2
     assert_refused(convert(src, tmp_path / "out"), "says n_layer 1 but the file holds 2 layers", "truncated")
     assert not (tmp_path / "out").exists()  # it used to convert one layer behind a UserWarning
+
+
+# --- OUT_DIR ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("points_to", ["an empty directory", "nothing", "a model"])
+def test_a_symlink_out_dir_is_refused_and_nothing_is_left_beside_it(tmp_path, points_to):
+    src, out, target = hf_dir(tmp_path / "hf"), tmp_path / "out", tmp_path / "target"
+    out.mkdir()
+    if points_to == "an empty directory":
+        target.mkdir()
+    if points_to == "a model":
+        assert convert(src, target)[0] == 0
+    before = sorted(os.listdir(target)) if target.exists() else None
+    (out / "link").symlink_to(target)
+    # exit 0 used to replace the link by a directory and leave the link as out/.link.<random>.partial for good
+    assert_refused(convert(src, out / "link", "--force"), f"OUT_DIR {out / 'link'} is a symlink (to {target})",
+                   "nothing was written")
+    assert os.listdir(out) == ["link"] and os.readlink(out / "link") == str(target)
+    assert (sorted(os.listdir(target)) if target.exists() else None) == before
+
+
+def test_a_staging_directory_whose_lock_cannot_be_taken_is_not_left_behind(tmp_path, monkeypatch):
+    (tmp_path / "file").write_text("")
+    monkeypatch.setattr(files, "_lock_of", lambda staging: tmp_path / "file" / "x.lock")  # cannot be created
+    with pytest.raises(OSError):
+        write_dir(tmp_path / "out", lambda staging: None)
+    assert not [n for n in os.listdir(tmp_path) if n.endswith(".partial")]  # made before the lock: it stayed
 
 
 # --- metadata --------------------------------------------------------------------------------------------

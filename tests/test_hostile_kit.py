@@ -4,11 +4,13 @@ Each bad argument raises npspec.testing.usage.KitUsageError naming the argument,
 runs (never a finding blamed on the rule, the sampler or the drafter, never a vacuous pass); a
 size the enumeration cannot hold is refused at once; a sampler that loops is stopped by the
 uniform source; a round or a block verifier that returns floats fails naming them (int() used to
-truncate them into a pass). Everything here runs in well under a second per case.
+truncate them into a pass); a callback that never returns is the caller's to bound, as each check says, and the
+README's alarm stops it. Everything here runs in well under a second per case.
 """
 
 import math
 import re
+import signal
 import time
 from fractions import Fraction as F
 
@@ -17,6 +19,8 @@ import pytest
 from npspec import testing as kit
 from npspec.decode.rules import block_accept
 from npspec.testing.usage import MAX_OUTCOMES, MAX_UNIFORMS_PER_CALL, KitUsageError
+
+from conftest import ROOT
 
 PROPOSE, ACCEPT = kit.npspec_sampler()
 
@@ -82,6 +86,45 @@ def test_the_statistical_check_bounds_each_call_too():
 
     findings, _ = kit.statistical_check(PROPOSE, loops_late, n_samples=100)
     assert findings and "UniformsExhausted" in findings[0].problem
+
+
+# ---- callbacks that never return: the caller bounds the check, as documented
+
+CALLBACK_CHECKS = (kit.check_rule, kit.check_block_rule, kit.block_probes, kit.check_drafter, kit.probe_proposal,
+                   kit.probe_acceptance, kit.statistical_check, kit.check_sampler, kit.check_round,
+                   kit.round_statistics)
+
+
+class CheckTimeout(BaseException):  # README's: not an Exception, which the kit would report as a finding
+    pass
+
+
+def hangs(*args):
+    time.sleep(60)
+
+
+@pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="needs a Unix alarm")
+@pytest.mark.parametrize("check", [lambda: kit.check_rule(hangs), lambda: kit.check_sampler(hangs, ACCEPT),
+                                   lambda: kit.check_round(hangs), lambda: kit.check_drafter(hangs)],
+                         ids=["rule", "sampler", "round", "drafter"])
+def test_a_callback_that_never_returns_is_documented_and_the_documented_alarm_stops_it(check):
+    for f in CALLBACK_CHECKS:  # each check used to hang in silence
+        assert "never returns hangs the check" in " ".join(f.__doc__.split()), f.__name__
+    assert "Callbacks are not time-limited" in kit.__doc__
+    assert "class CheckTimeout(BaseException)" in (ROOT / "README.md").read_text(encoding="utf-8")
+
+    def on_alarm(signum, frame):
+        raise CheckTimeout()
+
+    previous, t0 = signal.signal(signal.SIGALRM, on_alarm), time.perf_counter()
+    signal.setitimer(signal.ITIMER_REAL, 0.2)
+    try:
+        with pytest.raises(CheckTimeout):
+            check()
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert time.perf_counter() - t0 < 5
 
 
 # ---- vacuous passes are refused

@@ -1,6 +1,6 @@
 """Hostile streams and environments: a full stdout, a closed stdin or stderr, thread counts past any CPU, a
-variable that is not ASCII digits, paths the OS refuses. Each is one line on stderr (never on stdout), exit
-status 1 or 2, no traceback, and bounded memory.
+variable that is not ASCII digits, paths the OS refuses, a model whose logits overflow. Each is one line on stderr
+(never on stdout), exit status 1 or 2, no traceback, and bounded memory.
 """
 
 import io
@@ -13,10 +13,13 @@ import pytest
 from npspec.cli import main as cli, generate, harness, inputs
 from npspec.decode import Options, SamplingParams, prepare
 from npspec.decode.drafters import ModelDrafter
+from npspec.sources.files import save_converted
+from npspec.sources.init import init_tensors
 from npspec.kernels.products import THREADS_PER_CPU, check_threads
 from npspec.sources import load
 
 from conftest import ROOT
+from model_files import SMALL, TOKENIZER, saved
 
 needs_dev_full = pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
 ENV = dict(os.environ, PYTHONPATH=str(ROOT))
@@ -42,6 +45,21 @@ def test_help_and_version_to_a_full_disk_are_an_error(argv):
     with open("/dev/full", "w") as full:
         r = run(argv, stdout=full)
     assert_one_line(r, "No space left on device")  # used to exit 0 (argparse drops the OSError)
+
+
+@needs_dev_full
+@pytest.mark.parametrize("argv, status", [
+    (["-m", "npspec", "generate", "--max-new-tokens", "3", "--kernel-probe", "off"], 0),  # /dev/full: used to be 1
+    (["-m", "npspec.generate", "--gamma", "-1"], 1), (["-m", "npspec.convert", "no/such/dir", "out"], 1),
+    (["-m", "npspec", "generate", "--no-such-option"], 2)], ids=["done", "error", "convert", "usage"])
+def test_a_full_or_closed_stderr_never_changes_the_exit_status(argv, status, tmp_path):
+    for how in ("full", "closed"):
+        with open("/dev/full", "w") as full:
+            r = subprocess.run([sys.executable, *argv], stdout=subprocess.PIPE, stderr=full, text=True, cwd=ROOT,
+                               env={**ENV, "NPSPEC_CACHE": str(tmp_path)}, timeout=300,
+                               preexec_fn=(lambda: os.close(2)) if how == "closed" else None)
+        assert r.returncode == status, (how, r.returncode)
+        assert r.stdout.startswith("ROMEO:") if status == 0 else r.stdout == "", (how, r.stdout)
 
 
 def test_a_closed_stdin_is_one_line():
@@ -111,6 +129,18 @@ def test_a_target_under_an_unknown_user_is_one_line():
 def test_html_under_an_unknown_user_is_one_line():
     status, err = generate_error("--html", "~nouser-npspec/round.html")
     assert status == 1 and "cannot expand ~nouser-npspec" in err
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy's overflow warnings, raised in this process
+@pytest.mark.parametrize("role", ["target", "draft"])
+def test_a_model_whose_logits_overflow_prints_nothing_before_the_error(tmp_path, role):
+    t = init_tensors(SMALL, 1)
+    t["ln_f.weight"][:] = 3e38  # finite, so loading passes; the head's products overflow to inf
+    save_converted(tmp_path / "inf", t, SMALL, "test", None, TOKENIZER)
+    pair = ["--target", tmp_path / "inf", "--gamma", "0"] if role == "target" else \
+        ["--target", saved(tmp_path / "ok"), "--draft", tmp_path / "inf", "--draft-kernel", "gemv-panels"]
+    status, err = generate_error(*map(str, pair), "--target-kernel", "gemm-blocks", "--max-new-tokens", "4")
+    assert status == 1 and "logits hold NaN or +inf" in err  # the prompt used to be on stdout first
 
 
 # --- progress on stderr for the long, silent runs ------------------------------------------------------

@@ -46,14 +46,15 @@ def make_round(bug=None):
         q, p = my_warp(draft_logits, **warping), my_warp(target_logits, **warping)
         q_test = my_warp(draft_logits, 1.0, 0, 1.0) if bug == "q-unwarped" else q  # BUG: sampled from q, tests raw q
         p_test = np.concatenate([p[1:], p[-1:]]) if bug == "rows-off-by-one" else p  # BUG: d_i against p_(i+1)
-        drafts = [draw(q[i], u[i]) for i in range(g)]
+        last = (lambda row, v: int(row.argmax())) if bug == "argmax-everywhere" else draw  # BUG: greedy at any T
+        drafts = [int(q[i].argmax()) if bug and bug.startswith("argmax") else draw(q[i], u[i]) for i in range(g)]
         for i, d in enumerate(drafts):
             ratio = p_test[i, d] / q_test[i, d]
             if not (u[g + i] <= ratio if bug == "non-strict" else u[g + i] < ratio):
                 r = np.maximum(p[i] - q_test[i], 0)
-                return drafts, i, draw(r / r.sum() if r.sum() > 0 else p[i], u[2 * g])
+                return drafts, i, last(r / r.sum() if r.sum() > 0 else p[i], u[2 * g])
         bonus = q[g] if bug == "bonus-from-draft" else p[g]  # BUG: the bonus from the draft's next row
-        return drafts, g, draw(bonus, u[2 * g])
+        return drafts, g, last(bonus, u[2 * g])
     return round_fn
 
 
@@ -73,6 +74,8 @@ def test_npspecs_own_round_passes():
     ("q-unwarped", "q-unwarped: the drafts drawn from the warped q, but the test"),
     ("rows-off-by-one", "rows-off-by-one: draft i tested against the target's row p_(i+1)"),
     ("non-strict", "non-strict-test"),
+    ("argmax-draft", "argmax-draft: the drafts are the draft row's argmax"),  # "no classic bug explains it" before
+    ("argmax-everywhere", "argmax-everywhere: every id is its row's argmax"),
 ])
 def test_each_classic_round_bug_fails_with_a_message_naming_it(bug, named):
     report = kit.check_round(make_round(bug), trials=9)

@@ -1,9 +1,11 @@
 """The commands' streams. Every command takes `out` and `err` in its `main(argv, out=None, err=None)` and passes them
 down; nothing replaces sys.stdout or sys.stderr.
 
-A closed stderr becomes os.devnull (error_stream): messages are dropped, never printed to stdout. Parser writes
-help and version to `out`, a usage error to `err` as one line, and lets a failed write raise (argparse drops it).
+A closed stderr becomes os.devnull (error_stream): messages are dropped, never printed to stdout; a write that
+fails (`2>/dev/full`) drops the rest too (DroppingStream), so stderr never changes a command's exit status.
+Parser writes help and version to `out`, a usage error to `err` as one line, and lets a failed write raise.
 parse and parsed give (args, None) or (None, the exit status); streams and parsed open every main alike.
+integer and number read every number the commands take: Python's int() and float() syntax, ASCII only.
 terminate_as_interrupt raises SIGTERM as Terminated (a KeyboardInterrupt), so cleanup runs as for Ctrl-C.
 Imports the standard library only.
 """
@@ -18,8 +20,53 @@ import threading
 
 
 def error_stream(err):
-    """`err`, or a stream to os.devnull if it is None (stderr closed): messages are dropped, never sent to stdout."""
-    return err if err is not None else open(os.devnull, "w", encoding="utf-8")
+    """`err` as a DroppingStream, to os.devnull if it is None (stderr closed): never stdout (module docstring)."""
+    if isinstance(err, DroppingStream):
+        return err
+    return DroppingStream(err if err is not None else open(os.devnull, "w", encoding="utf-8"))
+
+
+class DroppingStream:
+    """A text stream for messages: writes and flushes go to `stream` until one raises OSError (a full disk, a closed
+    descriptor, a reader gone), and after that to os.devnull. Everything else (isatty, fileno...) is `stream`'s."""
+
+    def __init__(self, stream):
+        self.stream = stream
+
+    def write(self, text):
+        try:
+            return self.stream.write(text)
+        except OSError:
+            self.dropped()
+            return len(text)
+
+    def flush(self):
+        try:
+            self.stream.flush()
+        except OSError:
+            self.dropped()
+
+    def dropped(self):
+        """Send the rest to os.devnull."""
+        self.stream = open(os.devnull, "w", encoding="utf-8")
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+
+def integer(text):  # str -> int
+    """int(text) for ASCII text only (`4`, `-1`, ` 12 `; int() alone reads `٣` and `１２`): an integer option's
+    argparse type and NPSPEC_NUM_THREADS's parser. Raises ValueError (argparse: `invalid integer value: '٣'`)."""
+    if not text.isascii():
+        raise ValueError(f"{text!r} is not written in ASCII")
+    return int(text)
+
+
+def number(text):  # str -> float
+    """float(text) for ASCII text only (`0.8`, `1e-3`, `inf`; not `٠.٥`), else ValueError: a real option's type."""
+    if not text.isascii():
+        raise ValueError(f"{text!r} is not written in ASCII")
+    return float(text)
 
 
 TO_ERR = object()  # Parser's own name for "the command's stderr"

@@ -3,8 +3,8 @@
 The command line only (argparse -> npspec.sources.huggingface.convert, which holds every check and the atomic
 swap of OUT_DIR -> one line on stderr); without tokenizer.json GPT-2's is used if it fits
 (npspec.sources.cache.fallback_tokenizer_json); OUT_DIR must be new or empty, or an npspec model replaced with
---force. Exit 0, 1 an error, 2 usage, 130 Ctrl-C, 143 SIGTERM (both delete what was written). Only npspec.cli.main
-imports it.
+--force, never a symlink (npspec.sources.files.out_dir_problem). Exit 0, 1 an error, 2 usage, 130 Ctrl-C, 143
+SIGTERM (both delete what was written). Only npspec.cli.main imports it.
 """
 
 import os

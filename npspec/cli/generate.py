@@ -81,7 +81,7 @@ def run(args, out=sys.stdout, err=sys.stderr, stdin=None):
     specs, plain = [gen], {}
     if args.compare and not interrupted:  # the same prompt, options and seed, with the target alone
         specs, plain, finished = compare_repeated(prep.job, gen, prep.again, args.seed, prep.threads,
-                                                  args.compare_repeats, prep.progress)
+                                                  args.compare_repeats, prep.progress, notes(err))
         interrupted = not finished  # Ctrl-C in a turn: the finished turns are still compared
     report(args, Outcome(gen, specs, plain, prep.kernels, target.tokenizer.decode), out, err)
     if interrupted:
@@ -96,10 +96,7 @@ def prepared(args, err, stdin):  # -> Prepared
     options = checked(args)
     threads = thread_count(args.threads, note=lambda message: print(f"npspec.generate: note: {message}", file=err))
     progress = terminal_bars if show_progress(args.quiet, err, os.environ) else None
-
-    def note(message):  # the cache's and loader's notes (a conversion, a wait, a rewrite)
-        print(f"npspec: {message}", file=err, flush=True)
-
+    note = notes(err)
     target = load(args.target, "target", kernel=args.target_kernel or STATIC_DEFAULT, threads=threads,
                   progress=progress, note=note)  # the role's kernel is chosen once every check has passed (probed)
     draft = load_draft(args, threads, progress, note)
@@ -119,14 +116,25 @@ def prepared(args, err, stdin):  # -> Prepared
     return Prepared(job, lambda: rerun(probed_job, args, reference), prompt, kernels, progress, threads)
 
 
+def notes(err):
+    """The note function given to the library: the cache's, loader's, probe's and a compile's notes, each a line
+    `npspec: ...` on `err`."""
+    return lambda message: print(f"npspec: {message}", file=err, flush=True)
+
+
 def generated(prep, args, out, streamer, color):  # -> (Generation, bool)
-    """Echo the prompt (the first byte written), then decode prep.job streaming its text to `out` (accepted drafts
-    coloured when `color`; with --json, a bar on stderr instead). Returns (the Generation, whether Ctrl-C stopped
-    it)."""
+    """Decode prep.job streaming its text to `out` (accepted drafts coloured when `color`; with --json, a bar on
+    stderr instead). The prompt, the first byte written, goes with the first round's text (its logits checked by
+    then), or alone after Ctrl-C. Returns (the Generation, whether Ctrl-C stopped it)."""
+    pending = "" if args.json else prep.prompt  # the prompt, until the first round's text follows it
+
     def on_emit(new_ids, n_accepted):
+        nonlocal pending
         if args.json:  # nothing streams: a bar on stderr shows the tokens instead
             tokens.update(len(new_ids))
             return
+        out.write(pending)
+        pending = ""
         if color:
             drafted = streamer.push(new_ids[:n_accepted])
             out.write(GREEN + drafted + RESET if drafted else "")
@@ -136,14 +144,14 @@ def generated(prep, args, out, streamer, color):  # -> (Generation, bool)
         out.flush()
 
     try:
-        if not args.json:
-            out.write(prep.prompt)
         with bar(prep.progress if args.json else None, "generating", args.max_new_tokens, "tok") as tokens:
-            return decode(prep.job, on_emit, trace=args.trace or args.html is not None), False
+            gen, interrupted = decode(prep.job, on_emit, trace=args.trace or args.html is not None), False
     except GenerationInterrupted as e:  # Ctrl-C: print what was generated, then exit 130
-        return e.generation, True
-    except KeyboardInterrupt:  # between the prompt and the first forward: nothing generated
-        return Generation([], Stats(stop_reason="interrupted")), True
+        gen, interrupted = e.generation, True
+    except KeyboardInterrupt:  # before the first forward: nothing generated
+        gen, interrupted = Generation([], Stats(stop_reason="interrupted")), True
+    out.write(pending)  # no round ended (Ctrl-C): the prompt alone
+    return gen, interrupted
 
 
 def main(argv=None, prog=PROG, out=None, err=None):

@@ -21,13 +21,13 @@ def plain_job(job, target, rng):
                    rng=rng)
 
 
-def plain_models(job, threads):  # -> {label: Model}
+def plain_models(job, threads, note=None):  # -> {label: Model}
     """{plain_label: Model} that --compare decodes plainly with: the target as it is first, then each of
-    registry.plain_baselines at `threads` (Model.with_kernel)."""
+    registry.plain_baselines at `threads` (Model.with_kernel; note: None, or told a compile's time)."""
     target = job.target
     models = {plain_label(target, threads): target}
     for kernel in plain_baselines(target.kernel):
-        models.setdefault(kernel, target.with_kernel(kernel, threads))
+        models.setdefault(kernel, target.with_kernel(kernel, threads, note=note))
     return models
 
 
@@ -39,13 +39,14 @@ def decode_plain(job, model, seed, label, progress=None):  # -> Generation
                       on_emit=lambda new_ids, n: b.update(len(new_ids)))
 
 
-def compare_repeated(job, first, again, seed, threads, repeats, progress=None):  # -> ([Gen], {label: [Gen]}, bool)
+def compare_repeated(job, first, again, seed, threads, repeats, progress=None,
+                     note=None):  # -> ([Gen], {label: [Gen]}, bool)
     """--compare `repeats` times in turn: a speculative decoding (`first`, then again()'s Jobs), then each of
-    plain_models(job, threads), the target's own kernel last, each rng seeded with `seed`. A speculative run sits
-    next to the plain runs it is divided by, so a memory rate that drifts moves both sides of a ratio alike.
+    plain_models(job, threads, note), the target's own kernel last, each rng seeded with `seed`. A speculative run
+    sits next to the plain runs it is divided by, so a memory rate that drifts moves both sides of a ratio alike.
     Returns ([speculative Generation], {label: [plain Generation]}, whether every repeat finished): Ctrl-C drops
     the unfinished repeat ({} when none finished)."""
-    models = plain_models(job, threads)
+    models = plain_models(job, threads, note)
     specs, plain = [], {label: [] for label in models}
     own, *others = models  # the target's own kernel runs last, so that each later speculative run follows a decoding
     # with it, as the first follows --simulate-acceptance's greedy reference: a run right after a BLAS-threaded one

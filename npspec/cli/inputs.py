@@ -3,10 +3,10 @@
 """
 
 import os
-import re
 import sys
 
 from ..kernels.products import check_threads
+from .console import integer
 from .options import DEFAULT_PROMPT
 
 
@@ -68,11 +68,15 @@ def thread_count(arg, environ=os.environ, cpus=None, note=None):
     env = environ.get("NPSPEC_NUM_THREADS", "")
     if not env:
         return cpus
-    if not re.fullmatch(r"\s*[0-9]+\s*", env) or int(env) < 1:  # ASCII digits: "²".isdigit() is True
+    try:
+        n = integer(env)  # the options' own rule: ASCII only
+    except ValueError:
+        n = 0
+    if n < 1:
         raise ValueError(f"NPSPEC_NUM_THREADS={env!r} is not a positive integer; set it to a thread count such "
                          "as 2, or unset it")
-    if int(env) > cpus:
+    if n > cpus:
         if note is not None:
             note(f"NPSPEC_NUM_THREADS={env.strip()} is more than the {cpus} CPUs this process may use; using {cpus}")
         return cpus
-    return int(env)
+    return n

@@ -9,13 +9,15 @@ import os
 from ..decode import RULES, SCHEDULES, SIBLINGS, Options, SamplingParams
 from ..decode.drafters import COMMANDS, check_p_min
 from ..decode.rules.trees import MAX_TREE_NODES, branching_tree
-from ..kernels.registry import names as kernel_names
+from ..kernels.registry import names as kernel_names, role_candidates
 from ..sources import HUB_NAMES, SHIPPED_PAIR, shipped_dir
 from ..sources.atomic import expand, replace_problem, resolved
 from ..sources.choices import MODES
-from .console import Parser
+from .console import Parser, integer
+from .console import number as real  # (report.number formats a ratio)
 
 DEFAULT_PROMPT = "ROMEO:"
+NUMBER_TYPES = {int: integer, float: real}  # how the command line reads a number (npspec.cli.console): ASCII only
 PROG = "python -m npspec.generate"
 DESCRIPTION = "python -m npspec.generate: speculative decoding from the command line."  # --help's first line
 
@@ -34,25 +36,25 @@ def build_parser(prog=PROG, out=None, err=None):
                          "model / the target quantized, e.g. int4-g64:self (default: the shipped draft for the shipped "
                          "target; another target without --draft decodes plainly)")
     add_drafting_options(ap)
-    ap.add_argument("--max-new-tokens", type=int, default=128, help="tokens to generate (default 128)")
-    ap.add_argument("--temperature", type=float, default=0.8, help="0 = greedy (default 0.8)")
-    ap.add_argument("--top-k", type=int, default=0, help="keep the k most likely tokens; 0 = off (default)")
-    ap.add_argument("--top-p", type=float, default=0.95, help="nucleus mass in (0, 1]; 1 = off (default 0.95)")
-    ap.add_argument("--seed", type=int, default=0,
+    ap.add_argument("--max-new-tokens", type=integer, default=128, help="tokens to generate (default 128)")
+    ap.add_argument("--temperature", type=real, default=0.8, help="0 = greedy (default 0.8)")
+    ap.add_argument("--top-k", type=integer, default=0, help="keep the k most likely tokens; 0 = off (default)")
+    ap.add_argument("--top-p", type=real, default=0.95, help="nucleus mass in (0, 1]; 1 = off (default 0.95)")
+    ap.add_argument("--seed", type=integer, default=0,
                     help="seed of the one random generator (default 0): the same seed, models, prompt and "
                          "options give the same output (README: Reproducibility)")
-    ap.add_argument("--threads", type=int, default=None,
+    ap.add_argument("--threads", type=integer, default=None,
                     help="threads of each forward: the panel kernels' own workers, or BLAS's for gemm and gemv-rows "
                          "(default: $NPSPEC_NUM_THREADS, else the CPUs this process may use); a role's default kernel "
                          "runs at these or at one, as --kernel-probe timed faster; results never depend on it")
     ap.add_argument("--target-kernel", choices=kernel_names(cli=True, codes=False), default=None,
-                    help="the target's product (default: the fastest batch-invariant one on this machine: "
-                         "compiled-panels with the fast extra, else gemm-blocks or gemv-panels as --kernel-probe "
-                         "measured; npspec.kernels.registry)")
+                    help="the target's product (default: the fastest of " + ", ".join(role_candidates("target"))
+                         + " on this machine, as timed by --kernel-probe; compiled-panels needs the fast extra; "
+                         "npspec.kernels.registry)")
     ap.add_argument("--draft-kernel", choices=kernel_names(cli=True), default=None,
-                    help="the draft's product (default: compiled-panels with the fast extra, else gemv-panels: a "
-                         "one-token product on npspec's own threads; dequant-panels keeps a quantized draft's int8 "
-                         "codes, npspec.kernels.quantized)")
+                    help="the draft's product (default: the fastest of " + ", ".join(role_candidates("draft"))
+                         + " on this machine, as timed by --kernel-probe; compiled-panels needs the fast extra; "
+                         "dequant-panels keeps a quantized draft's int8 codes, npspec.kernels.quantized)")
     ap.add_argument("--kernel-probe", choices=MODES, default="cached",
                     help="how the default kernels, and the longest prompt each prefills itself, are chosen "
                          "(npspec.sources.choices), once every check has passed: cached (measured once per machine and model "
@@ -68,11 +70,11 @@ def build_parser(prog=PROG, out=None, err=None):
     ap.add_argument("--compare", action="store_true",
                     help="then run plain decoding with the same options (with the target's kernel, compiled-panels "
                          "when installed, gemv-rows and gemm) and print the speeds and the speedup over the fastest")
-    ap.add_argument("--compare-repeats", type=int, default=1, metavar="N",
+    ap.add_argument("--compare-repeats", type=integer, default=1, metavar="N",
                     help="with --compare: decode speculatively and then plainly with each kernel, in turn, N times, "
                          "and print the medians (default 1); where the machine's memory rate drifts (a virtual "
                          "machine), 5 keeps the drift out of the speedup")
-    ap.add_argument("--simulate-acceptance", type=float, default=None, metavar="A",
+    ap.add_argument("--simulate-acceptance", type=real, default=None, metavar="A",
                     help="SIMULATION for timing random-weight drafts: run the draft's forwards for their cost but make "
                          "each proposal the target's greedy token with probability A (needs --temperature 0 and a "
                          "draft model; the output stays the target's greedy output)")
@@ -85,7 +87,7 @@ def build_parser(prog=PROG, out=None, err=None):
 
 def add_drafting_options(ap):
     """Gamma, its schedule, the acceptance rule, trees, confidence stopping and each COMMANDS drafter's options."""
-    ap.add_argument("--gamma", type=int, default=4,
+    ap.add_argument("--gamma", type=integer, default=4,
                     help="draft tokens per round (the heuristic schedule's start); 0 = plain decoding (default 4)")
     ap.add_argument("--gamma-schedule", choices=SCHEDULES, default="constant",
                     help="constant: gamma every round; heuristic: transformers' rule, +2 after a round that kept "
@@ -96,7 +98,7 @@ def add_drafting_options(ap):
                          "block = block verification of a chain (Sun et al. 2025), which keeps at least as many drafts "
                          "in law, rsd = a --tree whose siblings are drawn without replacement, verified by recursive "
                          "rejection sampling (Jeon et al. 2024), which keeps at least as many per node (default token)")
-    ap.add_argument("--draft-p-min", type=float, default=0.0, metavar="P",
+    ap.add_argument("--draft-p-min", type=real, default=0.0, metavar="P",
                     help="confidence stopping for a draft model: stop drafting after a token whose largest draft "
                          "probability is below P, as llama.cpp's --draft-p-min (default 0: off)")
     ap.add_argument("--tree", type=branching, default=None, metavar="K1,K2,...",
@@ -105,19 +107,21 @@ def add_drafting_options(ap):
                          f"{MAX_TREE_NODES}")
     ap.add_argument("--tree-kind", choices=("sampled", "top-k"), default="sampled",
                     help="with --tree: children drawn i.i.d. from the draft (sampled) or its most likely ids (top-k)")
-    ap.add_argument("--tree-budget", type=int, default=None, metavar="N",
+    ap.add_argument("--tree-budget", type=integer, default=None, metavar="N",
                     help="draft a dynamic tree of N nodes grown best first by cumulative draft probability "
                          "(EAGLE-2's idea; each node offers its 4 most likely ids); its depth is at most --gamma, "
                          f"N at most {MAX_TREE_NODES}")
     for command in COMMANDS.values():  # the options of each drafter without a model (npspec.decode.drafters)
-        for flag, options in command.options:
+        for flag, options in command.options:  # its int and float read as every number here: ASCII only
+            if "type" in options:
+                options = {**options, "type": NUMBER_TYPES.get(options["type"], options["type"])}
             ap.add_argument(flag, **options)
 
 
 def branching(text):
     """--tree's value: "3,2,1" -> (3, 2, 1). Raises argparse.ArgumentTypeError for anything else."""
     try:
-        counts = tuple(int(k) for k in text.split(","))
+        counts = tuple(integer(k) for k in text.split(","))
     except ValueError:
         counts = ()
     if not counts or min(counts) < 1:

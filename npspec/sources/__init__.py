@@ -221,7 +221,7 @@ def _load_base(spec, role, cache_dir, kernel, threads, progress, note):
     in_cache = root in real.parents
     try:
         if is_quantized(path):
-            return load_quantized(path, kernel, threads)
+            return load_quantized(path, kernel, threads, note)
         # a format-1 file is rewritten once as format 2: in the cache, under the entry's own lock
         return load_model(path, kernel, threads, progress, note,
                           cache.entry_lock(root, real, note=note) if in_cache else None)

@@ -234,7 +234,8 @@ def measure_all(choices, model, rows, measure=time_forwards, partner=None, note=
     Each choice's Model (model.with_kernel: the same weights) is built just before its timings and dropped
     after them, so that at most one compiled kernel's packed copy of the weights (npspec.kernels.compiled) exists at a time:
     for gpt2-xl's 6 GB, a second would be another 6 GB. A candidate that cannot be built here (KernelUnavailable: a
-    numba that does not import) is left out, and `note` (None or a callable) is told why, once."""
+    numba that does not import) is left out, and `note` (None or a callable) is told why, once; `note` also hears a
+    compiled kernel's compile time, the first build of it in this process being here."""
     choices = list(choices)
     timings, unavailable = {c: [] for c in choices}, set()
     for order in (choices, choices[::-1]):
@@ -242,7 +243,7 @@ def measure_all(choices, model, rows, measure=time_forwards, partner=None, note=
             if c.kernel in unavailable:
                 continue
             try:
-                built = model.with_kernel(c.kernel, c.threads)
+                built = model.with_kernel(c.kernel, c.threads, note=note)  # a compile says so (npspec.compiled)
             except KernelUnavailable as e:
                 unavailable.add(c.kernel)
                 say(note, f"{e}; the probe goes on without it")

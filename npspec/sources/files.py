@@ -109,9 +109,14 @@ def out_dir_problem(path, force):
     """Why converting into `path` would lose something, as a one-line message, or None if it may be written.
 
     A missing or empty directory may be; one holding an npspec model only with `force` (it is then
-    replaced whole); anything else never. A parent that is a file is named.
+    replaced whole); anything else never. A parent that is a file is named. A symlink is refused, whatever it
+    points to, as --html refuses one: the model is swapped into place by a rename, which would replace the link by a
+    directory (and leave the link's target as it was).
     """
     path = Path(path)
+    if os.path.islink(path):
+        return (f"OUT_DIR {path} is a symlink (to {os.readlink(path)}); npspec writes a real directory and never "
+                "replaces a link: give the directory itself or a new path (nothing was written)")
     state = out_dir_state(path)
     if state == "missing":
         for parent in path.parents:
@@ -170,6 +175,8 @@ def _clean_stale(parent, name, out):
 def _publish(staging, out_dir, force):
     """Under the directory's lock: make the complete `staging` out_dir (a rename, or an atomic exchange with the
     model or empty directory it replaces, which is then in `staging`, to be deleted)."""
+    if os.path.islink(out_dir):  # made meanwhile: the rename would replace the link
+        raise CheckpointError(out_dir_problem(out_dir, force))
     state = out_dir_state(out_dir)
     if state not in ("missing", "empty") and not (force and state == "npspec"):
         raise CheckpointError(
@@ -218,11 +225,20 @@ def write_dir(out_dir, write, force=False):
                     _publish(staging, out_dir, force)
                 return out_dir
             finally:
-                if staging.exists():
-                    shutil.rmtree(staging, ignore_errors=True)
+                _discard(staging)
     finally:
         if staging is not None:  # released, its directory gone: a cleaner that took it meanwhile finds nothing
+            _discard(staging)  # (made, but its lock could not be taken: never left behind)
             _lock_of(staging).unlink(missing_ok=True)
+
+
+def _discard(staging):
+    """Delete what is at `staging`, if anything: the directory, or a link that an exchange put there (never what the
+    link points to)."""
+    if os.path.islink(staging):
+        os.unlink(staging)
+    elif os.path.lexists(staging):
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def write_safetensors(path, shapes, array, metadata, done=None):
@@ -532,11 +548,11 @@ def load_model(path, kernel=STATIC_DEFAULT, threads=1, progress=None, note=None,
     then the block matrices are laid out column-major one at a time (peak: the weights plus one
     matrix), and the file is rewritten once as format 2 (rewrite_format_1, under `lock`, else a
     lock on the directory). note: None, or called with one line for the user when a format-1 file
-    was rewritten or could not be (a read-only directory still loads). Raises CheckpointError,
-    one line naming the problem and the fix, for a missing or empty directory, a missing,
-    truncated or non-safetensors file, a header whose offsets or sizes do not fit the file,
-    wrong metadata (an unknown format_version or layout), missing, misshaped or non-float32
-    tensors, and a malformed tokenizer.json.
+    was rewritten or could not be (a read-only directory still loads), and when `kernel` took long to compile
+    (npspec.kernels.compiled). Raises CheckpointError, one line naming the problem and the fix, for a missing or empty
+    directory, a missing, truncated or non-safetensors file, a header whose offsets or sizes do not fit the file,
+    wrong metadata (an unknown format_version or layout), missing, misshaped or non-float32 tensors, and a malformed
+    tokenizer.json.
     progress: a bar factory (npspec.sources.progress) for reading the weights and laying them out; None (the
     default) shows nothing.
     """
@@ -569,4 +585,4 @@ def load_model(path, kernel=STATIC_DEFAULT, threads=1, progress=None, note=None,
         metadata, said = rewrite_format_1(path, params, config, metadata, lock)
         if said is not None and note is not None:
             note(said)
-    return Model(config, params, tokenizer, path, kernel, threads, metadata)
+    return Model(config, params, tokenizer, path, kernel, threads, metadata, note=note)

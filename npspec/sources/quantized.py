@@ -64,16 +64,16 @@ def flat_tensors(params, config):
     return gpt2_tensors.flat_tensors(params, config)
 
 
-def quantized_model(config, tensors, quantized, scheme, tokenizer, source, kernel, threads, metadata):
+def quantized_model(config, tensors, quantized, scheme, tokenizer, source, kernel, threads, metadata, note=None):
     """The Model that `quantized` ({name: Quantized}) and the float32 rest of `tensors` stand for: dequantized,
     or, with a kernel that reads codes (registry.Kernel.reads_codes) and an int scheme, block matrices kept as
-    QuantizedMatrix codes."""
+    QuantizedMatrix codes. note: passed to Model (a compiled kernel's compile time)."""
     codes = registry_kernel(kernel).reads_codes and scheme.kind == "int"
     kept = {n: q for n, q in quantized.items() if codes and n.endswith(LINEAR_SUFFIXES)}
     full = dequantize_tensors(tensors, {n: q for n, q in quantized.items() if n not in kept}, scheme)
     full.update({n: QuantizedMatrix.from_codes(q.codes, q.scales) for n, q in kept.items()})
     metadata = {**metadata, "quantization": scheme.name, "quantization_format": QUANTIZATION_FORMAT}
-    return Model(config, params_tree(full, config), tokenizer, source, kernel, threads, metadata)
+    return Model(config, params_tree(full, config), tokenizer, source, kernel, threads, metadata, note=note)
 
 
 def quantize_model(model, scheme, kernel=None, threads=None):
@@ -191,8 +191,9 @@ def is_quantized(path):
         return False
 
 
-def load_quantized(path, kernel=STATIC_DEFAULT, threads=1):
-    """Load a quantized converted directory into a Model (dequantized float32 weights) decoding with `kernel`, `threads`.
+def load_quantized(path, kernel=STATIC_DEFAULT, threads=1, note=None):
+    """Load a quantized converted directory into a Model (dequantized float32 weights) decoding with `kernel`, `threads`
+    (note: None, or told a compiled kernel's compile time).
 
     Raises CheckpointError, one line naming the problem and the fix: an unknown scheme or
     quantization format, missing or misshaped codes or scales, codes of the wrong dtype, a file
@@ -213,7 +214,7 @@ def load_quantized(path, kernel=STATIC_DEFAULT, threads=1):
                 raise CheckpointError(f"{weights} names a quantization this npspec cannot load ({oneline(e)})") from e
             tensors, quantized = read_quantized(f, config, scheme, weights)
     tokenizer = read_tokenizer(tok, FIX)
-    return quantized_model(config, tensors, quantized, scheme, tokenizer, path, kernel, threads, metadata)
+    return quantized_model(config, tensors, quantized, scheme, tokenizer, path, kernel, threads, metadata, note)
 
 
 CODE_DTYPES = {"int": np.int8, "fp16": np.float16, "bf16": np.uint16}

@@ -63,20 +63,21 @@ def round_rows(n_vocab, gamma, seed):
 
 
 def _play(P, Q, u, gamma, strict=True, ratio_p=None, ratio_q=None, res_p=None, res_q=None, bonus=None,
-          no_residual=False, argmax=False, margins=None):
-    """One round by the rules, with knobs for the classic bugs (all off: the correct round). Returns
-    (drafts, accepted, token); `margins` (a list) collects each decision's distance to its boundary."""
+          no_residual=False, argmax=False, argmax_last=False, margins=None):
+    """One round by the rules, with knobs for the classic bugs (all off: the correct round): `argmax` takes each
+    draft's argmax, `argmax_last` the correction's or bonus's. Returns (drafts, accepted, token); `margins` (a list)
+    collects each decision's distance to its boundary."""
     ratio_p, ratio_q = P if ratio_p is None else ratio_p, Q if ratio_q is None else ratio_q
     res_p, res_q = P if res_p is None else res_p, Q if res_q is None else res_q
 
-    def draw(row, v):
-        x = int(np.argmax(row)) if argmax else sample(row, v)
+    def draw(row, v, top):
+        x = int(np.argmax(row)) if top else sample(row, v)
         if margins is not None:
             cdf = np.cumsum(row) / row.sum()
             margins.append(min(v - (cdf[x - 1] if x else 0.0), cdf[x] - v))
         return x
 
-    drafts = [draw(Q[i], u[i]) for i in range(gamma)]
+    drafts = [draw(Q[i], u[i], argmax) for i in range(gamma)]
     n = gamma
     for i, d in enumerate(drafts):
         with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
@@ -90,7 +91,7 @@ def _play(P, Q, u, gamma, strict=True, ratio_p=None, ratio_q=None, res_p=None, r
         last = P[gamma] if bonus is None else bonus
     else:
         last = res_p[n] if no_residual else residual(res_p[n], res_q[n])
-    return drafts, n, draw(last, u[2 * gamma])
+    return drafts, n, draw(last, u[2 * gamma], argmax_last)
 
 
 def _middle(row, v):  # the middle of the inverse-CDF cell of row that v falls in
@@ -121,8 +122,10 @@ DIAGNOSES = [
      lambda P, Q, Pr, Qr, g: dict(ratio_p=Pr, res_p=Pr, bonus=Pr[g])),
     ("no-residual", "after a rejection the correction drawn from p instead of norm(max(0, p - q))",
      lambda P, Q, Pr, Qr, g: dict(no_residual=True)),
-    ("argmax-draft", "the drafts are the draft row's argmax, not drawn from q with u[i]",
-     lambda P, Q, Pr, Qr, g: dict(argmax=True)),
+    ("argmax-draft", "the drafts are the draft row's argmax, not drawn from q with u[i] (the correction and the "
+     "bonus drawn as they should be)", lambda P, Q, Pr, Qr, g: dict(argmax=True)),
+    ("argmax-everywhere", "every id is its row's argmax, the drafts, the correction and the bonus (greedy whatever "
+     "the temperature)", lambda P, Q, Pr, Qr, g: dict(argmax=True, argmax_last=True)),
 ]
 
 
@@ -193,7 +196,7 @@ def check_round(round_fn, cases=None, trials=24, seed=0, tie_tol=TIE_TOL, statis
     """Compare `round_fn` (the module docstring) with the reference, trial by trial, exactly; returns a RoundReport.
 
     cases: (name, n_vocab, gamma, warping) tuples, default ROUND_CASES (up to GPT-2's 50,257 ids). Per case `trials`
-    seeded uniform vectors: random, acceptance uniforms 0 (the bonus) or 1 - 2**-10 (the residual); trials within
+    seeded uniform vectors (each draw's uniform moved to the middle of its cell): random, acceptance uniforms 0 (the bonus) or 1 - 2**-10 (the residual); trials within
     tie_tol of a boundary skipped. A failing case's Finding names the DIAGNOSES that return what round_fn did. If
     `statistical`, round_statistics too. Raises KitUsageError for a non-callable round_fn, a bad case, trials outside
     [1, 10000], tie_tol outside [0, 1e-3], or bad n_samples or alpha. A `round_fn` that never returns hangs the
