@@ -339,9 +339,9 @@ def test_bad_input_table_is_in_readme():
 
 
 def test_readme_synopsis_names_every_option():
-    from npspec import convert
+    from npspec.cli import convert
     from npspec.decode import RULES
-    from npspec.generate import build_parser
+    from npspec.cli.generate import build_parser
     readme = (ROOT / "README.md").read_text()
     synopsis = readme[readme.index("npspec generate [PROMPT"):readme.index("npspec bench NAME")]
     generate, convert_ = synopsis.split("npspec convert")
@@ -353,8 +353,8 @@ def test_readme_synopsis_names_every_option():
 
 @pytest.mark.parametrize("role", ["target", "draft"])
 def test_a_kernel_options_help_says_the_probe_chooses_its_default(role):
-    from npspec.generate import build_parser
-    from npspec.registry import role_candidates
+    from npspec.cli.generate import build_parser
+    from npspec.kernels.registry import role_candidates
     [action] = [a for a in build_parser()._actions if a.dest == f"{role}_kernel"]
     text = " ".join(action.help.split())
     assert f"the fastest of {', '.join(role_candidates(role))} on this machine, as timed by --kernel-probe" in text

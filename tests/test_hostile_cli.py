@@ -3,7 +3,7 @@
 Each case runs `python -m npspec.generate` in a subprocess whose address space is capped (RLIMIT_AS, MEMORY_CAP):
 a size that allocates without a bound fails there with a MemoryError traceback instead of the one-line error.
 Every refusal is exit status 1, one line `npspec.generate: error: ...`, nothing on stdout. Caches are temporary
-(test_cli.offline_env). Numbers are read by one rule, ASCII only (npspec.console.integer and number).
+(test_cli.offline_env). Numbers are read by one rule, ASCII only (npspec.cli.console.integer and number).
 """
 
 import io
@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from npspec.console import parse
+from npspec.cli.console import parse
 from npspec.decode.drafters import MAX_NGRAM
 from npspec.cli.generate import build_parser, thread_count
 from npspec.decode.rules.trees import MAX_TREE_NODES

@@ -49,9 +49,9 @@ def test_help_and_version_to_a_full_disk_are_an_error(argv):
 
 @needs_dev_full
 @pytest.mark.parametrize("argv, status", [
-    (["-m", "npspec", "generate", "--max-new-tokens", "3", "--kernel-probe", "off"], 0),  # /dev/full: used to be 1
-    (["-m", "npspec.generate", "--gamma", "-1"], 1), (["-m", "npspec.convert", "no/such/dir", "out"], 1),
-    (["-m", "npspec", "generate", "--no-such-option"], 2)], ids=["done", "error", "convert", "usage"])
+    (["-m", "npspec.cli", "generate", "--max-new-tokens", "3", "--kernel-probe", "off"], 0),  # /dev/full: used to be 1
+    (["-m", "npspec.generate", "--gamma", "-1"], 1), (["-m", "npspec.cli.convert", "no/such/dir", "out"], 1),
+    (["-m", "npspec.cli", "generate", "--no-such-option"], 2)], ids=["done", "error", "convert", "usage"])
 def test_a_full_or_closed_stderr_never_changes_the_exit_status(argv, status, tmp_path):
     for how in ("full", "closed"):
         with open("/dev/full", "w") as full:
