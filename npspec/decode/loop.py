@@ -85,8 +85,7 @@ def decode(job, on_emit=None, trace=False):  # -> Generation
             depth = tree_depth(drafter, g, job.n_ctx, len(seq)) if drafter is not None else g
             outcome = rounds.finish(rounds.play(target, cache, drafter, seq, depth, job.rng, options.sampling,
                                                 options.rule), target.config.eos_token_id)
-            rounds.roll_back(cache, drafter, len(seq), outcome, drafter is not None and drafter.tree
-                             or bool(outcome.proposal.extra_ids))
+            rounds.roll_back(cache, drafter, len(seq), outcome)
             seq.extend(outcome.emitted)
             done = len(seq)  # the round is counted: an interrupt from here on keeps it
             count(stats, outcome)

@@ -47,14 +47,15 @@ def play(target, cache, drafter, seq, depth, rng, sampling, rule):
     t1 = time.perf_counter()
     proposal = propose(drafter, seq, depth, u[:n], sampling, target.config.n_vocab)
     t2 = time.perf_counter()
-    k, tree = len(proposal.ids), drafter is not None and drafter.tree
+    k, tree = len(proposal.ids), drafter is not None and drafter.tree  # a tree drafter's round: the tree rule
+    attention = tree or bool(proposal.extra_ids)  # verified with tree attention, rolled back with KVCache.keep
     hidden = drafter is not None and drafter.reads_hidden
-    logits, states = verify(target, cache, seq, proposal, tree or bool(proposal.extra_ids), hidden)
+    logits, states = verify(target, cache, seq, proposal, attention, hidden)
     path, token, p_drafts, q_drafts, u_tests = accept(proposal, logits, sampling, rule, tree, u[n:n + k], u[2 * n],
                                                       target.config.n_vocab)
     t3 = time.perf_counter()
     return Outcome(proposal, depth, path, token, [proposal.ids[i] for i in path] + [token], 0, k, logits, states,
-                   p_drafts, q_drafts, u_tests, t2 - t1, t3 - t2)
+                   p_drafts, q_drafts, u_tests, t2 - t1, t3 - t2, tree, attention)
 
 
 def propose(drafter, seq, depth, u, sampling, n_vocab):  # -> Proposal
@@ -119,11 +120,11 @@ def finish(outcome, eos):  # -> Outcome
     return outcome
 
 
-def roll_back(cache, drafter, length, outcome, tree):
+def roll_back(cache, drafter, length, outcome):
     """Step 4, the one place both roll back: the target's cache keeps the `length` ids before the round and the
     emitted ones but the last (a tree's kept path moved in place first: KVCache.keep); the drafter forgets
     every position from there on."""
-    if tree:
+    if outcome.tree_attention:
         cache.keep([length + i for i in outcome.path], length)  # node i was fed at position length + i
     end = length + len(outcome.emitted) - 1
     cache.rollback(end)

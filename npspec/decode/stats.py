@@ -159,7 +159,7 @@ def trace_record(outcome):
     drafted ids with p(d_i), q(d_i) and u_i of each (u None at temperature 0); a tree round's kept path as
     "drafted" and its nodes as "tree", with p, q and u None."""
     ids, k = outcome.proposal.ids, outcome.drafted
-    tree = outcome.p_drafts is None
+    tree = outcome.tree
     record = {"drafted": [int(ids[i]) for i in outcome.path] if tree else [int(x) for x in ids[:k]],
               "accepted": outcome.accepted, "token": outcome.token, "proposed": outcome.proposed,
               "gamma": outcome.gamma, "p": None, "q": None, "u": None,

@@ -137,6 +137,8 @@ class Outcome:
     u_tests: np.ndarray | None = None
     seconds_draft: float = 0.0
     seconds_verify: float = 0.0
+    tree: bool = False  # a tree drafter's round (the tree rule; no per-draft p, q, u in the trace)
+    tree_attention: bool = False  # verified with tree attention (a tree, or extra nodes); KVCache.keep rolls it back
 
     @property
     def accepted(self):
