@@ -17,14 +17,20 @@ sum to exactly 1).
 import numpy as np
 
 
-def check_integer(value, name, minimum, note=""):
+def check_integer(value, name, minimum, hint=""):
     """Raise TypeError unless `value` is a Python or NumPy integer (not a bool, a float or a str), and ValueError unless
-    it is >= minimum; messages read "<name> must be an integer >= <minimum><note>, got ..."."""
-    rule = f"{name} must be an integer >= {minimum}{note}"
+    it is >= minimum; messages read "<name> must be an integer >= <minimum><hint>, got ..."."""
+    rule = f"{name} must be an integer >= {minimum}{hint}"
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{rule}, got {value!r} (a {type(value).__name__})")
     if value < minimum:
         raise ValueError(f"{rule}, got {value}")
+
+
+def check_count(value, name):
+    """Raise ValueError unless `value` is a Python or NumPy integer >= 1 (not a bool): "<name> must be an integer >= 1"."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
 
 
 def check_number(value, name, rule):

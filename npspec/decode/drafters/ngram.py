@@ -4,9 +4,7 @@
 Imports numpy and npspec.decode.types.
 """
 
-import numpy as np
-
-from ..sampling import check_integer
+from ..sampling import check_count, check_integer
 from ..types import BaseDrafter, Proposal
 from .command import Command
 
@@ -103,8 +101,7 @@ def ngram_scan(seq, gamma, ngram_min=1, ngram_max=4, eos=None):  # list[int] -> 
 def check_ngram_sizes(ngram_min, ngram_max):
     """Raise ValueError unless both are integers in [1, MAX_NGRAM] and ngram_min <= ngram_max."""
     for name, v in (("ngram_min", ngram_min), ("ngram_max", ngram_max)):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-            raise ValueError(f"{name} (--{name.replace('_', '-')}) must be an integer >= 1, got {v!r}")
+        check_count(v, f"{name} (--{name.replace('_', '-')})")
         if v > MAX_NGRAM:
             raise ValueError(f"{name} (--{name.replace('_', '-')}) is at most {MAX_NGRAM}, the longest n-gram npspec "
                              f"matches (each is indexed at every position), got {v}; give a smaller size such as 4")

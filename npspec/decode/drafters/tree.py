@@ -6,7 +6,7 @@ and npspec.decode.drafters.model.
 
 import numpy as np
 
-from ..sampling import sample, warp
+from ..sampling import check_count, sample, warp
 from ..rules.trees import MAX_TREE_NODES, branching_tree, children, depths, grow_tree
 from ..types import Proposal
 from .model import DraftModelCache
@@ -103,9 +103,8 @@ class DynamicTreeDrafter(DraftModelCache):
     siblings = "deterministic"
 
     def __init__(self, model, budget, max_children=4):
-        for name, v in (("budget", budget), ("max_children", max_children)):
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-                raise ValueError(f"a dynamic tree's {name} must be an integer >= 1, got {v!r}")
+        check_count(budget, "a dynamic tree's budget")
+        check_count(max_children, "a dynamic tree's max_children")
         if budget > MAX_TREE_NODES:
             raise ValueError(f"a dynamic tree's budget (--tree-budget) is at most {MAX_TREE_NODES} nodes, the largest "
                              f"tree npspec drafts, got {budget}; give a smaller budget such as 16")
