@@ -110,9 +110,19 @@ def check_ngram_sizes(ngram_min, ngram_max):
                          "give --ngram-min <= --ngram-max")
 
 
-def sizes(args):  # -> (ngram_min, ngram_max)
-    """--ngram-min and --ngram-max, with their defaults 1 and 4."""
-    return 1 if args.ngram_min is None else args.ngram_min, 4 if args.ngram_max is None else args.ngram_max
+def sizes(ngram_min=None, ngram_max=None):  # -> (ngram_min, ngram_max)
+    """--ngram-min and --ngram-max, None taking the defaults 1 and 4."""
+    return 1 if ngram_min is None else ngram_min, 4 if ngram_max is None else ngram_max
+
+
+def check_options(ngram_min=None, ngram_max=None):
+    """COMMAND's check: check_ngram_sizes on the given sizes (None: the default)."""
+    check_ngram_sizes(*sizes(ngram_min, ngram_max))
+
+
+def build(target, ngram_min=None, ngram_max=None):  # -> NgramDrafter
+    """COMMAND's build: the NgramDrafter for a loaded target (its config's n_vocab and eos_token_id)."""
+    return NgramDrafter(target.config.n_vocab, target.config.eos_token_id, *sizes(ngram_min, ngram_max))
 
 
 COMMAND = Command(
@@ -122,5 +132,4 @@ COMMAND = Command(
      ("--ngram-max", dict(type=int, default=None, metavar="N",
                           help=f"with --draft ngram: the longest n-gram to match, tried first (default 4, at most "
                                f"{MAX_NGRAM})"))),
-    lambda args: check_ngram_sizes(*sizes(args)),
-    lambda args, target: NgramDrafter(target.config.n_vocab, target.config.eos_token_id, *sizes(args)))
+    check_options, build)
