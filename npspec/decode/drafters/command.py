@@ -1,7 +1,5 @@
-"""How a drafter without a draft model joins the command line: a Command, registered once in
-npspec.decode.drafters.COMMANDS; `npspec generate --draft WORD` adds its options, checks and builds it. Its check and
-build take its options' values as keyword arguments, never the CLI's argparse namespace. Imports nothing of npspec.
-"""
+"""How a drafter without a draft model joins the command line (`--draft WORD`): a Command, registered once in
+npspec.decode.drafters.COMMANDS. Imports nothing of npspec."""
 
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -9,10 +7,9 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Command:
-    """A drafter's command-line face: word (the `--draft` word), about (a few words for the help), certain (why
-    model options such as --draft-p-min do not apply), options ((flag, argparse keyword arguments) pairs, each
-    default None = not given), check(**values) (ValueError, one line, for a bad value), build(target, **values)
-    (the Drafter for a loaded target). values: {name: value}, one per option, named as in `names`."""
+    """A drafter's command-line face: word (for --draft), about (for the help), certain (why model options do not
+    apply), options ((flag, argparse keyword arguments) pairs, default None = not given), check(**values) (ValueError,
+    one line), build(target, **values) -> its Drafter; values: {name: value} for its `names`."""
 
     word: str
     about: str
