@@ -351,7 +351,7 @@ def check_drafting_args(args):
                          f"the target {args.target} decodes plainly: add --draft SPEC (a draft with its tokenizer) or "
                          f"{words}")
     for other in COMMANDS.values():
-        if other is not command and other.given(args):
+        if other is not command and other.given(command_values(other, args)):
             flags = " and ".join(flag for flag, _ in other.options)
             raise ValueError(f"{flags} apply to --draft {other.word} only; add --draft {other.word} or drop them")
     if command is not None and args.draft_p_min:
@@ -362,7 +362,12 @@ def check_drafting_args(args):
     check_tree_args(args, command, words)
     check_p_min(args.draft_p_min)
     if command is not None:
-        command.check(args)
+        command.check(**command_values(command, args))
+
+
+def command_values(command, args):  # -> {name: value}
+    """The values of a model-free drafter's own options (its Command.names), as its check and build take them."""
+    return {name: getattr(args, name) for name in command.names}
 
 
 def check_tree_args(args, command, words):
@@ -412,7 +417,7 @@ def make_drafter(args, target, draft):
     if not drafting(args):
         return None
     if args.draft in COMMANDS:
-        return COMMANDS[args.draft].build(args, target)
+        return COMMANDS[args.draft].build(target, **command_values(COMMANDS[args.draft], args))
     if args.tree and args.tree_kind == "top-k":
         return TreeDrafter(draft, args.tree, "top-k")
     if args.tree:  # sampled children, drawn as the rule needs (npspec.decode.drafters.TREE_DRAFTERS)
