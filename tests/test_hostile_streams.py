@@ -13,7 +13,7 @@ import pytest
 from npspec.cli import main as cli, generate, harness
 from npspec.decode import Options, SamplingParams, prepare
 from npspec.decode.drafters import ModelDrafter
-from npspec.kernels.products import THREADS_PER_CPU, check_threads
+from npspec.kernels.workers import THREADS_PER_CPU, check_threads
 from npspec.sources import load
 
 from conftest import ROOT

@@ -41,7 +41,7 @@ from ..decode.drafters import (COMMANDS, TREE_DRAFTERS, DraftModelCache, Dynamic
                               check_p_min)
 from ..sources.errors import CheckpointError
 from .harness import compare_repeated, comparison, simulated, steered
-from ..kernels.products import check_threads
+from ..kernels.workers import check_threads
 from ..sources.progress import bar, show_progress, terminal_bars
 from ..kernels.quantized import holds_codes
 from ..kernels.registry import STATIC_DEFAULT, kernel as registry_kernel, names as kernel_names

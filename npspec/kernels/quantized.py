@@ -30,7 +30,8 @@ float32 target's fastest one-token forward (bench/results/README.md, issue 14).
 
 import numpy as np
 
-from .products import block_linears, gemm, gemv_rows
+from .layout import block_linears
+from .products import gemm, gemv_rows
 
 QPANEL_BYTES = 1 << 20  # float32 bytes of one dequantized panel: of 160 KiB to 2 MiB, the fastest for 3 of gpt2-large's 4 shapes (bench/results/quantized_speed_panels.md)
 
