@@ -1,8 +1,7 @@
-"""How the weights lie in memory for the products: column panels of a matrix, and the column-major block matrices.
+"""How the weights lie in memory for the products: column panels, and column-major block matrices.
 
-`panel_width` and `panels` cut a `[d_in, d_out]` matrix into column panels (a function of the shape only, so one-row
-and n-row forwards use the same panels); `column_major` stores every block matrix Fortran-ordered, which each
-kernel reads (a panel of a column-major matrix is contiguous). Imports numpy.
+Panels are a function of the shape only, so one-row and n-row forwards use the same ones; every kernel reads the
+column-major layout (a panel of it is contiguous). Imports numpy.
 """
 
 import numpy as np

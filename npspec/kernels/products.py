@@ -1,12 +1,9 @@
-"""The NumPy products: every way npspec multiplies a block of rows by a weight matrix with numpy's BLAS.
+"""The NumPy products: `linear(x, w, b=None)`, `[n, d_in], [d_in, d_out], [d_out] -> [n, d_out]` float32.
 
-A kernel is `linear(x, w, b=None)`: `[n, d_in], [d_in, d_out], [d_out] -> [n, d_out]` float32 (b None: no bias).
-The batch-invariance contract (Thinking Machines Lab, "Defeating Nondeterminism in LLM Inference", He 2025): a
-kernel is INVARIANT when row i of its result is bit-identical to its result for `x[i:i+1]`, whatever the other rows
-hold, so a verify forward gives the logits of one-token forwards. "gemv-rows" (`gemv_rows`), "gemv-panels"
-(`GemvPanels`) and "gemm-blocks" (`GemmBlocks`, leaning on a BLAS property it probes: `same_bits_rows`) are;
-"gemm" and "gemm-panels" are not (notes/kernels.md). npspec.kernels.registry names them. Imports numpy and
-npspec.kernels.{layout, workers}.
+A kernel is INVARIANT when row i of its result is bit-identical to its result for `x[i:i+1]`, whatever the other
+rows hold (He et al., "Defeating Nondeterminism in LLM Inference", 2025): "gemv-rows", "gemv-panels" and
+"gemm-blocks" (on a BLAS property it probes) are, "gemm" and "gemm-panels" not (notes/kernels.md). Imports numpy
+and npspec.kernels.{layout, workers}.
 """
 
 import numpy as np
@@ -32,14 +29,10 @@ def gemv_rows(x, w, b=None):  # [n, d_in], [d_in, d_out], [d_out] -> [n, d_out];
 
 
 class PanelKernel:
-    """A product computed column panel by column panel over `w`, the panels shared out to its own Workers.
-
-    Subclasses give `whole_bytes`, `out_rows(n, d_in, width)` and `products(x, ws, out)`: `x @ ws[p]` into `out[p]`
-    for every panel p, by calls whose shapes depend on the panel shape and the padded row count only.
-    threads: a positive int; a matrix of SPLIT_BYTES or more is cut into that many runs of whole panels. Each
-    panel's product is the same call whatever the thread count, so no bit depends on it
-    (tests/test_kernels.py, test_panel_kernels_give_the_same_bits_for_any_thread_count). Raises ValueError for a bad
-    thread count. panel_bytes: the panel size `panel_width` aims at."""
+    """A product column panel by column panel, a matrix of SPLIT_BYTES or more cut into `threads` runs for its own
+    Workers. Subclasses give `whole_bytes`, `out_rows` and `products(x, ws, out)`: `x @ ws[p]` into `out[p]` by calls
+    whose shapes depend on the panel shape and row count only, so no bit depends on `threads` (tests/test_kernels.py).
+    Raises ValueError for a bad thread count. panel_bytes: the panel size `panel_width` aims at."""
 
     name = ""
     whole_bytes = WHOLE_BYTES  # a matrix this small is one panel
@@ -91,12 +84,9 @@ class GemvPanels(PanelKernel):
 
 
 class GemmBlocks(PanelKernel):
-    """"gemm-blocks": for each column panel of w, one GEMM over each block of 2 to `block_limit` rows.
-
-    n rows make k = ceil(n / limit) blocks of r = max(BLOCK_ROWS, ceil(n / k)) rows (zero rows pad the last), each
-    (panel, block) one GEMM `[r, d_in] @ [d_in, width]`; limit is the most rows (at most max_rows) for which this BLAS
-    gives every row its 2-row GEMM bits, probed once per panel shape (`same_bits_rows`). So row i never depends on n
-    or the other rows. max_rows: the largest block tried (BLOCK_ROWS gives fixed 2-row blocks)."""
+    """"gemm-blocks": n rows in k = ceil(n / limit) blocks of r = max(BLOCK_ROWS, ceil(n / k)) rows (zero rows pad the
+    last), one GEMM `[r, d_in] @ [d_in, width]` per (panel, block); limit: the most rows (at most max_rows) for which
+    this BLAS gives every row its 2-row GEMM bits (`same_bits_rows`, probed once per panel shape)."""
 
     name = "gemm-blocks"
     whole_bytes = 0  # always panels: a GEMM over a whole matrix copies (packs) all of it, a GEMV does not
@@ -131,12 +121,9 @@ class GemmBlocks(PanelKernel):
 
 
 def same_bits_rows(d_in, width, max_rows=MAX_BLOCK_ROWS, matmul=np.matmul):
-    """The most rows m <= max_rows (at least BLOCK_ROWS) for which every GEMM `[k, d_in] @ [d_in, width]` with
-    BLOCK_ROWS <= k <= m gives each row the bits that row gets in a 2-row GEMM.
-
-    Probed on seeded random float32 numbers in GemmBlocks' memory layouts: a BLAS picks its method, and so its order
-    of additions, from the shapes, never the values (notes/kernels.md). matmul: np.matmul (tests feed a BLAS that
-    breaks the property)."""
+    """The most rows m <= max_rows (at least BLOCK_ROWS) for which every GEMM `[k, d_in] @ [d_in, width]`, BLOCK_ROWS
+    <= k <= m, gives each row its 2-row GEMM bits, probed on seeded random numbers in GemmBlocks' layouts (a BLAS
+    picks its order of additions from shapes, not values). matmul: np.matmul (tests feed a BLAS that breaks it)."""
     rng = np.random.default_rng(0)
     w = np.asfortranarray(rng.standard_normal((d_in, width), dtype=np.float32))
     x = rng.standard_normal((max_rows, d_in), dtype=np.float32)

@@ -1,11 +1,6 @@
-"""The one registry of kernels: what each product is, and the one place their defaults are written.
-
-A `Kernel` says whether a product is batch invariant (npspec.kernels.products' contract), its prefill's product,
-whether it shares work over its own threads (BLAS then runs one thread, npspec.kernels.blas), whether it reads int8
-codes, whether the CLI offers it and the extra it needs; `kernel(name).build(threads)` makes the callable. A role's
-default is the fastest of `role_candidates` on the user's machine (npspec.sources.choices measures it);
-STATIC_DEFAULT is what a Model built with no role decodes with. Imports npspec.kernels.{products, quantized,
-workers, compiled} (numba only when a compiled kernel is built).
+"""The one registry of kernels (`kernel(name).build(threads)`) and the one place their defaults are written: a role's
+is the fastest of `role_candidates` here (npspec.sources.choices measures), a Model with no role gets STATIC_DEFAULT.
+Imports npspec.kernels.{products, quantized, workers, compiled} (numba only when a compiled kernel is built).
 """
 
 from dataclasses import dataclass, field
@@ -20,12 +15,11 @@ from .workers import check_threads
 
 @dataclass(frozen=True)
 class Kernel:
-    """One product of the registry. make: threads -> the linear callable. prefill: the prefill's product.
-    own_threads: it shares work over its own `threads`. reads_codes: it multiplies quantized.QuantizedMatrix codes.
-    cli: offered by `npspec generate`. extra: the pip extra it needs (None: none); available: whether that is
-    installed. prepare: (linear, matrices) -> None, called once by a Model with every `[d_in, d_out]` matrix its
-    forwards multiply (the compiled kernel packs them then). version: raised when a change to the kernel's code
-    changes its speed, so the probe's cached timings of it are measured again (npspec.sources.choices)."""
+    """One product. invariant: batch invariant (npspec.kernels.products). make: threads -> the linear callable.
+    own_threads: it shares work over its own threads (BLAS then runs one, npspec.kernels.blas). reads_codes: it
+    multiplies QuantizedMatrix codes. cli: `npspec generate` offers it. extra: the pip extra it needs. prepare:
+    (linear, matrices) -> None, called once by a Model with the matrices its forwards multiply. version: raised when
+    the kernel's speed changes, so the probe's cached timings of it are measured again."""
 
     name: str
     invariant: bool
@@ -49,7 +43,7 @@ class Kernel:
         return self.make(threads)
 
     def blas_threads(self, threads):
-        """BLAS threads of a decoding forward with `threads` (npspec.kernels.blas): 1 under a kernel with its own."""
+        """BLAS threads of a decoding forward with `threads`: 1 under a kernel with its own."""
         return 1 if self.own_threads else threads
 
 
@@ -77,26 +71,25 @@ PLAIN_BASELINES = ("gemv-rows", "gemm")  # BLAS-threaded plain decodings, either
 
 
 def kernel(name):
-    """The registry's Kernel called `name`. Raises ValueError (one line, naming the choices) for an unknown name."""
+    """Raises ValueError (one line, naming the choices) for an unknown name."""
     if name not in REGISTRY:
         raise ValueError(f"unknown kernel {name!r}; pick one of {', '.join(REGISTRY)}")
     return REGISTRY[name]
 
 
 def names(cli=False, codes=None):
-    """The kernel names, in the registry's order; cli: only those the product CLI offers; codes: True for those
-    that read int8 codes, False for those that do not, None for both."""
+    """The kernel names in order; cli: only those the CLI offers; codes: True/False: only those that do/don't read
+    int8 codes."""
     return tuple(k.name for k in REGISTRY.values() if (k.cli or not cli) and (codes is None or k.reads_codes == codes))
 
 
-def invariant_names():
-    """The batch-invariant kernels' names."""
+def invariant_names():  # -> the batch-invariant kernels' names
     return tuple(k.name for k in REGISTRY.values() if k.invariant)
 
 
 def role_candidates(role):
-    """The kernels a role's default is chosen from, fastest first when equal (module docstring); only installed ones.
-    Raises ValueError for a role other than "target" or "draft"."""
+    """The installed kernels a role's default is chosen from, first wins a tie. Raises ValueError for a role other
+    than "target" or "draft"."""
     if role not in ROLES:
         raise ValueError(f"role must be 'target' or 'draft', got {role!r}")
     names_ = ("compiled-panels", "gemm-blocks", "gemv-panels") if role == "target" else ("compiled-panels", "gemv-panels")
@@ -104,7 +97,6 @@ def role_candidates(role):
 
 
 def plain_baselines(target_kernel):
-    """The kernels --compare (and bench's "fastest plain decoding") times plain decoding with: the target's own, the
-    installed compiled kernel and the BLAS-threaded ones, each once."""
+    """The kernels --compare times plain decoding with: the target's, the installed compiled one and BLAS's, once each."""
     extra = [n for n in ("compiled-panels",) if REGISTRY[n].available()]
     return tuple(dict.fromkeys([target_kernel, *extra, *PLAIN_BASELINES]))

@@ -1,9 +1,7 @@
-"""Threads for the products: how many a forward may ask for, how a matrix's panels are cut into runs, and `Workers`.
+"""Threads for the products: how many a forward may ask for, how a matrix is cut into runs, and `Workers`.
 
-`Workers` is a small pool of persistent threads owned by one kernel object (no module state); numpy releases the
-GIL inside its products, so jobs that are products run at once. run_count and run_cuts are the one rule by which
-every panel kernel (NumPy's here, the compiled one's on numba's threads) shares a matrix out: no product's bits
-depend on it. Imports the standard library and numpy.
+`Workers` is a pool of persistent threads owned by one kernel object (no module state). run_count and run_cuts are
+the one rule by which every panel kernel shares a matrix out; no bit depends on it. Imports numpy.
 """
 
 import os
@@ -16,8 +14,8 @@ THREADS_PER_CPU = 64  # the most threads a forward may ask for, per CPU this pro
 
 
 def check_threads(threads, cpus=None):  # -> int; cpus: default os.sched_getaffinity, else os.cpu_count
-    """`threads` as an int. Raises ValueError unless it is a positive integer of at most THREADS_PER_CPU per CPU: the
-    rule for --threads, NPSPEC_NUM_THREADS and load(threads=...) (each worker costs a thread and two locks)."""
+    """Raises ValueError unless `threads` is a positive integer of at most THREADS_PER_CPU per CPU (the rule for every
+    thread count: --threads, NPSPEC_NUM_THREADS, load(threads=...))."""
     if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 1:
         raise ValueError(f"the thread count must be a positive integer, got {threads!r}")
     if cpus is None:
@@ -32,13 +30,12 @@ def check_threads(threads, cpus=None):  # -> int; cpus: default os.sched_getaffi
 
 
 def run_count(threads, count, nbytes, split_bytes):  # -> int in [1, min(threads, count)]
-    """Runs a product cuts a matrix's `count` panels into: min(threads, count) from `split_bytes` (the kernel's
-    threshold) up, else 1 (one call on the calling thread)."""
+    """min(threads, count) runs for a matrix of `split_bytes` or more, else 1 (one call on the calling thread)."""
     return min(threads, count) if nbytes >= split_bytes else 1
 
 
 def run_cuts(count, threads):  # -> [threads + 1] ints, 0 = cuts[0] <= ... <= cuts[threads] = count
-    """Run i of `count` panels cut into `threads` runs, as even as integers allow, is [cuts[i], cuts[i + 1])."""
+    """Run i of `count` panels cut as evenly as integers allow is [cuts[i], cuts[i + 1])."""
     return [count * i // threads for i in range(threads + 1)]
 
 

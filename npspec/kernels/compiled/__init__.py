@@ -1,9 +1,6 @@
-"""The compiled kernel "compiled-panels" (the optional extra `fast`): a numba loop nest, batch invariant by construction.
-
-tiles (the loop nest, one tile body for every row count), intrinsics (fma, stack scratch, prefetch, vector width),
-build (compiling it once per process) and kernel (`CompiledPanels`, which packs the matrices into panels). The
-contract: y[m, n] = s after s = +0.0, s = fma(x[m, k], w[k, n], s) for k = 0, 1, ..., d_in - 1, fma rounding once;
-notes/kernels.md says why nothing else can change it. The one part of npspec that touches numba.
+""""compiled-panels" (the `fast` extra), batch invariant by construction: y[m, n] is s after s = +0.0,
+s = fma(x[m, k], w[k, n], s) for k = 0 .. d_in - 1, each fma rounded once (notes/kernels.md). tiles (the loop
+nest), intrinsics, build (compiling it) and kernel (`CompiledPanels`); the one part of npspec that touches numba.
 """
 
 from .build import LAYERS, NAME, KernelUnavailable, available, compiled_product, compiled_runs

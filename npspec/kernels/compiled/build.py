@@ -1,11 +1,6 @@
-"""Compiling the tiles with numba: once per process, panel width and njit, kept by functools.lru_cache.
-
-numba's on-disk cache (cache=True: the `__pycache__` beside tiles.py, else numba's user-wide cache, or
-$NUMBA_CACHE_DIR) makes later processes load the code; only PANEL-wide panels are cached on disk (the tiles' PANEL
-is a global numba's cache does not key on). A build that no cache location can hold compiles in memory. Builds
-slower than NOTE_SECONDS, and in-memory ones, are told through the "npspec" logger; a cache load is silent.
-Imports numpy, npspec.kernels.compiled.{tiles, intrinsics}; numba only when a build runs (importing it costs 0.5 to
-2 s, which every command would pay otherwise).
+"""Compiling the tiles with numba, once per process, panel width and njit (functools.lru_cache holds the builds);
+numba's disk cache keeps PANEL's build for later processes, or it compiles in memory, saying so through logging.
+Imports numpy, npspec.kernels.compiled.{tiles, intrinsics}; numba only when a build runs (0.5 to 2 s to import).
 """
 
 import functools
@@ -28,8 +23,7 @@ LAYERS = ("omp", "tbb", "workqueue")  # numba's threading layers, in the order t
 
 
 class KernelUnavailable(ValueError):
-    """A kernel cannot be built here: its extra is missing, or installed and broken (a numba that does not import).
-    The kernel probe drops such a candidate; a kernel the user named raises it."""
+    """A kernel cannot be built here: its extra is missing, or installed and broken (a numba that does not import)."""
 
 
 class Built(NamedTuple):

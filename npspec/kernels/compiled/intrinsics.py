@@ -1,10 +1,6 @@
-"""The helpers the tiles call, as numba intrinsics (LLVM IR written with llvmlite) and as NumPy stand-ins.
-
-`names(numba)` gives the tiles' globals scratch, fma, prefetch and wide_vectors: the intrinsics built with the
-module `numba`, or with None the plain-Python stand-ins (tests run the tiles with them). fma rounds once, as IEEE
-754's fusedMultiplyAdd; prefetch and wide_vectors choose instructions, never a value (notes/kernels.md). Imports
-numpy; numba and llvmlite are handed in or imported inside the builders. numba's disk cache watches tiles.py's
-stamp only: after editing this file, delete the cached tiles (npspec/kernels/compiled/__pycache__/*.nb?).
+"""The tiles' helpers scratch, fma, prefetch, wide_vectors (`names`): numba intrinsics in LLVM IR, or (numba None)
+NumPy stand-ins. fma rounds once; the others change no value. Imports numpy (numba, llvmlite inside the builders).
+numba's disk cache watches tiles.py only: after editing this file, delete compiled/__pycache__/*.nb?.
 """
 
 import numpy as np
@@ -21,8 +17,7 @@ def names(numba):  # numba module or None -> {"scratch", "fma", "prefetch", "wid
 
 
 def stack_scratch(numba):  # -> intrinsic scratch(rows, cols) -> [rows, cols] float32 C array on the stack
-    """rows and cols compile-time ints; one LLVM `alloca` in the caller's entry block, which the optimiser can keep
-    in vector registers (np.empty's heap memory it cannot). Valid only inside the function that calls it."""
+    """One LLVM `alloca` in the caller's entry block (rows, cols literal ints), which LLVM can keep in registers."""
     from numba.core import cgutils
     from numba.np.arrayobj import populate_array
 
@@ -63,8 +58,7 @@ def fused(numba):  # -> intrinsic fma(a, b, c) -> float32: a * b + c rounded onc
 
 
 def cache_line(numba):  # -> intrinsic prefetch(a, i, j): asks the CPU for a[i, j]'s cache line into L2
-    """One `llvm.prefetch` (read, locality 2: x86's prefetcht1) at a[i, j]'s address from a's strides; a hint that
-    neither faults past the array's end nor changes a value."""
+    """One `llvm.prefetch` (read, locality 2) at a[i, j]'s address; past the array's end it does not fault."""
     from llvmlite import ir
     from numba.core import cgutils
 
@@ -92,8 +86,7 @@ def cache_line(numba):  # -> intrinsic prefetch(a, i, j): asks the CPU for a[i, 
 
 
 def vector_width(numba, bits=VECTOR_BITS):  # -> intrinsic wide_vectors(): the caller prefers `bits`-bit vectors
-    """Adds LLVM's string attribute `"prefer-vector-width"="bits"` to the calling function (llvmlite's attribute
-    set names only keyword attributes, so the string goes in as it is)."""
+    """LLVM's attribute `"prefer-vector-width"="bits"` on the caller (added to llvmlite's set as a string)."""
 
     @numba.extending.intrinsic
     def wide_vectors(typingctx):

@@ -1,10 +1,6 @@
-"""The kernel "compiled-panels": `CompiledPanels`, which packs each matrix into panels and runs the compiled loop.
-
-`pack` lays w's columns out as PANEL-wide k-major panels (`panels[p, k, j] = w[k, p * PANEL + j]`, zero past d_out,
-page-aligned); the kernel keeps them, a second copy of the matrices it multiplies. npspec never writes a weight in
-place after loading, which this cache relies on. A matrix of SPLIT_BYTES or more is cut into runs of whole panels
-for numba's threads (npspec.kernels.workers' rules). Imports numpy, npspec.kernels.workers and
-npspec.kernels.compiled.{build, tiles}.
+"""`CompiledPanels`: packs each matrix into page-aligned panels, `panels[p, k, j] = w[k, p * PANEL + j]` (a copy of
+the weights it keeps; npspec never writes a weight after loading), and runs the compiled loop on them. Imports
+numpy, npspec.kernels.workers and npspec.kernels.compiled.{build, tiles}.
 """
 
 import numpy as np
@@ -38,11 +34,9 @@ def aligned_empty(shape, align=ALIGN):  # shape -> uninitialised float32, C orde
 class CompiledPanels:
     """`linear(x, w, b=None)`: `[n, d_in], [d_in, d_out], [d_out] -> [n, d_out]` float32, batch invariant.
 
-    threads: a positive int, the runs a matrix of SPLIT_BYTES or more is cut into, on at most numba's
-    NUMBA_NUM_THREADS threads; no bit depends on it. panel, layers: the bench varies them (build.compiled_runs).
-    Each matrix's panels are made on its first product and kept, keyed by its memory (address, shape, strides; the
-    matrix is kept too, so the address is never reused). Raises ValueError for a bad thread count,
-    build.KernelUnavailable without numba."""
+    threads: the runs a matrix of SPLIT_BYTES or more is cut into, on numba's threads; no bit depends on it. A
+    matrix's panels are kept keyed by its address, shape and strides (and the matrix too, so the address is not
+    reused). Raises ValueError for a bad thread count, KernelUnavailable without numba."""
 
     name = NAME
 

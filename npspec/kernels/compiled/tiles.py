@@ -1,9 +1,6 @@
-"""The compiled kernel's loop nest: tiles of 8, 6, 4 or 1 rows against one panel, and the loops over panels.
-
-Plain Python that npspec.kernels.compiled.build compiles with numba, giving scratch, fma, prefetch and
-wide_vectors (npspec.kernels.compiled.intrinsics), the tiles and PANEL as globals. Every tile is `make_tile`'s one
-body, so each element of every tile is the same chain: s = +0.0, then s = fma(x[m, k], w[k, n], s) for k = 0, 1,
-..., d_in - 1; a row's bits never depend on its tile, its neighbours or the threads (notes/kernels.md). Imports numpy.
+"""The loop nest build compiles: tiles of 8, 6, 4 or 1 rows against a panel, all `make_tile`'s one body, so every
+element is the same chain of fma's in increasing k wherever its row falls (notes/kernels.md). The intrinsics, the
+tiles and PANEL come as globals from build. Imports numpy.
 """
 
 import numpy as np
@@ -46,9 +43,8 @@ def make_tile(rows, parts, width):  # -> tile(x [rows, d_in], panel [d_in, parts
 
 
 def panels_product(x, panels, y, p0, p1):  # [M, d_in], [n_panels, d_in, PANEL], out [M, d_out]; panels p0 <= p < p1
-    """y's columns of panels p0 .. p1 - 1 (clipped to d_out) = x @ w, panel by panel (a panel is read from memory once
-    per call). Rows go 8 at a time, the last 1 to 7 in one tile of TAIL's size padded with zero rows, whose sums are
-    dropped: rows never mix, so the padding changes no other bit."""
+    """y's columns of panels p0 .. p1 - 1 = x @ w, panel by panel; rows 8 at a time, the last 1 to 7 in one tile of
+    TAIL's size, padded with zero rows whose sums are dropped (rows never mix)."""
     m_rows, d_in = x.shape
     d_out = y.shape[1]
     full = m_rows - m_rows % 8
@@ -71,7 +67,6 @@ def panels_product(x, panels, y, p0, p1):  # [M, d_in], [n_panels, d_in, PANEL],
 
 
 def panels_runs(x, panels, y, cuts):  # [M, d_in], [n_panels, d_in, PANEL], out [M, d_out], [runs + 1] int64
-    """panels_product over each run [cuts[i], cuts[i + 1]), shared out by numba's prange; no bit depends on which
-    thread computes a run."""
+    """panels_product over each run [cuts[i], cuts[i + 1]), shared out by numba's prange."""
     for i in prange(len(cuts) - 1):  # noqa: F821 (numba.prange, given by build.compiled_runs)
         panels_product(x, panels, y, cuts[i], cuts[i + 1])
