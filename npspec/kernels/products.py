@@ -49,8 +49,7 @@ class PanelKernel:
         raise NotImplementedError
 
     def __call__(self, x, w, b=None):  # [n, d_in], [d_in, d_out], [d_out] -> [n, d_out]
-        """Panel-major: a panel is read once from memory for all n rows. If d_out is not a multiple of the width (the
-        head's 50257), one more panel covers the last `width` columns, so every column comes from the same width."""
+        """Panel-major; if the width does not divide d_out, one more panel covers the last `width` columns."""
         n, (d_in, d_out) = x.shape[0], w.shape
         width = panel_width(d_in, d_out, self.panel_bytes, self.whole_bytes)
         ws = panels(w, width)  # [P, d_in, width]
@@ -122,8 +121,7 @@ class GemmBlocks(PanelKernel):
 
 def same_bits_rows(d_in, width, max_rows=MAX_BLOCK_ROWS, matmul=np.matmul):
     """The most rows m <= max_rows (at least BLOCK_ROWS) for which every GEMM `[k, d_in] @ [d_in, width]`, BLOCK_ROWS
-    <= k <= m, gives each row its 2-row GEMM bits, probed on seeded random numbers in GemmBlocks' layouts (a BLAS
-    picks its order of additions from shapes, not values). matmul: np.matmul (tests feed a BLAS that breaks it)."""
+    <= k <= m, gives each row its 2-row GEMM bits, on seeded random numbers in GemmBlocks' layouts. matmul: np.matmul."""
     rng = np.random.default_rng(0)
     w = np.asfortranarray(rng.standard_normal((d_in, width), dtype=np.float32))
     x = rng.standard_normal((max_rows, d_in), dtype=np.float32)

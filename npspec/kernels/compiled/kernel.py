@@ -34,9 +34,8 @@ def aligned_empty(shape, align=ALIGN):  # shape -> uninitialised float32, C orde
 class CompiledPanels:
     """`linear(x, w, b=None)`: `[n, d_in], [d_in, d_out], [d_out] -> [n, d_out]` float32, batch invariant.
 
-    threads: the runs a matrix of SPLIT_BYTES or more is cut into, on numba's threads; no bit depends on it. A
-    matrix's panels are kept keyed by its address, shape and strides (and the matrix too, so the address is not
-    reused). Raises ValueError for a bad thread count, KernelUnavailable without numba."""
+    threads: the runs a matrix of SPLIT_BYTES or more is cut into, on numba's threads; no bit depends on it. Panels
+    are kept by the matrix's address, shape and strides. Raises ValueError for a bad thread count, KernelUnavailable."""
 
     name = NAME
 

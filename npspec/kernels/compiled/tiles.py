@@ -17,9 +17,8 @@ def tiles(panel=PANEL):  # -> {"tile8", "tile6", "tile4", "tile1": tile(x, panel
 
 
 def make_tile(rows, parts, width):  # -> tile(x [rows, d_in], panel [d_in, parts * width], out [<= rows, <= that])
-    """The tile of `rows` rows, the panel's columns in `parts` runs of `width`: k innermost, each weight loaded once
-    for all rows, the rows x width partial sums in `scratch` (registers) until stored into out's first rows and
-    columns (a padded tile, a partial panel). numba compiles one per closure: rows, parts, width are constants."""
+    """The tile of `rows` rows, a panel's columns in `parts` runs of `width` (constants of the closure numba compiles):
+    k innermost, each weight loaded once for all rows, the sums in `scratch` until stored into out's first rows."""
     def tile(x, panel, out):
         wide_vectors()
         for h in range(parts):
