@@ -16,7 +16,7 @@ import gc
 import numpy as np
 
 from npspec.decode.evaluate import fixed_prompts, split_corpus
-from npspec.kernels.products import block_linears
+from npspec.kernels.layout import block_linears
 from npspec.sources import SHIPPED_PAIR, gpt2_tokenizer, load, random_model, role_model, shipped_dir
 
 PROMPT_LENGTH = 16

@@ -15,7 +15,7 @@ from npspec.decode import Options, SamplingParams, prepare
 from npspec.decode.drafters import ModelDrafter
 from npspec.sources.files import save_converted
 from npspec.sources.init import init_tensors
-from npspec.kernels.products import THREADS_PER_CPU, check_threads
+from npspec.kernels.workers import THREADS_PER_CPU, check_threads
 from npspec.sources import load
 
 from conftest import ROOT

@@ -41,7 +41,7 @@ from ..decode.drafters import (COMMANDS, TREE_DRAFTERS, DraftModelCache, Dynamic
                               check_p_min)
 from ..sources.errors import CheckpointError, NoCodes
 from .harness import compare_repeated, comparison, simulated, steered
-from ..kernels.products import check_threads
+from ..kernels.workers import check_threads
 from ..sources.progress import bar, show_progress, terminal_bars
 from ..kernels.registry import STATIC_DEFAULT, names as kernel_names, role_candidates
 from ..sources import HUB_NAMES, SHIPPED_PAIR, load, role_model, shipped_dir

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..kernels.blas import BlasThreads
 from .gpt2 import KVCache, attention, attention_masked, gpt2, gpt2_tree
-from ..kernels.products import block_linears, column_major
+from ..kernels.layout import block_linears, column_major
 from ..kernels.quantized import holds_codes
 from ..kernels.registry import STATIC_DEFAULT, kernel as registry_kernel, names
 
@@ -56,7 +56,7 @@ class Model:
         if holds_codes(self.params) and not self.spec.reads_codes:
             raise ValueError(f"this model holds int8 codes (npspec.kernels.quantized.QuantizedMatrix): kernel {kernel!r} cannot "
                              f"read them; use {' or '.join(names(codes=True))}")
-        self.linear = self.spec.build(threads, note)
+        self.linear = self.spec.build(threads)
         self.spec.prepare(self.linear, [lin["w"] for lin in block_linears(self.params)] + [self.params["wte"].T])
         self.blas = blas or BlasThreads()
         self.blas_threads = self.spec.blas_threads(threads)

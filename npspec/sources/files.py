@@ -45,7 +45,7 @@ from tokenizers import Tokenizer
 from .atomic import atomic_write, described, exchange, kind, locked, public_mode
 from .errors import CheckpointError, capped, oneline
 from ..model.gpt2 import GPT2Config
-from ..kernels.products import block_linears, column_major, fortran_copy
+from ..kernels.layout import block_linears, column_major, fortran_copy
 from ..model.model import Model
 from ..kernels.registry import STATIC_DEFAULT
 from .progress import bar
