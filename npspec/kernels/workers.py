@@ -41,24 +41,12 @@ def run_cuts(count, threads):  # -> [threads + 1] ints, 0 = cuts[0] <= ... <= cu
 
 
 class Workers:
-    """`n` persistent worker threads that take jobs from one queue and put what each job raised on another.
-
-    Leaner than concurrent.futures.ThreadPoolExecutor (no Future): a job is a callable with no
-    arguments; `run` puts it on the `jobs` queue, a free worker takes it, runs it and puts
-    (its run's mark, what it raised or None) on the `results` queue. numpy releases the GIL inside
-    its products, so jobs that are products run at the same time. Threads start on first use and
-    are daemons (a worker waiting for a job never keeps the interpreter alive). An exception in a
-    job is raised again in the caller of `run`.
-
-    An interrupt (KeyboardInterrupt, or SIGTERM made one) may land between any two steps of the
-    calling thread, so `run` keeps no state of its own across steps: each step it shares with the
-    workers is one call of a queue.SimpleQueue (put, get), which an interrupt cannot split, and its
-    bookkeeping lives in its frame. Interrupting the caller's share of a run still waits for the
-    run's jobs before raising; an interrupt anywhere else abandons the jobs not yet collected: they
-    finish into their own run's buffers, and later runs skip their results. So nothing ever waits
-    for a job that never started. The threads hold the queues, not the Workers object, so once
-    nothing else holds it (a model left behind by with_kernel, a probe's candidate) it is
-    collected and its threads end (`stop_workers`, which never waits).
+    """`n` daemon threads that take jobs (callables) from one queue and put (the run's mark, what the job raised or
+    None) on another; numpy releases the GIL in its products, so product jobs run at once. `run` raises a job's
+    exception again in its caller. Interrupt-safe by construction: every step shared with the workers is one
+    queue.SimpleQueue put or get, which a KeyboardInterrupt cannot split, and run's bookkeeping lives in its frame;
+    an interrupted run's jobs finish into their own mark and later runs skip them, so nothing waits for a job that
+    never started. The threads hold the queues, not the Workers, so an unused Workers is collected (stop_workers).
     """
 
     def __init__(self, n):
