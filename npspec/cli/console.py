@@ -12,6 +12,8 @@ nothing replaces `sys.stdout` or `sys.stderr`.
     or 1 with one line on `err` if stdout could not take them) and usage errors (2).
   * `terminate_as_interrupt()`: SIGTERM raised as a KeyboardInterrupt (Terminated) while a command works,
     so a conversion killed by SIGTERM deletes its staging directory as Ctrl-C does.
+  * `notes_to(err, name)`: while a command runs, the "npspec" loggers' notes go to its `err`, one line each:
+    "npspec: ..." for the library's, "NAME: note: ..." for the command's own (npspec.cli's loggers).
   * `started()` (npspec.cli.startup): every main first puts back Python's Ctrl-C handler, which npspec's
     package replaced while the command was importing (a Ctrl-C then prints one line and exits 130).
 Imports the standard library only.
@@ -19,11 +21,11 @@ Imports the standard library only.
 
 import argparse
 import contextlib
+import logging
 import os
 import signal
 import sys
 import threading
-
 
 
 def error_stream(err):
@@ -95,3 +97,32 @@ def terminate_as_interrupt():
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+class NoteHandler(logging.Handler):
+    """Writes each record to the stream `err` as one flushed line: "NAME: note: MESSAGE" for npspec.cli's loggers (the
+    command's own notes), "npspec: MESSAGE" for the library's. A failed write raises, as a print would."""
+
+    def __init__(self, err, name):
+        super().__init__()
+        self.err, self.command = err, name
+
+    def emit(self, record):
+        message = record.getMessage()
+        cli = record.name == "npspec.cli" or record.name.startswith("npspec.cli.")
+        print(f"{self.command}: note: {message}" if cli else f"npspec: {message}", file=self.err, flush=True)
+
+
+@contextlib.contextmanager
+def notes_to(err, name):
+    """While the block runs, the "npspec" logger's INFO records and above go to `err` (NoteHandler, naming the
+    command `name`); its level and handlers are put back after."""
+    logger, handler = logging.getLogger("npspec"), NoteHandler(err, name)
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)

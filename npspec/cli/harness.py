@@ -2,9 +2,11 @@
 with the same prompt, options and seed, timed with the target's kernel and threads and every plain baseline of
 npspec.kernels.registry, in turn with the speculative decoding --compare-repeats times) and
 --simulate-acceptance (a SIMULATION: the draft model's proposals steered by
-npspec.decode.drafters.ControlledDraft). Imports numpy, npspec.kernels.registry and npspec.decode.
+npspec.decode.drafters.ControlledDraft). Notes go to the "npspec.cli.harness" logger. Imports numpy,
+npspec.kernels.registry and npspec.decode.
 """
 
+import logging
 from dataclasses import replace
 from statistics import median
 
@@ -14,6 +16,8 @@ from ..decode import GenerationInterrupted, Options, SamplingParams, decode
 from ..decode.drafters import ControlledDraft, ModelDrafter
 from ..sources.progress import bar
 from ..kernels.registry import plain_baselines
+
+log = logging.getLogger(__name__)
 
 
 def plain_job(job, target, rng):
@@ -128,10 +132,10 @@ def steered(job, reference, a, seed):  # -> Job
     return job.with_drafter(ModelDrafter(draft, p_min=job.drafter.p_min))
 
 
-def simulated(job, a, seed, note, progress=None):  # -> (Job, [int])
+def simulated(job, a, seed, progress=None):  # -> (Job, [int])
     """(steered(job, reference, a, seed), reference), reference = greedy_reference(job, progress) (steered again for
-    each --compare-repeats run); note(message) says that acceptance is simulated."""
+    each --compare-repeats run); a note says that acceptance is simulated."""
     reference = greedy_reference(job, progress)
-    note(f"SIMULATED acceptance: each draft token is the target's greedy token with probability {a:g} (the draft's "
-         "forwards still run, for their cost)")
+    log.info(f"SIMULATED acceptance: each draft token is the target's greedy token with probability {a:g} (the "
+             "draft's forwards still run, for their cost)")
     return steered(job, reference, a, seed), reference

@@ -1,10 +1,9 @@
-"""A GPT-2 ready to run: its config, parameters, tokenizer, origin, and the kernel its forwards use.
+"""`Model`: a GPT-2's config, parameters, tokenizer and origin, and the kernel its forwards use.
 
-Imports npspec.model.gpt2 (the math), npspec.kernels.products (the column-major layout), npspec.kernels.quantized (int8 codes) and
-npspec.kernels.registry (the kernels by name); no I/O. `Model` is THE one place a kernel is held: an explicit constructor
-argument that `repr(model)` shows, changed only by `with_kernel`, which returns a new Model over the same weights; so is
-the longest prompt its kernel prefills (`prefill_rows`, changed by `with_prefill_rows`). Which kernel a role decodes
-with by default, and that length, are npspec.kernels.registry's and npspec.sources.choices's business (npspec.sources.load).
+The kernel is an explicit constructor argument that repr shows, changed only by `with_kernel` (a new Model over the
+same weights) or, for the kernel probe's timings, `trial`; so is the longest prompt it prefills (`prefill_rows`).
+Which kernel a role decodes with is npspec.kernels.probe's choice. Imports npspec.model.gpt2 and npspec.kernels (the
+products, their layout, the registry, BLAS threads); no I/O.
 """
 
 import copy
@@ -19,66 +18,59 @@ from ..kernels.registry import STATIC_DEFAULT, kernel as registry_kernel, names
 
 
 class Model:
-    """A GPT-2 model: `config` (gpt2.GPT2Config), `params` (the checkpoint's tree), `tokenizer`
-    (a tokenizers.Tokenizer, or None), `source` (where it came from, for messages), `metadata`
-    (the converted file's header, `{}` for an in-memory model).
-
-    kernel: the product of every decoding forward, a name of npspec.kernels.registry (default registry.STATIC_DEFAULT;
-    npspec.sources.load picks each role's by measurement). A tree whose block matrices are int8 codes
-    (qkernels.QuantizedMatrix, npspec.sources.quantized with kernel "dequant-panels") runs with a kernel that reads codes
-    only, and its prefill dequantizes too (the Kernel's `prefill`).
-    threads: the threads a forward uses (a positive int): the panel kernels' ("gemm-blocks",
-    "gemv-panels") own workers, BLAS then running one thread inside them, or BLAS's threads for
-    the other kernels and for every prefill (npspec.kernels.blas: `blas_threads` is the count BLAS gets
-    in a decoding forward). Results never depend on it.
-    blas: an npspec.kernels.blas.BlasThreads to share (default: a new one).
-    note: None, or a function given one-line messages while the kernel is built (a compiled kernel's compile time).
-    prefill_rows: the longest prompt (in ids, an int >= 0) that `prefill` runs as a decoding forward, with the kernel
-    and its threads; longer ones run the prefill GEMM (default 0: every prefill). Which is faster depends on the
-    BLAS and the kernel, so npspec.sources.load measures it for a role (npspec.sources.choices.choose_prefill).
-    The block matrices are stored column-major (kernels.column_major), in place, one matrix at
-    a time, whatever the kernel: the NumPy kernels read that layout, so changing to one of them never
-    copies the weights; "compiled-panels" packs its own copy once, here (registry.Kernel.prepare). Raises ValueError for an unknown kernel, a bad thread count, or int8
-    codes with a kernel that cannot read them, a kernel whose extra is not installed, or prefill_rows that is not
-    an int >= 0.
-    """
+    """A GPT-2: `config` (gpt2.GPT2Config), `params` (the checkpoint's tree, block matrices made column-major in
+    place), `tokenizer` (a tokenizers.Tokenizer or None), `source` (for messages), `metadata` (the file's header).
+    kernel: the product of every decoding forward, a name of npspec.kernels.registry; threads: its threads (an int
+    >= 1; BLAS's for the other kernels and every GEMM prefill), which never change a result. blas: a shared
+    npspec.kernels.blas.BlasThreads. prefill_rows: the longest prompt (an int >= 0) `prefill` runs as a decoding
+    forward. Raises ValueError for an unknown kernel, a bad thread count or prefill_rows, a kernel whose extra is
+    missing, or int8 codes (npspec.kernels.quantized) with a kernel that cannot read them."""
 
     def __init__(self, config, params, tokenizer=None, source="", kernel=STATIC_DEFAULT, threads=1, metadata=None,
-                 blas=None, note=None, prefill_rows=0):
+                 blas=None, prefill_rows=0):
         self.config = config
         self.params = column_major(params)
         self.tokenizer = tokenizer
         self.source = str(source)
         self.metadata = dict(metadata or {})
-        self.kernel = kernel
-        self.threads = threads
-        self.spec = registry_kernel(kernel)
-        if holds_codes(self.params) and not self.spec.reads_codes:
-            raise ValueError(f"this model holds int8 codes (npspec.kernels.quantized.QuantizedMatrix): kernel {kernel!r} cannot "
-                             f"read them; use {' or '.join(names(codes=True))}")
-        self.linear = self.spec.build(threads, note)
-        self.spec.prepare(self.linear, [lin["w"] for lin in block_linears(self.params)] + [self.params["wte"].T])
         self.blas = blas or BlasThreads()
-        self.blas_threads = self.spec.blas_threads(threads)
+        self._build(kernel, threads)
         self.prefill_rows = check_prefill_rows(prefill_rows)
+
+    def _build(self, kernel, threads):
+        """Build `kernel` at `threads` into this model (its linear; a compiled kernel packs its copy of the weights
+        now). Raises as Model."""
+        spec = registry_kernel(kernel)
+        if holds_codes(self.params) and not spec.reads_codes:
+            raise ValueError(f"this model holds int8 codes (npspec.kernels.quantized.QuantizedMatrix): kernel {kernel!r} "
+                             f"cannot read them; use {' or '.join(names(codes=True))}")
+        self.kernel, self.threads, self.spec = kernel, threads, spec
+        self.linear = spec.build(threads)
+        spec.prepare(self.linear, [lin["w"] for lin in block_linears(self.params)] + [self.params["wte"].T])
+        self.blas_threads = spec.blas_threads(threads)
 
     def __repr__(self):
         c = self.config
         return (f"Model(source={self.source!r}, n_layer={c.n_layer}, n_embd={c.n_embd}, n_vocab={c.n_vocab}, "
                 f"kernel={self.kernel!r}, threads={self.threads}, prefill_rows={self.prefill_rows})")
 
-    def with_kernel(self, kernel, threads=None, note=None):
-        """The same model (same weight arrays, no copy) decoding with `kernel` and `threads` (default: this model's).
-        Its prefill_rows is this model's for the same kernel (at any threads: --compare's plain decoding with the
-        target's kernel at the threads asked for prefills as the target does), else 0: it was measured for that kernel.
-        """
+    def with_kernel(self, kernel, threads=None):
+        """A new Model over the same weight arrays (no copy) decoding with `kernel` at `threads` (default: this
+        model's); its prefill_rows is this model's for the same kernel, else 0. Raises as Model."""
         return Model(self.config, self.params, self.tokenizer, self.source, kernel,
-                     self.threads if threads is None else threads, self.metadata, self.blas, note,
+                     self.threads if threads is None else threads, self.metadata, self.blas,
                      self.prefill_rows if kernel == self.kernel else 0)
 
+    def trial(self, kernel, threads):
+        """For the kernel probe's timings (npspec.kernels.probe): a shallow copy decoding with `kernel` at `threads`,
+        only the kernel built (no new Model); prefill_rows 0. Raises as Model."""
+        other = copy.copy(self)
+        other._build(kernel, threads)
+        other.prefill_rows = 0
+        return other
+
     def with_prefill_rows(self, prefill_rows):
-        """This model (the same weights and built kernel: nothing packed again) with `prefill_rows` (see Model).
-        Raises ValueError unless it is an int >= 0."""
+        """This model (the same weights and built kernel) with `prefill_rows`. Raises ValueError unless an int >= 0."""
         other = copy.copy(self)
         other.prefill_rows = check_prefill_rows(prefill_rows)
         return other

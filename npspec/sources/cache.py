@@ -30,6 +30,7 @@ another process) go to the `note` callback the caller passes (the commands print
 import contextlib
 import hashlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -48,6 +49,8 @@ from .init import iter_tensors
 from .names import SHAPES
 from .shipped import gpt2_tokenizer_json
 
+log = logging.getLogger(__name__)
+
 CACHE_ENV = "NPSPEC_CACHE"
 HUB_FILES = ["config.json", "model.safetensors", "tokenizer.json"]
 RANDOM_SEED = 0
@@ -62,14 +65,8 @@ def cache_dir():
     return Path(base) / "npspec"
 
 
-def _say(note, message):
-    """Pass one line about slow one-time work (a conversion, a wait) to `note` (None: nothing is said)."""
-    if note is not None:
-        note(message)
-
-
 @contextmanager
-def _lock(path, timeout, what, note=None):
+def _lock(path, timeout, what):
     """Hold the cache entry's lock file `path` (npspec.sources.atomic.locked: filelock, which the OS releases if the holder
     dies).
 
@@ -79,7 +76,7 @@ def _lock(path, timeout, what, note=None):
     path.parent.mkdir(parents=True, exist_ok=True)
     with contextlib.ExitStack() as hold:
         if not hold.enter_context(locked(path, blocking=False)):
-            _say(note, f"another process is building {what}: waiting for it (lock file {path}, up to {timeout:g} s)")
+            log.info(f"another process is building {what}: waiting for it (lock file {path}, up to {timeout:g} s)")
             try:
                 hold.enter_context(locked(path, timeout=timeout))
             except Timeout:
@@ -130,14 +127,14 @@ def lock_file(root, final):
     return Path(root) / ".locks" / f"{'--'.join(Path(final).relative_to(root).parts)}.lock"
 
 
-def entry_lock(root, final, lock_timeout=LOCK_TIMEOUT, note=None):
+def entry_lock(root, final, lock_timeout=LOCK_TIMEOUT):
     """A context manager holding the cache entry's lock (the one `cached` builds it under), taken when entered:
     what files.load_model holds while it rewrites the entry's format-1 file as format 2. Entering raises OSError
     for a cache that cannot be written and CheckpointError for a lock still held after lock_timeout."""
-    return _lock(lock_file(root, final), lock_timeout, f"{final} (rewriting it as format 2)", note)
+    return _lock(lock_file(root, final), lock_timeout, f"{final} (rewriting it as format 2)")
 
 
-def cached(root, final, build, what, lock_timeout=LOCK_TIMEOUT, note=None):
+def cached(root, final, build, what, lock_timeout=LOCK_TIMEOUT):
     """Return the cache entry `final` (inside the cache `root`), building it first with `build(staging_dir)`
     if it is not there.
 
@@ -157,13 +154,13 @@ def cached(root, final, build, what, lock_timeout=LOCK_TIMEOUT, note=None):
     try:
         final.parent.mkdir(parents=True, exist_ok=True)
         lock = lock_file(root, final)
-        with _lock(lock, lock_timeout, what, note):
+        with _lock(lock, lock_timeout, what):
             if final.is_dir():  # another process built it while we waited
                 return final
             staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".partial", dir=final.parent))
             try:
                 public_mode(staging)
-                _say(note, f"converting {what} into {final} (once; later runs reuse it)")
+                log.info(f"converting {what} into {final} (once; later runs reuse it)")
                 build(staging)
                 publish(staging, final)
             except BaseException:
@@ -197,7 +194,7 @@ def convert_hf(src, out_dir, source, source_sha256=None, progress=None):
                         source_sha256=source_sha256, progress=progress)
 
 
-def from_local(src, root, progress=None, note=None):
+def from_local(src, root, progress=None):
     """A local Hugging Face checkpoint directory, converted into the cache on first use (with `progress` bars,
     npspec.sources.progress; None shows nothing). Returns the entry's path."""
     src = Path(src).resolve()
@@ -207,8 +204,7 @@ def from_local(src, root, progress=None, note=None):
     final = root / "local" / f"{src.name}-{key}"
     if not final.is_dir():
         check_hf(src)  # config-level problems before the "converting" note
-    return cached(root, final, lambda out: convert_hf(src, out, source=str(src), progress=progress), str(src),
-                  note=note)
+    return cached(root, final, lambda out: convert_hf(src, out, source=str(src), progress=progress), str(src))
 
 
 def random_key(shape, seed):
@@ -217,7 +213,7 @@ def random_key(shape, seed):
     return f"{shape}-seed{seed}-{digest}"
 
 
-def from_random(shape, root, seed=RANDOM_SEED, progress=None, note=None):
+def from_random(shape, root, seed=RANDOM_SEED, progress=None):
     """`random:<shape>`: GPT-2's initialisation with `seed` (npspec.sources.init), saved into the cache in npspec's
     layout with GPT-2's tokenizer (source_sha256 null: there is no source file).
 
@@ -236,7 +232,7 @@ def from_random(shape, root, seed=RANDOM_SEED, progress=None, note=None):
         save_converted(out, iter_tensors(config, seed, progress), config, source=f"random:{shape} (npspec.sources.init, "
                        f"seed {seed})", source_sha256=None, tokenizer_json=gpt2_tokenizer_json())
 
-    return cached(root, final, build, f"random:{shape} (seed {seed})", note=note)
+    return cached(root, final, build, f"random:{shape} (seed {seed})")
 
 
 def _offline():
@@ -257,7 +253,7 @@ def _newest_conversion(entry_dir):
     return max(done, key=lambda d: d.stat().st_mtime) if done else None
 
 
-def from_hub(repo_id, root, spec=None, progress=None, note=None):
+def from_hub(repo_id, root, spec=None, progress=None):
     """A hub checkpoint: download (or find in the Hugging Face cache) and convert once. Returns the entry's path.
 
     progress: a bar factory (npspec.sources.progress) for the conversion; None shows nothing (huggingface_hub
@@ -302,4 +298,4 @@ def from_hub(repo_id, root, spec=None, progress=None, note=None):
         check_hf(snapshot)
     return cached(root, final, lambda out: convert_hf(snapshot, out, source=f"hf://{repo_id}@{snapshot.name}",
                                                 source_sha256=sha, progress=progress),
-                  f"{repo_id} (revision {snapshot.name[:12]})", note=note)
+                  f"{repo_id} (revision {snapshot.name[:12]})")

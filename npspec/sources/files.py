@@ -33,6 +33,7 @@ cannot be written loads with the relayout every time, and says so. Quantized dir
 
 import contextlib
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -50,6 +51,8 @@ from ..model.model import Model
 from ..kernels.registry import STATIC_DEFAULT
 from .progress import bar
 from ..model.tensors import check_tensors, flat_tensors, is_block_matrix, layer_count_problem, params_tree, tensor_shapes
+
+log = logging.getLogger(__name__)
 
 FORMAT_VERSION = "2"  # what save_converted writes
 LAYOUT = "column-major-blocks"  # format 2's `layout`: block matrices stored transposed (module docstring)
@@ -486,7 +489,7 @@ def rewrite_format_1(path, params, config, metadata, lock=None):
                  "(stored in the forward's layout, so later loads need no relayout)")
 
 
-def load_model(path, kernel=STATIC_DEFAULT, threads=1, progress=None, note=None, lock=None):
+def load_model(path, kernel=STATIC_DEFAULT, threads=1, progress=None, lock=None):
     """Load a converted model directory (see module docstring) into a `Model` decoding with `kernel` and `threads`.
 
     Format 2: reads each tensor once, straight into the array, in the layout the forward uses:
@@ -532,6 +535,6 @@ def load_model(path, kernel=STATIC_DEFAULT, threads=1, progress=None, note=None,
         with bar(progress, f"column-major {path.name}", sum(lin["w"].nbytes for lin in block_linears(params))) as b:
             column_major(params, b.update)  # what Model would do; here with a bar (Model's is then a no-op)
         metadata, said = rewrite_format_1(path, params, config, metadata, lock)
-        if said is not None and note is not None:
-            note(said)
+        if said is not None:
+            log.info(said)
     return Model(config, params, tokenizer, path, kernel, threads, metadata)
