@@ -1,21 +1,16 @@
 """The commands' streams: where their bytes go, and what happens when a stream is closed or full.
 
-Every command (`npspec`, `python -m npspec.generate`, `npspec convert`, `python -m
-npspec.testing`) takes its streams from its `main(argv, out=None, err=None)` and passes them down;
-nothing replaces `sys.stdout` or `sys.stderr`.
-  * `error_stream(err)`: stderr, or os.devnull when it is closed (`2>&-`), so that an error, a note or
-    argparse's usage is dropped rather than printed to stdout (print(file=None) writes to stdout).
-  * `Parser`: argparse's parser writing help and version to the command's `out` and a usage error to its
-    `err` as one line (the usage itself is in --help), and letting a failed write raise (argparse itself drops
-    the OSError, so `--help > /dev/full` used to exit 0).
-  * `parse(parser, argv, err, name)`: (args, None), or (None, the exit status) for --help and --version (0,
-    or 1 with one line on `err` if stdout could not take them) and usage errors (2).
-  * `terminate_as_interrupt()`: SIGTERM raised as a KeyboardInterrupt (Terminated) while a command works,
-    so a conversion killed by SIGTERM deletes its staging directory as Ctrl-C does.
-  * `notes_to(err, name)`: while a command runs, the "npspec" loggers' notes go to its `err`, one line each:
-    "npspec: ..." for the library's, "NAME: note: ..." for the command's own (npspec.cli's loggers).
-  * `started()` (npspec.cli.startup): every main first puts back Python's Ctrl-C handler, which npspec's
-    package replaced while the command was importing (a Ctrl-C then prints one line and exits 130).
+Every command takes its streams from its `main(argv, out=None, err=None)` and passes them down; nothing replaces
+`sys.stdout` or `sys.stderr`.
+  * `error_stream(err)`: stderr, or os.devnull when it is closed (`2>&-`): a message is dropped, never sent to stdout.
+  * `Parser`: argparse's parser writing help and version to `out` and a usage error to `err` as one line, a failed
+    write raising (argparse drops the OSError).
+  * `parse(parser, argv, err, name)`: (args, None), or (None, the exit status) for --help, --version (0, or 1 when
+    stdout cannot take them) and usage errors (2).
+  * `terminate_as_interrupt()`: SIGTERM raised as a KeyboardInterrupt (Terminated) while a command works.
+  * `notes_to(err, name)`: while a command runs, the "npspec" loggers' notes go to `err`, one line each: "npspec:
+    ..." for the library's, "NAME: note: ..." for the command's own (npspec.cli's loggers).
+  * `started()` (npspec.cli.startup): every main first puts back Python's Ctrl-C handler.
 Imports the standard library only.
 """
 

@@ -1,15 +1,11 @@
-"""The kernel probe: which kernel, threads and prefill length each role decodes with, chosen in one call.
-
-`choose_kernels(target, draft, threads, store, mode)` times each role's candidates (registry.role_candidates) at the
-threads asked for and at one (thread_options) in the model's own decoding forwards: the target at its verify rows
-beside the draft's chosen kernel (time_forwards' partner), the draft alone at one row. Each candidate is a kernel
-built over the loaded weights (Model.trial), never a new Model; the winner is built once (Model.with_kernel), then
-the longest prompt it prefills faster than the GEMM is timed (choose_prefill). Candidates that cannot be built here
-are dropped once, before anything is timed. Nothing is retried.
-`store` keeps the records (npspec.sources.choices.ChoiceFile: a Store), `mode` is one of MODES: "cached" (a stored
-record, else measure and store), "refresh" (measure and store), "bypass" (measure, store nothing), "off" (the first
-candidate, prefill by GEMM, nothing measured). Notes go to the "npspec.kernels.probe" logger. Pure of files: imports
-numpy and npspec.kernels.registry (npspec.kernels.compiled's KernelUnavailable); models are duck-typed (Decoder).
+"""The kernel probe: `choose_kernels(target, draft, threads, store, mode)`, each role's kernel, threads and prefill
+length in one call. It times a role's buildable candidates (registry.role_candidates; unbuildable ones dropped once,
+first) at the threads asked for and at one, in the model's own forwards on its loaded weights (Model.trial): the
+draft alone at one row, then the target at its verify rows beside the draft as chosen (time_forwards). The winner
+is built once (Model.with_kernel), then its prefill length timed (choose_prefill). Nothing is retried. `store`
+keeps the records (a Store: npspec.sources.choices.ChoiceFile); `mode`, one of MODES: "cached" (stored, else
+measured and stored), "refresh", "bypass" (nothing stored), "off" (the first candidate, GEMM prefills, nothing
+measured). Notes go to this module's logger. Pure of files: imports numpy and npspec.kernels; models are Decoders.
 """
 
 import contextlib
@@ -92,13 +88,11 @@ class Decoder(Protocol):
 
 def choose_kernels(target, draft, threads, store=None, mode="cached", rows=None, roles=ROLES, measure=None,
                    measure_prefill=None, candidates=None):  # -> KernelChoices
-    """Each role's kernel, threads and prefill length (module docstring), the draft first, then the target beside it.
-
-    target, draft: Decoders or None. threads: the threads asked for. store: a Store or None (nothing kept). rows: the
-    target's verify rows (default ROLE_ROWS["target"]). roles: the roles whose kernels are chosen; another keeps its
-    model as given (still the target's partner). measure, measure_prefill: time_forwards' and time_prefill's
-    signatures (tests fake them). candidates: {role: names} (default role_candidates). Raises ValueError for a bad
-    mode, role or rows, KernelUnavailable when none of a role's candidates can be built here."""
+    """KernelChoices for `target` and `draft` (Decoders or None) at `threads` asked for: the draft first, then
+    the target beside it. store: a Store or None. rows: the target's verify rows (default ROLE_ROWS["target"]); roles:
+    those chosen (another keeps its model, still the partner); measure, measure_prefill: time_forwards' and
+    time_prefill's signatures; candidates: {role: names}. Raises ValueError for a bad mode, role or rows,
+    KernelUnavailable when no candidate of a role builds."""
     check_mode(mode)
     if unknown := set(roles) - set(ROLES):
         raise ValueError(f"roles must be among 'target' and 'draft', got {sorted(unknown)!r}")
@@ -116,8 +110,7 @@ def choose_kernels(target, draft, threads, store=None, mode="cached", rows=None,
 
 
 def decided(role, model, threads, store, mode, partner, rows, measure, measure_prefill, candidates):  # -> KernelChoice
-    """`role`'s KernelChoice for `model`: choose's kernel and threads, the model built with them (once, unless it
-    already decodes so), then choose_prefill's length on it."""
+    """A role's KernelChoice: choose, the model built with it unless it decodes so, choose_prefill on it."""
     chosen = choose(role, model, threads, store, mode, measure, candidates, partner, rows)
     built = model if chosen == (model.kernel, model.threads) else model.with_kernel(chosen.kernel, chosen.threads)
     prefill_rows = choose_prefill(built, store, mode, measure_prefill)
@@ -132,11 +125,9 @@ def check_mode(mode):
 
 
 def choose(role, model, threads, store=None, mode="cached", measure=None, candidates=None, partner=None, rows=None):
-    """The Choice `role` ("target" or "draft") decodes `model` with at `threads` asked for: the fastest buildable
-    candidate at `threads` or at one (measure_all; ties keep the earlier), the stored one under "cached", the first
-    under "off" or when only one remains. partner: None, or the Decoder timed in rounds beside it (time_forwards).
-    rows: the row counts timed (positive ints; default ROLE_ROWS[role]). Raises ValueError for a bad role, mode or
-    rows, KernelUnavailable when no candidate can be built."""
+    """The Choice `role` decodes `model` with: the fastest buildable candidate at `threads` or one (measure_all;
+    ties keep the earlier), the stored one under "cached", the first under "off" or when alone. partner: a Decoder
+    timed beside it, or None. rows: positive ints (default ROLE_ROWS[role]). Raises as choose_kernels."""
     check_mode(mode)
     if role not in ROLE_ROWS:
         raise ValueError(f"role must be 'target' or 'draft', got {role!r}")
@@ -167,8 +158,8 @@ def choose(role, model, threads, store=None, mode="cached", measure=None, candid
 
 
 def buildable(role, names, mode):  # -> (str, ...)
-    """The kernels of `names` that build here, in order: each built once (at one thread) before anything is timed; one
-    that raises KernelUnavailable is dropped, with a note. Raises KernelUnavailable if none builds."""
+    """`names` that build here (each once, at one thread), in order; one raising KernelUnavailable is dropped
+    with a note. Raises KernelUnavailable if none builds."""
     dropped = []
     for name in names:
         try:
@@ -190,10 +181,9 @@ def thread_options(threads):
 
 
 def measure_all(choices, model, rows, measure=None, partner=None):  # -> {Choice: seconds}
-    """{Choice: seconds}: the mean of two passes over `choices`, the second in reverse order (a linear drift of the
-    machine's speed then moves every mean alike), each the sum over `rows` of measure(kernel, threads, trial, m,
-    partner=partner). Each trial (model.trial: its kernel built over the same weights) is dropped after its timing,
-    so at most one compiled kernel's packed copy of the weights exists at a time."""
+    """{Choice: seconds}: the mean of two passes over `choices`, the second reversed (a linear drift moves every
+    mean alike), each the sum over `rows` of measure(kernel, threads, model.trial(...), m, partner=partner); a trial
+    is dropped after its timing (at most one compiled kernel's packed weights at a time)."""
     measure = measure or time_forwards
     timings = {c: [] for c in choices}
     for order in (choices, choices[::-1]):
@@ -205,12 +195,10 @@ def measure_all(choices, model, rows, measure=None, partner=None):  # -> {Choice
 
 
 def time_forwards(name, threads, model, rows, repeats=REPEATS, clock=time.perf_counter, partner=None):
-    """Seconds of one decoding forward of `rows` tokens by `model` (decoding with kernel `name` at `threads`) after a
-    PROBE_CONTEXT-token prefill on ONE BLAS thread (none left spinning into the timings), both cut to its n_ctx: the
-    median of `repeats` forwards back to back after one untimed, the cache rolled back after each. partner: None, or
-    a Decoder whose `rows - 1` one-token forwards (partner_round) run before the model's in each timed span, as a
-    speculative round alternates them. Whole forwards, not products alone: a product timed on its own can rank
-    kernels otherwise than the forwards (bench/results/issue24/README.md)."""
+    """Seconds of one `rows`-row forward of `model` (decoding with `name` at `threads`) after a PROBE_CONTEXT
+    prefill on one BLAS thread (none left spinning), both cut to n_ctx: the median of `repeats` back to back, after one
+    untimed, the cache rolled back each time. partner: None, or a Decoder whose `rows - 1` one-token forwards run first
+    in each timed span, as a round alternates them (partner_round). Whole forwards: products alone rank otherwise."""
     rows = min(rows, model.config.n_ctx)  # a model with a tiny context: what fits of it
     context = min(PROBE_CONTEXT, model.config.n_ctx - rows)
     ids = np.arange(context + rows) % model.config.n_vocab
@@ -230,8 +218,8 @@ def time_forwards(name, threads, model, rows, repeats=REPEATS, clock=time.perf_c
 
 
 def partner_round(partner, context, steps):  # Decoder, ints -> a callable, called once per timed span
-    """The partner's part of a round: a callable running `steps` one-token forwards of `partner` after its prefilled
-    `context` tokens (on one BLAS thread), then rolling its cache back to them; both cut to fit its n_ctx."""
+    """A callable running the partner's `steps` one-token forwards after its prefilled `context`, then
+    rolling back; both cut to its n_ctx."""
     steps = min(steps, partner.config.n_ctx)
     context = min(context, partner.config.n_ctx - steps)
     ids = np.arange(context + steps) % partner.config.n_vocab
@@ -247,9 +235,8 @@ def partner_round(partner, context, steps):  # Decoder, ints -> a callable, call
 
 
 def choose_prefill(model, store=None, mode="cached", measure=None, lengths=PREFILL_LENGTHS):  # -> int
-    """The prefill_rows `model` (decoding with its chosen kernel and threads) starts a decoding fastest with:
-    prefill_crossover's length, kept in `store` as `mode` says (0 under "off": every prefill a GEMM). Raises
-    ValueError for a bad mode."""
+    """The prefill_rows `model` (decoding with its chosen kernel) starts fastest with (prefill_crossover),
+    kept in `store` as `mode` says; 0 under "off". Raises ValueError for a bad mode."""
     check_mode(mode)
     if mode == "off":
         return 0
@@ -262,16 +249,16 @@ def choose_prefill(model, store=None, mode="cached", measure=None, lengths=PREFI
         log.info(f"timing prompts of {'/'.join(map(str, fits))} ids prefilled by {model.kernel} and by the GEMM, "
                  "on this machine (once; --kernel-probe refresh times them again)")
         rows, timed = prefill_crossover(model, lengths, measure or time_prefill)
-        return rows, {"prefill_rows": rows, "seconds": {str(n): {"kernel": k, "gemm": g} for n, (k, g) in timed.items()}}
+        seconds = {str(n): {"kernel": k, "gemm": g} for n, (k, g) in timed.items()}
+        return rows, {"prefill_rows": rows, "seconds": seconds}
     return recalled(store, mode, what, lambda what: store.prefill_rows(what), run)
 
 
 def time_prefill(model, length, by_kernel, repeats=PREFILL_REPEATS, clock=time.perf_counter, sleep=time.sleep,
                  after=PREFILL_AFTER):
-    """Seconds a decoding by `model` takes to start: a prefill of `length` ids into a fresh cache by its kernel
-    (`by_kernel`: model.with_prefill_rows(length)) or by the GEMM at its threads, then `after` one-token forwards (cut
-    to its n_ctx: a threaded BLAS call leaves threads spinning on the cores the kernel needs next); the median of
-    `repeats`, each after sleep(PAUSE) so that the last timing's threads fall asleep first."""
+    """Seconds a decoding by `model` takes to start: a `length`-id prefill by its kernel (`by_kernel`) or the
+    GEMM, then `after` one-token forwards (cut to n_ctx: a threaded GEMM leaves BLAS threads spinning on the cores the
+    kernel needs); the median of `repeats`, each after sleep(PAUSE)."""
     subject = model.with_prefill_rows(length if by_kernel else 0)
     after = max(0, min(after, model.config.n_ctx - length))
     ids = np.arange(length + after) % model.config.n_vocab
@@ -288,10 +275,9 @@ def time_prefill(model, length, by_kernel, repeats=PREFILL_REPEATS, clock=time.p
 
 
 def prefill_crossover(model, lengths=PREFILL_LENGTHS, measure=None):  # -> (int, {length: [s, s]})
-    """(the longest of `lengths` whose prompt `model` starts faster by its kernel than by the GEMM, else 0; {length:
-    [seconds by the kernel, by the GEMM]} for each length timed). Lengths are tried longest first (fitting); the first
-    the kernel wins ends the search: its prefill grows with the prompt faster than a GEMM's, so it wins at every
-    shorter one too (the assumption). measure: time_prefill's signature (model, length, by_kernel) -> seconds."""
+    """(the longest of `lengths` (fitting) `model` starts faster by its kernel than by the GEMM, else 0;
+    {length: [kernel s, GEMM s]} timed). The first win ends the search, longest first: a kernel's prefill grows faster
+    than a GEMM's, so it wins at every shorter length too (the assumption). measure: time_prefill's signature."""
     measure = measure or time_prefill
     timed = {}
     for n in fitting(lengths, model.config.n_ctx):
@@ -307,9 +293,8 @@ def fitting(lengths, n_ctx):  # -> [int], longest first
 
 
 def recalled(store, mode, what, stored, run):  # -> a value
-    """stored(what) when mode is "cached" and it is not None, else run() -> (value, record), the record kept under
-    `what` unless mode is "bypass" or store is None. The timing holds store.probing() and looks again once it has
-    it: another process may have stored the value meanwhile."""
+    """stored(what) under "cached" if not None, else run() -> (value, record), the record kept unless "bypass"
+    or no store; the timing holds store.probing() and looks again once it has it."""
     use = store is not None and mode != "bypass"
     if use and mode == "cached" and (hit := stored(what)) is not None:
         return hit
@@ -322,14 +307,12 @@ def recalled(store, mode, what, stored, run):  # -> a value
     return value
 
 
-def model_shapes(model):  # Decoder -> [n_layer, n_embd, n_head, n_vocab]
-    """The shapes a model's forward time depends on, as a store's key names them."""
+def model_shapes(model):  # Decoder -> [n_layer, n_embd, n_head, n_vocab]: what its forward time depends on
     c = model.config
     return [c.n_layer, c.n_embd, c.n_head, c.n_vocab]
 
 
-def partner_key(partner):  # Decoder or None -> [kernel/version, threads, [shapes]] or None
-    """How a store's key names the partner a role was timed beside (None: timed alone)."""
+def partner_key(partner):  # Decoder or None -> [kernel/version, threads, [shapes]] or None: a key's partner
     if partner is None:
         return None
     return [f"{partner.kernel}/{REGISTRY[partner.kernel].version}", partner.threads, model_shapes(partner)]

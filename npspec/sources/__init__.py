@@ -1,13 +1,10 @@
 """Where models come from: `load(spec, role)`, the SPEC rules, the shipped pair and `random_model`.
 
-A SPEC is, in this order: an existing path (a converted npspec directory, or a Hugging Face checkpoint directory,
-converted once into the cache: npspec.sources.cache); `random:<shape>` (a name of npspec.sources.names, GPT-2's
-initialisation, seed 0, built once into the cache); a hub name (gpt2 ... gpt2-xl, distilgpt2, any `org/name`),
-downloaded and converted once. `SCHEME:SPEC` is that model quantized in memory (npspec.sources.quantize.parse_scheme:
-int<bits>-ch, int<bits>-g<group>, fp16, bf16, optionally +emb); `SCHEME:self` is the target quantized, the
-self-speculative draft. A role's default kernel, threads and prefill length are npspec.kernels.probe.choose_kernels'
-(kept in the cache's choices.json: npspec.sources.choices). Notes for the user go to the "npspec.sources" loggers.
-Imports the rest of npspec.sources, npspec.model and npspec.kernels.
+A SPEC is, in this order: an existing path (a converted directory, or a Hugging Face checkpoint converted once into
+the cache: npspec.sources.cache); `random:<shape>` (npspec.sources.names; GPT-2's init, seed 0, built once); a hub
+name (gpt2 ... gpt2-xl, distilgpt2, any `org/name`), downloaded and converted once. `SCHEME:SPEC` is that model
+quantized in memory (npspec.sources.quantize.parse_scheme); `SCHEME:self` the target quantized. A role's kernel is
+npspec.kernels.probe.choose_kernels' (its store: npspec.sources.choices). Imports npspec.model and npspec.kernels.
 """
 
 import re
@@ -30,12 +27,12 @@ from .shipped import SHIPPED_PAIR, gpt2_tokenizer, shipped_dir
 
 
 def cache_root(cache_dir=None):
-    """The conversion cache's directory: `cache_dir` if given, else cache.cache_dir() ($NPSPEC_CACHE, ...)."""
+    """`cache_dir` as a Path, else cache.cache_dir() ($NPSPEC_CACHE, ...)."""
     return Path(cache_dir).expanduser() if cache_dir is not None else cache.cache_dir()
 
 
 def choice_store(cache_dir=None):
-    """The kernel probe's store in the cache directory (cache_root): its choices.json (npspec.sources.choices)."""
+    """The kernel probe's store: choices.json in the cache directory (npspec.sources.choices.ChoiceFile)."""
     return ChoiceFile(cache_root(cache_dir) / CACHE_FILE)
 
 
@@ -46,9 +43,8 @@ def _is_repo_id(name):
 
 
 def resolve(spec, cache_dir=None, progress=None):
-    """The converted model directory (a Path) a SPEC names (module docstring), converted into the cache
-    (cache_root(cache_dir)) first if needed. progress: None or a bar factory (npspec.sources.progress). Raises
-    CheckpointError naming the problem and the fix (a path the OS refuses to look at included)."""
+    """The converted directory (a Path) a SPEC names, converted into the cache first if needed (progress: None or
+    a bar factory). Raises CheckpointError naming the problem and the fix."""
     root = cache_root(cache_dir)
     spec = str(spec)
     try:
@@ -78,12 +74,11 @@ def resolve(spec, cache_dir=None, progress=None):
 
 def load(spec=None, role="target", cache_dir=None, kernel=None, threads=1, progress=None, target=None,
          probe="cached"):
-    """A Model from a SPEC (module docstring); None loads the shipped `role` ("target" or "draft").
-    kernel: a name of npspec.kernels.registry at `threads`, else the role's fastest candidate at `threads` or one
-    (npspec.kernels.probe.choose_kernels, as `probe`, one of its MODES, says). cache_dir: npspec's cache (default
-    $NPSPEC_CACHE, else ~/.cache/npspec). progress: None or a bar factory (npspec.sources.progress). target: the
-    SPEC `self` stands for in a draft's `SCHEME:self` (None: the shipped target). Raises CheckpointError with the
-    fix, ValueError for another role, kernel, thread count or probe mode."""
+    """A Model from a SPEC; None loads the shipped `role` ("target" or "draft"). kernel: a registry name run at
+    `threads`, else the role's fastest candidate at `threads` or one (choose_kernels, as `probe`, a mode of
+    npspec.kernels.probe.MODES, says). cache_dir: npspec's cache (default $NPSPEC_CACHE, else ~/.cache/npspec);
+    progress: None or a bar factory; target: the SPEC a draft's `SCHEME:self` stands for (None: the shipped target).
+    Raises CheckpointError with the fix, ValueError for another role, kernel, thread count or probe mode."""
     if role not in ROLES:
         raise ValueError(f"role must be 'target' or 'draft', got {role!r}")
     model = _load(spec, role, cache_dir, kernel or STATIC_DEFAULT, threads, progress, target)
@@ -95,11 +90,8 @@ def load(spec=None, role="target", cache_dir=None, kernel=None, threads=1, progr
 
 
 def split_quantized(spec):
-    """(Scheme, inner SPEC) of a quantized SPEC `SCHEME:SPEC`, or None for any other SPEC (an existing path included).
-
-    A SPEC is quantized when the part before its first colon starts like a scheme (int, fp or
-    bf and a digit). Raises CheckpointError, one line, for a bad scheme or nothing after the colon.
-    """
+    """(Scheme, inner SPEC) of `SCHEME:SPEC` (its head starts int, fp or bf and a digit; not an existing
+    path), else None. Raises CheckpointError, one line, for a bad scheme or nothing after the colon."""
     text = str(spec)
     head, colon, inner = text.partition(":")
     if not colon or not re.match(r"(int|fp|bf)\d", head):
@@ -150,11 +142,8 @@ def _load(spec, role, cache_dir, kernel, threads, progress, target):
 
 
 def random_model(shape, seed=0, tokenizer=None, kernel=STATIC_DEFAULT, threads=1):
-    """An in-memory Model with the exact shapes of `shape` (a name of names.SHAPES) and GPT-2's random init.
-
-    tokenizer: a tokenizers.Tokenizer (default: GPT-2's, shipped in weights/gpt2/).
-    Memory: the weight bytes (gpt2-large: 3.1e9 bytes). Raises KeyError for an unknown shape.
-    """
+    """An in-memory Model of `shape` (names.SHAPES) with GPT-2's init, `tokenizer` (default GPT-2's).
+    Memory: the weight bytes (gpt2-large: 3.1e9). Raises KeyError for an unknown shape."""
     config = SHAPES[shape]
     tokenizer = gpt2_tokenizer() if tokenizer is None else tokenizer
     return Model(config, params_tree(init_tensors(config, seed), config), tokenizer, f"random:{shape}", kernel, threads)

@@ -1,14 +1,11 @@
-"""The kernel probe's store: `ChoiceFile`, the records npspec.kernels.probe measured, kept per machine.
+"""The kernel probe's store: `ChoiceFile`, npspec.kernels.probe's records kept per machine in choices.json.
 
-One JSON object in the cache directory's `choices.json` (CACHE_FILE), {key: record}, written whole to a temporary
-file renamed over the old one under a filelock in `.locks/` (store_choice), so a crash or a concurrent run never leaves
-it half written; the probe's timings hold a second lock, `.locks/probe.lock` (probe_lock), so two processes do not
-time each other's forwards. A key (machine_key) names everything a timing depends on: PROBE_VERSION, the CPU
-(cpu_model), numpy's BLAS (blas_key), numpy's version, the role, the candidates with their code versions, the shapes,
-rows and threads timed, and the partner. A record that is missing, malformed or unreadable is measured again; a store
-that cannot write says why and the fix. MODES (npspec.kernels.probe's) say how the probe uses the store.
-Notes go to the "npspec.sources.choices" logger. Imports npspec.kernels.registry, npspec.kernels.probe,
-npspec.sources.atomic; filelock, threadpoolctl.
+One JSON object {key: record}, rewritten whole and atomically under a lock in `.locks/` (store_choice); the probe's
+timings hold `.locks/probe.lock` (probe_lock) so two processes do not time each other. A key (machine_key) names
+what a timing depends on: PROBE_VERSION, the CPU, numpy's BLAS and version, the role, the candidates with their
+code versions, shapes, rows, threads and partner. A missing, malformed or unreadable record is measured again; a
+cache that cannot be written is skipped with a note naming the fix. Notes go to the "npspec.sources.choices"
+logger. Imports npspec.kernels (registry, probe), npspec.sources.atomic; filelock, threadpoolctl.
 """
 
 import contextlib
@@ -39,7 +36,7 @@ PROBE_LOCK_SECONDS = 900  # how long a probe waits for another process's probe (
 
 
 class ChoiceFile:
-    """The probe's Store (npspec.kernels.probe.Store) in the cache file `path` (a Path)."""
+    """npspec.kernels.probe.Store in the cache file `path`, keyed by machine_key(**what)."""
 
     def __init__(self, path):
         self.path = Path(path)
@@ -47,31 +44,25 @@ class ChoiceFile:
     def __repr__(self):
         return f"ChoiceFile({str(self.path)!r})"
 
-    def record(self, what):
-        """The record stored under machine_key(**what), or None."""
+    def record(self, what):  # the record under `what`, or None
         return read_choices(self.path).get(machine_key(**what))
 
-    def choice(self, what):
-        """The stored (kernel, threads) under `what` (cached_choice), or None."""
+    def choice(self, what):  # its (kernel, threads), or None
         return cached_choice(self.record(what))
 
-    def prefill_rows(self, what):
-        """The stored prefill length under `what` (cached_prefill_rows), or None."""
+    def prefill_rows(self, what):  # its prefill length, or None
         return cached_prefill_rows(self.record(what))
 
-    def keep(self, what, record):
-        """store_choice under machine_key(**what); returns whether it was stored."""
+    def keep(self, what, record):  # -> whether it was stored
         return store_choice(self.path, machine_key(**what), record)
 
-    def probing(self):
-        """probe_lock beside the file: held while this process times kernels."""
+    def probing(self):  # held while this process times kernels
         return probe_lock(self.path)
 
 
 def cpu_model(cpuinfo=Path("/proc/cpuinfo")):
-    """The CPU's model name with its family and model numbers (Linux's /proc/cpuinfo; else platform's), e.g. "AMD EPYC
-    (family 26, model 2)": a virtual machine's name alone is the same for CPUs whose kernel choices differ.
-    cpuinfo: the file read (a parameter for tests)."""
+    """The CPU's model name with its family and model numbers ("AMD EPYC (family 26, model 2)": a virtual
+    machine's name alone hides which Zen) from `cpuinfo` (Linux), else platform's."""
     try:
         fields = {}
         for line in cpuinfo.read_text().splitlines():
@@ -89,10 +80,8 @@ def cpu_model(cpuinfo=Path("/proc/cpuinfo")):
 
 
 def blas_key(info=None, numpy_dir=None):
-    """numpy's BLAS as threadpoolctl sees it: [[library, version, kernel set]], sorted. Only the BLAS loaded from
-    numpy's own files (its package or `numpy.libs`) counts, as other libraries load theirs in any order (numba
-    imports scipy's); a numpy linked to a BLAS outside its files keys every BLAS loaded. info: threadpool_info()'s
-    list; numpy_dir: numpy's package directory (parameters for tests)."""
+    """[[library, version, kernel set]] of numpy's BLAS (threadpoolctl's `info`), only those loaded from numpy's
+    own files (others load theirs in any order), else every one, sorted."""
     info = threadpool_info() if info is None else info
     root = Path(numpy_dir or os.path.dirname(np.__file__)).resolve()
     own = (root, root.with_name(root.name + ".libs"))
@@ -102,9 +91,8 @@ def blas_key(info=None, numpy_dir=None):
 
 
 def machine_key(role, candidates, shapes, threads, partner=None, rows=None):
-    """The key of a record (module docstring): a JSON string. candidates: kernel names, keyed with their code's
-    version (registry.Kernel.version). partner: None or npspec.kernels.probe.partner_key's list. rows: the row
-    counts timed (default npspec.kernels.probe.ROLE_ROWS[role])."""
+    """A record's key, a JSON string (module docstring): candidates keyed with registry.Kernel.version,
+    partner as npspec.kernels.probe.partner_key, rows default ROLE_ROWS[role]."""
     rows = ROLE_ROWS[role] if rows is None else rows
     return json.dumps({"probe": PROBE_VERSION, "cpu": cpu_model(), "blas": blas_key(), "numpy": np.__version__,
                        "role": role,
@@ -114,8 +102,7 @@ def machine_key(role, candidates, shapes, threads, partner=None, rows=None):
 
 
 def cached_choice(record):  # a record -> (kernel, threads), or None if it is not a well-formed one
-    """The (kernel, threads) a record names: a kernel name and a thread count that is an int (not a bool nor a
-    float), else None (measured again: a hand-edited or damaged record)."""
+    """(kernel, threads) of a record with a kernel name and an int (not bool) threads, else None."""
     if not isinstance(record, dict) or not isinstance(record.get("kernel"), str):
         return None
     threads = record.get("threads")
@@ -123,16 +110,15 @@ def cached_choice(record):  # a record -> (kernel, threads), or None if it is no
 
 
 def cached_prefill_rows(record):  # a record -> int, or None if it is not a well-formed one
-    """The prefill_rows a record names: an int >= 0 (not a bool), else None (measured again)."""
+    """The int >= 0 (not bool) prefill_rows of a record, else None."""
     rows = record.get("prefill_rows") if isinstance(record, dict) else None
     return rows if type(rows) is int and rows >= 0 else None
 
 
 @contextlib.contextmanager
 def probe_lock(path):
-    """Hold `.locks/probe.lock` beside the cache file `path` while this process times kernels. If another holds it,
-    say so and wait up to PROBE_LOCK_SECONDS, then time anyway (saying so); where no lock file can be made (a
-    read-only cache directory), time without it."""
+    """Hold `.locks/probe.lock` beside `path` while timing: if another holds it, say so and wait up to
+    PROBE_LOCK_SECONDS, then time anyway (saying so); no lock where none can be made."""
     lock = Path(path).parent / ".locks" / "probe.lock"
     with contextlib.ExitStack() as hold:
         try:
@@ -150,8 +136,8 @@ def probe_lock(path):
 
 
 def read_choices(path):
-    """The stored records {key: record} in `path`; {} (then measured again) if it is missing, not a regular file (a
-    FIFO would block the read), over MAX_CACHE_BYTES, or not a JSON object (damaged, nested too deep)."""
+    """{key: record} of `path`; {} if missing, not a regular file (a FIFO would block), over
+    MAX_CACHE_BYTES or not a JSON object."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
     except OSError:
@@ -168,10 +154,9 @@ def read_choices(path):
 
 
 def store_choice(path, key, record):
-    """Add `record` under `key` to the cache file `path`, under its filelock, the whole file rewritten atomically
-    (npspec.sources.atomic.atomic_write; a killed store's temporary files deleted first). A cache that cannot be
-    written (read-only, not a regular file, its lock held past LOCK_SECONDS) is skipped with a note naming the fix;
-    a wait for the lock is noted first. Returns whether it was stored."""
+    """Add `record` under `key` to `path` (atomic_write under its lock; a killed store's leftovers deleted).
+    Skipped with a note naming the fix when the cache cannot be written (read-only, not a regular file, the lock held
+    past LOCK_SECONDS). Returns whether it was stored."""
     path = Path(path)
     lock = path.parent / ".locks" / f"{path.name}.lock"  # beside the cache's other lock files
 
