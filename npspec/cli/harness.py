@@ -85,7 +85,7 @@ def compare_repeated(job, first, again, seed, threads, repeats, progress=None): 
 
 def plain_label(model, threads):
     """The name of a plain decoding by `model` when `threads` were asked for: its kernel's name, with its thread
-    count when it differs (the kernel probe may run a role at one thread: npspec.sources.choices)."""
+    count when it differs (the kernel probe may run a role at one thread: npspec.kernels.probe)."""
     if model.threads == threads:
         return model.kernel
     return f"{model.kernel} at {model.threads} thread{'' if model.threads == 1 else 's'}"

@@ -103,7 +103,7 @@ from .products import check_threads, run_count, run_cuts
 
 class KernelUnavailable(ValueError):
     """A kernel cannot be built here: its extra is not installed, or installed and broken (a numba that does not
-    import). The kernel probe drops such a candidate (npspec.sources.choices); a kernel the user named raises it."""
+    import). The kernel probe drops such a candidate (npspec.kernels.probe); a kernel the user named raises it."""
 
 
 PANEL = 64  # columns per panel (module docstring): 4 AVX-512 vectors; python -m bench.panels measured 32, 64 and 96

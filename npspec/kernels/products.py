@@ -32,7 +32,7 @@ order must therefore be fixed by the matrix shape alone, never by how many rows 
     matrix): a model keeps one kernel for all its decoding forwards.
   * "gemm-panels" (`gemm_panels`): one GEMM per panel, stacked. NOT invariant; measured by the
     bench for comparison (npspec generate does not offer it).
-Which invariant kernel is cheapest depends on the machine's BLAS; npspec.sources.choices measures it for a model's shapes.
+Which invariant kernel is cheapest depends on the machine's BLAS; npspec.kernels.probe measures it for a model's shapes.
 bench/verify_cost measures each for n = 1..16; bench/results/README.md says what they cost.
 """
 

@@ -8,7 +8,7 @@ reads int8 codes, whether the product CLI offers it, and the extra it needs. `ke
 `Kernel.build(threads, note)` makes the `linear(x, w, b=None)` callable.
 
 Defaults (`role_candidates`, `STATIC_DEFAULT`): a role's kernel is the fastest of its candidates, measured on the
-user's machine for the model's shapes and thread count (npspec.sources.choices, called by npspec.sources.load):
+user's machine for the model's shapes and thread count (npspec.kernels.probe.choose_kernels):
   * target (verifies gamma + 1 rows): "compiled-panels" when the `fast` extra is installed, "gemm-blocks" and
     "gemv-panels" (which is faster depends on the BLAS: issue 24's AMD and Intel figures);
   * draft (one row at a time): "compiled-panels" when installed, "gemv-panels".
