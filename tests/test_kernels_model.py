@@ -1,6 +1,6 @@
 """The registry of kernels (npspec.kernels.registry), the Model that owns its kernel, the column-major layout, and threads.
 
-tests/test_kernels.py checks the products and the batch-invariance contract; tests/test_choice.py how a role's
+tests/test_kernels.py checks the products and the batch-invariance contract; tests/test_probe.py how a role's
 kernel is chosen.
 """
 

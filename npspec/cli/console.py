@@ -1,34 +1,26 @@
 """The commands' streams: where their bytes go, and what happens when a stream is closed or full.
 
-Every command (`npspec`, `python -m npspec.generate`, `npspec convert`, `python -m
-npspec.testing`) takes its streams from its `main(argv, out=None, err=None)` and passes them down;
-nothing replaces `sys.stdout` or `sys.stderr`.
-  * `error_stream(err)`: stderr, or os.devnull when it is closed (`2>&-`), so that an error, a note or
-    argparse's usage is dropped rather than printed to stdout (print(file=None) writes to stdout); a write to it
-    that fails (`2>/dev/full`, its reader gone) drops that message and the rest, as a closed stderr does. One
-    rule: stderr never changes a command's exit status, which says whether the command did its work (its
-    stdout included); the messages are what is lost (README: exit status).
-  * `Parser`: argparse's parser writing help and version to the command's `out` and a usage error to its
-    `err` as one line (the usage itself is in --help), and letting a failed write raise (argparse itself drops
-    the OSError, so `--help > /dev/full` used to exit 0).
-  * `parse(parser, argv, err, name)`: (args, None), or (None, the exit status) for --help and --version (0,
-    or 1 with one line on `err` if stdout could not take them) and usage errors (2).
-  * `integer(text)`, `number(text)`: the one parser of the numbers the commands read (their options' argparse type,
-    NPSPEC_NUM_THREADS): Python's int() and float() syntax, in ASCII only.
-  * `terminate_as_interrupt()`: SIGTERM raised as a KeyboardInterrupt (Terminated) while a command works,
-    so a conversion killed by SIGTERM deletes its staging directory as Ctrl-C does.
-  * `started()` (npspec.cli.startup): every main first puts back Python's Ctrl-C handler, which npspec's
-    package replaced while the command was importing (a Ctrl-C then prints one line and exits 130).
+Every command takes its streams from its `main(argv, out=None, err=None)` and passes them down; nothing replaces
+`sys.stdout` or `sys.stderr`.
+  * `error_stream(err)`: stderr, or os.devnull when it is closed (`2>&-`) or a write fails (`2>/dev/full`): a
+    message is dropped, never sent to stdout, and stderr never changes a command's exit status (README).
+  * `Parser`, `parse(parser, argv, err, name)`: argparse writing help to `out` and a usage error to `err` as one
+    line, a failed write raising; (args, None) or (None, the exit status: 0, 1 or 2).
+  * `integer(text)`, `number(text)`: the one parser of the numbers the commands read (ASCII int()/float() syntax).
+  * `terminate_as_interrupt()`: SIGTERM raised as a KeyboardInterrupt (Terminated) while a command works.
+  * `notes_to(err, name)`: while a command runs, the "npspec" loggers' notes go to `err`, one line each: "npspec:
+    ..." for the library's, "NAME: note: ..." for the command's own (npspec.cli's loggers).
+  * `started()` (npspec.cli.startup): every main first puts back Python's Ctrl-C handler.
 Imports the standard library only.
 """
 
 import argparse
 import contextlib
+import logging
 import os
 import signal
 import sys
 import threading
-
 
 
 def error_stream(err):
@@ -148,3 +140,32 @@ def terminate_as_interrupt():
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+class NoteHandler(logging.Handler):
+    """Writes each record to the stream `err` as one flushed line: "NAME: note: MESSAGE" for npspec.cli's loggers (the
+    command's own notes), "npspec: MESSAGE" for the library's. A failed write raises, as a print would."""
+
+    def __init__(self, err, name):
+        super().__init__()
+        self.err, self.command = err, name
+
+    def emit(self, record):
+        message = record.getMessage()
+        cli = record.name == "npspec.cli" or record.name.startswith("npspec.cli.")
+        print(f"{self.command}: note: {message}" if cli else f"npspec: {message}", file=self.err, flush=True)
+
+
+@contextlib.contextmanager
+def notes_to(err, name):
+    """While the block runs, the "npspec" logger's INFO records and above go to `err` (NoteHandler, naming the
+    command `name`); its level and handlers are put back after."""
+    logger, handler = logging.getLogger("npspec"), NoteHandler(err, name)
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)

@@ -13,7 +13,7 @@ the command line only (argparse -> convert -> one line on stderr; progress bars 
 import os
 import sys
 
-from .console import Parser, Terminated, error_stream, parse, terminate_as_interrupt
+from .console import Parser, Terminated, error_stream, notes_to, parse, terminate_as_interrupt
 from ..sources.errors import CheckpointError, oneline
 from ..sources.huggingface import convert
 from ..sources.progress import show_progress, terminal_bars
@@ -48,7 +48,8 @@ def main(argv=None, prog="npspec convert", out=None, err=None):
         return status
     progress = terminal_bars if show_progress(args.quiet, err, os.environ) else None
     try:
-        with terminate_as_interrupt():  # SIGTERM cleans up as Ctrl-C does: the staging directory is deleted
+        # SIGTERM cleans up as Ctrl-C does: the staging directory is deleted; notes go to err
+        with terminate_as_interrupt(), notes_to(err, "npspec.convert"):
             written = convert(args.src, args.out_dir, tokenizer_json=fallback_tokenizer_json(args.src),
                               force=args.force, progress=progress)
     except KeyboardInterrupt as e:

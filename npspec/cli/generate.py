@@ -12,7 +12,7 @@ of what was generated (stop: interrupted) and exits 130. On a terminal, accepted
 coloured (green) apart from target-produced ones; `--no-color` or NO_COLOR turns it off.
 
 The top of the house: argparse -> load (npspec.sources) -> a drafter (npspec.decode.drafters; a word of
-COMMANDS, or a draft model) -> npspec.decode.prepare -> each role's kernel and threads (npspec.sources.role_model) -> decode
+COMMANDS, or a draft model) -> npspec.decode.prepare -> both roles' kernels (npspec.kernels.probe.choose_kernels) -> decode
 -> print. Every option is checked once, before a model loads (npspec.decode.types.Options, the drafting and output
 options here), and everything else (the pair, the prompt, the --html path) before the kernels are measured (which
 may write the cache's choices.json) and before the first byte is written; this module maps errors to one-line
@@ -23,6 +23,7 @@ The only environment variables read are here: NO_COLOR, NPSPEC_QUIET and TQDM_DI
 
 import argparse
 import json
+import logging
 import os
 import sys
 from dataclasses import replace
@@ -33,7 +34,7 @@ import numpy as np
 from . import picture
 from ..sources.atomic import expand, replace_problem, resolved
 from ..sources.choices import MODES
-from .console import Parser, error_stream, integer, parse, terminate_as_interrupt
+from .console import Parser, error_stream, integer, notes_to, parse, terminate_as_interrupt
 from .console import number as real  # (`number` here formats a ratio)
 from ..decode import (RULES, SCHEDULES, SIBLINGS, Generation, GenerationInterrupted, Options, SamplingParams, Stats,
                      decode, prepare, tree_depth)
@@ -41,13 +42,16 @@ from ..decode.drafters import (COMMANDS, TREE_DRAFTERS, DraftModelCache, Dynamic
                               check_p_min)
 from ..sources.errors import CheckpointError, NoCodes
 from .harness import compare_repeated, comparison, simulated, steered
+from ..kernels.probe import choose_kernels
 from ..kernels.workers import check_threads
 from ..sources.progress import bar, show_progress, terminal_bars
 from ..kernels.registry import STATIC_DEFAULT, names as kernel_names, role_candidates
-from ..sources import HUB_NAMES, SHIPPED_PAIR, load, role_model, shipped_dir
+from ..sources import HUB_NAMES, SHIPPED_PAIR, choice_store, load, shipped_dir
 from ..decode.text import TextStreamer, encode_prompt
 from .startup import exit_on_another_interrupt, started
 from ..decode.rules.trees import MAX_TREE_NODES, branching_tree
+
+log = logging.getLogger(__name__)
 
 DEFAULT_PROMPT = "ROMEO:"
 NUMBER_TYPES = {int: integer, float: real}  # how the command line reads a number (npspec.cli.console): ASCII only
@@ -97,7 +101,7 @@ def build_parser(prog=PROG, out=None, err=None):
                          "dequant-panels keeps a quantized draft's int8 codes, npspec.kernels.quantized)")
     ap.add_argument("--kernel-probe", choices=MODES, default="cached",
                     help="how the default kernels, and the longest prompt each prefills itself, are chosen "
-                         "(npspec.sources.choices), once every check has passed: cached (measured once per machine and model "
+                         "(npspec.kernels.probe), once every check has passed: cached (measured once per machine and model "
                          "shape, kept in npspec's cache), refresh (measure again), bypass (measure, cache nothing), "
                          "off (no measurement: the first candidate, every prompt prefilled by GEMM) (default cached)")
     ap.add_argument("--json", action="store_true", help="print one JSON object: text, ids, stats")
@@ -232,11 +236,11 @@ def cpu_count():
         return os.cpu_count() or 1
 
 
-def thread_count(arg, environ=os.environ, cpus=None, note=None):
+def thread_count(arg, environ=os.environ, cpus=None):
     """--threads, else NPSPEC_NUM_THREADS capped at `cpus` (default cpu_count()), else cpus.
 
-    An explicit --threads is used as given, up to kernels.check_threads' bound (an error past it). A variable above the CPU count is capped, and note(message) (if given)
-    says so. Raises ValueError naming the bad setting.
+    An explicit --threads is used as given, up to kernels.check_threads' bound (an error past it). A variable above
+    the CPU count is capped, with a note. Raises ValueError naming the bad setting.
     """
     cpus = cpu_count() if cpus is None else cpus
     if arg is not None:
@@ -257,8 +261,7 @@ def thread_count(arg, environ=os.environ, cpus=None, note=None):
         raise ValueError(f"NPSPEC_NUM_THREADS={env!r} is not a positive integer; set it to a thread count such "
                          "as 2, or unset it")
     if n > cpus:
-        if note is not None:
-            note(f"NPSPEC_NUM_THREADS={env.strip()} is more than the {cpus} CPUs this process may use; using {cpus}")
+        log.info(f"NPSPEC_NUM_THREADS={env.strip()} is more than the {cpus} CPUs this process may use; using {cpus}")
         return cpus
     return n
 
@@ -397,7 +400,7 @@ def check_tree_args(args, command, words):
                              f"without --tree, --tree-budget or {' or '.join(COMMANDS)}")
 
 
-def load_draft(args, threads, progress=None, note=None):
+def load_draft(args, threads, progress=None):
     """The draft model --draft names (the shipped draft for the shipped target without --draft), or None when the run
     drafts without one (not drafting(args), or a word of npspec.decode.drafters.COMMANDS such as `ngram`). It decodes
     with --draft-kernel, else registry.STATIC_DEFAULT until `probed` gives it the draft's (after every check)."""
@@ -405,7 +408,7 @@ def load_draft(args, threads, progress=None, note=None):
         return None
     try:  # load refuses a kernel reading int8 codes for float weights; said here with the CLI's options
         return load(args.draft, "draft", kernel=args.draft_kernel or STATIC_DEFAULT, threads=threads,
-                    progress=progress, target=args.target, note=note)
+                    progress=progress, target=args.target)
     except NoCodes as e:
         raise NoCodes(e.kernel, "draft", e.source, f"--draft-kernel {e.kernel}", "--draft int8-g64:SPEC") from None
 
@@ -427,31 +430,26 @@ def make_drafter(args, target, draft):
     return ModelDrafter(draft, p_min=args.draft_p_min)
 
 
-def probed(job, args, draft, threads, note=None):  # -> Job
-    """The checked job decoding with each role's default kernel and threads (npspec.sources.role_model: the fastest
-    candidate on this machine, at `threads` or one, which may time them and write the cache's choices.json, as
-    --kernel-probe says). Called once every
-    check has passed, so that a refused command measures and writes nothing. --target-kernel / --draft-kernel stay
-    as given; a draft model the job does not use (gamma clamped to 0) is not measured. The draft is chosen first,
-    then the target in rounds beside it (its partner), as they will decode. draft: load_draft's model.
-    note: gets a compiled kernel's compile note."""
+def probed(job, args, draft, threads):  # -> Job
+    """The checked job decoding with each role's default kernel, threads and prefill length, chosen in one call
+    (npspec.kernels.probe.choose_kernels, kept in the cache's choices.json as --kernel-probe says) once every check
+    has passed; --target-kernel / --draft-kernel stay as given. A draft model the job does not use (gamma clamped to
+    0) is not measured. draft: load_draft's model."""
+    draft = draft if job.drafter is not None else None  # the draft model the job decodes beside (None: none)
+    roles = [role for role, given in (("target", args.target_kernel), ("draft", args.draft_kernel)) if given is None]
+    chosen = choose_kernels(job.target, draft, threads, choice_store(), args.kernel_probe, rows=(verify_rows(job),),
+                            roles=roles)
     drafter = job.drafter
-    partner = draft if drafter is not None else None  # the draft model the job decodes beside (None: none)
-    if partner is not None and args.draft_kernel is None:
-        partner = role_model(draft, "draft", threads, probe=args.kernel_probe, note=note)
-    target = job.target
-    if args.target_kernel is None:
-        target = role_model(target, "target", threads, probe=args.kernel_probe, note=note, partner=partner,
-                            rows=(verify_rows(job),))
-    if partner is not None and partner is not draft:  # a re-chosen draft model: its drafter anew
-        drafter = make_drafter(args, target, partner)
-    return replace(job, target=target, drafter=drafter)
+    if draft is not None and chosen.draft.model is not draft:  # a re-chosen draft model: its drafter anew
+        drafter = make_drafter(args, chosen.target.model, chosen.draft.model)
+    return replace(job, target=chosen.target.model, drafter=drafter)
 
 
 def verify_rows(job):  # Job -> int
     """The rows of the target's forward in one of the job's rounds, as first scheduled: a chain of gamma drafts is
     verified with the last token as gamma + 1 rows, a tree with every node (drafter.tree_size at the first round's
-    depth, decode.tree_depth) and the root; 1 with no drafter (plain decoding). What the kernel probe times the target at (npspec.sources.choices)."""
+    depth, decode.tree_depth) and the root; 1 with no drafter (plain decoding). What the kernel probe times the target
+    at (npspec.kernels.probe)."""
     if job.drafter is None:
         return 1
     return job.drafter.tree_size(tree_depth(job.drafter, job.options.gamma, job.n_ctx, len(job.prompt))) + 1
@@ -502,8 +500,7 @@ def run(args, out=sys.stdout, err=sys.stderr, stdin=None):
         print(f"npspec.generate: wrote {args.html} (each round of the generation)", file=err)
     specs, plain = [gen], {}
     if args.compare and not interrupted:  # the same prompt, options and seed, with the target alone
-        specs, plain, finished = compare_repeated(job, gen, again, args.seed, threads, args.compare_repeats, progress,
-                                                  notes(err))
+        specs, plain, finished = compare_repeated(job, gen, again, args.seed, threads, args.compare_repeats, progress)
         interrupted = not finished  # Ctrl-C in a turn: the finished turns are still compared
     report(args, out, err, gen, specs, plain, target, kernels)
     if interrupted:
@@ -526,16 +523,15 @@ def prepared(args, err, stdin):
     check_output_args(args)
     if args.seed < 0:
         raise ValueError(f"--seed must be >= 0, got {args.seed}")
-    threads = thread_count(args.threads, note=lambda message: print(f"npspec.generate: note: {message}", file=err))
+    threads = thread_count(args.threads)
     progress = terminal_bars if show_progress(args.quiet, err, os.environ) else None
-    note = notes(err)
     target = load(args.target, "target", kernel=args.target_kernel or STATIC_DEFAULT, threads=threads,
-                  progress=progress, note=note)  # the role's kernel is chosen once every check has passed (probed)
-    draft = load_draft(args, threads, progress, note)
+                  progress=progress)  # the role's kernel is chosen once every check has passed (probed)
+    draft = load_draft(args, threads, progress)
     prompt = read_prompt(args.prompt, prompt_byte_limit(target.tokenizer, target.config.n_ctx), stdin)
     ids = encode_prompt(target.tokenizer, prompt, target.config.eos_token_id)
     rng = np.random.default_rng(args.seed)  # (its first use imports numpy.random: not between prompt and decoding)
-    job = probed(prepare(target, make_drafter(args, target, draft), ids, options, rng), args, draft, threads, note)
+    job = probed(prepare(target, make_drafter(args, target, draft), ids, options, rng), args, draft, threads)
     kernels = kernels_used(job.target, job.drafter)
     if args.gamma > 0 and not drafting(args):  # said once everything is checked and chosen, as decoding starts
         print(f"npspec.generate: note: no --draft for the target {args.target}, so it decodes plainly (the shipped "
@@ -543,15 +539,8 @@ def prepared(args, err, stdin):
               + " to decode speculatively", file=err)
     probed_job, reference = job, None
     if args.simulate_acceptance is not None:
-        job, reference = simulated(job, args.simulate_acceptance, args.seed,
-                                   lambda message: print(f"npspec.generate: note: {message}", file=err), progress)
+        job, reference = simulated(job, args.simulate_acceptance, args.seed, progress)
     return job, lambda: rerun(probed_job, args, reference), prompt, kernels, progress, threads
-
-
-def notes(err):
-    """The note function given to the library: the cache's and loader's notes (a conversion, a wait, a rewrite), the
-    probe's and a compiled kernel's compile time, each a line `npspec: ...` on `err`."""
-    return lambda message: print(f"npspec: {message}", file=err, flush=True)
 
 
 def generated(job, args, out, prompt, streamer, color, progress):
@@ -638,7 +627,8 @@ def main(argv=None, prog=PROG, out=None, err=None):
         print("npspec.generate: error: stdout is closed; redirect it to a file or a pipe", file=err)
         return 1
     try:
-        with terminate_as_interrupt():  # SIGTERM stops as Ctrl-C does (a cache build deletes its staging)
+        # SIGTERM stops as Ctrl-C does (a cache build deletes its staging); notes go to err
+        with terminate_as_interrupt(), notes_to(err, "npspec.generate"):
             run(args, out=out, err=err)
     except (CheckpointError, ValueError) as e:
         if args.debug:

@@ -2,9 +2,11 @@
 with the same prompt, options and seed, timed with the target's kernel and threads and every plain baseline of
 npspec.kernels.registry, in turn with the speculative decoding --compare-repeats times) and
 --simulate-acceptance (a SIMULATION: the draft model's proposals steered by
-npspec.decode.drafters.ControlledDraft). Imports numpy, npspec.kernels.registry and npspec.decode.
+npspec.decode.drafters.ControlledDraft). Notes go to the "npspec.cli.harness" logger. Imports numpy,
+npspec.kernels.registry and npspec.decode.
 """
 
+import logging
 from dataclasses import replace
 from statistics import median
 
@@ -15,6 +17,8 @@ from ..decode.drafters import ControlledDraft, ModelDrafter
 from ..sources.progress import bar
 from ..kernels.registry import plain_baselines
 
+log = logging.getLogger(__name__)
+
 
 def plain_job(job, target, rng):
     """The Job decoding job's prompt with `target` alone (gamma 0, the target's own context), drawing from rng."""
@@ -22,14 +26,14 @@ def plain_job(job, target, rng):
                    rng=rng)
 
 
-def plain_models(job, threads, note=None):  # -> {label: Model}
+def plain_models(job, threads):  # -> {label: Model}
     """The models --compare decodes the job's prompt plainly with, keyed by plain_label: the target with its own
     kernel and threads first, then each kernel of npspec.kernels.registry.plain_baselines (the compiled one when installed,
-    BLAS's) at the `threads` asked for, through Model.with_kernel (note: None, or told a compile's time)."""
+    BLAS's) at the `threads` asked for, through Model.with_kernel."""
     target = job.target
     models = {plain_label(target, threads): target}
     for kernel in plain_baselines(target.kernel):
-        models.setdefault(kernel, target.with_kernel(kernel, threads, note=note))
+        models.setdefault(kernel, target.with_kernel(kernel, threads))
     return models
 
 
@@ -42,8 +46,7 @@ def decode_plain(job, model, seed, label, progress=None):  # -> Generation
                       on_emit=lambda new_ids, n: b.update(len(new_ids)))
 
 
-def compare_repeated(job, first, again, seed, threads, repeats, progress=None,
-                     note=None):  # -> ([Gen], {label: [Gen]}, bool)
+def compare_repeated(job, first, again, seed, threads, repeats, progress=None):  # -> ([Gen], {label: [Gen]}, bool)
     """--compare, `repeats` times in turn (--compare-repeats): a speculative decoding, then one plain decoding of the
     prompt with each of plain_models(job, threads), the target's own kernel last, each drawing from a generator
     seeded with `seed`.
@@ -53,12 +56,12 @@ def compare_repeated(job, first, again, seed, threads, repeats, progress=None,
 
     job: the speculative Job already decoded, giving `first` (the first repeat's Generation); again(): a Job that
     decodes as `job` did (a fresh drafter and random stream: npspec.cli.generate.rerun), called for each later repeat.
-    progress: a bar factory (npspec.sources.progress) for each run, or None. note: plain_models'. Returns the speculative
+    progress: a bar factory (npspec.sources.progress) for each run, or None. Returns the speculative
     Generations and {label: the plain Generations} of the repeats that finished, in order, and whether all `repeats`
     did: Ctrl-C (GenerationInterrupted) during a repeat drops that repeat's runs and keeps the finished ones ({} for
     the plain runs when none finished).
     """
-    models = plain_models(job, threads, note)
+    models = plain_models(job, threads)
     specs, plain = [], {label: [] for label in models}
     own, *others = models  # the target's own kernel runs last, so that each later speculative run follows a decoding
     # with it, as the first follows --simulate-acceptance's greedy reference: a run right after a BLAS-threaded one
@@ -82,7 +85,7 @@ def compare_repeated(job, first, again, seed, threads, repeats, progress=None,
 
 def plain_label(model, threads):
     """The name of a plain decoding by `model` when `threads` were asked for: its kernel's name, with its thread
-    count when it differs (the kernel probe may run a role at one thread: npspec.sources.choices)."""
+    count when it differs (the kernel probe may run a role at one thread: npspec.kernels.probe)."""
     if model.threads == threads:
         return model.kernel
     return f"{model.kernel} at {model.threads} thread{'' if model.threads == 1 else 's'}"
@@ -129,10 +132,10 @@ def steered(job, reference, a, seed):  # -> Job
     return job.with_drafter(ModelDrafter(draft, p_min=job.drafter.p_min))
 
 
-def simulated(job, a, seed, note, progress=None):  # -> (Job, [int])
+def simulated(job, a, seed, progress=None):  # -> (Job, [int])
     """(steered(job, reference, a, seed), reference), reference = greedy_reference(job, progress) (steered again for
-    each --compare-repeats run); note(message) says that acceptance is simulated."""
+    each --compare-repeats run); a note says that acceptance is simulated."""
     reference = greedy_reference(job, progress)
-    note(f"SIMULATED acceptance: each draft token is the target's greedy token with probability {a:g} (the draft's "
-         "forwards still run, for their cost)")
+    log.info(f"SIMULATED acceptance: each draft token is the target's greedy token with probability {a:g} (the "
+             "draft's forwards still run, for their cost)")
     return steered(job, reference, a, seed), reference

@@ -1,5 +1,5 @@
 """The one registry of kernels (`kernel(name).build(threads)`) and the one place their defaults are written: a role's
-is the fastest of `role_candidates` here (npspec.sources.choices measures), a Model with no role gets STATIC_DEFAULT.
+is the fastest of `role_candidates` here (npspec.kernels.probe measures), a Model with no role gets STATIC_DEFAULT.
 Imports npspec.kernels.{products, quantized, workers, compiled} (numba only when a compiled kernel is built).
 """
 
