@@ -9,6 +9,7 @@ import contextlib
 import csv
 import datetime
 import io
+import logging
 import os
 import platform
 import sys
@@ -116,10 +117,25 @@ def steps(items, desc, unit="row"):
             b.update(1)
 
 
-def note(message):
-    """The `note` callback for npspec.sources.load and resolve: the cache's one-line notes (a conversion, a wait),
-    as the commands print them."""
-    log(f"npspec: {message}")
+class NoteHandler(logging.Handler):
+    """npspec's one-line notes (a conversion, a wait, the kernel probe), as the commands print them, through log."""
+
+    def emit(self, record):
+        log(f"npspec: {record.getMessage()}")
+
+
+@contextlib.contextmanager
+def notes():
+    """While the block runs, the "npspec" loggers' notes are printed (NoteHandler); as before they were after."""
+    logger, handler = logging.getLogger("npspec"), NoteHandler()
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
 
 
 def log(message):

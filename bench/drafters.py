@@ -14,7 +14,7 @@ Three tables:
     round of the index against a plain scan at n_ctx 1024.
 "speedup" divides by the fastest plain (AR) decoding of the same target, prompts and options over
 every kernel npspec has (npspec.kernels.registry's, compiled-panels with the fast extra), measured in the same run;
-"vs_target_ar" by the target's own AR path (its kernel, as npspec.sources.role_model chose it). Median over timed runs after a warm-up.
+"vs_target_ar" by the target's own AR path (its kernel, as npspec.kernels.probe.choose_kernels chose it). Median over timed runs after a warm-up.
 """
 
 import sys

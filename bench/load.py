@@ -134,7 +134,8 @@ def main(argv=None):
     progress = common.progress_bars()
     try:
         t0 = time.perf_counter()
-        entry = resolve(f"random:{shape}", root, progress, common.note)
+        with common.notes():
+            entry = resolve(f"random:{shape}", root, progress)
         build = time.perf_counter() - t0
         built = build > 1.0 or temporary  # resolve found the entry already there in well under a second
         old = write_format_1(entry, scratch / "format-1")

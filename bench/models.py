@@ -16,8 +16,9 @@ import gc
 import numpy as np
 
 from npspec.decode.evaluate import fixed_prompts, split_corpus
-from npspec.kernels.products import block_linears
-from npspec.sources import SHIPPED_PAIR, gpt2_tokenizer, load, random_model, role_model, shipped_dir
+from npspec.kernels.layout import block_linears
+from npspec.kernels.probe import choose_kernels
+from npspec.sources import SHIPPED_PAIR, choice_store, gpt2_tokenizer, load, random_model, shipped_dir
 
 PROMPT_LENGTH = 16
 RANDOM_PROMPT = "The quick brown fox jumps over the lazy dog, and then the dog chases the fox around the"
@@ -27,7 +28,8 @@ def get(name, seed=0, role="target", threads=1, partner=None):
     """The Model called `name` (see the module docstring), decoding with `role`'s kernel and `threads`.
 
     role: "target" or "draft": the kernel is the role's, chosen as npspec.sources.load chooses it
-    (npspec.sources.role_model: measured once per machine, with its threads); a shipped model's role is its name's.
+    (npspec.kernels.probe.choose_kernels: measured once per machine, with its threads); a shipped model's role is its
+    name's.
     threads: the kernel's worker threads. partner: None, or the draft Model a random target decodes beside (its
     kernel is then timed in rounds with it, as `npspec generate` does).
     Raises ValueError for another name.
@@ -36,7 +38,9 @@ def get(name, seed=0, role="target", threads=1, partner=None):
         return load(None, name.split(":", 1)[1], threads=threads)
     if name.startswith("random:"):
         model = random_model(name.split(":", 1)[1], seed=seed, threads=threads)
-        return role_model(model, role, threads, partner=partner)
+        if role == "draft":
+            return choose_kernels(None, model, threads, choice_store(), roles=("draft",)).draft.model
+        return choose_kernels(model, partner, threads, choice_store(), roles=("target",)).target.model
     raise ValueError(f"unknown benchmark model {name!r}: use shipped:target, shipped:draft or random:<shape>")
 
 

@@ -5,7 +5,7 @@ sit in the cache, for M = 1, 2, 3, 4, 8, 16 rows: the best-of-`--repeats` second
   * the kernel itself (npspec.kernels.compiled.CompiledPanels: numba's prange with the threading layer `--layer`, which
     numba loads once per process, so each layer is its own run) with panels of 32, 64 and 96 columns
     (compiled.PANEL);
-  * the same compiled loop over 64-column panels on npspec's own worker threads (npspec.kernels.products.Workers, what the
+  * the same compiled loop over 64-column panels on npspec's own worker threads (npspec.kernels.workers.Workers, what the
     kernel ran before it took numba's threads: `workers-64`);
   * OpenBLAS' GEMV over the same matrices for one row (the bandwidth reference, BLAS with the run's threads).
 And (table panels_split) one-row products over matrices of 192 KiB to 4 MiB, as many copies as fill 400 MB (40 MB
@@ -23,7 +23,7 @@ import time
 import numpy as np
 
 from npspec.kernels import compiled
-from npspec.kernels.products import Workers, run_cuts
+from npspec.kernels.workers import Workers, run_cuts
 from npspec.sources import SHAPES
 
 from . import common

@@ -10,7 +10,7 @@ them from memory:
     per column panel over r = 2, 4, 8 rows (the call "gemm-blocks" makes: a one-token forward pads to r = 2, a
     verify of gamma + 1 tokens takes r = gamma + 1). over_gemv: the time over the GEMV's.
   * primitives_threads: --threads threads, each multiplying by its range of every matrix's columns with one GEMV
-    (BLAS at one thread): handed its range matrix by matrix (npspec.kernels.products.Workers, as the panel kernels share
+    (BLAS at one thread): handed its range matrix by matrix (npspec.kernels.workers.Workers, as the panel kernels share
     work out), or running through all its ranges with no handoff between matrices (a bound no forward reaches:
     a layer needs the whole previous output), against one GEMV per matrix on BLAS's own threads.
   * primitives_gil: for `[1, 1024] @ [1024, k]`, whether another Python thread runs during np.matmul. NumPy
@@ -26,7 +26,8 @@ import time
 
 import numpy as np
 
-from npspec.kernels.products import PANEL_BYTES, Workers, panel_width, panels
+from npspec.kernels.layout import PANEL_BYTES, panel_width, panels
+from npspec.kernels.workers import Workers
 from npspec.sources.names import SHAPES
 
 from . import common

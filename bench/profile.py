@@ -13,7 +13,7 @@ gemm-blocks, gemv-rows and compiled-panels when installed), with the run's threa
   * a decoding's start, for each kernel with its own threads: the prompt's prefill (PROMPTS ids, all but the last)
     and START_TOKENS one-token forwards, with the prefill by the GEMM (Model.prefill_rows 0) and by the kernel
     (prefill_rows covering the prompt), in turn with a pause, the median of `--calls`; beside it the prefill_rows
-    the kernel probe measures here (npspec.sources.choices.choose_prefill, nothing cached).
+    the kernel probe measures here (npspec.kernels.probe.choose_prefill, nothing cached).
 Writes profile.md (the listings) and profile.csv/.md's tables (profile_forward, profile_loop, profile_start).
 """
 
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from npspec.sources.choices import choose_prefill, time_prefill
+from npspec.kernels.probe import choose_prefill, time_prefill
 from npspec.decode import speculative_generate
 from npspec.kernels.registry import REGISTRY
 
@@ -111,7 +111,7 @@ def start_by_route(model, length, tokens, calls, pause=PAUSE):
     """{gemm_ms, kernel_ms, ratio}: the medians of `calls` decoding starts of a `length`-id prompt by `model` (the
     prefill of all ids but the last into a fresh cache, then `tokens` one-token forwards), its prefill by the GEMM
     (prefill_rows 0) and by the kernel, in turn after a warm-up round, `pause` seconds before each (common.in_turn);
-    ratio: gemm_ms / kernel_ms. Each start is the kernel probe's own (npspec.sources.choices.time_prefill, once, its pause
+    ratio: gemm_ms / kernel_ms. Each start is the kernel probe's own (npspec.kernels.probe.time_prefill, once, its pause
     left to common.in_turn)."""
     def start(by_kernel):
         return lambda: time_prefill(model, length - 1, by_kernel, repeats=1, sleep=lambda seconds: None, after=tokens)

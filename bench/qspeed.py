@@ -40,7 +40,7 @@ import numpy as np
 from npspec.decode.evaluate import predicted_speedup
 from npspec.model.tensors import tensor_shapes
 from npspec.model.gpt2 import attention, gpt2
-from npspec.kernels.products import block_linears
+from npspec.kernels.layout import block_linears
 from npspec.kernels.registry import kernel as registry_kernel
 from npspec.kernels.quantized import QPANEL_BYTES, QuantizedMatrix, dequant_panels, panel_gemv
 from npspec.sources.quantize import parse_scheme, quantize_tensor, weight_bytes

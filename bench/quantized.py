@@ -279,8 +279,9 @@ def main(argv=None):
     configs = quick_configs() if quick else all_configs()
     n_prompts, new_tokens = (2, 16) if quick else (PROMPTS, 64)
     with common.blas_threads(run.threads[0]):
-        target = load(run.args.target, "target", threads=run.threads[0], note=common.note)
-        draft = load(run.args.draft, "draft", threads=run.threads[0], note=common.note)
+        with common.notes():
+            target = load(run.args.target, "target", threads=run.threads[0])
+            draft = load(run.args.draft, "draft", threads=run.threads[0])
         labels = ("shipped target" if run.args.target is None else f"target {run.args.target}",
                   "shipped draft" if run.args.draft is None else f"draft {run.args.draft}")
         val_ids = models.validation_ids(target.tokenizer)

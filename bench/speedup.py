@@ -6,7 +6,7 @@ Rows (all greedy, temperature 0, so the output must be token-identical to AR dec
     gpt2-large/gpt2, gpt2/distilgpt2) with CONTROLLED ACCEPTANCE (npspec/decode/drafters/controlled.py): the
     real draft forward runs, but each draft token is the target's greedy token with
     probability a; gamma = 1, 2, 3, 4, 8 with a = 0.5, 0.7, 0.9 for the first pair, a = 0.7 for the others.
-Targets and drafts decode with the kernels npspec.load gives their roles (npspec.sources.role_model),
+Targets and drafts decode with the kernels npspec.load gives their roles (npspec.kernels.probe.choose_kernels),
 both with the run's thread count. Each speed is the median over runs after a warm-up run; every
 speedup divides by the FASTEST plain decoding of the target measured in the same run (ar_speeds:
 every kernel plain decoding can use, and bench/minimal.py's decoder). Next to
@@ -72,7 +72,7 @@ def median_run(run, repeats, warmup=True):
 def plain_decoders(target, prompts, new_tokens, threads):
     """{name: decode() -> (tokens/s, Generations or None)}: one plain greedy decoding of every prompt with each kernel
     of AR_KERNELS at `threads` (its own workers, or BLAS's: npspec.kernels.blas), with the target's own kernel also at its
-    own thread count when the probe chose another (npspec.sources.choices; named by npspec.cli.harness.plain_label), and with
+    own thread count when the probe chose another (npspec.kernels.probe; named by npspec.cli.harness.plain_label), and with
     bench.minimal's decoder ("minimal", no Generations; its time counts its decoding steps only, not its prompt,
     which favours it). tokens/s pools the prompts: all new tokens over all seconds."""
     runs = {kernel: target.with_kernel(kernel, threads) for kernel in AR_KERNELS}

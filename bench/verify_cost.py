@@ -62,7 +62,7 @@ def time_sweep(model, ms, repeats, context, forward=None):  # -> ({m: median sec
 
 
 PAUSE = 0.5  # seconds before each forward's part of a pass when several are swept in turn (time_sweeps): a BLAS
-# kernel's threads spin for a while after its forwards, on the cores the next kernel's threads need (npspec.sources.choices)
+# kernel's threads spin for a while after its forwards, on the cores the next kernel's threads need (npspec.kernels.probe)
 
 
 def time_sweeps(model, ms, repeats, context, forwards, pause=PAUSE):
@@ -74,7 +74,7 @@ def time_sweeps(model, ms, repeats, context, forwards, pause=PAUSE):
     (bench/results/issue24/README.md, section `intel2/`). With more than one forward, `pause` seconds pass
     before each forward's part of a pass. Returns {key: ({m: median seconds}, {m: median t(m) / t(ms[0])})}.
     One cache, its `context` tokens filled once by `model.prefill` on ONE BLAS thread, serves every forward: a
-    threaded prefill left OpenBLAS's threads spinning into the first forwards timed after it (npspec.sources.choices.
+    threaded prefill left OpenBLAS's threads spinning into the first forwards timed after it (npspec.kernels.probe.
     time_forwards), which for a draft's one-token forwards was every pass (bench/results/issue24/README.md, section
     `intel3/`: distilgpt2 timed at 0.22 of a gpt2-large forward, and at 1.22 of a gpt2 one)."""
     cache = model.new_cache()

@@ -23,6 +23,7 @@ convert`); only cli imports them. console (the commands' streams) and startup (C
 imports) serve the commands.
 """
 
+import logging
 import sys
 
 from .cli.startup import exit_on_interrupt_while_starting
@@ -46,6 +47,8 @@ from .sources import load, random_model  # noqa: E402
 from .decode.text import encode_prompt  # noqa: E402
 
 __version__ = "0.1.0"
+
+logging.getLogger("npspec").addHandler(logging.NullHandler())  # a library user sees notes once they configure logging
 
 
 @dataclass

@@ -7,6 +7,7 @@ npspec.testing.ScriptedRng; the one enumeration oracle is npspec.testing.
 """
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -100,3 +101,10 @@ def card():
 def val_ids(shipped):
     _, val = split_corpus((SHIPPED / "input.txt").read_text(encoding="utf-8"))
     return shipped[0].tokenizer.encode(val).ids
+
+
+@pytest.fixture
+def notes(caplog):
+    """A function returning the one-line notes npspec's loggers gave so far in the test (the commands print them)."""
+    caplog.set_level(logging.INFO, logger="npspec")
+    return lambda: [r.getMessage() for r in caplog.records if r.name.startswith("npspec")]

@@ -148,12 +148,11 @@ def test_thread_count_reads_the_option_then_the_variable_then_the_cpus():
         thread_count(0, {})
 
 
-def test_a_thread_variable_above_the_cpus_is_capped_with_a_note():
+def test_a_thread_variable_above_the_cpus_is_capped_with_a_note(notes):
     # NPSPEC_NUM_THREADS=1000 started 137 threads
-    notes = []
-    assert thread_count(None, {"NPSPEC_NUM_THREADS": "1000"}, cpus=2, note=notes.append) == 2
-    assert notes == ["NPSPEC_NUM_THREADS=1000 is more than the 2 CPUs this process may use; using 2"]
-    assert thread_count(None, {"NPSPEC_NUM_THREADS": "2"}, cpus=2, note=notes.append) == 2 and len(notes) == 1
+    assert thread_count(None, {"NPSPEC_NUM_THREADS": "1000"}, cpus=2) == 2
+    assert notes() == ["NPSPEC_NUM_THREADS=1000 is more than the 2 CPUs this process may use; using 2"]
+    assert thread_count(None, {"NPSPEC_NUM_THREADS": "2"}, cpus=2) == 2 and len(notes()) == 1
     assert thread_count(3, {}, cpus=2) == 3  # an explicit --threads is used as given
     r = run_python(*GENERATE, "--max-new-tokens", "4", env={"NPSPEC_NUM_THREADS": "1000"})
     assert r.returncode == 0 and "npspec.generate: note: NPSPEC_NUM_THREADS=1000 is more than the " in r.stderr

@@ -64,27 +64,27 @@ def test_format_2_round_trip_is_bit_identical_to_the_model_in_memory(tmp_path):
         assert np.array_equal(f.get_tensor("h.0.mlp.c_fc.bias"), tensors["h.0.mlp.c_fc.bias"])
 
 
-def test_a_format_1_file_loads_the_same_bits_and_is_rewritten_once(tmp_path):
+def test_a_format_1_file_loads_the_same_bits_and_is_rewritten_once(tmp_path, notes):
     d = saved_format_1(tmp_path / "m", seed=4)
     weights = d / "model.safetensors"
     inode = weights.stat().st_ino
-    notes = []
-    old = load_model(d, note=notes.append)
+    old = load_model(d)
     memory = Model(SMALL, params_tree(init_tensors_varied(SMALL, 4), SMALL))
     assert same_bits(old, memory) and np.array_equal(logits(old).view(np.uint32), logits(memory).view(np.uint32))
-    assert len(notes) == 1 and "format 1" in notes[0] and "rewrote it once as format 2" in notes[0] and "\n" not in notes[0]
+    said = notes()
+    assert len(said) == 1 and "format 1" in said[0] and "rewrote it once as format 2" in said[0] and "\n" not in said[0]
     assert old.metadata["format_version"] == "2" and old.metadata["source"] == "test"
     with safe_open(str(weights), "numpy") as f:
         assert f.metadata()["format_version"] == "2" and f.get_tensor("h.0.mlp.c_fc.weight").shape == (32, 8)
     assert sorted(os.listdir(d)) == ["model.safetensors", "tokenizer.json"]  # no temp file left
     assert weights.stat().st_ino != inode  # replaced whole (atomic_write), not written over in place
     rewritten = weights.stat().st_mtime_ns
-    new = load_model(d, note=notes.append)
-    assert len(notes) == 1 and weights.stat().st_mtime_ns == rewritten  # the second load rewrites nothing
+    new = load_model(d)
+    assert len(notes()) == 1 and weights.stat().st_mtime_ns == rewritten  # the second load rewrites nothing
     assert same_bits(new, memory) and np.array_equal(logits(new).view(np.uint32), logits(memory).view(np.uint32))
 
 
-def test_a_read_only_format_1_directory_still_loads(tmp_path, monkeypatch):
+def test_a_read_only_format_1_directory_still_loads(tmp_path, monkeypatch, notes):
     d = saved_format_1(tmp_path / "m", seed=4)
     data = (d / "model.safetensors").read_bytes()
 
@@ -92,29 +92,28 @@ def test_a_read_only_format_1_directory_still_loads(tmp_path, monkeypatch):
         raise PermissionError(13, "Permission denied", str(d))
 
     monkeypatch.setattr(files.tempfile, "mkstemp", read_only)
-    notes = []
-    m = load_model(d, note=notes.append)
+    m = load_model(d)
     assert same_bits(m, Model(SMALL, params_tree(init_tensors_varied(SMALL, 4), SMALL)))
     assert m.metadata["format_version"] == "1"  # what the file still is
-    assert len(notes) == 1 and "could not be rewritten" in notes[0] and "Permission denied" in notes[0] \
-        and "relayout" in notes[0] and "\n" not in notes[0]
+    said = notes()
+    assert len(said) == 1 and "could not be rewritten" in said[0] and "Permission denied" in said[0] \
+        and "relayout" in said[0] and "\n" not in said[0]
     assert (d / "model.safetensors").read_bytes() == data and sorted(os.listdir(d)) == ["model.safetensors",
                                                                                          "tokenizer.json"]
 
 
 @pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() == 0, reason="root writes into read-only directories")
-def test_a_read_only_format_1_directory_on_disk_still_loads(tmp_path):
+def test_a_read_only_format_1_directory_on_disk_still_loads(tmp_path, notes):
     d = saved_format_1(tmp_path / "m", seed=4)
     d.chmod(0o555)
     try:
-        notes = []
-        assert load_model(d, note=notes.append).metadata["format_version"] == "1"
-        assert len(notes) == 1 and "could not be rewritten" in notes[0]
+        assert load_model(d).metadata["format_version"] == "1"
+        assert len(notes()) == 1 and "could not be rewritten" in notes()[0]
     finally:
         d.chmod(0o755)
 
 
-def test_an_interrupted_rewrite_leaves_the_format_1_file(tmp_path, monkeypatch):
+def test_an_interrupted_rewrite_leaves_the_format_1_file(tmp_path, monkeypatch, notes):
     d = saved_format_1(tmp_path / "m")
     data = (d / "model.safetensors").read_bytes()
     real = files.write_safetensors
@@ -129,21 +128,20 @@ def test_an_interrupted_rewrite_leaves_the_format_1_file(tmp_path, monkeypatch):
     assert (d / "model.safetensors").read_bytes() == data and sorted(os.listdir(d)) == ["model.safetensors",
                                                                                          "tokenizer.json"]
     monkeypatch.undo()
-    notes = []
-    load_model(d, note=notes.append)
-    assert len(notes) == 1 and "rewrote it once" in notes[0]
+    load_model(d)
+    assert len(notes()) == 1 and "rewrote it once" in notes()[0]
 
 
-def test_a_format_1_model_in_the_cache_is_rewritten_under_its_entry_lock(tmp_path, monkeypatch):
+def test_a_format_1_model_in_the_cache_is_rewritten_under_its_entry_lock(tmp_path, monkeypatch, notes, capsys):
     entry = saved_format_1(tmp_path / "cache" / "local" / "m-0123", seed=4)
     taken, real = [], cache.entry_lock
     monkeypatch.setattr(cache, "entry_lock", lambda root, final, **kw: taken.append(final) or real(root, final, **kw))
-    notes = []
-    m = load(str(entry), cache_dir=tmp_path / "cache", note=notes.append, probe="off")
+    m = load(str(entry), cache_dir=tmp_path / "cache", probe="off")
     assert m.metadata["format_version"] == "2" and taken == [entry.resolve()]  # cache.entry_lock was held
-    assert len(notes) == 1 and "rewrote it once as format 2" in notes[0]  # said through the caller's note, not printed
-    load(str(entry), cache_dir=tmp_path / "cache", note=notes.append, probe="off")
-    assert len(notes) == 1
+    said = [line for line in notes() if "format" in line]  # said through the "npspec" logger, not printed
+    assert len(said) == 1 and "rewrote it once as format 2" in said[0] and capsys.readouterr().err == ""
+    load(str(entry), cache_dir=tmp_path / "cache", probe="off")
+    assert [line for line in notes() if "format" in line] == said
 
 
 def test_save_refuses_tensors_that_do_not_fit(tmp_path):

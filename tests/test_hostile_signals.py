@@ -19,8 +19,8 @@ import time
 import pytest
 
 from npspec.cli import startup
-from npspec.kernels import products as kernels
-from npspec.kernels.products import Workers
+from npspec.kernels import workers as kernels
+from npspec.kernels.workers import Workers
 from npspec.sources import cache
 
 from conftest import ROOT, run_python
@@ -201,7 +201,7 @@ def test_a_live_builds_staging_is_left_alone(tmp_path):
 
 def interrupt_before(k):
     """A trace function (sys.settrace) that raises KeyboardInterrupt before the k-th bytecode this thread runs in
-    npspec.kernels.products, as a signal may: CPython runs a signal's handler between two bytecodes. Python then unsets it."""
+    npspec.kernels.workers, as a signal may: CPython runs a signal's handler between two bytecodes. Python then unsets it."""
     count = itertools.count()
 
     def opcode(frame, event, arg):

@@ -15,7 +15,7 @@ from npspec.decode import Options, SamplingParams, prepare
 from npspec.decode.drafters import ModelDrafter
 from npspec.sources.files import save_converted
 from npspec.sources.init import init_tensors
-from npspec.kernels.products import THREADS_PER_CPU, check_threads
+from npspec.kernels.workers import THREADS_PER_CPU, check_threads
 from npspec.sources import load
 
 from conftest import ROOT
@@ -169,10 +169,10 @@ class Bars:
         return Bar()
 
 
-def test_simulate_acceptance_shows_its_reference_run(tiny):
+def test_simulate_acceptance_shows_its_reference_run(tiny, notes):
     job = prepare(tiny, ModelDrafter(tiny), [1, 2, 3], Options(6, 4, SamplingParams(0.0)))
-    bars, notes = Bars(), []
-    _, reference = harness.simulated(job, 0.5, 0, notes.append, bars)
+    bars = Bars()
+    _, reference = harness.simulated(job, 0.5, 0, bars)
     assert reference[:3] == [1, 2, 3] and len(reference) == 3 + 6  # the prompt, then the target's greedy ids
-    assert notes and notes[0].startswith("SIMULATED acceptance")
+    assert notes() and notes()[0].startswith("SIMULATED acceptance")
     assert bars.bars == [["--simulate-acceptance: the target's greedy reference", 6, "tok", 6]]  # silent before

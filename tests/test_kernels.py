@@ -14,8 +14,8 @@ import pytest
 
 from npspec.model.tensors import params_tree
 from npspec.sources.init import init_tensors
-from npspec.kernels.products import (BLOCK_ROWS, PANEL_BYTES, SPLIT_BYTES, WHOLE_BYTES, GemmBlocks, GemvPanels, gemm,
-                            gemm_panels, panel_width, panels)
+from npspec.kernels.layout import PANEL_BYTES, WHOLE_BYTES, panel_width, panels
+from npspec.kernels.products import BLOCK_ROWS, SPLIT_BYTES, GemmBlocks, GemvPanels, gemm, gemm_panels
 from npspec.model.model import Model
 from npspec.kernels.registry import REGISTRY, invariant_names, names
 from npspec.sources import SHAPES, random_model

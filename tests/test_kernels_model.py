@@ -1,6 +1,6 @@
 """The registry of kernels (npspec.kernels.registry), the Model that owns its kernel, the column-major layout, and threads.
 
-tests/test_kernels.py checks the products and the batch-invariance contract; tests/test_choice.py how a role's
+tests/test_kernels.py checks the products and the batch-invariance contract; tests/test_probe.py how a role's
 kernel is chosen.
 """
 
@@ -14,8 +14,9 @@ import pytest
 
 from npspec.sources.files import params_tree
 from npspec.sources.init import init_tensors
-from npspec.kernels.products import (GemmBlocks, GemvPanels, Workers, block_linears, check_threads, column_major, fortran_copy,
-                            gemm, gemm_panels, gemv_rows)
+from npspec.kernels.layout import block_linears, column_major, fortran_copy
+from npspec.kernels.products import GemmBlocks, GemvPanels, gemm, gemm_panels, gemv_rows
+from npspec.kernels.workers import Workers, check_threads
 from npspec.model.model import Model, leaves
 from npspec.kernels.quantized import dequant_gemm, dequant_panels
 from npspec.kernels.registry import REGISTRY, STATIC_DEFAULT, kernel, names, plain_baselines

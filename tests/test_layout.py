@@ -39,6 +39,14 @@ def test_no_function_has_more_than_60_lines_of_body():
     assert not long, f"functions over {MAX_BODY} lines of body (split them): {long}"
 
 
+def test_no_function_takes_a_note_callback():
+    """Notes go through the "npspec" loggers (the commands print them on stderr), never a `note` parameter."""
+    noted = [f"{path.relative_to(NPSPEC.parent)}:{fn.lineno} {fn.name}" for path in sorted(NPSPEC.rglob("*.py"))
+             for fn in functions(path) for a in [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs]
+             if a.arg == "note"]
+    assert not noted, f"functions with a `note` parameter (log with logging.getLogger(__name__) instead): {noted}"
+
+
 def test_no_hasattr_dispatch_outside_the_kit():
     calls = [f"{path.relative_to(NPSPEC.parent)}:{node.lineno}" for path in sorted(NPSPEC.rglob("*.py"))
              if "testing" not in path.parts for node in ast.walk(ast.parse(path.read_text()))

@@ -199,12 +199,12 @@ class Echo(BaseDrafter):
 
 
 def test_a_registered_drafter_runs_from_the_command_line_with_its_options(monkeypatch):
-    def check(args):
-        if args.echo_repeat is not None and args.echo_repeat < 1:
+    def check(echo_repeat=None):  # its options' values by name, never the CLI's namespace
+        if echo_repeat is not None and echo_repeat < 1:
             raise ValueError("--echo-repeat must be >= 1")
     echo = Command("echo", "repeat the last id", "its proposals are certain",
                    (("--echo-repeat", dict(type=int, default=None, help="ids to propose")),), check,
-                   lambda args, target: Echo(target.config.n_vocab, args.echo_repeat or 2))
+                   lambda target, echo_repeat=None: Echo(target.config.n_vocab, echo_repeat or 2))
     monkeypatch.setitem(drafters_module.COMMANDS, "echo", echo)
 
     def cli(*argv):

@@ -167,7 +167,7 @@ def cli_runs():
         obj = json.loads(out.getvalue())
         compare = obj.pop("compare", None)
         for key in [f"{role}_{k}" for role in ("target", "draft") for k in ("kernel", "threads", "prefill_rows")]:
-            # pinned kernels, the CPUs, the machine's prefill (npspec.sources.choices.choose_prefill)
+            # pinned kernels, the CPUs, the machine's prefill (npspec.kernels.probe.choose_prefill)
             obj["stats"].pop(key, None)
         obj = timeless(obj)
         if compare is not None:

@@ -125,10 +125,11 @@ def test_unwritable_cache_is_one_clean_line(tmp_path):
     assert_one_clean_line(r, "cannot write npspec's cache", "NPSPEC_CACHE")
 
 
-CONCURRENT = ("import json, os, sys, time, numpy as np, npspec.sources as s; "
+CONCURRENT = ("import json, logging, os, sys, time, numpy as np, npspec.sources as s; "
               "open(sys.argv[1], 'a').close()\n"
               "while len(os.listdir(os.path.dirname(sys.argv[1]))) < 2: time.sleep(0.01)\n"
-              "x = s.load('random:tiny', note=lambda m: print('npspec:', m, file=sys.stderr)); print(json.dumps([x.source, float(np.float64(x.params['wte']).sum())]))")
+              "logging.basicConfig(level=logging.INFO, format='npspec: %(message)s')\n"
+              "x = s.load('random:tiny'); print(json.dumps([x.source, float(np.float64(x.params['wte']).sum())]))")
 
 
 def test_two_processes_converting_at_once(tmp_path):

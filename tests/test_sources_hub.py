@@ -51,8 +51,8 @@ def make_hub_cache(hf_cache, repo_id, config, seed=0, tokenizer=True, commit=COM
     return repo
 
 
-LOAD = ("import json, sys, numpy as np, npspec.sources as s; "
-        "x = s.load({spec!r}, note=lambda m: print('npspec:', m, file=sys.stderr)); "
+LOAD = ("import json, logging, sys, numpy as np, npspec.sources as s; "
+        "logging.basicConfig(level=logging.INFO, format='npspec: %(message)s'); x = s.load({spec!r}); "
         "print(json.dumps({{'path': x.source, 'n_vocab': x.config.n_vocab, 'n_embd': x.config.n_embd, "
         "'source': x.metadata['source'], 'sha': x.metadata['source_sha256'], "
         "'wte_sum': float(np.float64(x.params['wte']).sum()), 'tok_size': x.tokenizer.get_vocab_size()}}))")

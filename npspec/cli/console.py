@@ -7,16 +7,18 @@ Parser writes help and version to `out`, a usage error to `err` as one line, and
 parse and parsed give (args, None) or (None, the exit status); streams and parsed open every main alike.
 integer and number read every number the commands take: Python's int() and float() syntax, ASCII only.
 terminate_as_interrupt raises SIGTERM as Terminated (a KeyboardInterrupt), so cleanup runs as for Ctrl-C.
+notes_to(err, name) sends the "npspec" loggers' notes to `err` while a command runs, a line each: "npspec: ..."
+for the library's, "NAME: note: ..." for the command's own (npspec.cli's loggers).
 Imports the standard library only.
 """
 
 import argparse
 import contextlib
+import logging
 import os
 import signal
 import sys
 import threading
-
 
 
 def error_stream(err):
@@ -146,3 +148,32 @@ def terminate_as_interrupt():
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+class NoteHandler(logging.Handler):
+    """Writes each record to the stream `err` as one flushed line: "NAME: note: MESSAGE" for npspec.cli's loggers (the
+    command's own notes), "npspec: MESSAGE" for the library's. A failed write raises, as a print would."""
+
+    def __init__(self, err, name):
+        super().__init__()
+        self.err, self.command = err, name
+
+    def emit(self, record):
+        message = record.getMessage()
+        cli = record.name == "npspec.cli" or record.name.startswith("npspec.cli.")
+        print(f"{self.command}: note: {message}" if cli else f"npspec: {message}", file=self.err, flush=True)
+
+
+@contextlib.contextmanager
+def notes_to(err, name):
+    """While the block runs, the "npspec" logger's INFO records and above go to `err` (NoteHandler, naming the
+    command `name`); its level and handlers are put back after."""
+    logger, handler = logging.getLogger("npspec"), NoteHandler(err, name)
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)

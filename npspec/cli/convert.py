@@ -10,7 +10,7 @@ SIGTERM (both delete what was written). Only npspec.cli.main imports it.
 import os
 import sys
 
-from .console import Parser, Terminated, parsed, streams, terminate_as_interrupt
+from .console import Parser, Terminated, notes_to, parsed, streams, terminate_as_interrupt
 from ..sources.errors import CheckpointError, oneline
 from ..sources.huggingface import convert
 from ..sources.progress import show_progress, terminal_bars
@@ -40,7 +40,8 @@ def main(argv=None, prog="npspec convert", out=None, err=None):
         return status
     progress = terminal_bars if show_progress(args.quiet, err, os.environ) else None
     try:
-        with terminate_as_interrupt():  # SIGTERM cleans up as Ctrl-C does: the staging directory is deleted
+        # SIGTERM cleans up as Ctrl-C does: the staging directory is deleted; notes go to err
+        with terminate_as_interrupt(), notes_to(err, "npspec.convert"):
             written = convert(args.src, args.out_dir, tokenizer_json=fallback_tokenizer_json(args.src),
                               force=args.force, progress=progress)
     except KeyboardInterrupt as e:

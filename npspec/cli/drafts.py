@@ -7,18 +7,17 @@ from ..decode.drafters import COMMANDS, TREE_DRAFTERS, DraftModelCache, DynamicT
 from ..kernels.registry import STATIC_DEFAULT
 from ..sources import load
 from ..sources.errors import NoCodes
-from .options import drafting
+from .options import command_values, drafting
 
 
-
-def load_draft(args, threads, progress=None, note=None):
+def load_draft(args, threads, progress=None):
     """The draft model --draft names (the shipped draft for the shipped target), or None when the run drafts
     without one; with --draft-kernel, else STATIC_DEFAULT until probed chooses. Raises NoCodes, CheckpointError."""
     if not drafting(args) or args.draft in COMMANDS:
         return None
     try:  # load refuses a kernel reading int8 codes for float weights; said here with the CLI's options
         return load(args.draft, "draft", kernel=args.draft_kernel or STATIC_DEFAULT, threads=threads,
-                    progress=progress, target=args.target, note=note)
+                    progress=progress, target=args.target)
     except NoCodes as e:
         raise NoCodes(e.kernel, "draft", e.source, f"--draft-kernel {e.kernel}", "--draft int8-g64:SPEC") from None
 
@@ -29,7 +28,7 @@ def make_drafter(args, target, draft):
     if not drafting(args):
         return None
     if args.draft in COMMANDS:
-        return COMMANDS[args.draft].build(args, target)
+        return COMMANDS[args.draft].build(target, **command_values(COMMANDS[args.draft], args))
     if args.tree and args.tree_kind == "top-k":
         return TreeDrafter(draft, args.tree, "top-k")
     if args.tree:  # sampled children, drawn as the rule needs (npspec.decode.drafters.TREE_DRAFTERS)

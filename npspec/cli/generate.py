@@ -24,7 +24,7 @@ from ..sources import load
 from ..sources.atomic import expand
 from ..sources.errors import CheckpointError
 from ..sources.progress import bar, show_progress, terminal_bars
-from .console import parsed, streams, terminate_as_interrupt
+from .console import notes_to, parsed, streams, terminate_as_interrupt
 from .drafts import draft_model, load_draft, make_drafter
 from .harness import compare_repeated, simulated, steered
 from .inputs import prompt_byte_limit, read_prompt, thread_count
@@ -81,7 +81,7 @@ def run(args, out=sys.stdout, err=sys.stderr, stdin=None):
     specs, plain = [gen], {}
     if args.compare and not interrupted:  # the same prompt, options and seed, with the target alone
         specs, plain, finished = compare_repeated(prep.job, gen, prep.again, args.seed, prep.threads,
-                                                  args.compare_repeats, prep.progress, notes(err))
+                                                  args.compare_repeats, prep.progress)
         interrupted = not finished  # Ctrl-C in a turn: the finished turns are still compared
     report(args, Outcome(gen, specs, plain, prep.kernels, target.tokenizer.decode), out, err)
     if interrupted:
@@ -94,16 +94,15 @@ def prepared(args, err, stdin):  # -> Prepared
     npspec.decode.prepare, and only then each role's kernel chosen (probed), so that a refused command leaves nothing
     in the cache. Raises ValueError or CheckpointError."""
     options = checked(args)
-    threads = thread_count(args.threads, note=lambda message: print(f"npspec.generate: note: {message}", file=err))
+    threads = thread_count(args.threads)
     progress = terminal_bars if show_progress(args.quiet, err, os.environ) else None
-    note = notes(err)
     target = load(args.target, "target", kernel=args.target_kernel or STATIC_DEFAULT, threads=threads,
-                  progress=progress, note=note)  # the role's kernel is chosen once every check has passed (probed)
-    draft = load_draft(args, threads, progress, note)
+                  progress=progress)  # the role's kernel is chosen once every check has passed (probed)
+    draft = load_draft(args, threads, progress)
     prompt = read_prompt(args.prompt, prompt_byte_limit(target.tokenizer, target.config.n_ctx), stdin)
     ids = encode_prompt(target.tokenizer, prompt, target.config.eos_token_id)
     rng = np.random.default_rng(args.seed)  # (its first use imports numpy.random: not between prompt and decoding)
-    job = probed(prepare(target, make_drafter(args, target, draft), ids, options, rng), args, draft, threads, note)
+    job = probed(prepare(target, make_drafter(args, target, draft), ids, options, rng), args, draft, threads)
     kernels = kernels_used(job.target, job.drafter)
     if args.gamma > 0 and not drafting(args):  # said once everything is checked and chosen, as decoding starts
         print(f"npspec.generate: note: no --draft for the target {args.target}, so it decodes plainly (the shipped "
@@ -111,15 +110,8 @@ def prepared(args, err, stdin):  # -> Prepared
               + " to decode speculatively", file=err)
     probed_job, reference = job, None
     if args.simulate_acceptance is not None:
-        job, reference = simulated(job, args.simulate_acceptance, args.seed,
-                                   lambda message: print(f"npspec.generate: note: {message}", file=err), progress)
+        job, reference = simulated(job, args.simulate_acceptance, args.seed, progress)
     return Prepared(job, lambda: rerun(probed_job, args, reference), prompt, kernels, progress, threads)
-
-
-def notes(err):
-    """The note function given to the library: the cache's, loader's, probe's and a compile's notes, each a line
-    `npspec: ...` on `err`."""
-    return lambda message: print(f"npspec: {message}", file=err, flush=True)
 
 
 def generated(prep, args, out, streamer, color):  # -> (Generation, bool)
@@ -166,7 +158,8 @@ def main(argv=None, prog=PROG, out=None, err=None):
         print("npspec.generate: error: stdout is closed; redirect it to a file or a pipe", file=err)
         return 1
     try:
-        with terminate_as_interrupt():  # SIGTERM stops as Ctrl-C does (a cache build deletes its staging)
+        # SIGTERM stops as Ctrl-C does (a cache build deletes its staging); notes go to err
+        with terminate_as_interrupt(), notes_to(err, "npspec.generate"):
             run(args, out=out, err=err)
     except (CheckpointError, ValueError) as e:
         if args.debug:

@@ -1,9 +1,10 @@
 """generate's measurements around a generation: --compare (plain decoding with the same prompt, options and seed,
 with the target's kernel and every plain baseline of npspec.kernels.registry, --compare-repeats times in turn)
 and --simulate-acceptance (a SIMULATION: the draft's proposals steered by npspec.decode.drafters.ControlledDraft).
-Imports numpy, npspec.kernels.registry, npspec.sources.progress and npspec.decode.
+Notes go to its logger. Imports numpy, npspec.kernels.registry, npspec.sources.progress and npspec.decode.
 """
 
+import logging
 from dataclasses import replace
 from statistics import median
 
@@ -14,6 +15,8 @@ from ..decode.drafters import ControlledDraft, ModelDrafter
 from ..sources.progress import bar
 from ..kernels.registry import plain_baselines
 
+log = logging.getLogger(__name__)
+
 
 def plain_job(job, target, rng):
     """The Job decoding job's prompt with `target` alone (gamma 0, the target's own context), drawing from rng."""
@@ -21,13 +24,13 @@ def plain_job(job, target, rng):
                    rng=rng)
 
 
-def plain_models(job, threads, note=None):  # -> {label: Model}
+def plain_models(job, threads):  # -> {label: Model}
     """{plain_label: Model} that --compare decodes plainly with: the target as it is first, then each of
-    registry.plain_baselines at `threads` (Model.with_kernel; note: None, or told a compile's time)."""
+    registry.plain_baselines at `threads` (Model.with_kernel)."""
     target = job.target
     models = {plain_label(target, threads): target}
     for kernel in plain_baselines(target.kernel):
-        models.setdefault(kernel, target.with_kernel(kernel, threads, note=note))
+        models.setdefault(kernel, target.with_kernel(kernel, threads))
     return models
 
 
@@ -39,14 +42,13 @@ def decode_plain(job, model, seed, label, progress=None):  # -> Generation
                       on_emit=lambda new_ids, n: b.update(len(new_ids)))
 
 
-def compare_repeated(job, first, again, seed, threads, repeats, progress=None,
-                     note=None):  # -> ([Gen], {label: [Gen]}, bool)
+def compare_repeated(job, first, again, seed, threads, repeats, progress=None):  # -> ([Gen], {label: [Gen]}, bool)
     """--compare `repeats` times in turn: a speculative decoding (`first`, then again()'s Jobs), then each of
-    plain_models(job, threads, note), the target's own kernel last, each rng seeded with `seed`. A speculative run
-    sits next to the plain runs it is divided by, so a memory rate that drifts moves both sides of a ratio alike.
+    plain_models(job, threads), the target's own kernel last, each rng seeded with `seed`. A speculative run sits
+    next to the plain runs it is divided by, so a memory rate that drifts moves both sides of a ratio alike.
     Returns ([speculative Generation], {label: [plain Generation]}, whether every repeat finished): Ctrl-C drops
     the unfinished repeat ({} when none finished)."""
-    models = plain_models(job, threads, note)
+    models = plain_models(job, threads)
     specs, plain = [], {label: [] for label in models}
     own, *others = models  # the target's own kernel runs last, so that each later speculative run follows a decoding
     # with it, as the first follows --simulate-acceptance's greedy reference: a run right after a BLAS-threaded one
@@ -107,9 +109,9 @@ def steered(job, reference, a, seed):  # -> Job
     return job.with_drafter(ModelDrafter(draft, p_min=job.drafter.p_min))
 
 
-def simulated(job, a, seed, note, progress=None):  # -> (Job, [int])
-    """(steered(job, reference, a, seed), reference = greedy_reference(job)); note(message) says it is simulated."""
+def simulated(job, a, seed, progress=None):  # -> (Job, [int])
+    """(steered(job, reference, a, seed), reference = greedy_reference(job)); a note says it is simulated."""
     reference = greedy_reference(job, progress)
-    note(f"SIMULATED acceptance: each draft token is the target's greedy token with probability {a:g} (the draft's "
-         "forwards still run, for their cost)")
+    log.info(f"SIMULATED acceptance: each draft token is the target's greedy token with probability {a:g} (the "
+             "draft's forwards still run, for their cost)")
     return steered(job, reference, a, seed), reference

@@ -1,13 +1,17 @@
 """What generate reads besides its options: the prompt (the argument, or stdin for `-`) and the thread count
-(--threads, NPSPEC_NUM_THREADS, the CPUs). Imports npspec.kernels.products and options' DEFAULT_PROMPT.
+(--threads, NPSPEC_NUM_THREADS, the CPUs). Imports npspec.kernels.workers and options' DEFAULT_PROMPT;
+notes go to its logger.
 """
 
+import logging
 import os
 import sys
 
-from ..kernels.products import check_threads
+from ..kernels.workers import check_threads
 from .console import integer
 from .options import DEFAULT_PROMPT
+
+log = logging.getLogger(__name__)
 
 
 def prompt_byte_limit(tokenizer, n_ctx):
@@ -54,9 +58,9 @@ def cpu_count():
         return os.cpu_count() or 1
 
 
-def thread_count(arg, environ=os.environ, cpus=None, note=None):
-    """--threads `arg` (up to kernels.products.check_threads' bound), else NPSPEC_NUM_THREADS capped at `cpus`
-    (note(message) says so), else cpus (default cpu_count()). Raises ValueError naming the bad setting."""
+def thread_count(arg, environ=os.environ, cpus=None):
+    """--threads `arg` (up to kernels.workers.check_threads' bound), else NPSPEC_NUM_THREADS capped at `cpus`
+    (a note says so), else cpus (default cpu_count()). Raises ValueError naming the bad setting."""
     cpus = cpu_count() if cpus is None else cpus
     if arg is not None:
         if arg < 1:
@@ -76,7 +80,6 @@ def thread_count(arg, environ=os.environ, cpus=None, note=None):
         raise ValueError(f"NPSPEC_NUM_THREADS={env!r} is not a positive integer; set it to a thread count such "
                          "as 2, or unset it")
     if n > cpus:
-        if note is not None:
-            note(f"NPSPEC_NUM_THREADS={env.strip()} is more than the {cpus} CPUs this process may use; using {cpus}")
+        log.info(f"NPSPEC_NUM_THREADS={env.strip()} is more than the {cpus} CPUs this process may use; using {cpus}")
         return cpus
     return n

@@ -57,7 +57,7 @@ def build_parser(prog=PROG, out=None, err=None):
                          "dequant-panels keeps a quantized draft's int8 codes, npspec.kernels.quantized)")
     ap.add_argument("--kernel-probe", choices=MODES, default="cached",
                     help="how the default kernels, and the longest prompt each prefills itself, are chosen "
-                         "(npspec.sources.choices), once every check has passed: cached (measured once per machine and model "
+                         "(npspec.kernels.probe), once every check has passed: cached (measured once per machine and model "
                          "shape, kept in npspec's cache), refresh (measure again), bypass (measure, cache nothing), "
                          "off (no measurement: the first candidate, every prompt prefilled by GEMM) (default cached)")
     ap.add_argument("--json", action="store_true", help="print one JSON object: text, ids, stats")
@@ -203,7 +203,7 @@ def check_drafting_args(args):
                          f"the target {args.target} decodes plainly: add --draft SPEC (a draft with its tokenizer) or "
                          f"{words}")
     for other in COMMANDS.values():
-        if other is not command and other.given(args):
+        if other is not command and other.given(command_values(other, args)):
             flags = " and ".join(flag for flag, _ in other.options)
             raise ValueError(f"{flags} apply to --draft {other.word} only; add --draft {other.word} or drop them")
     if command is not None and args.draft_p_min:
@@ -214,7 +214,12 @@ def check_drafting_args(args):
     check_tree_args(args, command, words)
     check_p_min(args.draft_p_min)
     if command is not None:
-        command.check(args)
+        command.check(**command_values(command, args))
+
+
+def command_values(command, args):  # -> {name: value}
+    """The values of a model-free drafter's own options (its Command.names), as its check and build take them."""
+    return {name: getattr(args, name) for name in command.names}
 
 
 def check_tree_args(args, command, words):

@@ -1,8 +1,6 @@
-"""Every check of a generation's options, pair, prompt, random source and proposals, each called once: the options when
-npspec.decode.types.Options is built (the CLI builds it before any model loads), the pair, prompt and random source in
-npspec.decode.loop.prepare, a round's uniforms as it draws them, a proposal as the round receives it. Errors are one line naming the problem and the fix.
-Imports numpy, npspec.model.gpt2 (ContextOverflowError), npspec.decode.text (same_tokenizer) and npspec.decode.types.
-"""
+"""Every check of a generation, each called once (options in Options, pair, prompt, rng in loop.prepare, a round's
+uniforms as it draws them, a proposal in the round); errors are one line naming the problem and the fix. Imports
+numpy, npspec.model.gpt2, npspec.decode."""
 
 import types
 from collections.abc import Sequence
@@ -17,15 +15,14 @@ from .types import Forwarder, HiddenForwarder, Proposal, TreeForwarder, Uniforms
 
 
 def check_target(target):
-    """Raise TypeError unless `target` is a model (a Forwarder: npspec.model.model.Model, npspec.testing.TableModel)."""
+    """TypeError unless `target` is a model (a Forwarder)."""
     if not isinstance(target, Forwarder):
         raise TypeError(f"target must be an npspec Model (npspec.load(spec) or npspec.random_model(shape)), got "
                         f"{type(target).__name__} {target!r:.60}")
 
 
 def check_draft(draft):
-    """Raise TypeError for a draft that is neither a model (a Forwarder), a Drafter nor None (npspec.decode.loop's
-    as_drafter then takes it); the CLI's word `ngram` passed as a str points to NgramDrafter."""
+    """TypeError for a draft that is neither a model, a Drafter nor None (a str points to NgramDrafter)."""
     if isinstance(draft, str):
         raise TypeError(f"draft must be a Model, a drafter (npspec.decode.drafters) or None, got the str "
                         f"{draft!r:.60}; load a model with npspec.load(spec, role='draft'), or for prompt lookup pass "
@@ -35,14 +32,9 @@ def check_draft(draft):
 
 
 def check_pair(target, drafter):
-    """Raise ValueError, before any decoding, unless `drafter` can speak for `target`.
-
-    Both must have the same `n_vocab`, and, when both carry a tokenizer, the same tokenizer
-    (text.same_tokenizer: the same ids mean the same text; runtime truncation/padding settings aside).
-    A tree drafter needs a target with tree attention (TreeForwarder), and its whole tree must fit in the context
-    after one id (a round verifies the last id and every node); a drafter that reads the target's hidden states
-    needs a target that returns them (HiddenForwarder).
-    """
+    """ValueError unless `drafter` can speak for `target`: the same n_vocab and, when both have one, the same tokenizer
+    (text.same_tokenizer); a tree drafter needs a TreeForwarder and a tree that fits in n_ctx - 1; a drafter that
+    reads hidden states needs a HiddenForwarder."""
     if drafter.n_vocab != target.config.n_vocab:
         raise ValueError(f"draft vocabulary ({drafter.n_vocab}) differs from the target's "
                          f"({target.config.n_vocab}); pick a draft with the target's tokenizer")
@@ -64,9 +56,8 @@ def check_pair(target, drafter):
 
 
 def check_rule(rule, drafter):
-    """Raise ValueError if a tree drafter would meet an acceptance rule without a tree form (acceptance.Rule.tree),
-    or one whose tree form is lossless only for children drawn otherwise than the drafter draws them (Rule.siblings
-    against Drafter.siblings; deterministic children suit every tree form)."""
+    """ValueError if a tree drafter meets a rule without a tree form, or one lossless only for children drawn otherwise
+    (Rule.siblings against Drafter.siblings; deterministic children suit every tree form)."""
     if drafter is None or not drafter.tree:
         return
     if rule.tree is None:
@@ -81,17 +72,15 @@ def check_rule(rule, drafter):
 
 
 def context_size(target, drafter):
-    """The context a generation can use: the target's n_ctx, or the smaller of it and the drafter's (None, or a
-    drafter without a limit of its own: the target's)."""
+    """The context a generation can use: the smaller of the target's n_ctx and the drafter's (None: no limit)."""
     if drafter is None or drafter.n_ctx is None:
         return target.config.n_ctx
     return min(target.config.n_ctx, drafter.n_ctx)
 
 
 def check_rng(rng):
-    """Raise TypeError unless rng is None, an int seed or a source of uniforms (an np.random.Generator, or a double
-    such as npspec.testing.ScriptedRng); a module such as `random` and the legacy np.random.RandomState are refused.
-    ValueError for a negative seed."""
+    """TypeError unless rng is None, an int seed or a source of uniforms (Uniforms; not a module such as `random`
+    or np.random.RandomState); ValueError for a negative seed."""
     if isinstance(rng, (int, np.integer)) and not isinstance(rng, bool):
         check_integer(rng, "rng (an int seed)", 0, " or an np.random.Generator")
     elif isinstance(rng, (types.ModuleType, np.random.RandomState)) or not (rng is None or isinstance(rng, Uniforms)):
@@ -115,12 +104,8 @@ def drawn_uniforms(rng, n):  # -> [n] float64
 
 
 def check_prompt(prompt_ids, n_ctx, n_vocab):
-    """Check the prompt before any forward.
-
-    Raises TypeError unless `prompt_ids` is a 1-D sequence (a list, a tuple, a 1-D integer array) of integer ids
-    (Python or NumPy ints, not bools or floats); ValueError for an empty prompt or an id outside [0, n_vocab);
-    ContextOverflowError unless it leaves room for a new token: at most n_ctx - 1 ids.
-    """
+    """TypeError unless prompt_ids is a 1-D sequence of integer ids (not bools or floats); ValueError if empty or an id
+    is outside [0, n_vocab); ContextOverflowError unless it leaves room for a new token (at most n_ctx - 1 ids)."""
     what = "prompt_ids must be a 1-D sequence of integer token ids (a list or a 1-D integer array)"
     if isinstance(prompt_ids, np.ndarray):
         if prompt_ids.ndim != 1 or prompt_ids.dtype.kind not in "iu":
@@ -203,7 +188,7 @@ def q_problem(q):
 
 
 def check_extra(proposal, k):
-    """Raise ValueError unless the non-candidate nodes have one parent each, -1 or an earlier node."""
+    """ValueError unless each non-candidate node has one parent, -1 or an earlier node."""
     extra, parents = list(proposal.extra_ids), list(proposal.extra_parents)
     if len(extra) != len(parents) or any(not -1 <= p < k + j for j, p in enumerate(parents)):
         raise ValueError(f"the drafter's extra nodes {extra} have parents {parents}: one each, -1 or an earlier "

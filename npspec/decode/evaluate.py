@@ -1,9 +1,5 @@
-"""Measurements on a model pair: validation loss / perplexity, and acceptance.
-
-The shipped pair's model card and the regression tests both call these functions, so the
-numbers in weights/shakespeare/README.md are the numbers the tests check. Imports
-npspec.decode.sampling and npspec.decode.
-"""
+"""Measurements on a model pair: validation loss, acceptance, the speedup model (the shipped pair's model card and
+the regression tests call the same functions). Imports numpy and npspec.decode."""
 
 import numpy as np
 
@@ -18,13 +14,8 @@ def split_corpus(text):
 
 
 def validation_loss(model, ids, max_windows=None):
-    """Mean next-token cross-entropy (nats/token) over non-overlapping windows of `ids`.
-
-    ids: `[n]` token ids. Each window has n_ctx + 1 ids: n_ctx inputs from a fresh cache, each
-    predicting the next id. A shorter tail window is used too. max_windows: only the first
-    windows (a fixed slice). Returns (loss in nats/token, number of predicted tokens);
-    perplexity is exp(loss).
-    """
+    """(mean next-token cross-entropy in nats/token, tokens predicted) over windows of n_ctx + 1 of ids `[n]`, each
+    from a fresh cache (a shorter tail too); max_windows: only the first ones. Perplexity is exp(loss)."""
     ids = np.asarray(ids)
     n_ctx = model.config.n_ctx
     total, count = 0.0, 0
@@ -41,12 +32,7 @@ def validation_loss(model, ids, max_windows=None):
 
 
 def acceptance(target, draft, prompts, gamma=4, max_new_tokens=64, temperature=0.0, top_k=0, top_p=1.0, seed=0):
-    """Run speculative decoding on each prompt (lists of ids) and sum the statistics.
-
-    Returns one Stats pooling every prompt's (Stats.pooled: every count, per-position list and proposal
-    length summed, seconds too), with stop_reason "mixed". Sampling (temperature > 0) uses one Generator
-    seeded with `seed` for the whole set.
-    """
+    """The pooled Stats (stop_reason "mixed") of speculative decoding on the prompts, one Generator seeded `seed`."""
     rng = np.random.default_rng(seed)
     total = Stats.pooled(speculative_generate(target, draft, prompt, max_new_tokens, gamma=gamma, temperature=temperature,
                                               top_k=top_k, top_p=top_p, rng=rng).stats for prompt in prompts)
@@ -55,10 +41,7 @@ def acceptance(target, draft, prompts, gamma=4, max_new_tokens=64, temperature=0
 
 
 def expected_acceptance(target, draft, ids, temperature=1.0, max_windows=1):
-    """Mean beta = sum_x min(p(x), q(x)) over the positions of `ids` (Leviathan et al. 2023, Def. 3.1, Thm. 3.5).
-
-    The expected per-token acceptance when the draft proposes from the same prefix; ids `[n]`.
-    """
+    """Mean beta = sum_x min(p(x), q(x)) over the positions of ids `[n]` (Leviathan et al. 2023, Def. 3.1, Thm. 3.5)."""
     betas = []
     n_ctx = min(target.config.n_ctx, draft.config.n_ctx)
     for s in range(0, len(ids) - 1, n_ctx)[:max_windows]:
@@ -70,26 +53,17 @@ def expected_acceptance(target, draft, ids, temperature=1.0, max_windows=1):
 
 
 def fixed_prompts(ids, n=8, length=32):
-    """n prompts of `length` ids each, taken at evenly spaced offsets of `ids` (a fixed, documented slice)."""
     step = (len(ids) - length) // n
     return [list(map(int, ids[i * step : i * step + length])) for i in range(n)]
 
 
 def expected_tokens_per_round(alpha, gamma):
-    """E[tokens per round] = (1 - alpha^(gamma+1)) / (1 - alpha), gamma + 1 at alpha = 1 (Leviathan et al. 2023, eq. 1).
-
-    The mean of (leading accepts + 1) when each of `gamma` drafts is accepted independently with
-    probability `alpha` (notes/derivation.md, claim 4). Works on floats and on fractions.Fraction
-    (exact); gamma an int >= 0.
-    """
+    """(1 - alpha^(gamma+1)) / (1 - alpha), gamma + 1 at alpha = 1 (Leviathan et al. 2023, eq. 1;
+    notes/derivation.md, claim 4); floats or fractions.Fraction."""
     return gamma + 1 if alpha == 1 else (1 - alpha ** (gamma + 1)) / (1 - alpha)
 
 
 def predicted_speedup(alpha, gamma, c, v):
-    """The speedup model E[tokens/round] / (gamma * c + v) (notes/derivation.md, claim 5; Leviathan et al. 2023, Theorem 3.8 at v = 1).
-
-    c: a draft forward's time over a target one-token forward's; v: the verify forward's time
-    (gamma + 1 rows) over a target one-token forward's. Speedup over the target's own plain
-    decoding, round overheads aside. Floats or Fractions.
-    """
+    """E[tokens/round] / (gamma c + v) (notes/derivation.md, claim 5; Leviathan et al. 2023, Theorem 3.8 at v = 1):
+    c a draft forward's time and v the verify's, over a target one-token forward's."""
     return expected_tokens_per_round(alpha, gamma) / (gamma * c + v)

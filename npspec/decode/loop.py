@@ -1,8 +1,5 @@
-"""The loop: speculative_generate = prepare (every check, once) + decode (prefill, rounds, EOS cut, statistics,
-on_emit, Ctrl-C). Each round is npspec.decode.round's propose -> verify -> accept -> roll back; its gamma comes
-from npspec.decode.schedule. Models and drafters are reached through npspec.decode.types' protocols only.
-Imports numpy and npspec.decode's modules.
-"""
+"""The loop: speculative_generate = prepare (every check, once) + decode (prefill, rounds of npspec.decode.round,
+statistics, on_emit, Ctrl-C). Reaches models and drafters through npspec.decode.types' protocols only."""
 
 import time
 from dataclasses import dataclass, replace
@@ -18,8 +15,7 @@ from .types import Drafter, Forwarder, Options, SamplingParams
 
 
 def as_drafter(draft):
-    """The Drafter for `draft`: a model (a Forwarder) becomes ModelDrafter(draft); a Drafter or None is returned.
-    Raises TypeError for anything else (checks.check_draft)."""
+    """A model (a Forwarder) becomes ModelDrafter(draft); a Drafter or None is returned; TypeError for anything else."""
     if draft is None or isinstance(draft, Drafter):
         return draft
     if isinstance(draft, Forwarder):
@@ -29,8 +25,7 @@ def as_drafter(draft):
 
 @dataclass(frozen=True)
 class Job:
-    """A checked generation (prepare's): the target, the Drafter (None: plain decoding), the prompt ids, the
-    Options with gamma clamped, the context n_ctx it may use, and the source of uniforms."""
+    """A checked generation (prepare's): target, Drafter or None, prompt ids, Options (gamma clamped), n_ctx, rng."""
 
     target: object
     drafter: object
@@ -40,18 +35,12 @@ class Job:
     rng: object
 
     def with_drafter(self, drafter):
-        """The same job drafting with `drafter` (same vocabulary and context: npspec.cli.harness.simulated)."""
         return replace(self, drafter=drafter)
 
 
 def prepare(target, draft, prompt_ids, options, rng=None):  # -> Job
-    """Check a generation once, before any forward, and clamp gamma (see speculative_generate for the errors).
-    The draft is checked against the target even when gamma is 0 (it then drafts nothing).
-
-    draft: a model, a Drafter or None; options: Options (validated when built); rng: an np.random.Generator,
-    an int seed or None (seed 0). gamma larger than `max_new_tokens - 1` or `n_ctx - 1` is clamped to that
-    (the heuristic schedule starts there); when no round can draft, the drafter is not used at all.
-    """
+    """Check a generation before any forward (errors: speculative_generate) and clamp gamma to max_new_tokens - 1 and
+    n_ctx - 1; the draft is checked even when gamma is 0, then not used. rng: a Generator, an int seed or None (0)."""
     check_target(target)
     drafter = as_drafter(draft)  # checked even when gamma is 0
     if drafter is not None:
@@ -70,7 +59,6 @@ def prepare(target, draft, prompt_ids, options, rng=None):  # -> Job
 
 
 def decode(job, on_emit=None, trace=False):  # -> Generation
-    """Run a prepared Job (see speculative_generate for on_emit, trace, the stop reasons and Ctrl-C)."""
     target, drafter, options = job.target, job.drafter, job.options
     seq, stats, records = list(job.prompt), Stats(tested_by_position=[0] * options.gamma,
                                                   accepted_by_position=[0] * options.gamma), []
@@ -85,8 +73,7 @@ def decode(job, on_emit=None, trace=False):  # -> Generation
             depth = tree_depth(drafter, g, job.n_ctx, len(seq)) if drafter is not None else g
             outcome = rounds.finish(rounds.play(target, cache, drafter, seq, depth, job.rng, options.sampling,
                                                 options.rule), target.config.eos_token_id)
-            rounds.roll_back(cache, drafter, len(seq), outcome, drafter is not None and drafter.tree
-                             or bool(outcome.proposal.extra_ids))
+            rounds.roll_back(cache, drafter, len(seq), outcome)
             seq.extend(outcome.emitted)
             done = len(seq)  # the round is counted: an interrupt from here on keeps it
             count(stats, outcome)
@@ -109,7 +96,7 @@ def decode(job, on_emit=None, trace=False):  # -> Generation
 
 
 def start(target, drafter, seq, stats, t0):
-    """Prefill the target with every prompt id but the last, start the drafter; returns the target's cache."""
+    """Prefill the target with the prompt but its last id, start the drafter; the target's cache."""
     cache = target.new_cache()
     target.prefill(np.asarray(seq[:-1]), cache)  # all but the last id
     stats.target_forwards += len(seq) > 1
@@ -121,7 +108,6 @@ def start(target, drafter, seq, stats, t0):
 
 
 def stopped(stats, seq, job):
-    """Whether the budget or the context ends the generation before another round (sets stats.stop_reason)."""
     if len(seq) - len(job.prompt) >= job.options.max_new_tokens:
         stats.stop_reason = "max_new_tokens"
     elif len(seq) >= job.n_ctx:
@@ -130,7 +116,6 @@ def stopped(stats, seq, job):
 
 
 def count(stats, outcome):
-    """Add one round's Outcome to the statistics."""
     stats.target_forwards += 1
     stats.seconds_draft += outcome.seconds_draft
     stats.seconds_verify += outcome.seconds_verify
@@ -139,8 +124,7 @@ def count(stats, outcome):
 
 
 def finished(ids, stats, records, drafter, forwards, t0):
-    """The Generation of `ids`: its stats completed with the draft forwards since `forwards`, the new tokens and the
-    seconds since t0."""
+    """The Generation of `ids`, its stats completed (draft forwards since `forwards`, seconds since t0)."""
     if drafter is not None:
         stats.draft_forwards = drafter.forwards - forwards
     stats.new_tokens = len(ids)
@@ -150,40 +134,15 @@ def finished(ids, stats, records, drafter, forwards, t0):
 
 def speculative_generate(target, draft, prompt_ids, max_new_tokens, gamma=4, temperature=1.0, top_k=0, top_p=1.0,
                          rng=None, on_emit=None, trace=False, gamma_schedule="constant", verify="token"):
-    """Generate with speculative decoding (Leviathan et al. 2023, Algorithm 1); gamma=0 or draft=None is autoregressive.
+    """Generate with speculative decoding (Leviathan et al. 2023, Algorithm 1): a Generation (ids, Stats, trace).
 
-    target: a loaded `Model` (any npspec.decode.types.Forwarder). draft: a model with the target's vocabulary
-    (drafted by npspec.decode.drafters.ModelDrafter), any Drafter (npspec.decode.drafters: NgramDrafter,
-    ModelDrafter with p_min, TreeDrafter, DynamicTreeDrafter, or yours), or None.
-    prompt_ids: `[n_prompt]` ids, n_prompt >= 1. max_new_tokens >= 1. gamma >= 0.
-    gamma_schedule: "constant" (every round schedules gamma) or "heuristic" (next_gamma; starts at gamma).
-    verify: the acceptance rule's name (npspec.decode.rules.RULES: "token").
-    rng: an `np.random.Generator`, or an int seed (default: seeded with 0).
-    gamma larger than `max_new_tokens - 1` or `n_ctx - 1` is clamped to that up front (the
-    heuristic schedule starts there), and each round drafts at most round_gamma(scheduled gamma, ...).
-    on_emit(ids, n_accepted): called after each round with the round's new ids, of which the
-    first n_accepted are accepted drafts and the rest (none after an accepted EOS, else one)
-    target-produced (corrected or bonus).
-    trace: record each round in `Generation.trace` as `{"drafted": ids, "accepted": n, "token": id,
-    "proposed": k, "gamma": g, "p": [p_i(d_i)], "q": [q_i(d_i)], "u": [u_i], "seconds_draft": s,
-    "seconds_verify": s}`, with "drafted" cut after an accepted EOS (as the statistics are), "token"
-    the corrected or bonus id (None when the round ended on an accepted EOS), k the number proposed,
-    g the round's scheduled and clamped gamma, p and q the warped probabilities of each draft
-    (one-hot at temperature 0) and u its acceptance uniform (d_i is kept while u_i < p/q; None at
-    temperature 0, where no uniform decides anything). A tree round's record has "tree": its ids and
-    parents, "drafted" its kept path, and p, q, u None.
-    Output is exactly target-distributed; with temperature 0 it is token-identical to greedy
-    decoding of the target when the target's kernel is batch invariant (npspec.kernels.products).
-    Stops at EOS (included in the ids and counted), after max_new_tokens, or when the sequence
-    reaches the smaller n_ctx of the target and the drafter (stop_reason "context").
-    Raises ValueError for bad options (npspec.decode.types.Options, SamplingParams), a vocabulary or tokenizer
-    mismatch (checks.check_pair), an empty prompt, or a drafter that proposes more than asked or malformed
-    rows, and ContextOverflowError if the prompt leaves no room in the context (checks.check_prompt); all but
-    the drafter's before any forward. TypeError for an option or prompt of the wrong type or an rng that is
-    neither a Generator nor an int seed (a module such as `random`, or the legacy np.random.RandomState, is
-    refused; ValueError for a negative seed); TypeError for a target that is not a model or a draft that is
-    neither a model, a drafter nor None.
-    Ctrl-C raises GenerationInterrupted, which holds the Generation of the rounds completed before it.
-    """
+    target: a Model (a Forwarder); draft: a model of its vocabulary, a Drafter (npspec.decode.drafters) or None (plain
+    decoding, as gamma=0); prompt_ids `[n >= 1]`; gamma_schedule "constant" or "heuristic"; verify: a name in
+    npspec.decode.rules.RULES; rng: a Generator or int seed (default 0). on_emit(ids, n_accepted): each round's new
+    ids, the first n_accepted of them kept drafts; trace: a record per round (stats.trace_record). The output is
+    exactly target-distributed; at temperature 0, greedy's ids with a batch-invariant kernel. Stops at EOS (kept),
+    max_new_tokens or n_ctx. ValueError for bad options, pair, prompt or proposals, TypeError for wrong types
+    (npspec.decode.checks), ContextOverflowError for a prompt that fills the context; Ctrl-C raises
+    GenerationInterrupted holding the completed rounds."""
     options = Options(max_new_tokens, gamma, SamplingParams(temperature, top_k, top_p), gamma_schedule, verify)
     return decode(prepare(target, draft, prompt_ids, options, rng), on_emit, trace)

@@ -1,30 +1,9 @@
-"""One speculative round: propose -> verify -> accept -> roll back, four named calls (Leviathan et al. 2023, Alg. 1).
-
-NOTE: letters as in Leviathan et al. 2023 ("Fast Inference from Transformers via Speculative
-Decoding", ICML, Algorithm 1): `p` is the TARGET's distribution, `q` the DRAFT's. Chen et al.
-2023 swap the two letters. `gamma` is the number of draft tokens per round (a tree's depth).
-
-Every round is a tree: a chain of k drafts is the tree whose parents are [-1, 0, 1, ...]. With `seq`
-the ids so far and the target's cache holding `seq[:-1]`:
-  1. propose: the drafter proposes candidates, each with the row q it was drawn from (None: a
-     deterministic proposal, one-hot rows), and perhaps non-candidate nodes (Proposal.extra_ids);
-  2. verify: ONE target forward over [seq[-1]] + the nodes: the one-row forward for a chain, tree
-     attention (forward_tree) for a tree drafter or extra nodes;
-  3. accept: the acceptance rule (npspec.decode.rules: a chain rule, or its tree rule for a
-     tree drafter) on the warped rows p; at temperature 0, the ONE place greedy is handled, the
-     rows are one-hot, so the round keeps the drafts that equal the target's argmax (any lossless
-     rule does) and emits the argmax after them, without building float64 rows. Nothing after an
-     accepted EOS is emitted;
-  4. roll back: the target's cache keeps the emitted ids but the last (O(1); a tree's kept path
-     is moved in place first), the drafter forgets what was not kept (Drafter.rollback).
-No drafter or a round of depth 0 is one plain target step: one forward and a sample from p.
-
-Randomness: each round draws exactly 2 * n + 1 uniforms at its start, n = drafter.tree_size(depth)
-(a chain: its g): u[:n] for the drafter's samples, u[n + i] tests candidate i, u[2n] the residual or
-bonus sample. A chain drafter that proposes k < g drafts leaves the rest unused; the draw count never
-depends on what is proposed or accepted. Imports numpy, npspec.decode.sampling, npspec.decode.rules.trees and
-npspec.decode's types and checks.
-"""
+"""One speculative round: propose -> verify -> accept -> roll back (Leviathan et al. 2023, Algorithm 1). NOTE:
+letters as in Leviathan et al.: `p` is the TARGET's distribution, `q` the DRAFT's (Chen et al. 2023 swap them);
+`gamma` is the drafts per round (a tree's depth). Every round is a tree (a chain's parents: -1, 0, 1, ...); the one
+place greedy is handled (temperature 0: keep the drafts equal to the target's argmax). A round draws 2n + 1
+uniforms, n = drafter.tree_size(depth): u[:n] for drafting, u[n + i] tests candidate i, u[2n] the last sample,
+whatever is proposed or kept. Imports numpy and npspec.decode's modules."""
 
 import time
 
@@ -37,28 +16,26 @@ from .types import Outcome, Proposal
 
 
 def play(target, cache, drafter, seq, depth, rng, sampling, rule):
-    """One round after the ids `seq` (a list; not changed): returns its Outcome, EOS not yet cut (see finish).
-
-    target: a Forwarder whose cache holds seq[:-1]; drafter: a Drafter or None; depth: the round's clamped
-    gamma (npspec.decode.schedule); rng: the run's source of uniforms; rule: an acceptance Rule.
-    """
+    """One round after the ids `seq` (not changed): its Outcome, EOS not yet cut (finish). target: a Forwarder whose
+    cache holds seq[:-1]; drafter: a Drafter or None; depth: the clamped gamma; rule: an acceptance Rule."""
     n = drafter.tree_size(depth) if drafter is not None and depth else 0
     u = drawn_uniforms(rng, 2 * n + 1)
     t1 = time.perf_counter()
     proposal = propose(drafter, seq, depth, u[:n], sampling, target.config.n_vocab)
     t2 = time.perf_counter()
-    k, tree = len(proposal.ids), drafter is not None and drafter.tree
+    k, tree = len(proposal.ids), drafter is not None and drafter.tree  # a tree drafter's round: the tree rule
+    attention = tree or bool(proposal.extra_ids)  # verified with tree attention, rolled back with KVCache.keep
     hidden = drafter is not None and drafter.reads_hidden
-    logits, states = verify(target, cache, seq, proposal, tree or bool(proposal.extra_ids), hidden)
+    logits, states = verify(target, cache, seq, proposal, attention, hidden)
     path, token, p_drafts, q_drafts, u_tests = accept(proposal, logits, sampling, rule, tree, u[n:n + k], u[2 * n],
                                                       target.config.n_vocab)
     t3 = time.perf_counter()
     return Outcome(proposal, depth, path, token, [proposal.ids[i] for i in path] + [token], 0, k, logits, states,
-                   p_drafts, q_drafts, u_tests, t2 - t1, t3 - t2)
+                   p_drafts, q_drafts, u_tests, t2 - t1, t3 - t2, tree, attention)
 
 
 def propose(drafter, seq, depth, u, sampling, n_vocab):  # -> Proposal
-    """Step 1: the drafter's Proposal for a round asking for len(u) candidates (none: the empty chain), checked."""
+    """Step 1: the drafter's Proposal of up to len(u) candidates (none: the empty chain), checked."""
     if not len(u):
         return Proposal([], [])
     proposal = drafter.propose(list(seq), depth, u, sampling)
@@ -67,9 +44,8 @@ def propose(drafter, seq, depth, u, sampling, n_vocab):  # -> Proposal
 
 
 def verify(target, cache, seq, proposal, tree, hidden):  # -> (logits [1 + k + m, n_vocab] float32, hidden or None)
-    """Step 2: ONE target forward over [seq[-1]] + the candidates + the extra nodes, fed after cache.length =
-    len(seq) - 1; tree attention when `tree`, else the one-row forward of a chain. hidden: also return the last
-    hidden state of every row (HiddenForwarder)."""
+    """Step 2: ONE target forward over [seq[-1]] + candidates + extra nodes after cache.length = len(seq) - 1; tree
+    attention when `tree`; hidden: also each row's last hidden state (HiddenForwarder)."""
     nodes = np.asarray([seq[-1]] + list(proposal.ids) + list(proposal.extra_ids))
     if tree:
         parents = list(proposal.parents) + list(proposal.extra_parents)
@@ -81,14 +57,9 @@ def verify(target, cache, seq, proposal, tree, hidden):  # -> (logits [1 + k + m
 
 
 def accept(proposal, logits, sampling, rule, tree, u_tests, u_final, n_vocab):
-    """Step 3: the kept path and the corrected or bonus token, with what the trace records of a chain.
-
-    logits: the verify's rows (row 0 after the last id, row 1 + i after candidate i). At temperature 0 the
-    path follows the target's argmax (the rows are one-hot); else rule.tree (a tree drafter) or rule.chain on
-    p = the warped rows and q (one-hot rows for a deterministic proposal). Returns (path, token, p_drafts,
-    q_drafts, u_tests): each candidate's p at its parent's row and its q (None for a tree), the uniforms
-    that tested them (None at temperature 0).
-    """
+    """Step 3: (path, token, p_drafts, q_drafts, u_tests). logits: row 0 after the last id, row 1 + i after candidate
+    i. At temperature 0 the path follows the argmax; else rule.tree (tree) or rule.chain on p = the warped rows and q.
+    p_drafts, q_drafts: each draft's p at its parent's row and its q (None for a tree); u_tests: None when greedy."""
     ids, parents, k = list(proposal.ids), list(proposal.parents), len(proposal.ids)
     d, at = np.array(ids, dtype=np.int64), np.array([parent + 1 for parent in parents], dtype=np.int64)
     if sampling.greedy:
@@ -104,8 +75,8 @@ def accept(proposal, logits, sampling, rule, tree, u_tests, u_final, n_vocab):
 
 
 def finish(outcome, eos):  # -> Outcome
-    """Nothing after an EOS is emitted or counted: cut the path and the emitted ids after an EOS, and count what
-    was tested (the path, and the rejected candidate unless the walk ended at a leaf) and drafted."""
+    """Cut the path and the emitted ids after an EOS; count what was tested (the path, and the rejected candidate
+    unless the walk ended at a leaf) and drafted."""
     path, emitted = outcome.path, outcome.emitted
     if eos is not None and eos in emitted:
         emitted = emitted[:emitted.index(eos) + 1]
@@ -119,11 +90,10 @@ def finish(outcome, eos):  # -> Outcome
     return outcome
 
 
-def roll_back(cache, drafter, length, outcome, tree):
-    """Step 4, the one place both roll back: the target's cache keeps the `length` ids before the round and the
-    emitted ones but the last (a tree's kept path moved in place first: KVCache.keep); the drafter forgets
-    every position from there on."""
-    if tree:
+def roll_back(cache, drafter, length, outcome):
+    """Step 4: the target's cache keeps the `length` ids before the round and the emitted ones but the last (a tree's
+    kept path moved in place first: KVCache.keep); the drafter forgets every position from there on."""
+    if outcome.tree_attention:
         cache.keep([length + i for i in outcome.path], length)  # node i was fed at position length + i
     end = length + len(outcome.emitted) - 1
     cache.rollback(end)

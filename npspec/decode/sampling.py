@@ -1,40 +1,33 @@
-"""Logits warping and sampling, in float64. Imports numpy only.
-
-Warping follows transformers' order: temperature, then top-k, then top-p. Temperature 0
-means greedy: a one-hot distribution on the argmax (ties go to the lowest id), so one
-sampler covers greedy and sampled decoding exactly. Probabilities are float64: the sampler's
-ratio `p/q` and the residual `max(0, p - q)` get the headroom, and float32 rounding of the
-logits does not decide a comparison twice.
-
-`greedy` gives that argmax id directly, without the one-hot row (the speculative loop's
-fast path at temperature 0).
-
-Sampling is by inverse CDF from ONE uniform `u` in [0, 1) per draw, so every draw consumes a
-known amount of randomness (`rng.choice` would also reject float32 probabilities that do not
-sum to exactly 1).
-"""
+"""Logits warping (transformers' order: temperature, top-k, top-p; temperature 0 is one-hot argmax rows, ties to the
+lowest id) and sampling, in float64 for the ratio p/q and the residual. A draw is an inverse CDF of ONE uniform u in
+[0, 1), so every draw consumes a known amount of randomness. The checks of their arguments. Imports numpy only."""
 
 import numpy as np
 
 
-def check_integer(value, name, minimum, note=""):
-    """Raise TypeError unless `value` is a Python or NumPy integer (not a bool, a float or a str), and ValueError unless
-    it is >= minimum; messages read "<name> must be an integer >= <minimum><note>, got ..."."""
-    rule = f"{name} must be an integer >= {minimum}{note}"
+def check_integer(value, name, minimum, hint=""):
+    """TypeError unless `value` is a Python or NumPy integer (not a bool), ValueError unless >= minimum; the message
+    reads "<name> must be an integer >= <minimum><hint>, got ..."."""
+    rule = f"{name} must be an integer >= {minimum}{hint}"
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{rule}, got {value!r} (a {type(value).__name__})")
     if value < minimum:
         raise ValueError(f"{rule}, got {value}")
 
 
+def check_count(value, name):
+    """ValueError unless `value` is a Python or NumPy integer >= 1 (not a bool): "<name> must be an integer >= 1"."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+
+
 def check_number(value, name, rule):
-    """Raise TypeError unless `value` is a Python or NumPy real number (not a bool or a str); the range is the caller's."""
+    """TypeError unless `value` is a Python or NumPy real number (not a bool); the range is the caller's."""
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise TypeError(f"{name} must be a number {rule}, got {value!r} (a {type(value).__name__})")
 
 
 def check_warp_args(temperature, top_k, top_p):
-    """Raise ValueError naming the bad option and its valid range (TypeError for a value of the wrong type)."""
     check_number(temperature, "temperature", "(finite, >= 0; 0 = greedy)")
     if not np.isfinite(temperature) or temperature < 0:
         raise ValueError(f"temperature must be a finite number >= 0 (0 = greedy), got {temperature}")
@@ -45,15 +38,10 @@ def check_warp_args(temperature, top_k, top_p):
 
 
 def warp(logits, temperature=1.0, top_k=0, top_p=1.0):  # [..., n_vocab] float32 -> [..., n_vocab] float64
-    """Turn `logits` into the `probs` a token is sampled from.
-
-    temperature: 0 gives one-hot argmax rows (lowest id on ties); > 0 divides the logits.
-    top_k: keep the k largest logits (ties at the k-th value kept, as in transformers); 0 = off.
-    top_p: keep the smallest set of most likely tokens whose mass reaches top_p (the most
-    likely token always stays, as transformers' TopPLogitsWarper); 1.0 = off.
-    Returns float64 probabilities, each row summing to 1 (to rounding), zeros where removed.
-    Raises ValueError if a row holds NaN or +inf or is entirely -inf (no NaN reaches a sampler).
-    """
+    """The rows a token is sampled from, float64, summing to 1, zeros where removed. temperature 0: one-hot argmax
+    (lowest id on ties); top_k: the k largest logits, ties at the k-th kept (0 = off); top_p: the smallest most likely
+    set reaching top_p, the top token kept (transformers' TopPLogitsWarper; 1 = off). ValueError if a row holds NaN
+    or +inf or is entirely -inf."""
     x = np.asarray(logits, dtype=np.float64)
     top = x.max(axis=-1, keepdims=True)  # NaN propagates into the max
     check_row_max(top)
@@ -75,16 +63,9 @@ def warp(logits, temperature=1.0, top_k=0, top_p=1.0):  # [..., n_vocab] float32
 
 
 def top_p_tail(probs, top_p):  # [..., n_vocab] float64 -> [..., n_vocab] bool
-    """The tokens top-p removes: in ascending order of probability (ties: lower id first, as a
-    stable sort puts them), the longest run whose cumulative sum stays <= 1 - top_p, never the
-    last (most likely) token.
-
-    Sorts the values only (no argsort): the removed set is every token below the largest removed
-    value `cut`, plus the lowest ids among the tokens equal to `cut`. The cumulative sums are
-    those of the same ascending values, so the result is exactly the stable-argsort rule's.
-    (ndarray methods rather than np.* wrappers here and in `sample`/`greedy`: these run right
-    after a forward, with cold caches, where each Python-level NumPy wrapper costs microseconds.)
-    """
+    """The tokens top-p removes: in ascending probability (ties: lower id first), the longest run whose cumulative sum
+    stays <= 1 - top_p, never the most likely token. Sorts values only: every token below the largest removed value,
+    plus the lowest ids tied with it, exactly a stable argsort's set."""
     ascending = np.sort(probs, axis=-1)
     within = ascending.cumsum(axis=-1) <= 1 - top_p  # a prefix: the sums never decrease
     k = np.minimum(within.sum(axis=-1, keepdims=True), probs.shape[-1] - 1)  # [..., 1] tokens removed
@@ -96,29 +77,21 @@ def top_p_tail(probs, top_p):  # [..., n_vocab] float64 -> [..., n_vocab] bool
 
 
 def check_row_max(top):  # [...] the maximum logit of each row
-    """Raise ValueError unless every row's maximum is finite (no NaN or +inf, not entirely -inf)."""
     if not np.isfinite(top).all():
         raise ValueError("logits hold NaN or +inf, or a row is entirely -inf: nothing to sample from; "
                          "check the model's output")
 
 
 def greedy(logits):  # [..., n_vocab] float32 -> [...] int64
-    """The id `warp(logits, temperature=0)` puts all its mass on: the argmax, lowest id on ties.
-
-    Equals `sample(warp(logits, temperature=0), u)` for every u in [0, 1) (float32 -> float64 is
-    exact, so the argmax is the same), without building the float64 one-hot row. The greedy
-    greedy step of npspec.decode.round.accept uses it. Raises ValueError as warp does.
-    """
+    """The argmax id (lowest on ties): sample(warp(logits, temperature=0), u) for every u, without the one-hot row.
+    ValueError as warp."""
     check_row_max(logits.max(axis=-1))  # NaN propagates into the max
     return logits.argmax(axis=-1)  # ndarray methods: right after a forward, each Python-level NumPy call costs ~5 us
 
 
 def sample(probs, u):  # [n_vocab] float64, float in [0, 1) -> int
-    """The token whose CDF interval holds `u`: the first id with cumsum(probs) > u * sum(probs).
-
-    Never returns an id of probability 0 (its CDF interval is empty). Raises ValueError if probs
-    has no positive finite mass (a NaN anywhere makes the mass NaN) or if u is outside [0, 1).
-    """
+    """The first id with cumsum(probs) > u * sum(probs), never one of probability 0. ValueError unless probs has a
+    positive finite mass and 0 <= u < 1."""
     if not 0 <= u < 1:
         raise ValueError(f"u must be a uniform in [0, 1), got {u}")
     cdf = probs.cumsum()
@@ -129,11 +102,8 @@ def sample(probs, u):  # [n_vocab] float64, float in [0, 1) -> int
 
 
 def residual(p, q):  # [n_vocab], [n_vocab] float64 -> [n_vocab] float64
-    """norm(max(0, p - q)): where to sample after a rejection (Leviathan et al. 2023, Alg. 1).
-
-    If the mass of max(0, p - q) is not positive (p == q to rounding), return p itself: never
-    divide by a zero mass. Raises ValueError if p or q holds NaN or an infinity (as `sample` does).
-    """
+    """norm(max(0, p - q)), where to sample after a rejection (Leviathan et al. 2023, Algorithm 1); p itself if that
+    has no positive mass. ValueError if p or q holds NaN or an infinity."""
     r = np.maximum(p - q, 0.0)
     mass = r.sum()
     if not np.isfinite(mass) or not np.isfinite(p.sum() + q.sum()):

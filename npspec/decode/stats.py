@@ -1,20 +1,14 @@
-"""What a generation did: Stats (npspec's counts and vLLM's speculative-decoding metrics, with merge() for pooling
-runs), the Generation (new ids, stats, trace), the trace record of a round (from its npspec.decode.types.Outcome),
-and GenerationInterrupted. Imports the standard library only.
-"""
+"""What a generation did: Stats (npspec's counts and vLLM's metrics, merge to pool runs), Generation, the trace
+record of a round and GenerationInterrupted. Imports the standard library only."""
 
 from dataclasses import asdict, dataclass, field, fields
 
 
 @dataclass
 class Stats:
-    """What a generation did. Times in seconds (prefill included, model loading excluded).
-
-    Besides npspec's own counts, vLLM's speculative-decoding metrics (vllm v1/spec_decode/metrics.py)
-    so figures compare across engines: num_drafts (rounds with at least one proposed token),
-    num_draft_tokens (tokens proposed), num_accepted_tokens, mean_acceptance_length
-    (1 + accepted / num_drafts) and acceptance_rate_by_position (accepted at position i / num_drafts).
-    """
+    """What a generation did; seconds include the prefill, not loading. vLLM's metrics (v1/spec_decode/metrics.py):
+    num_drafts (rounds with a proposal), num_draft_tokens, num_accepted_tokens, mean_acceptance_length (1 + accepted /
+    num_drafts), acceptance_rate_by_position (kept at position i / num_drafts)."""
 
     new_tokens: int = 0
     rounds: int = 0
@@ -33,13 +27,12 @@ class Stats:
 
     @property
     def alpha(self):
-        """Per-token acceptance of the drafts actually tested: accepted / (accepted + rejected)."""
+        """Per-token acceptance of the drafts tested: accepted / (accepted + rejected)."""
         tested = self.accepted + self.rejected
         return self.accepted / tested if tested else float("nan")
 
     @property
     def draft_acceptance(self):
-        """accepted / drafted."""
         return self.accepted / self.drafted if self.drafted else float("nan")
 
     @property
@@ -56,41 +49,35 @@ class Stats:
 
     @property
     def acceptance_by_position(self):
-        """[max k] accepted / tested at each draft position 1, 2, ... (nan where none was tested)."""
+        """[max k] accepted / tested at draft positions 1, 2, ... (nan where none was tested)."""
         return [a / t if t else float("nan") for a, t in zip(self.accepted_by_position, self.tested_by_position)]
 
     @property
     def rounds_without_proposal(self):
-        """Rounds in which the drafter proposed nothing (plain target steps)."""
         return self.proposal_lengths[0] if self.proposal_lengths else 0
 
     @property
     def num_drafts(self):
-        """vLLM's num_drafts: rounds with at least one proposed token."""
         return self.rounds - self.rounds_without_proposal
 
     @property
     def num_draft_tokens(self):
-        """vLLM's num_draft_tokens: every proposed token (sum of the proposal lengths)."""
         return sum(k * n for k, n in enumerate(self.proposal_lengths))
 
     @property
     def num_accepted_tokens(self):
-        """vLLM's num_accepted_tokens: drafts kept (= accepted)."""
         return self.accepted
 
     @property
     def mean_acceptance_length(self):
-        """vLLM's mean_acceptance_length: 1 + accepted / num_drafts, the tokens a round with a proposal emits on average."""
         return 1 + self.accepted / self.num_drafts if self.num_drafts else float("nan")
 
     @property
     def acceptance_rate_by_position(self):
-        """[max k] vLLM's per-position acceptance rate: drafts kept at position i / num_drafts."""
         return [a / self.num_drafts if self.num_drafts else float("nan") for a in self.accepted_by_position]
 
     def record_round(self, proposed, tested, accepted):
-        """Count one round: k proposed, the first `tested` of them tested, `accepted` of those kept."""
+        """Count a round: `proposed` candidates, the first `tested` tested, `accepted` kept."""
         grow = max(proposed, tested) - len(self.tested_by_position)
         self.tested_by_position += [0] * grow
         self.accepted_by_position += [0] * grow
@@ -104,8 +91,7 @@ class Stats:
         self.rounds += 1
 
     def merge(self, other):
-        """Add another generation's counts, seconds and per-position lists to these (pooling runs: npspec.decode.evaluate,
-        bench.drafters). stop_reason becomes "mixed" unless both are the same. Returns self."""
+        """Add another generation's counts, seconds and per-position lists; stop_reason "mixed" unless equal; self."""
         for f in fields(self):
             a, b = getattr(self, f.name), getattr(other, f.name)
             if isinstance(a, list):
@@ -119,7 +105,7 @@ class Stats:
 
     @classmethod
     def pooled(cls, stats):
-        """One Stats summing `stats` (an iterable of Stats; merge). stop_reason: theirs if all agree, else "mixed"."""
+        """One Stats summing an iterable of Stats (merge)."""
         stats = list(stats)
         total = cls(stop_reason=stats[0].stop_reason if stats else "")
         for s in stats:
@@ -137,7 +123,7 @@ class Stats:
 
 @dataclass
 class Generation:
-    """The result of a generation: the new ids `[new_tokens]` (EOS included) and the Stats."""
+    """A generation's new ids `[new_tokens]` (EOS included), its Stats and its trace."""
 
     ids: list
     stats: Stats
@@ -145,9 +131,7 @@ class Generation:
 
 
 class GenerationInterrupted(KeyboardInterrupt):
-    """Ctrl-C (KeyboardInterrupt) during speculative_generate. `generation`: what was emitted before it, by whole
-    rounds (a round cut short emits nothing), with stats.stop_reason "interrupted". A KeyboardInterrupt, so code
-    that stops on Ctrl-C still does."""
+    """Ctrl-C (a KeyboardInterrupt) in a generation: `generation`, its completed rounds (stop_reason "interrupted")."""
 
     def __init__(self, generation):
         super().__init__("interrupted")
@@ -155,11 +139,11 @@ class GenerationInterrupted(KeyboardInterrupt):
 
 
 def trace_record(outcome):
-    """One round's `--trace` record (see npspec.decode.loop.speculative_generate) from its Outcome: a chain round's
-    drafted ids with p(d_i), q(d_i) and u_i of each (u None at temperature 0); a tree round's kept path as
-    "drafted" and its nodes as "tree", with p, q and u None."""
+    """A round's trace record (README's --trace): drafted (cut after an accepted EOS; a tree's kept path), accepted,
+    token, proposed, gamma, seconds_draft, seconds_verify; a chain's p, q (each draft's warped probabilities) and u (its
+    uniform, None at temperature 0); a tree's "tree" (ids, parents), with p, q, u None."""
     ids, k = outcome.proposal.ids, outcome.drafted
-    tree = outcome.p_drafts is None
+    tree = outcome.tree
     record = {"drafted": [int(ids[i]) for i in outcome.path] if tree else [int(x) for x in ids[:k]],
               "accepted": outcome.accepted, "token": outcome.token, "proposed": outcome.proposed,
               "gamma": outcome.gamma, "p": None, "q": None, "u": None,

@@ -1,11 +1,5 @@
-"""Text in and out: prompts to ids, and ids to text streamed without broken characters.
-
-Byte-level BPE tokens (GPT-2's scheme, Radford et al. 2019, section 2.2) can end in the middle
-of a UTF-8 character, and speculative decoding emits several tokens at once. `TextStreamer`
-keeps the undecoded bytes and emits only complete characters, so the concatenated stream
-equals `tokenizer.decode(all_ids)`. `same_tokenizer` is the one test of whether two models' ids
-mean the same text. Imports tokenizers and the standard library only.
-"""
+"""Text in and out: prompts to ids (encode_prompt), ids to text streamed without broken characters
+(TextStreamer), and same_tokenizer, the one test that two models' ids mean the same text. Imports tokenizers."""
 
 import codecs
 import json
@@ -16,7 +10,7 @@ from tokenizers import decoders
 
 @lru_cache(maxsize=None)
 def byte_decoder():
-    """GPT-2's byte-level alphabet, inverted: printable unicode char -> byte value 0..255."""
+    """GPT-2's byte-level alphabet inverted: printable char -> byte 0..255 (Radford et al. 2019, section 2.2)."""
     printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + \
         list(range(ord("®"), ord("ÿ") + 1))
     chars, n = {}, 0
@@ -30,12 +24,8 @@ def byte_decoder():
 
 
 def same_tokenizer(a, b):
-    """True if two tokenizers.Tokenizer map text to the same ids and back.
-
-    Compares their JSON without the runtime settings `truncation` and `padding` (the target's
-    tokenizer does all encoding and decoding), so the same vocabulary saved by different
-    repositories (gpt2-large, distilgpt2) still counts as the same.
-    """
+    """True if two tokenizers.Tokenizer map text to the same ids and back: their JSON without the runtime `truncation`
+    and `padding` (so gpt2-large's and distilgpt2's count as the same)."""
     def core(t):
         d = json.loads(t.to_str())
         return {k: v for k, v in d.items() if k not in ("truncation", "padding")}
@@ -44,7 +34,8 @@ def same_tokenizer(a, b):
 
 
 def encode_prompt(tokenizer, text, eos_token_id):
-    """Prompt text -> ids `[n]`; an empty prompt starts from `<|endoftext|>` (eos_token_id), as GPT-2 does."""
+    """Prompt text -> ids `[n]`; an empty prompt starts from eos_token_id, as GPT-2 does. TypeError for a non-str,
+    ValueError for text that is not UTF-8 or an empty prompt without eos_token_id."""
     if not isinstance(text, str):
         raise TypeError(f"the prompt must be a str, got {type(text).__name__}; pass ids to speculative_generate instead")
     try:
@@ -60,22 +51,10 @@ def encode_prompt(tokenizer, text, eos_token_id):
 
 
 class TextStreamer:
-    """Turns ids into text chunks that never split a UTF-8 character.
-
-    push(ids) -> str: the newly complete text for `ids` (any iterable of ints; several at once,
-    as speculative decoding emits them); finish() -> str: whatever is left. The concatenation of
-    every push and the finish equals `tokenizer.decode(all_ids)` exactly, and the text emitted so
-    far is always a prefix of it: invalid bytes become U+FFFD (as in `decode`) only once no later
-    byte can complete them. As `decode`: special tokens are skipped, ids the tokenizer does not
-    know are dropped.
-
-    For a byte-level decoder (GPT-2's, Radford et al. 2019, section 2.2) this mirrors `decode`:
-    each token's characters map back to bytes through GPT-2's byte alphabet (a token with a
-    character outside it contributes its own UTF-8 bytes), and an incremental UTF-8 decoder with
-    errors="replace" holds back an incomplete character. Any other decoder: the whole sequence is
-    re-decoded on each push (O(n^2) in tokens) and trailing U+FFFD characters are held back; this is
-    exact for decoders whose output for a sequence is a prefix of their output for any extension.
-    """
+    """Ids to text chunks that never split a UTF-8 character: push(ids) -> the newly complete text; finish() -> the
+    rest. Their concatenation equals tokenizer.decode(all_ids), and the text so far is always a prefix of it. A
+    byte-level decoder (GPT-2's) maps tokens to bytes through an incremental UTF-8 decoder (errors="replace"); any
+    other re-decodes the whole sequence per push (O(n^2)) and holds back trailing U+FFFD."""
 
     def __init__(self, tokenizer):
         self.tokenizer = tokenizer
@@ -87,7 +66,6 @@ class TextStreamer:
         self.n_emitted = 0  # characters emitted so far (other decoders only)
 
     def token_bytes(self, i):
-        """The bytes id `i` contributes to `decode` under a byte-level decoder (b"" if skipped)."""
         token = self.tokenizer.id_to_token(int(i))
         if token is None or token in self.special:
             return b""

@@ -1,7 +1,5 @@
-"""The kernels: the products `x @ w` every linear layer of a forward runs through.
-
-products (NumPy: BLAS GEMM/GEMV and the panel kernels on npspec's own threads), compiled (the numba kernel
-compiled-panels, the `fast` extra), quantized (products over int8/int4 codes), blas (BLAS thread counts), and
-registry (every kernel by name, with its batch-invariance contract). Imports numpy, threadpoolctl and, when a
-compiled kernel is built, numba; nothing else of npspec.
+"""The kernels, the products `x @ w` of every linear layer: products (NumPy's), compiled (numba's, the `fast`
+extra), quantized (int8 codes), layout, workers (threads), blas (BLAS threads), registry (every kernel by name) and
+probe (each role's kernel, threads and prefill length, chosen in one call: choose_kernels).
+Imports numpy, threadpoolctl and, when a compiled kernel is built, numba; nothing else of npspec.
 """

@@ -1,54 +1,27 @@
-"""Products with quantized weights: int8 codes dequantized one L2-sized panel at a time, right before its GEMV.
-
-Imports numpy and npspec.kernels.products; no I/O, no module state.
-
-A `QuantizedMatrix` stands where a block matrix `w` `[d_in, d_out]` (GPT-2's Conv1D layout) sits in
-a parameter tree: the int8 codes and float32 scales of an npspec.sources.quantize int scheme (one scale per
-output channel, or per group of G consecutive input weights), cut into column panels of `width`
-columns (qpanel_width), each panel's codes contiguous and row-major `[d_in, width]`, so that the
-per-channel or per-group scale runs along the contiguous axis of the multiply. If d_out is not a
-multiple of the width, one more panel covers the last `width` columns (overlapping the previous
-one), as in npspec.kernels.products.GemvPanels: every column comes from a GEMV of the same width.
-
-The kernel "dequant-panels" (`dequant_panels`), `linear(x, w, b=None)`:
-`[n, d_in], QuantizedMatrix [d_in, d_out], [d_out] -> [n, d_out]` float32. For each panel: cast its
-codes to float32 into one reused buffer (exact: every int8 is a float32), multiply by its scales in
-place (one correctly rounded float32 product c * s per weight: the very values of
-npspec.sources.quantize.dequantize_tensor), then every row's GEMV over the panel (np.matmul
-`[n, 1, d_in] @ [d_in, width]`). Its bits are therefore those of the same panel GEMVs run on the
-dequantized float32 matrix (`QuantizedMatrix.dequantize`), tested bit for bit in
-tests/test_qkernels.py. Batch invariant (npspec.kernels.products' contract): row i is the same GEMV calls
-whatever n is. Its bits differ from "gemv-rows" and "gemv-panels" on the dequantized matrix (other
-GEMV shapes): a model keeps one kernel for all its decoding forwards. A plain float32 `w` (the tied
-head `wte.T`, tensors the scheme leaves alone) goes to npspec.kernels.products.gemv_rows. `dequant_gemm` is
-the prefill's product: the same panels, one GEMM each (not batch invariant, as kernels.gemm).
-
-What it buys is bytes: a weight is read from memory as 1 byte instead of 4. What it costs is the
-cast and the multiply, done by NumPy's element loops; bench/qspeed.py measures both against the
-float32 target's fastest one-token forward (bench/results/README.md, issue 14).
+"""Products over int8 codes: a `QuantizedMatrix` (codes and scales of an npspec.sources.quantize int scheme, cut into
+column panels) stands for a block matrix; "dequant-panels" casts each panel to float32, multiplies by its scales (the
+values of quantize.dequantize_tensor) and runs every row's GEMV on it: those GEMVs' bits on the dequantized matrix,
+batch invariant. `dequant_gemm` is the prefill's product. bench/qspeed.py measures the 1-byte read's worth
+(notes/quantized.md). Imports numpy and npspec.kernels.{layout, products}.
 """
 
 import numpy as np
 
-from .products import block_linears, gemm, gemv_rows
+from .layout import block_linears
+from .products import gemm, gemv_rows
 
-QPANEL_BYTES = 1 << 20  # float32 bytes of one dequantized panel: of 160 KiB to 2 MiB, the fastest for 3 of gpt2-large's 4 shapes (bench/results/quantized_speed_panels.md)
+QPANEL_BYTES = 1 << 20  # float32 bytes of one dequantized panel (bench/results/quantized_speed_panels.md)
 
 
-def qpanel_width(d_in, d_out, panel_bytes=QPANEL_BYTES):
-    """Columns per panel of a quantized `[d_in, d_out]` matrix: the largest multiple of 8 with `4 d_in width <= panel_bytes`
-    (at least 8, at most d_out). A function of the shape only, so every forward uses the same panels."""
+def qpanel_width(d_in, d_out, panel_bytes=QPANEL_BYTES):  # -> columns per panel, a function of the shape only
+    """The largest multiple of 8 with `4 d_in width <= panel_bytes`, at least 8, at most d_out."""
     return min(d_out, max(8, panel_bytes // (4 * d_in) // 8 * 8))
 
 
 class QuantizedMatrix:
-    """A `[d_in, d_out]` weight matrix held as int8 codes and float32 scales, panel by panel (module docstring).
-
-    codes: int8 `[P, d_in, width]`, each panel C-contiguous; scales: float32 `[P, n_groups, 1, width]`
-    (n_groups = d_in / group; 1 per output channel); starts: the first column of each panel (the
-    last one may overlap the previous). Build it with `from_codes`. `shape`, `size` (weights) and
-    `nbytes` (codes + scales, the overlap panel included) let npspec.model.model count it like an array.
-    """
+    """A `[d_in, d_out]` weight matrix as int8 codes `[P, d_in, width]` (each panel C-contiguous) and float32 scales
+    `[P, n_groups, 1, width]`; starts: each panel's first column. Build it with `from_codes`. `shape`, `size` and
+    `nbytes` (codes + scales) let a Model count it like an array."""
 
     def __init__(self, codes, scales, starts, d_out):
         self.codes, self.scales, self.starts = codes, scales, tuple(int(s) for s in starts)
@@ -58,11 +31,8 @@ class QuantizedMatrix:
 
     @classmethod
     def from_codes(cls, codes, scales, panel_bytes=QPANEL_BYTES):
-        """From npspec.sources.quantize's Quantized fields in the Conv1D layout (input axis 0).
-
-        codes: int8 `[d_in, d_out]`; scales: float32 `[n_groups, d_out]` with n_groups dividing d_in
-        (1: per output channel). Raises ValueError (one line) for other dtypes, ranks or shapes.
-        """
+        """codes: int8 `[d_in, d_out]`; scales: float32 `[n_groups, d_out]`, n_groups dividing d_in (npspec.sources.
+        quantize's fields). Raises ValueError (one line) for other dtypes, ranks or shapes."""
         codes, scales = np.asarray(codes), np.asarray(scales)
         if codes.dtype != np.int8 or codes.ndim != 2:
             raise ValueError(f"codes must be a 2-D int8 array [d_in, d_out], got {codes.dtype} {list(codes.shape)}")
@@ -88,15 +58,13 @@ class QuantizedMatrix:
     def nbytes(self):
         return self.codes.nbytes + self.scales.nbytes
 
-    def panel(self, p, out):  # p: a panel index; out: float32 [d_in, width] -> out
-        """Dequantize panel p into `out` (float32 `[d_in, width]`, C-contiguous): cast, then multiply by the scales in place."""
+    def panel(self, p, out):  # p: a panel index; out: float32 [d_in, width], C-contiguous -> out, panel p dequantized
         np.copyto(out, self.codes[p], casting="unsafe")  # int8 -> float32, exact
         grouped = out.reshape(self.scales.shape[1], self.group, self.width)  # [n_groups, group, width], a view
         np.multiply(grouped, self.scales[p], out=grouped)
         return out
 
-    def dequantize(self):  # -> float32 [d_in, d_out]
-        """The float32 matrix the codes stand for (npspec.sources.quantize.dequantize_tensor's values), a new array."""
+    def dequantize(self):  # -> float32 [d_in, d_out], a new array: the values of quantize.dequantize_tensor
         w = np.empty(self.shape, dtype=np.float32)
         buf = np.empty((self.shape[0], self.width), dtype=np.float32)
         for p, s in enumerate(self.starts):
@@ -109,8 +77,8 @@ class QuantizedMatrix:
 
 
 def panel_products(x, w, product):  # [n, d_in], QuantizedMatrix [d_in, d_out] -> [n, d_out]
-    """For each panel of w in order: dequantize it into one reused buffer, then `product(x, panel)` `[n, width]`
-    into its columns (an overlapping last panel overwrites the shared columns, the same way for every n)."""
+    """Each panel in order dequantized into one reused buffer, then `product(x, panel)` into its columns. Raises
+    ValueError if x is not `[n, d_in]`."""
     n, (d_in, d_out) = x.shape[0], w.shape
     if x.ndim != 2 or x.shape[1] != d_in:
         raise ValueError(f"x must be [n, {d_in}] to multiply a quantized [{d_in}, {d_out}] matrix, got {list(x.shape)}")
@@ -126,10 +94,7 @@ def panel_gemv(x, panel):  # [n, d_in], [d_in, width] -> [n, width]; row i == pa
 
 
 def dequant_panels(x, w, b=None):  # [n, d_in], [d_in, d_out], [d_out] -> [n, d_out]; batch invariant
-    """The "dequant-panels" kernel (module docstring): panel by panel, dequantize then every row's GEMV.
-
-    w: a QuantizedMatrix, or a float32 array (then kernels.gemv_rows). Raises ValueError if x is not `[n, d_in]`.
-    """
+    """"dequant-panels": w a QuantizedMatrix, or a float32 array (then products.gemv_rows)."""
     if not isinstance(w, QuantizedMatrix):
         return gemv_rows(x, w, b)
     y = panel_products(x, w, panel_gemv)
@@ -137,13 +102,12 @@ def dequant_panels(x, w, b=None):  # [n, d_in], [d_in, d_out], [d_out] -> [n, d_
 
 
 def dequant_gemm(x, w, b=None):  # [n, d_in], [d_in, d_out], [d_out] -> [n, d_out]; NOT batch invariant
-    """The prefill's product with quantized weights: panel by panel, dequantize then one GEMM (kernels.gemm for a float w)."""
+    """The prefill's product: a GEMM per dequantized panel (products.gemm for a float32 w)."""
     if not isinstance(w, QuantizedMatrix):
         return gemm(x, w, b)
     y = panel_products(x, w, np.matmul)
     return y if b is None else y + b
 
 
-def holds_codes(params):
-    """True if a block matrix of the parameter tree is a QuantizedMatrix."""
+def holds_codes(params):  # the parameter tree -> True if a block matrix is a QuantizedMatrix
     return any(isinstance(lin["w"], QuantizedMatrix) for lin in block_linears(params))

@@ -1,15 +1,7 @@
-"""GPT-2 in NumPy: the math of the forward pass, with an explicit KV cache.
-
-Radford et al. 2019, "Language Models are Unsupervised Multitask Learners" (GPT-2): token +
-learned position embeddings, pre-LN transformer blocks (LN -> causal multi-head attention ->
-residual, LN -> MLP with tanh GELU -> residual), a final layer norm `ln_f`, and an LM head tied
-to the token embedding `wte`. Parameters arrive as the checkpoint's own tree
-(`params["h"][i]["attn"]["c_attn"]["w"]`), in GPT-2's Conv1D layout `[in, out]`, float32 end to end.
-
-Every product goes through one callable, `linear(x, w, b=None)`, and attention through one
-callable, `attention(q, k, v, n_past)`: which kernels run is the caller's choice
-(npspec.kernels.products holds them, npspec.model.model picks them). Imports numpy only: no I/O, no RNG, no
-threads, no environment, no module state.
+"""GPT-2's forward in NumPy (Radford et al. 2019) with an explicit KV cache: token + position embeddings, pre-LN
+blocks (causal attention, tanh-GELU MLP), `ln_f`, an LM head tied to `wte`. The checkpoint's tree in Conv1D layout
+`[in, out]`, float32 end to end; every product goes through `linear(x, w, b=None)` and attention through `attend(q,
+k, v, n_past)`, the caller's (npspec.kernels). Imports numpy only: no I/O, RNG, threads or module state.
 """
 
 from dataclasses import dataclass
@@ -19,12 +11,9 @@ import numpy as np
 
 @dataclass(frozen=True)
 class GPT2Config:
-    """Hyperparameters of a GPT-2 checkpoint (names as in GPT-2's hparams.json).
-
-    Raises ValueError for a non-positive size, n_embd not divisible by n_head, a
-    layer_norm_epsilon that is not a positive number finite in float32 (1e300 is inf there: the forward
-    runs in float32), or an eos_token_id outside the vocabulary.
-    """
+    """GPT-2's hyperparameters (hparams.json's names). Raises ValueError for a size that is not a positive int,
+    n_embd not divisible by n_head, a layer_norm_epsilon not positive and finite in float32, an eos_token_id outside
+    the vocabulary."""
 
     n_vocab: int
     n_ctx: int
@@ -63,12 +52,8 @@ class ContextOverflowError(ValueError):
 
 
 class KVCache:
-    """Keys and values of every position fed so far, preallocated up to `n_ctx`.
-
-    k, v: float32 `[n_layer, n_head, n_ctx, d_head]`; positions `0 .. length-1` are valid.
-    Rolling back is `rollback(n)`: O(1), no copy (later forwards overwrite the stale rows).
-    Memory: `2 * n_layer * n_ctx * n_embd * 4` bytes.
-    """
+    """Keys and values, float32 `[n_layer, n_head, n_ctx, d_head]` each, of positions 0 .. length-1; preallocated, so
+    rollback is O(1). Memory: `2 * n_layer * n_ctx * n_embd * 4` bytes."""
 
     def __init__(self, config):
         shape = (config.n_layer, config.n_head, config.n_ctx, config.d_head)
@@ -78,8 +63,8 @@ class KVCache:
         self.length = 0
 
     def rollback(self, length):
-        """Forget every position from `length` on. Raises TypeError unless `length` is a Python or NumPy integer,
-        ValueError unless 0 <= length <= the current length."""
+        """Forget positions from `length` on. Raises TypeError for a non-integer, ValueError unless
+        0 <= length <= self.length."""
         if isinstance(length, bool) or not isinstance(length, (int, np.integer)):
             raise TypeError(f"rollback's length must be an integer, got {length!r} (a {type(length).__name__})")
         if not 0 <= length <= self.length:
@@ -87,11 +72,8 @@ class KVCache:
         self.length = length
 
     def keep(self, rows, start):  # rows: [m] positions >= start, increasing -> positions start .. start + m - 1
-        """Move the keys and values at positions `rows` to `start, start + 1, ...` and end the cache there.
-
-        After a tree verify (gpt2_tree) this keeps the accepted path: O(len(rows)) rows copied, the
-        prefix before `start` untouched. Raises ValueError unless start <= rows[0] < ... < length.
-        """
+        """Move positions `rows` (increasing, each >= start + its index) to start, start + 1, ... and end the
+        cache there (a tree's accepted path; the prefix untouched). Raises ValueError otherwise."""
         rows = [int(r) for r in rows]
         if any(not start + i <= r < self.length for i, r in enumerate(rows)) or rows != sorted(set(rows)):
             raise ValueError(f"cannot keep positions {rows} from {start}: the cache holds {self.length}")
@@ -119,18 +101,15 @@ def layer_norm(x, g, b, eps):  # [n, d], [d], [d] -> [n, d]; row-wise, so rows n
     return g * xc / np.sqrt(var + np.float32(eps)) + b
 
 
-def attend_row(q_row, k, v, t):  # [h, 1, dh], [h, T, dh], [h, T, dh], keys 0 .. t-1 -> [h, 1, dh]
-    """One query row over the key prefix 0 .. t-1: the one computation every invariant attention path shares."""
+def attend_row(q_row, k, v, t):  # [h, 1, dh], [h, T, dh], [h, T, dh], keys 0 .. t-1 -> [h, 1, dh]; every
+    # invariant attention path computes a row with this one call
     scores = q_row @ k[:, :t].transpose(0, 2, 1) * np.float32(1 / np.sqrt(q_row.shape[-1]))  # [h, 1, t]
     return softmax(scores) @ v[:, :t]  # [h, 1, dh]
 
 
 def attention(q, k, v, n_past):  # [h, n, dh], [h, T, dh], [h, T, dh] -> [h, n, dh]
-    """Causal attention, each query row over exactly its key prefix 0 .. n_past + i.
-
-    Row i is computed with the same call shapes whatever n is, so its bits never depend on the
-    other rows (batch invariance, see npspec.kernels.products).
-    """
+    """Causal attention, row i over exactly its key prefix 0 .. n_past + i with the same call shapes whatever
+    n is: its bits never depend on the other rows (batch invariance, npspec.kernels.products)."""
     out = np.empty_like(q)
     for i in range(q.shape[1]):
         out[:, i : i + 1] = attend_row(q[:, i : i + 1], k, v, n_past + i + 1)
@@ -138,8 +117,7 @@ def attention(q, k, v, n_past):  # [h, n, dh], [h, T, dh], [h, T, dh] -> [h, n, 
 
 
 def tree_paths(parents):  # [n] ints (-1: hangs after the cache; else an earlier row) -> [n] lists of rows
-    """Each row's path of rows from the top of the tree down to itself. Raises ValueError for a parent
-    that is not -1 or an earlier row."""
+    """Each row's path from the tree's top. Raises ValueError for a parent not -1 or an earlier row."""
     paths = []
     for i, parent in enumerate(parents):
         if not -1 <= parent < i:
@@ -149,12 +127,8 @@ def tree_paths(parents):  # [n] ints (-1: hangs after the cache; else an earlier
 
 
 def tree_attention(paths):  # -> attend(q, k, v, n_past) for rows laid out as a tree
-    """Tree attention: row i attends to the cached prefix 0 .. n_past-1 and to the rows of its path.
-
-    For each row, its path's keys and values are put at positions n_past .. n_past + len(path) - 1
-    of the cache (then put back), so the row runs `attend_row` over a key prefix exactly as a
-    one-token forward after the path would: same values, same call shapes, same bits.
-    """
+    """Tree attention: row i attends to the cached prefix and its path's rows, put at positions n_past ..
+    while it runs (then put back), so it computes attend_row exactly as a one-token forward after its path would."""
     def attend(q, k, v, n_past):  # [h, n, dh], [h, T, dh], [h, T, dh] -> [h, n, dh]
         n = q.shape[1]
         k_new, v_new = k[:, n_past:n_past + n].copy(), v[:, n_past:n_past + n].copy()
@@ -169,11 +143,8 @@ def tree_attention(paths):  # -> attend(q, k, v, n_past) for rows laid out as a 
 
 
 def attention_masked(q, k, v, n_past):  # [h, n, dh], [h, T, dh], [h, T, dh] -> [h, n, dh]
-    """Causal attention for all rows in one product, future keys masked; every row keeps its own key.
-
-    Faster for a long prompt; not batch invariant (a masked softmax over padded keys rounds
-    differently from `attention`).
-    """
+    """Causal attention of all rows in one product, future keys masked (each row keeps its own key):
+    faster for a prompt, not batch invariant."""
     n, t = q.shape[1], n_past + q.shape[1]
     scores = q @ k[:, :t].transpose(0, 2, 1) * np.float32(1 / np.sqrt(q.shape[-1]))  # [h, n, t]
     future = np.arange(t)[None, :] > (n_past + np.arange(n))[:, None]  # [n, t]; diagonal False
@@ -204,20 +175,12 @@ def block(x, p, cache, layer, config, linear, attend):  # [n, d] -> [n, d]
 
 
 def gpt2(ids, params, config, cache, linear, attend=attention, positions=None):  # [n_new] -> [n_new, n_vocab]
-    """Feed `ids` (the positions after `cache.length`) and return their logits.
-
-    ids: int array `[n_new]`, values in `[0, n_vocab)`. Returns float32 logits
-    `[n_new, n_vocab]` for every new position and advances `cache.length` by `n_new`.
-    linear(x `[n, d_in]`, w `[d_in, d_out]`, b `[d_out]` or None) -> `[n, d_out]`: every product,
-    the tied head `linear(x, wte.T)` included. attend: `attention` (each row over its key prefix),
-    `attention_masked`, or `tree_attention(paths)`. positions: `[n_new]` position ids (default
-    cache.length + 0 .. n_new-1; a tree's rows sit at the depth of their path, see gpt2_tree).
-    With a batch-invariant `linear` (npspec.kernels.products) and `attention`, row i's logits are
-    bit-identical to feeding the ids one at a time.
-    Raises ContextOverflowError, before any work, if `cache.length + n_new > n_ctx`, and
-    ValueError for ids that are not a 1-D array of integers in range, or a cache of another shape
-    (another model's).
-    """
+    """Logits float32 `[n_new, n_vocab]` of `ids` (int `[n_new]` in [0, n_vocab)) fed after `cache.length`, which
+    advances by n_new. linear(x `[n, d_in]`, w `[d_in, d_out]`, b `[d_out]` or None) -> `[n, d_out]` runs every
+    product (the tied head `linear(x, wte.T)` too); attend: attention, attention_masked or tree_attention(paths);
+    positions: `[n_new]` (default cache.length + 0 ..). A batch-invariant linear with `attention` makes row i
+    bit-identical to feeding the ids one at a time. Raises ContextOverflowError past n_ctx, before any work, and
+    ValueError for ids not 1-D integers in range or another model's cache."""
     ids = np.asarray(ids)
     if ids.ndim != 1:
         raise ValueError(f"ids must be a 1-D array of token ids [n_new], got shape {list(ids.shape)}; "
@@ -247,14 +210,9 @@ def gpt2(ids, params, config, cache, linear, attend=attention, positions=None): 
 
 
 def gpt2_tree(ids, parents, params, config, cache, linear):  # [n_new], [n_new] -> [n_new, n_vocab]
-    """Feed a tree of ids after the cache and return each row's logits (tree attention, one forward).
-
-    parents[i]: -1 for a row that follows the cached prefix directly, else an earlier row. Row i
-    sits at position cache.length + len(path) - 1 and attends to the prefix and its path
-    (tree_attention). The rows are stored in the cache in feed order (positions cache.length ..);
-    keep the accepted path with KVCache.keep. With a batch-invariant `linear`, row i's logits are
-    bit-identical to one-token forwards along its path. Raises as gpt2 and for bad parents.
-    """
+    """Logits of a tree of ids (parents[i]: -1 after the cache, else an earlier row) in one forward: row i sits
+    at position cache.length + len(its path) - 1 and attends to the prefix and its path (tree_attention), stored in
+    feed order (KVCache.keep keeps a path). Raises as gpt2 and for bad parents."""
     paths = tree_paths(parents)
     positions = cache.length + np.array([len(path) - 1 for path in paths], dtype=np.int64)
     return gpt2(ids, params, config, cache, linear, tree_attention(paths), positions)

@@ -1,9 +1,5 @@
-"""GPT-2's tensors by name: which tensors a config asks for, their shapes, and the tree the forward reads.
-
-The names are GPT-2's without the `transformer.` prefix (`wte.weight, wpe.weight, h.{i}.ln_1.weight,
-h.{i}.attn.c_attn.weight, ... ln_f.bias`), Conv1D matrices `[d_in, d_out]`; no LM head (it is tied to
-`wte`). Nothing here reads or writes a file: npspec.sources.files (npspec's format), npspec.sources.huggingface
-(Hugging Face checkpoints), npspec.sources.init and npspec.sources.quantized build on it. Imports the standard library only.
+"""GPT-2's tensors by name (GPT-2's, without `transformer.`; Conv1D matrices `[d_in, d_out]`; the head tied to
+`wte`): which a config asks for, their shapes, the tree the forward reads. Imports the standard library only.
 """
 
 import re
@@ -13,13 +9,9 @@ BLOCK_MATRICES = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight",
 
 
 def layer_count_problem(config, names, where):
-    """A one-line problem if `config`'s n_layer does not fit the layers the file's header `names` holds, else None.
-
-    Checked before `tensor_shapes(config)` is built: the header's tensor count bounds every list
-    (a config.json saying n_layer 1e9 must not build a list of 1.2e10 names). A few layers missing
-    (up to 4) are left to the tensor-by-tensor check, which names each one. Fewer layers than the
-    file holds (`h.{i}.` names with i >= n_layer) is a problem too: the model would be truncated.
-    """
+    """A one-line problem if `config`'s n_layer does not fit the layers the file header's `names`
+    hold (checked before tensor_shapes builds n_layer-long lists; a few missing are left to check_tensors, more layers
+    than n_layer would truncate the model), else None."""
     n_expected = 4 + 12 * config.n_layer
     layers = {int(m.group(1)) for n in names if (m := LAYER_NAME.match(n))}
     if layers and max(layers) >= config.n_layer:
@@ -32,8 +24,7 @@ def layer_count_problem(config, names, where):
             f"{len(names):,} tensors ({present} layers)")
 
 
-def tensor_shapes(config):
-    """name -> shape of every tensor the forward uses (GPT-2 names, Conv1D `[in, out]`)."""
+def tensor_shapes(config):  # -> {name: shape} of every tensor the forward uses
     d = config.n_embd
     shapes = {"wte.weight": (config.n_vocab, d), "wpe.weight": (config.n_ctx, d),
               "ln_f.weight": (d,), "ln_f.bias": (d,)}
@@ -49,13 +40,11 @@ def tensor_shapes(config):
     return shapes
 
 
-def is_block_matrix(name):
-    """True for the four matrices of every layer that format 2 stores transposed (BLOCK_MATRICES)."""
+def is_block_matrix(name):  # one of each layer's four matrices (format 2 stores them transposed)
     return name.startswith("h.") and name.endswith(BLOCK_MATRICES)
 
 
-def params_tree(tensors, config):
-    """Flat `{name: array}` -> the checkpoint's tree, as the forward reads it."""
+def params_tree(tensors, config):  # {name: array} -> the checkpoint's tree the forward reads
     def lin(prefix):
         return {"w": tensors[prefix + ".weight"], "b": tensors[prefix + ".bias"]}
 
@@ -71,8 +60,7 @@ def params_tree(tensors, config):
     }
 
 
-def flat_tensors(params, config):
-    """The parameter tree as `{name: array}` with tensor_shapes' names and order (the inverse of params_tree; no copies)."""
+def flat_tensors(params, config):  # params_tree's inverse: {name: array} in tensor_shapes' order, no copies
     t = {"wte.weight": params["wte"], "wpe.weight": params["wpe"],
          "ln_f.weight": params["ln_f"]["g"], "ln_f.bias": params["ln_f"]["b"]}
     for i, h in enumerate(params["h"]):
@@ -83,8 +71,7 @@ def flat_tensors(params, config):
     return {name: t[name] for name in tensor_shapes(config)}
 
 
-def check_tensors(tensors, config):
-    """Every problem with `tensors` against `config`, as a list of strings (empty: all good)."""
+def check_tensors(tensors, config):  # -> [str]: each missing or misshaped tensor (empty: all good)
     problems = []
     for name, shape in tensor_shapes(config).items():
         if name not in tensors:

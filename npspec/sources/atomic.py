@@ -1,24 +1,9 @@
-"""Crash-safe file system work, whatever the files hold: atomic writes, locks, atomic directory swaps.
-
-One mechanism for every file npspec writes (converted models, the conversion cache, --html pages,
-the kit's vectors, bench results):
-  * `atomic_write(path, write)`: the content is written to a temporary file beside `path` and renamed
-    onto it, so a reader sees the old file or the new one, never half of one. Only a regular file is
-    ever replaced: a symlink, a directory, a FIFO or a device at `path` is refused (NotRegularFile)
-    rather than replaced by a file (running as root, `--force /dev/null` used to make /dev/null a
-    regular file) or written through (a symlink's target is not what the user named).
-  * `locked(lock_file)`: an exclusive lock held while a block runs, filelock's (an OS lock on Unix and
-    Windows, released by the OS when its holder dies, even by SIGKILL); the lock file is removed when
-    released. The conversion cache (npspec.sources.cache) uses the same.
-  * `remove_leftovers(path)`: under the lock every writer of `path` holds, the temporary files of an
-    atomic_write that a SIGKILL stopped are deleted (no handler runs for it).
-  * `exchange(a, b)`: swap two directories in one step (Linux renameat2 RENAME_EXCHANGE), so that a
-    reader of `b` always finds a complete directory; where the OS lacks it, two renames.
-  * `public_mode(path)`: give a directory made by mkdtemp (mode 0700) the mode the umask gives a new one.
-  * `kind(path)` and `described(path)`: what a path is (a symlink: where it leads), for checks and messages.
-  * `expand(path, what)`: `~` and `~user` expanded, or a one-line ValueError naming the path;
-    `resolved(path, what)`: its symlinks followed, or a one-line ValueError naming the link that loops.
-Imports filelock and the standard library only.
+"""Crash-safe file system work for every file npspec writes: `atomic_write` (a temporary file renamed onto the
+path, which must be missing or a regular file: NotRegularFile otherwise), `locked` (filelock's exclusive lock, which
+the OS releases when its holder dies), `remove_leftovers` (a killed atomic_write's temporary files), `exchange` (two
+directories swapped in one step where Linux can), `public_mode`, `kind` and `described` (what a path is, for
+messages), `expand` (`~user`) and `resolved` (symlinks followed, or one line naming the link that loops). Imports
+filelock and the standard library only.
 """
 
 import contextlib
@@ -39,8 +24,8 @@ class NotRegularFile(OSError):
 
 
 def kind(path):
-    """What `path` is, without following a symlink: "missing", "file", "symlink", "directory", "FIFO",
-    "device", "socket" or "special file". Raises OSError (ENAMETOOLONG, EACCES...) from lstat."""
+    """What `path` is, without following a symlink: "missing", "file", "symlink", "directory", "FIFO", "device",
+    "socket" or "special file". Raises OSError from lstat."""
     try:
         mode = os.lstat(path).st_mode
     except FileNotFoundError:
@@ -76,8 +61,8 @@ def described(path):
 
 
 def replace_problem(path):
-    """A one-line reason why `path` may not be replaced by a new file (it is not a regular file), or None.
-    Raises OSError from lstat (a name too long, no permission to look)."""
+    """Why `path` may not be replaced by a new file (not a regular file), one line, or None. Raises
+    OSError from lstat."""
     what = kind(path)
     if what in ("missing", "file"):
         return None
@@ -85,20 +70,16 @@ def replace_problem(path):
             "name a new file or an existing regular one")
 
 
-def umask():
-    """The process's umask (read by setting and restoring it)."""
+def umask():  # the process's umask (set and restored)
     mask = os.umask(0)
     os.umask(mask)
     return mask
 
 
 def atomic_write(path, write):
-    """Call `write(tmp_path)`, then rename the temporary file onto `path` (same directory), mode 0666 & ~umask.
-
-    path may be missing or a regular file; anything else (a symlink included) raises NotRegularFile,
-    checked before writing and again just before the rename. Raises OSError from the writes; the
-    temporary file is then removed and `path` is as it was.
-    """
+    """write(tmp) beside `path`, then rename it onto `path`, mode 0666 & ~umask. Raises NotRegularFile for
+    anything but a missing or regular `path` (checked before and just before the rename), OSError from the writes (the
+    temporary file removed, `path` as it was)."""
     path = Path(path)
     if problem := replace_problem(path):
         raise NotRegularFile(problem)
@@ -117,10 +98,8 @@ def atomic_write(path, write):
 
 
 def remove_leftovers(path):
-    """Delete the temporary files that atomic_write(`path`) left behind when its process was killed before it could
-    clean up (SIGKILL, a power cut): the regular files beside `path` named as its mkstemp names them, `.NAME.` then 8
-    of tempfile's random characters then `.tmp` (a user's `.NAME.backup.tmp` stays). Call it only while holding the
-    lock that every writer of `path` holds, so that no write is in progress. Returns how many were deleted."""
+    """Delete the temporary files a killed atomic_write(`path`) left (`.NAME.` + 8 of mkstemp's
+    characters + `.tmp`, regular files only), under the lock every writer of `path` holds. Returns how many."""
     path = Path(path)
     removed = 0
     ours = re.compile(rf"\.{re.escape(path.name)}\.[a-z0-9_]{{8}}\.tmp")
@@ -131,21 +110,15 @@ def remove_leftovers(path):
     return removed
 
 
-def public_mode(path):
-    """Give the directory `path` (made by mkdtemp: 0700) the mode a new directory gets from the umask."""
+def public_mode(path):  # a mkdtemp directory (0700) given the mode the umask gives a new one
     os.chmod(path, 0o777 & ~umask())
 
 
 @contextlib.contextmanager
 def locked(lock_file, blocking=True, timeout=-1):
-    """Hold an exclusive filelock on the file `lock_file` (created if missing, and left in place when released:
-    filelock's Unix lock never deletes its file, so a process waiting on it never holds a lock on a deleted file
-    while a third locks a new one).
-
-    Yields True when held; False when `blocking` is False and another process (or another lock object
-    in this one) holds it. timeout: seconds to wait when blocking (-1: forever); filelock.Timeout is
-    raised past it. Raises OSError if the lock file cannot be created.
-    """
+    """Hold filelock's exclusive lock on `lock_file` (created, left in place after). Yields True when held, False
+    when not `blocking` and another holds it; raises filelock.Timeout past `timeout` seconds (-1: forever), OSError if
+    the lock file cannot be created."""
     lock = FileLock(lock_file)
     try:
         lock.acquire(timeout=timeout if blocking else 0)
@@ -172,13 +145,8 @@ def _renameat2():
 
 
 def exchange(a, b):
-    """Swap the existing directories `a` and `b` atomically: afterwards `b` holds what `a` held and `a` what `b` did.
-
-    Linux's renameat2(RENAME_EXCHANGE): no moment exists at which `b` is missing, so a process opening
-    a file inside `b` meanwhile opens the old one or the new one. Where the OS or file system lacks it,
-    two renames through a temporary name beside `b` (a reader may then find `b` missing for that
-    instant). Returns True if the swap was atomic. Raises OSError; both are then as they were.
-    """
+    """Swap the directories `a` and `b` (Linux renameat2 RENAME_EXCHANGE: `b` never missing; elsewhere two
+    renames). Returns whether it was atomic. Raises OSError, both left as they were."""
     call = _renameat2()
     if call is not None:
         if call(AT_FDCWD, os.fsencode(a), AT_FDCWD, os.fsencode(b), RENAME_EXCHANGE) == 0:
@@ -199,8 +167,7 @@ def exchange(a, b):
 
 
 def expand(path, what):
-    """`path` (a str or Path) with `~` / `~user` expanded, as a Path. Raises ValueError naming `what` and the path
-    when the home directory is unknown (`~nouser/x`)."""
+    """`path` with `~` / `~user` expanded, a Path. Raises ValueError naming `what` for an unknown home."""
     try:
         return Path(path).expanduser()
     except RuntimeError:

@@ -1,35 +1,22 @@
 """The conversion cache: Hugging Face checkpoints (hub or local) and `random:` models, converted once.
 
-npspec runs only its converted layout (npspec.sources.files). A Hugging Face checkpoint (from the
-hub, or a local directory) is converted, and a `random:` model built, once into the cache directory,
-and later runs load the conversion:
-
     $NPSPEC_CACHE (else $XDG_CACHE_HOME/npspec, else ~/.cache/npspec)
-        hub/<org>--<name>/<commit>/          a hub checkpoint, keyed by the hub commit it came from
-        local/<dir name>-<fingerprint>/      a local Hugging Face directory, keyed by its path and
-                                             the sizes and mtimes of its files
+        hub/<org>--<name>/<commit>/          a hub checkpoint, by the hub commit it came from
+        local/<dir name>-<fingerprint>/      a local checkpoint, by its path and its files' sizes and mtimes
         random/<shape>-seed<seed>-<config>/  a `random:` model (config: a hash of its shape)
-        choices.json                         the kernel each role decodes with, measured per machine (npspec.sources.choices)
-        .locks/                              one lock file per entry (and one for choices.json)
-
-Each entry is built in a hidden staging directory beside it and renamed into place, complete,
-under a lock (filelock, a huggingface_hub requirement: an OS lock on Unix and Windows, which
-the OS releases when its holder dies): a killed conversion leaves no half-written model, and
-two processes converting the same model at once convert it once (the second waits, says so,
-and gives up with the lock file's name after LOCK_TIMEOUT). The rename alone would keep the
-cache whole without the lock (a process that loses the race discards its copy).
-
-Downloads use huggingface_hub (its cache, HF_HUB_CACHE / HF_HOME, its progress bars and
-HF_HUB_OFFLINE), fetching only `config.json`, `model.safetensors` and `tokenizer.json`.
-Imports npspec.sources.files, npspec.sources.huggingface, npspec.sources.init and the registry and shipped files of
-npspec.sources; huggingface_hub, filelock. The locks are npspec.sources.atomic's (filelock), as for every
-file npspec writes. Nothing here prints: notes for the user (a conversion starting, a wait for
-another process) go to the `note` callback the caller passes (the commands print them on stderr).
+        choices.json                         the kernel probe's records (npspec.sources.choices)
+        .locks/                              one lock file per entry (and for choices.json)
+Each entry is built in a hidden staging directory beside it and renamed into place, complete, under its lock
+(npspec.sources.atomic.locked): a killed conversion leaves no half-written model, and two processes converting the
+same model convert it once (the second waits, says so, gives up after LOCK_TIMEOUT). Downloads use huggingface_hub
+(its cache, HF_HUB_OFFLINE; only config.json, model.safetensors, tokenizer.json). Notes go to the
+"npspec.sources.cache" logger. Imports npspec.sources' files, huggingface, init, names, shipped; huggingface_hub.
 """
 
 import contextlib
 import hashlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -48,6 +35,8 @@ from .init import iter_tensors
 from .names import SHAPES
 from .shipped import gpt2_tokenizer_json
 
+log = logging.getLogger(__name__)
+
 CACHE_ENV = "NPSPEC_CACHE"
 HUB_FILES = ["config.json", "model.safetensors", "tokenizer.json"]
 RANDOM_SEED = 0
@@ -62,24 +51,14 @@ def cache_dir():
     return Path(base) / "npspec"
 
 
-def _say(note, message):
-    """Pass one line about slow one-time work (a conversion, a wait) to `note` (None: nothing is said)."""
-    if note is not None:
-        note(message)
-
-
 @contextmanager
-def _lock(path, timeout, what, note=None):
-    """Hold the cache entry's lock file `path` (npspec.sources.atomic.locked: filelock, which the OS releases if the holder
-    dies).
-
-    If another process holds it, say so through `note` and wait up to `timeout` seconds. Raises
-    CheckpointError naming the lock file if it is still held then.
-    """
+def _lock(path, timeout, what):
+    """Hold the entry's lock file `path`, saying so first if another holds it, waiting up to `timeout` s. Raises
+    CheckpointError naming the lock file if it is still held then."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with contextlib.ExitStack() as hold:
         if not hold.enter_context(locked(path, blocking=False)):
-            _say(note, f"another process is building {what}: waiting for it (lock file {path}, up to {timeout:g} s)")
+            log.info(f"another process is building {what}: waiting for it (lock file {path}, up to {timeout:g} s)")
             try:
                 hold.enter_context(locked(path, timeout=timeout))
             except Timeout:
@@ -89,19 +68,13 @@ def _lock(path, timeout, what, note=None):
         yield
 
 
-def _entry_of(partial):
-    """The cache entry a staging directory `.NAME.<random>.partial` was building (a Path beside it)."""
+def _entry_of(partial):  # `.NAME.<random>.partial` -> the entry NAME beside it
     return partial.parent / partial.name[1:-len(".partial")].rsplit(".", 1)[0]
 
 
 def clean_stale(root):
-    """Delete the staging directories (`.NAME.*.partial`) that killed builds left anywhere in the cache `root`.
-
-    Each is deleted under its entry's lock, taken without waiting: a staging directory whose entry is
-    locked belongs to a live build and is left alone. Called at every cache use (cached), so a
-    SIGKILLed build's leftovers go at the next run, not only when the same entry is rebuilt. Raises
-    nothing (a cache that cannot be written is reported by the build that needs it).
-    """
+    """Delete the staging directories (`.NAME.*.partial`) killed builds left in the cache `root`, each under
+    its entry's lock taken without waiting (a live build's is left alone). Raises nothing."""
     root = Path(root)
     for partial in [*root.glob("*/.*.partial"), *root.glob("hub/*/.*.partial")]:
         try:
@@ -113,8 +86,8 @@ def clean_stale(root):
 
 
 def publish(staging, final):
-    """Rename the complete directory `staging` to `final`; if another process published `final` first, keep
-    theirs and delete `staging`. Returns True if this call published it."""
+    """Rename the complete `staging` to `final`, or keep another process's `final` and delete `staging`.
+    Returns whether this call published it."""
     try:
         os.rename(staging, final)
         return True
@@ -125,31 +98,21 @@ def publish(staging, final):
         return False
 
 
-def lock_file(root, final):
-    """The lock file of the cache entry `final` inside the cache `root`: `.locks/<its path, parts joined by -->.lock`."""
+def lock_file(root, final):  # -> root/.locks/<final's parts under root, joined by -->.lock
     return Path(root) / ".locks" / f"{'--'.join(Path(final).relative_to(root).parts)}.lock"
 
 
-def entry_lock(root, final, lock_timeout=LOCK_TIMEOUT, note=None):
-    """A context manager holding the cache entry's lock (the one `cached` builds it under), taken when entered:
-    what files.load_model holds while it rewrites the entry's format-1 file as format 2. Entering raises OSError
-    for a cache that cannot be written and CheckpointError for a lock still held after lock_timeout."""
-    return _lock(lock_file(root, final), lock_timeout, f"{final} (rewriting it as format 2)", note)
+def entry_lock(root, final, lock_timeout=LOCK_TIMEOUT):
+    """The entry's lock as a context manager (taken on entering): what files.load_model holds while it
+    rewrites an entry's format-1 file. Entering raises OSError or CheckpointError as `_lock`."""
+    return _lock(lock_file(root, final), lock_timeout, f"{final} (rewriting it as format 2)")
 
 
-def cached(root, final, build, what, lock_timeout=LOCK_TIMEOUT, note=None):
-    """Return the cache entry `final` (inside the cache `root`), building it first with `build(staging_dir)`
-    if it is not there.
-
-    build writes a converted model into the (empty, existing) staging directory it is given.
-    what: a description for the one-line note said when building. lock_timeout: seconds to
-    wait while another process builds the same entry. note: None (say nothing), or called with
-    one line for the user (building, waiting for another process); the commands print it on
-    stderr. Staging directories that killed builds left anywhere in the cache are deleted first
-    (clean_stale); the entry is given the umask's mode (not mkdtemp's 0700). Raises
-    CheckpointError (from build, for a cache that cannot be written, or a lock still held after
-    lock_timeout); the cache is then left as it was.
-    """
+def cached(root, final, build, what, lock_timeout=LOCK_TIMEOUT):
+    """The cache entry `final` in `root`, first built by build(staging directory) if missing: stale staging
+    directories deleted, then under its lock (waiting up to lock_timeout s), a note naming `what`, the entry published
+    with the umask's mode. Raises CheckpointError (from build, for an unwritable cache, a lock still held); the cache
+    is then left as it was."""
     root, final = Path(root), Path(final)
     clean_stale(root)
     if final.is_dir():
@@ -157,13 +120,13 @@ def cached(root, final, build, what, lock_timeout=LOCK_TIMEOUT, note=None):
     try:
         final.parent.mkdir(parents=True, exist_ok=True)
         lock = lock_file(root, final)
-        with _lock(lock, lock_timeout, what, note):
+        with _lock(lock, lock_timeout, what):
             if final.is_dir():  # another process built it while we waited
                 return final
             staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".partial", dir=final.parent))
             try:
                 public_mode(staging)
-                _say(note, f"converting {what} into {final} (once; later runs reuse it)")
+                log.info(f"converting {what} into {final} (once; later runs reuse it)")
                 build(staging)
                 publish(staging, final)
             except BaseException:
@@ -179,27 +142,25 @@ def cached(root, final, build, what, lock_timeout=LOCK_TIMEOUT, note=None):
 
 
 def fallback_tokenizer_json(src):
-    """The tokenizer text convert gets for the Hugging Face directory `src`: None if it has its own
-    tokenizer.json, else GPT-2's."""
+    """None if the Hugging Face directory `src` has its own tokenizer.json, else GPT-2's text."""
     return None if (Path(src) / "tokenizer.json").is_file() else gpt2_tokenizer_json()
 
 
 def check_hf(src):
-    """Check a Hugging Face directory before converting it (huggingface.read_source, with the fallback
-    tokenizer), so config-level problems come before the "converting" note. Raises CheckpointError."""
+    """Check the Hugging Face directory `src` (huggingface.read_source) before the "converting" note. Raises
+    CheckpointError."""
     read_source(src, fallback_tokenizer_json(src))
 
 
 def convert_hf(src, out_dir, source, source_sha256=None, progress=None):
-    """Convert the Hugging Face directory `src` into the staging directory `out_dir` (huggingface.convert_into
-    checks it), with `progress` bars (npspec.sources.progress; None shows nothing). Raises CheckpointError."""
+    """Convert the Hugging Face directory `src` into the staging `out_dir` (huggingface.convert_into). Raises
+    CheckpointError."""
     return convert_into(src, out_dir, source=source, tokenizer_json=fallback_tokenizer_json(src),
                         source_sha256=source_sha256, progress=progress)
 
 
-def from_local(src, root, progress=None, note=None):
-    """A local Hugging Face checkpoint directory, converted into the cache on first use (with `progress` bars,
-    npspec.sources.progress; None shows nothing). Returns the entry's path."""
+def from_local(src, root, progress=None):
+    """The entry of a local Hugging Face checkpoint directory, converted on first use."""
     src = Path(src).resolve()
     stats = [[name, (src / name).stat().st_size, (src / name).stat().st_mtime_ns]
              for name in HUB_FILES if (src / name).is_file()]
@@ -207,25 +168,18 @@ def from_local(src, root, progress=None, note=None):
     final = root / "local" / f"{src.name}-{key}"
     if not final.is_dir():
         check_hf(src)  # config-level problems before the "converting" note
-    return cached(root, final, lambda out: convert_hf(src, out, source=str(src), progress=progress), str(src),
-                  note=note)
+    return cached(root, final, lambda out: convert_hf(src, out, source=str(src), progress=progress), str(src))
 
 
-def random_key(shape, seed):
-    """The cache entry name of `random:<shape>` with `seed`: changes whenever the shape's config does."""
+def random_key(shape, seed):  # -> the entry name of random:<shape>; changes with the shape's config
     digest = hashlib.sha256(repr(SHAPES[shape]).encode()).hexdigest()[:8]
     return f"{shape}-seed{seed}-{digest}"
 
 
-def from_random(shape, root, seed=RANDOM_SEED, progress=None, note=None):
-    """`random:<shape>`: GPT-2's initialisation with `seed` (npspec.sources.init), saved into the cache in npspec's
-    layout with GPT-2's tokenizer (source_sha256 null: there is no source file).
-
-    Returns the entry's path. Each tensor is written as soon as it is drawn (init.iter_tensors, which draws
-    the next one meanwhile): peak memory while building is a few tensors (gpt2-large: under 1 GB).
-    progress: a bar factory (npspec.sources.progress) for the long steps; None shows nothing.
-    Raises CheckpointError for an unknown shape.
-    """
+def from_random(shape, root, seed=RANDOM_SEED, progress=None):
+    """The entry of `random:<shape>`: GPT-2's initialisation with `seed` (npspec.sources.init) written tensor by
+    tensor as it is drawn (peak memory a few tensors), with GPT-2's tokenizer. Raises CheckpointError for an unknown
+    shape."""
     if shape not in SHAPES:
         raise CheckpointError(f"unknown random shape {shape!r}; use one of: "
                               + ", ".join(f"random:{s}" for s in SHAPES))
@@ -236,7 +190,7 @@ def from_random(shape, root, seed=RANDOM_SEED, progress=None, note=None):
         save_converted(out, iter_tensors(config, seed, progress), config, source=f"random:{shape} (npspec.sources.init, "
                        f"seed {seed})", source_sha256=None, tokenizer_json=gpt2_tokenizer_json())
 
-    return cached(root, final, build, f"random:{shape} (seed {seed})", note=note)
+    return cached(root, final, build, f"random:{shape} (seed {seed})")
 
 
 def _offline():
@@ -257,14 +211,10 @@ def _newest_conversion(entry_dir):
     return max(done, key=lambda d: d.stat().st_mtime) if done else None
 
 
-def from_hub(repo_id, root, spec=None, progress=None, note=None):
-    """A hub checkpoint: download (or find in the Hugging Face cache) and convert once. Returns the entry's path.
-
-    progress: a bar factory (npspec.sources.progress) for the conversion; None shows nothing (huggingface_hub
-    shows its own download bars, following its HF_HUB_DISABLE_PROGRESS_BARS).
-    Raises CheckpointError: no network and nothing cached (saying what to run on a connected
-    machine), no such repository, no model.safetensors in it, or a download failure.
-    """
+def from_hub(repo_id, root, spec=None, progress=None):
+    """The entry of a hub checkpoint, downloaded (or found in the Hugging Face cache) and converted once. Raises
+    CheckpointError with the fix: offline with nothing cached, no such or a gated repository, no model.safetensors,
+    a failed download."""
     # huggingface_hub's download code (and the HTTP stack under it) takes half a second to import:
     # only a hub name pays for it, not every start of the CLI
     from huggingface_hub import snapshot_download
@@ -302,4 +252,4 @@ def from_hub(repo_id, root, spec=None, progress=None, note=None):
         check_hf(snapshot)
     return cached(root, final, lambda out: convert_hf(snapshot, out, source=f"hf://{repo_id}@{snapshot.name}",
                                                 source_sha256=sha, progress=progress),
-                  f"{repo_id} (revision {snapshot.name[:12]})", note=note)
+                  f"{repo_id} (revision {snapshot.name[:12]})")

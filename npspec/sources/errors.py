@@ -1,7 +1,5 @@
-"""npspec's error for bad model files, and the helpers that keep every error message on one line.
-
-Imports nothing of npspec: every layer that reads or checks a model (tensors, files, huggingface,
-quantized, sources, the commands) raises CheckpointError and formats with oneline and capped.
+"""CheckpointError, raised by every layer that reads or checks a model, and the helpers that keep a message on one
+line. Imports nothing of npspec.
 """
 
 
@@ -22,11 +20,11 @@ class NoCodes(ValueError):
 
 
 def oneline(e):
-    """An exception's message on one line (library messages often span several), with its type if empty."""
+    """An exception's message on one line, or its type's name if empty."""
     return " ".join(str(e).split()) or type(e).__name__
 
 
 def capped(problems, limit=10):
-    """Problems joined with "; ", at most `limit` of them, then "... and N more" (an error stays one readable line)."""
+    """`problems` joined by "; ", at most `limit`, then "... and N more"."""
     shown = "; ".join(problems[:limit])
     return shown + (f"; ... and {len(problems) - limit:,} more" if len(problems) > limit else "")

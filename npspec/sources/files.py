@@ -1,38 +1,19 @@
-"""npspec's converted-model file format: read it, write it atomically, and report what is wrong with it.
+"""npspec's converted-model format: read it, write it atomically, say what is wrong with it (safetensors, never pickle).
 
-Imports npspec.sources.atomic (atomic writes, locks, directory swaps), npspec.sources.errors, npspec.model.gpt2
-(GPT2Config), npspec.kernels.products (the column-major layout), npspec.model.model (Model), npspec.sources.progress
-(bars) and npspec.model.tensors (GPT-2's tensor names), safetensors and tokenizers; safetensors only,
-never pickle. A converted directory is written whole or not at all
-(`write_dir`: staged beside it, renamed into place; a killed run's leftovers are removed by the
-next write), each file atomically (`atomic_write`).
-
-A converted model is a directory holding
-  * `model.safetensors`: float32 tensors with GPT-2's names without the `transformer.` prefix
-    (`wte.weight, wpe.weight, h.{i}.ln_1.weight, h.{i}.attn.c_attn.weight, ... ln_f.bias`)
-    and no LM head (it is tied to `wte`). The safetensors header metadata (all strings) holds
-    `format_version, layout, n_vocab, n_ctx, n_embd, n_head, n_layer, layer_norm_epsilon,
-    eos_token_id, source, source_sha256`;
-  * `tokenizer.json`: the model's tokenizer, in Hugging Face `tokenizers` format.
-
-Format 2 (FORMAT_VERSION; `layout` "column-major-blocks", LAYOUT) stores every tensor in the memory
-layout the forward uses, so loading is one `readinto` per tensor with no relayout. The forward
-keeps each block matrix `w` (`[d_in, d_out]`, Conv1D) column-major (kernels.column_major); a
-safetensors tensor is C-order, so the file holds `w.T`, of shape `[d_out, d_in]`, for exactly the
-four block matrices of every layer (BLOCK_MATRICES):
-    h.{i}.attn.c_attn.weight  stored [3 * n_embd, n_embd]
-    h.{i}.attn.c_proj.weight  stored [n_embd, n_embd]
-    h.{i}.mlp.c_fc.weight     stored [4 * n_embd, n_embd]
-    h.{i}.mlp.c_proj.weight   stored [n_embd, 4 * n_embd]
-Every other tensor (wte, wpe, layer norms, biases) is stored as the forward reads it, row-major.
-Format 1 (no `layout`) stored the block matrices `[d_in, d_out]` row-major: it still loads (with a
-relayout) and is then rewritten once, atomically, as format 2 (`load_model`); a directory that
-cannot be written loads with the relayout every time, and says so. Quantized directories
-(npspec.sources.quantized) keep format 1 and their own `quantization_format`.
+A converted model is a directory of `model.safetensors` (float32 tensors with GPT-2's names without `transformer.`,
+no LM head: it is tied to `wte`; header metadata, all strings: format_version, layout, n_vocab, n_ctx, n_embd,
+n_head, n_layer, layer_norm_epsilon, eos_token_id, source, source_sha256) and `tokenizer.json` (Hugging Face
+tokenizers). Format 2 (FORMAT_VERSION, layout LAYOUT) stores every tensor in the forward's memory layout, one
+`readinto` each: a block matrix `w` `[d_in, d_out]` (model.tensors.BLOCK_MATRICES) is kept column-major, so the file
+holds `w.T` `[d_out, d_in]` C-order; the rest row-major. Format 1 (no layout) stored block matrices row-major: it
+loads with a relayout and is rewritten once as format 2 (load_model). A directory is written whole or not at all
+(write_dir), each file atomically (npspec.sources.atomic). Notes go to the "npspec.sources.files" logger. Imports
+npspec.sources' atomic, errors, progress; npspec.model; npspec.kernels.products; safetensors, tokenizers.
 """
 
 import contextlib
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -45,11 +26,13 @@ from tokenizers import Tokenizer
 from .atomic import atomic_write, described, exchange, kind, locked, public_mode
 from .errors import CheckpointError, capped, oneline
 from ..model.gpt2 import GPT2Config
-from ..kernels.products import block_linears, column_major, fortran_copy
+from ..kernels.layout import block_linears, column_major, fortran_copy
 from ..model.model import Model
 from ..kernels.registry import STATIC_DEFAULT
 from .progress import bar
 from ..model.tensors import check_tensors, flat_tensors, is_block_matrix, layer_count_problem, params_tree, tensor_shapes
+
+log = logging.getLogger(__name__)
 
 FORMAT_VERSION = "2"  # what save_converted writes
 LAYOUT = "column-major-blocks"  # format 2's `layout`: block matrices stored transposed (module docstring)
@@ -59,15 +42,15 @@ TOKENIZER_FILE = "tokenizer.json"
 
 
 def stored_shapes(config, version=FORMAT_VERSION):
-    """name -> the shape a file of format `version` stores each tensor in: tensor_shapes(config), with the block
-    matrices transposed (`[d_out, d_in]`) in format 2."""
+    """{name: the shape a file of format `version` stores}: tensor_shapes, block matrices `[d_out, d_in]`
+    in format 2."""
     return {name: tuple(reversed(shape)) if version != "1" and is_block_matrix(name) else shape
             for name, shape in tensor_shapes(config).items()}
 
 
 def stored(name, a):  # [d_in, d_out] -> [d_out, d_in] for a block matrix, else the same shape; C-contiguous float32
-    """The array whose C-order bytes format 2 holds for tensor `name`: `w.T` of the column-major `w` for a block
-    matrix (no copy when `w` is already column-major), else `a` itself (C-contiguous)."""
+    """The array whose C-order bytes format 2 holds for `name`: a block matrix's `w.T` (no copy when `w` is
+    column-major), else `a`."""
     a = np.asarray(a, dtype=np.float32)
     return fortran_copy(a).T if is_block_matrix(name) else np.ascontiguousarray(a)
 
@@ -80,11 +63,8 @@ def _leftover(name):  # what a killed atomic_write leaves inside a model directo
 
 
 def out_dir_state(path):
-    """What the would-be output directory `path` holds: "missing", "empty", "npspec" or "other".
-
-    "npspec": a converted model and nothing else (its two files, and a killed write's leftover
-    `.model.safetensors.*.tmp`), whose header says it is npspec's format. Raises nothing.
-    """
+    """What the output directory `path` holds: "missing", "empty", "npspec" (a converted model and a killed
+    write's leftovers only) or "other". Raises nothing."""
     path = Path(path)
     if not os.path.lexists(path):
         return "missing"
@@ -106,13 +86,8 @@ def out_dir_state(path):
 
 
 def out_dir_problem(path, force):
-    """Why converting into `path` would lose something, as a one-line message, or None if it may be written.
-
-    A missing or empty directory may be; one holding an npspec model only with `force` (it is then
-    replaced whole); anything else never. A parent that is a file is named. A symlink is refused, whatever it
-    points to, as --html refuses one: the model is swapped into place by a rename, which would replace the link by a
-    directory (and leave the link's target as it was).
-    """
+    """Why converting into `path` would lose something (one line), or None: missing or empty may be
+    written, an npspec model only with `force`, a symlink never (the rename would replace the link), nor anything else."""
     path = Path(path)
     if os.path.islink(path):
         return (f"OUT_DIR {path} is a symlink (to {os.readlink(path)}); npspec writes a real directory and never "
@@ -136,8 +111,8 @@ def out_dir_problem(path, force):
 
 
 def dir_lock(path):
-    """The lock file of the model directory `path`: `.NAME.lock` beside it (npspec.sources.atomic.locked). write_dir holds
-    it while it cleans up and renames, rewrite_format_1 while it rewrites the directory's file."""
+    """The lock file `.NAME.lock` beside the model directory `path`: held by write_dir while it cleans up and
+    renames, by rewrite_format_1 while it rewrites."""
     path = Path(path)
     return path.parent / f".{path.name}.lock"
 
@@ -146,15 +121,13 @@ def _lock_of(staging):  # a staging directory's own lock file, held while its ru
     return Path(f"{staging}.lock")
 
 
-def _stale(parent, name):
-    """The staging (`.NAME.*.partial`) and set-aside (`.NAME.*.old`) directories of `name` in `parent`."""
+def _stale(parent, name):  # the staging (`.NAME.*.partial`) and set-aside (`.NAME.*.old`) directories of name
     return [parent / n for n in os.listdir(parent) if n.startswith(f".{name}.") and n.endswith((".partial", ".old"))]
 
 
 def _clean_stale(parent, name, out):
-    """Under the directory's lock: delete what killed runs left beside `out` (a live run holds its staging's lock),
-    and put back a model a killed replacement had set aside (between the two renames of atomic.exchange's
-    fallback)."""
+    """Under the directory's lock: delete what killed runs left beside `out`, and put back a model a killed
+    replacement had set aside."""
     for d in sorted(_stale(parent, name)):
         if d.suffix == ".old" and not os.path.lexists(out) and out_dir_state(d) == "npspec":
             os.rename(d, out)  # the replaced model, set aside when the run was killed: restore it
@@ -173,8 +146,8 @@ def _clean_stale(parent, name, out):
 
 
 def _publish(staging, out_dir, force):
-    """Under the directory's lock: make the complete `staging` out_dir (a rename, or an atomic exchange with the
-    model or empty directory it replaces, which is then in `staging`, to be deleted)."""
+    """Under the directory's lock: make the complete `staging` out_dir (a rename, or an exchange with what it
+    replaces, then deleted)."""
     if os.path.islink(out_dir):  # made meanwhile: the rename would replace the link
         raise CheckpointError(out_dir_problem(out_dir, force))
     state = out_dir_state(out_dir)
@@ -189,21 +162,11 @@ def _publish(staging, out_dir, force):
 
 
 def write_dir(out_dir, write, force=False):
-    """Make `out_dir` a directory whose whole content `write(staging_dir)` writes, appearing whole or not at all.
-
-    write: called with a new empty directory beside out_dir (`.NAME.<random>.partial`, given the
-    umask's mode, not mkdtemp's 0700), renamed to out_dir once complete. out_dir may be missing or
-    empty; one holding an npspec model is replaced only with `force`, by swapping the two directories
-    in one step (npspec.sources.atomic.exchange: renameat2 RENAME_EXCHANGE on Linux), so a process reading
-    out_dir meanwhile finds the old model or the new one, never no directory (two renames used to
-    leave an instant without one); the old model is then deleted. A staging directory holds its own
-    lock while in use: leftovers of killed runs (staging, a set-aside model) are cleaned up by the
-    next write beside them, under the directory's lock (dir_lock: the file `.NAME.lock` beside
-    out_dir, which stays: deleting a lock file others may be waiting on is unsafe), which also
-    serialises the final renames of concurrent writes. Raises CheckpointError (out_dir_problem, re-checked at the
-    rename: another write may have finished first) and OSError; out_dir is then as it was. An
-    interrupted write (KeyboardInterrupt, or SIGTERM made one by the command) deletes its staging.
-    """
+    """Make `out_dir` the directory write(staging) fills, whole or not at all: a staging directory beside it
+    (umask's mode) renamed into place, or swapped with an npspec model there when `force` (atomic.exchange: a reader
+    finds the old model or the new). Killed runs' leftovers are cleaned up by the next write under dir_lock. Raises
+    CheckpointError (out_dir_problem, checked again at the rename) and OSError, out_dir then as it was; an interrupted
+    write deletes its staging."""
     out_dir = Path(out_dir)
     if problem := out_dir_problem(out_dir, force):
         raise CheckpointError(problem)
@@ -242,17 +205,11 @@ def _discard(staging):
 
 
 def write_safetensors(path, shapes, array, metadata, done=None):
-    """Write a float32 safetensors file at `path`, one tensor at a time: `array(name)` is called for each
-    name of `shapes` (`{name: shape}`, the file's order) only when that tensor is written.
-
-    safetensors' own save_file needs every array at once, in its final layout; here at most one
-    relaid-out matrix exists at a time, so writing costs no second copy of the weights. The file is
-    what safetensors reads: 8 bytes little-endian header length, the JSON header (`__metadata__`:
-    `metadata`, strings; each tensor's dtype "F32", shape and data_offsets), padded with spaces to
-    8 bytes, then the tensors' bytes in order. done: None, or called with each tensor's bytes once
-    written (a bar's update). Raises ValueError if an array does not match its shape as C-contiguous
-    float32 (nothing valid is then left at `path`: use with atomic_write), OSError from the writes.
-    """
+    """Write a float32 safetensors file at `path` one tensor at a time, array(name) called for each of
+    `shapes` ({name: shape}, the file's order) as it is written (no second copy of the weights): 8 bytes
+    little-endian header length, the JSON header (`__metadata__`: `metadata`), space-padded to 8, then the bytes.
+    done: None or called with each tensor's bytes. Raises ValueError for an array not of its shape as C-contiguous
+    float32 (use with atomic_write), OSError."""
     header, offset = {"__metadata__": dict(metadata)}, 0
     for name, shape in shapes.items():
         n = 4 * int(np.prod(shape, dtype=np.int64))
@@ -273,7 +230,7 @@ def write_safetensors(path, shapes, array, metadata, done=None):
 
 
 def converted_metadata(config, source, source_sha256):
-    """The header metadata (all strings) of a format-2 file of `config` (module docstring)."""
+    """The header metadata (all strings) of a format-2 file of `config`."""
     metadata = {
         "format_version": FORMAT_VERSION, "layout": LAYOUT, "n_vocab": config.n_vocab, "n_ctx": config.n_ctx,
         "n_embd": config.n_embd, "n_head": config.n_head, "n_layer": config.n_layer,
@@ -284,8 +241,8 @@ def converted_metadata(config, source, source_sha256):
 
 
 def in_order(pairs):
-    """`array(name)` for write_safetensors from an iterator of `(name, array)` pairs that come in the file's order:
-    each call takes the next pair. Raises CheckpointError if a pair's name is not the one asked for."""
+    """array(name) for write_safetensors over `(name, array)` pairs in the file's order. Raises CheckpointError
+    for a pair out of order."""
     pairs = iter(pairs)
 
     def array(name):
@@ -298,13 +255,9 @@ def in_order(pairs):
 
 
 def write_weights(path, tensors, config, metadata, progress=None):
-    """Write `tensors` as format 2 at `path`: `{name: float32 array}` (the forward's shapes, any memory order), or an
-    iterator of `(name, array)` pairs in tensor_shapes(config) order (streamed: each is written as it comes).
-
-    Each block matrix not already column-major is laid out while it is written (`stored`), one at a
-    time. progress: a bar factory (npspec.sources.progress; None shows nothing). Raises OSError, and
-    CheckpointError for a streamed tensor out of order or misshaped.
-    """
+    """Write `tensors` ({name: float32 array} in the forward's shapes, any memory order, or `(name, array)`
+    pairs in tensor_shapes order, streamed) as format 2 at `path`, each block matrix laid out as written. Raises
+    OSError, CheckpointError for a streamed tensor out of order or misshaped."""
     shapes = stored_shapes(config)
     get = tensors.__getitem__ if isinstance(tensors, dict) else in_order(tensors)
     with bar(progress, f"writing {WEIGHTS_FILE}", 4 * sum(int(np.prod(s)) for s in shapes.values())) as b:
@@ -317,15 +270,9 @@ def write_weights(path, tensors, config, metadata, progress=None):
 
 
 def save_converted(out_dir, tensors, config, source, source_sha256, tokenizer_json, progress=None):
-    """Write a converted model directory (format 2): `model.safetensors` then `tokenizer.json`, each atomically.
-
-    tensors: `{name: float32 array}` with exactly the names and shapes of `tensor_shapes(config)`
-    (`[d_in, d_out]` block matrices, in any memory order: column-major ones are written without a copy),
-    or an iterator of `(name, array)` pairs in that order, written as they come (init.iter_tensors:
-    the weights never need to be in memory at once). tokenizer_json: the tokenizer file's text.
-    progress: a bar factory for the write (None: nothing).
-    Raises CheckpointError if tensors do not fit config, OSError if the directory cannot be written.
-    """
+    """Write a converted directory (format 2): `model.safetensors` then `tokenizer.json` (text
+    `tokenizer_json`), each atomically. tensors: as write_weights, exactly tensor_shapes(config)'s (streamed pairs need
+    never be in memory at once). Raises CheckpointError if they do not fit config, OSError."""
     problems = check_tensors(tensors, config) if isinstance(tensors, dict) else []
     if problems:
         raise CheckpointError("cannot save: " + capped(problems))
@@ -337,8 +284,8 @@ def save_converted(out_dir, tensors, config, source, source_sha256, tokenizer_js
 
 
 def config_from_metadata(metadata, where, versions=READABLE_VERSIONS):
-    """GPT2Config from a converted file's header metadata (all strings), whose format_version must be one of
-    `versions`. Raises CheckpointError, one line: not npspec's, an unknown format version, bad fields."""
+    """GPT2Config from a converted file's header metadata, its format_version one of `versions`.
+    Raises CheckpointError, one line: not npspec's, an unknown version, bad fields."""
     version = (metadata or {}).get("format_version")
     if not metadata or version is None:
         raise CheckpointError(
@@ -369,22 +316,16 @@ def config_from_metadata(metadata, where, versions=READABLE_VERSIONS):
 
 
 def read_header(fh):
-    """(data_start, header) of the open safetensors file `fh`: where its data begins, and its JSON header.
-
-    The format: 8 bytes little-endian header length n, n bytes of JSON, then the data; each
-    tensor's `data_offsets` [begin, end) count from data_start. Use on a file that
-    `safetensors.safe_open` has accepted (it checks the offsets and sizes).
-    """
+    """(data_start, JSON header) of an open safetensors file `fh` that safe_open accepted: 8 bytes
+    little-endian length n, n bytes of JSON, then the data (data_offsets count from data_start)."""
     fh.seek(0)
     n = int.from_bytes(fh.read(8), "little")
     return 8 + n, json.loads(fh.read(n))
 
 
 def read_tensor(fh, data_start, entry, dtype, where):
-    """One tensor's bytes read with `readinto` straight into a new array of `dtype` and the entry's shape.
-
-    Raises CheckpointError if the entry's byte count does not fit the shape or the file ends early.
-    """
+    """One tensor read with readinto into a new array of `dtype` and its shape. Raises CheckpointError for a
+    byte count that does not fit the shape or a file that ends early."""
     a = np.empty(entry["shape"], dtype=dtype)
     begin, end = entry["data_offsets"]
     if end - begin != a.nbytes:  # safetensors checked it; the file may have been replaced since
@@ -431,14 +372,9 @@ def read_tokenizer(tok, fix):
 
 @contextlib.contextmanager
 def reading(path, fix=""):
-    """Turn whatever safetensors, numpy or the OS raise while reading `path` into one CheckpointError line.
-
-    An unreadable file (safetensors' SafetensorError, a panic of its Rust core, which pyo3 raises
-    as a BaseException, or a malformed value) says "is not a readable safetensors file"; an OS
-    failure (a vanished file, no memory) says "could not be read", with the OS's reason (unreadable: not
-    safetensors' "No such file" for every failure), and a permission denied says so with its own fix. `fix`, when
-    given, is appended after "; ". CheckpointError and other BaseExceptions pass through.
-    """
+    """Turn what safetensors (its Rust panics too), numpy or the OS raise while reading `path` into one
+    CheckpointError line ("is not a readable safetensors file" / "could not be read" with the OS's reason, permission
+    denied with its own fix; "; fix" appended)."""
     tail = f"; {fix}" if fix else ""
     try:
         yield
@@ -455,19 +391,11 @@ def reading(path, fix=""):
 
 
 def read_weights(weights, progress=None):
-    """(metadata, config, {name: float32 array}, problems) of a converted `model.safetensors`.
-
-    safetensors parses and checks the header (offsets contiguous and inside the file, sizes
-    matching shapes and dtypes); each tensor's bytes are then read with `readinto` straight
-    into the array the forward uses: in format 2 a block matrix is read into a `[d_out, d_in]`
-    C-order array whose transpose, `[d_in, d_out]` column-major, is what the tree holds (no
-    copy); format 1's are row-major (load_model lays them out). Reading through safetensors'
-    memory map instead would count the whole file in the process's resident memory a second
-    time while loading. problems: one line each (a format-2 `layout` npspec does not know, missing,
-    misshaped or non-float32 tensors, a tensor holding NaN or inf: refused here, before anything is
-    generated); the tensors are then empty.
-    progress: a bar factory (npspec.sources.progress; None shows nothing), advanced by each tensor's bytes.
-    """
+    """(metadata, config, {name: float32 array}, problems) of a converted `model.safetensors`: safetensors
+    checks the header, each tensor is read with readinto straight into the array the tree holds (format 2's block
+    matrices as `[d_out, d_in]` C-order, transposed: no copy; no memory map, which would count the file twice).
+    problems: one line each (an unknown layout, missing, misshaped or non-float32 tensors, NaN or inf); tensors are
+    then empty."""
     with safe_open(str(weights), framework="numpy") as f:
         metadata = f.metadata() or {}
         config = config_from_metadata(metadata, weights)
@@ -509,21 +437,15 @@ def read_weights(weights, progress=None):
 
 
 def finite(a, chunk=1 << 20):
-    """Whether every value of the array `a` is finite, checked `chunk` values at a time (a bool temporary of
-    `chunk` bytes, never one of `a`'s size)."""
+    """Whether every value of `a` is finite, checked `chunk` values at a time (no temporary of a's size)."""
     flat = a.reshape(-1)
     return all(np.isfinite(flat[i:i + chunk]).all() for i in range(0, flat.size, chunk))
 
 
 def rewrite_format_1(path, params, config, metadata, lock=None):
-    """Rewrite the format-1 `path/model.safetensors` as format 2 from the loaded, column-major `params`, atomically.
-
-    Held while writing: `lock` (a context manager: npspec's cache passes its entry's lock), else
-    the directory's lock (dir_lock); under it the file is re-read, and left alone if another process rewrote it
-    first. Returns (the metadata now in the file, a one-line note for the user). Never raises for
-    a directory that cannot be written (read-only, full): the file is then left as it was, and the
-    note says the model was loaded with a relayout and how to stop that.
-    """
+    """Rewrite the format-1 `path/model.safetensors` as format 2 from the loaded column-major `params`,
+    atomically, under `lock` (else dir_lock), unless another process did. Returns (the metadata now in the file, a
+    one-line note); never raises for an unwritable directory (the note says so and how to stop the relayout)."""
     weights = Path(path) / WEIGHTS_FILE
     new = {**metadata, "format_version": FORMAT_VERSION, "layout": LAYOUT}
     try:
@@ -540,22 +462,12 @@ def rewrite_format_1(path, params, config, metadata, lock=None):
                  "(stored in the forward's layout, so later loads need no relayout)")
 
 
-def load_model(path, kernel=STATIC_DEFAULT, threads=1, progress=None, note=None, lock=None):
-    """Load a converted model directory (see module docstring) into a `Model` decoding with `kernel` and `threads`.
-
-    Format 2: reads each tensor once, straight into the array, in the layout the forward uses:
-    peak memory is the weight bytes (tests/test_files_format.py measures it). Format 1: the same reads,
-    then the block matrices are laid out column-major one at a time (peak: the weights plus one
-    matrix), and the file is rewritten once as format 2 (rewrite_format_1, under `lock`, else a
-    lock on the directory). note: None, or called with one line for the user when a format-1 file
-    was rewritten or could not be (a read-only directory still loads), and when `kernel` took long to compile
-    (npspec.kernels.compiled). Raises CheckpointError, one line naming the problem and the fix, for a missing or empty
-    directory, a missing, truncated or non-safetensors file, a header whose offsets or sizes do not fit the file,
-    wrong metadata (an unknown format_version or layout), missing, misshaped or non-float32 tensors, and a malformed
-    tokenizer.json.
-    progress: a bar factory (npspec.sources.progress) for reading the weights and laying them out; None (the
-    default) shows nothing.
-    """
+def load_model(path, kernel=STATIC_DEFAULT, threads=1, progress=None, lock=None):
+    """A Model of the converted directory `path` decoding with `kernel` at `threads`. Format 2: each tensor read
+    once into its array (peak memory: the weights); format 1: then relaid out one matrix at a time and rewritten once
+    as format 2 (rewrite_format_1 under `lock`, else dir_lock; a note says so). progress: None or a bar factory.
+    Raises CheckpointError, one line with the fix: a missing directory or file, a file safetensors cannot read or
+    whose header does not fit it, bad metadata, missing, misshaped or non-float32 tensors, a bad tokenizer.json."""
     path = Path(path)
     weights, tok = path / WEIGHTS_FILE, path / TOKENIZER_FILE
     if not path.exists():
@@ -583,6 +495,6 @@ def load_model(path, kernel=STATIC_DEFAULT, threads=1, progress=None, note=None,
         with bar(progress, f"column-major {path.name}", sum(lin["w"].nbytes for lin in block_linears(params))) as b:
             column_major(params, b.update)  # what Model would do; here with a bar (Model's is then a no-op)
         metadata, said = rewrite_format_1(path, params, config, metadata, lock)
-        if said is not None and note is not None:
-            note(said)
-    return Model(config, params, tokenizer, path, kernel, threads, metadata, note=note)
+        if said is not None:
+            log.info(said)
+    return Model(config, params, tokenizer, path, kernel, threads, metadata)

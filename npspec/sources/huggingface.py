@@ -1,15 +1,10 @@
-"""Hugging Face GPT-2 checkpoints: read them, check them, and convert them into npspec's layout.
+"""Hugging Face GPT-2 checkpoints: read them, check them (every check lives here: read_source for the config and
+tokenizer, convert_tensors for the tensors), convert them into npspec's layout (`npspec convert SRC OUT_DIR`).
 
-The command line is `npspec convert SRC OUT_DIR` (npspec/convert.py). SRC is a directory as transformers' `save_pretrained` writes it (or as the hub holds it):
-`config.json` + `model.safetensors` [+ `tokenizer.json`]. Tensor names may carry the
-`transformer.` prefix or not; float16, bfloat16 and float64 sources are cast to float32
-(bfloat16 is read from its raw bytes: numpy has no bfloat16); `attn.bias` and
-`attn.masked_bias` buffers are ignored; an explicit `lm_head.weight` must equal `wte` (the
-head is tied). Every problem is reported at once. Pickle files (`pytorch_model.bin`) are
-never loaded. Writes are atomic (see files.save_converted). Every check of a Hugging Face
-checkpoint lives here (`read_source` for the config and tokenizer, `convert_tensors` for the
-tensors). Imports npspec.sources.atomic (paths), npspec.sources.errors, npspec.sources.files, npspec.model.gpt2, npspec.sources.progress and npspec.model.tensors,
-safetensors and tokenizers.
+SRC holds `config.json` + `model.safetensors` [+ `tokenizer.json`], as save_pretrained writes it or the hub holds it.
+Names with or without `transformer.`; float16, bfloat16 and float64 cast to float32; `attn.bias` buffers ignored; an
+explicit `lm_head.weight` must equal `wte`. Every problem is reported at once; pickle is never loaded. Imports
+npspec.sources' atomic, errors, files, progress; npspec.model; safetensors, tokenizers.
 """
 
 import hashlib
@@ -35,7 +30,7 @@ IGNORED = re.compile(r"^h\.\d+\.attn\.(bias|masked_bias)$")
 
 
 def sha256_file(path, chunk=1 << 20, progress=None):
-    """Hex sha256 of a file's bytes. progress: a bar factory (npspec.sources.progress; None shows nothing)."""
+    """Hex sha256 of a file's bytes (progress: None or a bar factory)."""
     h = hashlib.sha256()
     with open(path, "rb") as f, bar(progress, f"sha256 of {Path(path).name}", os.fstat(f.fileno()).st_size) as b:
         while block := f.read(chunk):
@@ -45,11 +40,8 @@ def sha256_file(path, chunk=1 << 20, progress=None):
 
 
 def config_from_hf(cfg, where="config.json"):
-    """GPT2Config from a transformers GPT-2 `config.json` dict.
-
-    Raises CheckpointError for a missing or bad field and for GPT-2 variants npspec does not
-    compute (another model_type, activation or MLP width, per-layer attention scaling).
-    """
+    """GPT2Config from a transformers GPT-2 config.json dict. Raises CheckpointError for a missing or bad
+    field and a variant npspec does not compute (another model_type, activation, MLP width, attention scaling)."""
     if not isinstance(cfg, dict):
         raise CheckpointError(f"{where}: expected a JSON object, got {type(cfg).__name__}")
     unsupported = []
@@ -97,20 +89,14 @@ NUMPY_DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "BF16": "<u2", "I64": 
 
 
 def widen_bf16(bits):  # [...] uint16 -> [...] float32
-    """bfloat16 bit patterns -> float32, exactly: a bfloat16 is the top 16 bits of a float32."""
+    """bfloat16 bit patterns -> float32, exactly (a bfloat16 is a float32's top 16 bits)."""
     return (bits.astype(np.uint32) << 16).view(np.float32)
 
 
 def read_hf_tensors(path, progress=None):
-    """All tensors of a Hugging Face safetensors file, names without `transformer.`.
-
-    Returns `{name: array}` in the file's dtypes, except bfloat16, which is widened to float32
-    (numpy has no bfloat16: its raw bytes are read at the header's offsets). safetensors checks
-    the header first; each tensor is then read once, with `readinto`, into its own array.
-    Raises CheckpointError for a file safetensors cannot read (truncated, not safetensors, a
-    header whose offsets or sizes do not fit) and for tensors of dtypes numpy cannot hold (F8...).
-    progress: a bar factory (npspec.sources.progress; None shows nothing), advanced by each tensor's bytes.
-    """
+    """{name without `transformer.`: array} of a Hugging Face safetensors file, in its dtypes but bfloat16
+    (widened to float32 from its raw bytes), each read once with readinto. Raises CheckpointError for a file
+    safetensors cannot read and dtypes numpy cannot hold (F8...)."""
     tensors, exotic = {}, []
     with reading(path):
         with safe_open(str(path), framework="numpy") as f:
@@ -134,12 +120,9 @@ def read_hf_tensors(path, progress=None):
 
 
 def convert_tensors(raw, config):
-    """Check and cast `raw` (HF names, prefix stripped) to the tensors npspec stores.
-
-    Returns `{name: float32 array}`. Warns about unexpected tensors; raises CheckpointError
-    listing every missing, misshaped or non-finite tensor (the first ten, then how many more), and
-    an untied `lm_head.weight`; a config asking for far more layers than `raw` holds is one line.
-    """
+    """{name: float32 array} npspec stores, from `raw` (prefix stripped), warning about unexpected
+    tensors. Raises CheckpointError listing missing, misshaped or non-finite tensors (ten, then a count), an untied
+    lm_head.weight, or (one line) far more layers asked for than `raw` holds."""
     if problem := layer_count_problem(config, list(raw), "config.json"):
         raise CheckpointError(f"{problem}; fix n_layer in config.json")
     expected = tensor_shapes(config)
@@ -173,11 +156,8 @@ def convert_tensors(raw, config):
 
 
 def check_tokenizer(tokenizer_json, config, where, fix):
-    """Parse tokenizer text with `tokenizers`; returns the Tokenizer.
-
-    Raises CheckpointError, ending with `fix`, if the text is not a tokenizers file or has more
-    ids than the model's n_vocab (the model could not score them: it is another model's tokenizer).
-    """
+    """The Tokenizer of `tokenizer_json`. Raises CheckpointError ending with `fix` for text tokenizers
+    cannot parse or more ids than n_vocab (another model's tokenizer)."""
     try:
         tokenizer = Tokenizer.from_str(tokenizer_json)
     except Exception as e:  # tokenizers raises a bare Exception for malformed JSON
@@ -189,7 +169,7 @@ def check_tokenizer(tokenizer_json, config, where, fix):
 
 
 def no_weights_error(src):
-    """The CheckpointError for a checkpoint directory without model.safetensors, with the fix that fits."""
+    """The CheckpointError for a checkpoint without model.safetensors, with the fix that fits."""
     src = Path(src)
     if (src / "model.safetensors.index.json").exists():
         hint = (" (it is sharded; npspec reads one model.safetensors: re-save it with "
@@ -203,15 +183,10 @@ def no_weights_error(src):
 
 
 def read_source(src, tokenizer_json=None):
-    """Check a Hugging Face checkpoint directory before its tensors are read: (config, tokenizer text).
-
-    src must hold `config.json` (a GPT-2 config, see config_from_hf) and `model.safetensors`,
-    whose header must hold about the tensors the config asks for (checked before anything is
-    built from the config: see files.layer_count_problem). The tokenizer is `src/tokenizer.json`,
-    else the text `tokenizer_json` (npspec.sources.cache.fallback_tokenizer_json: GPT-2's); it must
-    parse and fit the vocabulary. Raises CheckpointError naming the problem and the fix (a config.json,
-    model.safetensors or tokenizer.json that is there but not a regular file is named as what it is).
-    """
+    """(config, tokenizer text) of a Hugging Face directory, checked before any tensor is read: config.json,
+    a model.safetensors header holding the tensors the config asks for (model.tensors.layer_count_problem), and
+    `src/tokenizer.json` else `tokenizer_json`, parsing and fitting n_vocab. Raises CheckpointError with the fix (a file there but
+    not a regular file is named as what it is)."""
     src = Path(src)
     if not src.is_dir():
         raise CheckpointError(f"source {src} is not a directory; give a Hugging Face checkpoint directory")
@@ -262,7 +237,7 @@ def read_source(src, tokenizer_json=None):
 
 
 def _converted(src, tokenizer_json, source, source_sha256):
-    """(save_converted's arguments but the directory) for the checked checkpoint `src`. Raises CheckpointError."""
+    """save_converted's arguments but the directory, for the checked `src`. Raises CheckpointError."""
     config, tokenizer_json = read_source(src, tokenizer_json)
     return {"config": config, "tokenizer_json": tokenizer_json, "source": source or str(src.resolve()),
             "source_sha256": source_sha256}
@@ -276,8 +251,7 @@ def _save(src, save, progress=None):
 
 
 def overlap_problem(src, out_dir):
-    """A one-line message if OUT_DIR is SRC, inside it, or holds it (converting would mix or delete them), or if a
-    symlink on either loops, else None."""
+    """One line if OUT_DIR is SRC, inside it or holds it, or a symlink on either loops, else None."""
     try:
         s, o = resolved(src, "source"), resolved(out_dir, "OUT_DIR")
     except ValueError as e:  # a symlink loop
@@ -291,21 +265,12 @@ def overlap_problem(src, out_dir):
 
 
 def convert(src, out_dir, source=None, tokenizer_json=None, source_sha256=None, force=False, progress=None):
-    """Convert the Hugging Face checkpoint directory `src` into `out_dir`; return `out_dir` as a Path.
-
-    source: the string stored as `source` in the metadata (default: the resolved `src` path).
-    tokenizer_json: tokenizer text to use when `src` has no `tokenizer.json`.
-    source_sha256: the hex sha256 of `src/model.safetensors` if already known (the hub cache
-    names blobs by it); computed otherwise. progress: a bar factory (npspec.sources.progress) for reading, writing
-    and hashing the source, None (the default) to show nothing.
-    out_dir: a new or empty directory, or (with `force`) one holding an npspec model and nothing
-    else, replaced whole; never `src`, inside it, or holding it. The model is written beside it and
-    renamed into place (files.write_dir): it appears whole or not at all, a killed run's leftovers
-    are removed by the next conversion, and of two runs into one new out_dir the second says the
-    first finished first. Checks run before the tensors are read: paths, config, tokenizer, out_dir.
-    Memory: about the weight bytes (1.5x for float16 sources). Raises CheckpointError naming
-    the problem and the fix; `out_dir` is then left as it was.
-    """
+    """Convert the Hugging Face directory `src` into `out_dir` (returned as a Path): new or empty, or with
+    `force` one holding only an npspec model, never src, inside it or holding it; written whole or not at all
+    (files.write_dir), every check (paths, config, tokenizer, out_dir) before a tensor is read. source: the metadata's
+    `source` (default the resolved src); tokenizer_json: the text used without src/tokenizer.json; source_sha256:
+    src's weights' hash if known; progress: None or a bar factory. Memory: about the weights (1.5x from float16).
+    Raises CheckpointError with the fix, out_dir then as it was."""
     src, out_dir = Path(src), Path(out_dir)
     if problem := overlap_problem(src, out_dir):
         raise CheckpointError(problem)
@@ -316,20 +281,16 @@ def convert(src, out_dir, source=None, tokenizer_json=None, source_sha256=None, 
 
 
 def convert_into(src, out_dir, source=None, tokenizer_json=None, source_sha256=None, progress=None):
-    """Convert `src` into the existing empty directory `out_dir` that the caller owns and publishes (the cache's
-    staging directory: npspec.sources.cache.cached); arguments as `convert`. Raises CheckpointError."""
+    """Convert `src` into the existing empty `out_dir` the caller publishes (the cache's staging directory);
+    arguments as convert. Raises CheckpointError."""
     src = Path(src)
     _save(src, _converted(src, tokenizer_json, source, source_sha256), progress)(Path(out_dir))
     return Path(out_dir)
 
 
 def write_hf_checkpoint(out_dir, tensors, config, prefix="", dtype=np.float32):
-    """Write `tensors` (npspec names) as a Hugging Face GPT-2 checkpoint: `config.json` + `model.safetensors`.
-
-    The inverse of `convert` (without the tokenizer): the layout `save_pretrained` writes
-    (prefix "transformer.") or the hub's `gpt2` file holds (prefix ""), in `dtype` (float32 or
-    float16). Used by the tests, to make Hugging Face checkpoints to convert.
-    """
+    """Write `tensors` (npspec names) as a Hugging Face GPT-2 checkpoint (config.json +
+    model.safetensors), names with `prefix`, in `dtype`: convert's inverse without the tokenizer, for tests."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     cfg = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "activation_function": "gelu_new",

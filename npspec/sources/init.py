@@ -1,13 +1,6 @@
-"""Randomly initialised GPT-2 weights, with GPT-2's initialisation scheme.
-
-Radford et al. 2019, section 2.3 / openai/gpt-2 `model.py`: weights ~ N(0, 0.02), the residual
-projections (`attn.c_proj`, `mlp.c_proj`) scaled by 1/sqrt(2 * n_layer), biases 0, layer-norm
-gains 1. Used for tests and for timing full-size shapes, which cost the same time as trained
-weights. Imports npspec.sources.files (the tensor names), npspec.sources.progress and numpy; no I/O of its own.
-
-Drawing the normals is the cost (gpt2-large: 774 M of them, about 16 s on one core here); every
-other step is done in place or overlapped with it: `iter_tensors` draws the next tensor on a worker
-thread while its caller writes the current one (npspec.sources.cache builds a `random:` model so).
+"""Randomly initialised GPT-2 weights, GPT-2's scheme (Radford et al. 2019 section 2.3, openai/gpt-2 model.py):
+weights N(0, 0.02), the residual projections (attn.c_proj, mlp.c_proj) scaled by 1/sqrt(2 n_layer), biases 0, gains
+1; for tests and for timing full-size shapes. Imports npspec.model.tensors, npspec.sources.progress, numpy.
 """
 
 from concurrent.futures import ThreadPoolExecutor
@@ -19,10 +12,8 @@ from .progress import bar
 
 
 def init_tensors(config, seed=0, progress=None):
-    """`{name: float32 array}` for every tensor of `config` (names as in files.tensor_shapes).
-
-    progress: a bar factory (npspec.sources.progress; None shows nothing), advanced by each tensor's bytes.
-    """
+    """{name: float32 array} of every tensor of `config` (tensor_shapes' names); progress: None or a bar
+    factory."""
     rng = np.random.default_rng(seed)
     out = {}
     shapes = tensor_shapes(config)
@@ -34,14 +25,9 @@ def init_tensors(config, seed=0, progress=None):
 
 
 def iter_tensors(config, seed=0, progress=None):
-    """Yield `(name, float32 array)` for every tensor of `config`, in files.tensor_shapes order: init_tensors' values.
-
-    The next tensor is drawn on one worker thread (numpy's generator releases the GIL while it fills an
-    array) while the caller uses the current one, so writing the weights costs little time beyond
-    drawing them, and at most three tensors exist at once (not the weight bytes). The generator is
-    only ever used by that one thread, in order: the values never depend on the timing.
-    progress: a bar factory (npspec.sources.progress; None shows nothing), advanced by each tensor's bytes.
-    """
+    """(name, float32 array) of every tensor of `config` in tensor_shapes' order, init_tensors' values, the
+    next drawn on one worker thread while the caller uses the current one (at most three exist at once; the values never
+    depend on the timing). progress: None or a bar factory."""
     rng = np.random.default_rng(seed)
     shapes = list(tensor_shapes(config).items())
 
@@ -60,7 +46,7 @@ def iter_tensors(config, seed=0, progress=None):
 
 
 def _init_tensor(name, shape, config, rng):
-    """One tensor of GPT-2's initialisation (float32): biases 0, layer-norm gains 1, weights N(0, std)."""
+    """One float32 tensor: biases 0, layer-norm gains 1, weights N(0, std)."""
     if name.endswith("bias"):
         return np.zeros(shape, dtype=np.float32)
     if ".ln_" in name or name.startswith("ln_f"):
@@ -72,13 +58,8 @@ def _init_tensor(name, shape, config, rng):
 
 
 def init_tensors_varied(config, seed=0):
-    """Test weights: GPT-2's init with embeddings 5x and block weights 20x larger, random layer-norm
-    gains N(1, 0.2) and biases N(0, 0.1).
-
-    At GPT-2's own init the tied embedding decides the next token (greedy runs repeat one token) and
-    gains 1 / biases 0 hide a swapped or ignored parameter; these weights expose both. Returns
-    `{name: float32 array}` like init_tensors.
-    """
+    """Test weights: GPT-2's init with embeddings 5x and block weights 20x, gains N(1, 0.2) and
+    biases N(0, 0.1), so that no token dominates and a swapped or ignored parameter shows. {name: float32 array}."""
     rng = np.random.default_rng(seed + 1000)
     out = {}
     for name, a in init_tensors(config, seed).items():

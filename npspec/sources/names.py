@@ -1,7 +1,5 @@
-"""The one registry of model names: the GPT-2 family's hub repositories and shapes, and tiny test shapes.
-
-Imports npspec.model.gpt2 only. `random:<name>` builds a model of the shape; a name with a hub
-repository can also be downloaded (npspec.sources.cache).
+"""The one registry of model names: the GPT-2 family's shapes and hub repositories, and tiny test shapes
+(`random:<name>` builds any; a name with a repository downloads too). Imports npspec.model.gpt2 only.
 """
 
 from dataclasses import dataclass

@@ -1,14 +1,7 @@
-"""Progress bars for long work (building a `random:` model, converting, loading), shown only when asked.
-
-Whether to show progress is the caller's explicit choice: functions that do long work take a
-`progress` argument, None (the default: nothing shown) or a factory such as `terminal_bars`:
-
-    progress(desc, total, unit) -> a bar: a context manager with update(n)
-
-and call `bar(progress, desc, total, unit)` to get one. Nothing here reads the environment by
-itself: the commands decide with `show_progress(quiet, stream, environ)` (--quiet, NPSPEC_QUIET,
-TQDM_DISABLE, and whether stderr is a terminal) and pass `terminal_bars` or None down.
-Imports tqdm (a huggingface_hub requirement) and the standard library only.
+"""Progress bars for long work, shown only when a caller asks: functions that do long work take `progress`, None
+(nothing shown) or a factory such as `terminal_bars`, `progress(desc, total, unit)` -> a context manager with
+update(n), and call `bar(progress, ...)`. The commands decide with `show_progress` (--quiet, NPSPEC_QUIET,
+TQDM_DISABLE, a terminal). Imports tqdm and the standard library only.
 """
 
 import sys
@@ -19,9 +12,7 @@ QUIET_ENV = "NPSPEC_QUIET"
 DELAY = 0.5  # seconds: quicker work shows no bar
 
 
-class NoBar:
-    """A bar that shows nothing: what `bar` returns when progress is None."""
-
+class NoBar:  # what `bar` returns when progress is None: shows nothing
     def __enter__(self):
         return self
 
@@ -33,12 +24,12 @@ class NoBar:
 
 
 def bar(progress, desc, total, unit="B"):
-    """A bar from the factory `progress` (None: NoBar) for `total` units (bytes by default) described by `desc`."""
+    """A bar of `total` units (bytes by default) from the factory `progress` (None: NoBar)."""
     return NoBar() if progress is None else progress(desc, total, unit)
 
 
 def terminal_bars(desc, total, unit="B"):
-    """A tqdm bar on stderr, shown once the work has taken DELAY seconds, gone when it is done; bytes as kB/MB/GB."""
+    """A tqdm bar on stderr, shown once the work has taken DELAY s, gone when done."""
     return tqdm(total=total, desc=desc, unit=unit, unit_scale=True, file=sys.stderr, leave=False,
                 delay=DELAY, disable=False)
 
@@ -48,8 +39,8 @@ def _truthy(value):
 
 
 def show_progress(quiet, stream, environ):
-    """Whether a command shows progress bars: not `quiet` (its --quiet), neither NPSPEC_QUIET nor TQDM_DISABLE
-    set to a true value in `environ` (a mapping, e.g. os.environ), and `stream` (stderr) a terminal."""
+    """Whether a command shows bars: not `quiet`, neither NPSPEC_QUIET nor TQDM_DISABLE true in `environ`,
+    and `stream` (stderr) a terminal."""
     if quiet or _truthy(environ.get(QUIET_ENV)) or _truthy(environ.get("TQDM_DISABLE")):
         return False
     try:

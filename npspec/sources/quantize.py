@@ -1,31 +1,12 @@
-"""Weight-only quantization of a GPT-2's tensors: the schemes, round-to-nearest, and the 16-bit round trips.
+"""Weight-only quantization of a GPT-2's tensors: schemes, round-to-nearest, 16-bit round trips, AWQ's scale search.
 
-Imports numpy only; no I/O (npspec.sources.quantized saves and loads quantized models).
-
-A scheme is written as a short name (`parse_scheme`):
-  int<b>-ch     symmetric round-to-nearest (RTN), one scale per output channel, b in 2..8 bits;
-  int<b>-g<G>   the same with one scale per group of G consecutive weights along the input
-                dimension of each output channel (G = 32, 64, 128 in the study; any G >= 2
-                dividing every input width);
-  fp16, bf16    a round trip through IEEE half precision or bfloat16 (round to nearest even):
-                the "16-bit" levels;
-and a suffix `+emb` quantizes the token and position embeddings `wte` and `wpe` too (the head
-is tied to `wte`, so this also quantizes the output layer); without it only the block linears
-(`attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj` of every layer) are, as most engines do.
-Layer norms and biases stay float32.
-
-Symmetric RTN with b bits (the baseline of GPTQ, Frantar et al. 2023, and AWQ, Lin et al.
-2024): with qmax = 2^(b-1) - 1, a group's scale is s = max|w| / qmax (float32), its codes
-c = clip(rint(w / s), -qmax, qmax) (int8; computed in float64, rint rounds ties to even) and
-the weights it stands for are c * s (float32). So every weight is reconstructed within half a
-step, |w - c s| <= s / 2 (plus the float32 rounding of the product), and a tensor already on
-the grid (each group's weights c * s exactly, with some |c| = qmax) is reproduced exactly. The
-2^b-th level -2^(b-1) is unused, so 2 bits is ternary {-s, 0, s}. An all-zero group gets s = 0.
-
-Layout: block linears are stored `[in, out]` (Conv1D), so their input axis is 0; `wte` and
-`wpe` are `[rows, n_embd]` and the tied head reads `wte.T`, so their input axis is 1 (each
-row, a token's embedding, is an output channel). Codes keep the tensor's shape; scales have
-the input axis divided by G (per channel: 1).
+A scheme's name (parse_scheme): `int<b>-ch` (symmetric RTN, one scale per output channel, b in 2..8), `int<b>-g<G>`
+(one scale per G consecutive input weights of a channel), `fp16` / `bf16` (a round trip, ties to even); `+emb`
+quantizes wte and wpe too (so the tied head), else only the block linears; layer norms and biases stay float32.
+Symmetric RTN (the baseline of GPTQ, Frantar et al. 2023, and AWQ, Lin et al. 2024): qmax = 2^(b-1) - 1, a group's
+scale s = max|w| / qmax (float32, 0 for an all-zero group), codes c = clip(rint(w / s), -qmax, qmax) (int8, from
+float64), weights c * s: each within s / 2, and a tensor on the grid reproduced exactly. Input axis: 0 for block
+linears `[in, out]`, 1 for wte/wpe `[rows, n_embd]`; scales have it divided by G. Imports numpy only; no I/O.
 """
 
 import re
@@ -42,9 +23,8 @@ SCHEME_HELP = "int<bits>-ch or int<bits>-g<group> (bits 2..8), fp16 or bf16, eac
 
 @dataclass(frozen=True)
 class Scheme:
-    """A quantization scheme. kind: "int" (RTN), "fp16" or "bf16"; bits: 2..8 (16 for the float kinds);
-    group: input weights per scale (None: one scale per output channel; float kinds have no scale);
-    embeddings: whether wte and wpe are quantized too."""
+    """A scheme: kind "int", "fp16" or "bf16"; bits 2..8 (16 for the float kinds); group: input weights per
+    scale (None: per channel); embeddings: whether wte and wpe are quantized."""
 
     kind: str
     bits: int
@@ -52,32 +32,26 @@ class Scheme:
     embeddings: bool = False
 
     @property
-    def name(self):
-        """The scheme's name, as parse_scheme reads it (e.g. "int4-g64", "int8-ch+emb", "bf16")."""
+    def name(self):  # as parse_scheme reads it: "int4-g64", "int8-ch+emb", "bf16"
         base = self.kind if self.kind != "int" else f"int{self.bits}-" + ("ch" if self.group is None else f"g{self.group}")
         return base + ("+emb" if self.embeddings else "")
 
     @property
-    def qmax(self):
-        """The largest code, 2^(bits-1) - 1 (int kind only)."""
+    def qmax(self):  # the largest code, 2^(bits-1) - 1 (int kind)
         return 2 ** (self.bits - 1) - 1
 
 
 class Quantized(NamedTuple):
-    """One quantized tensor: codes (int8 for "int", float16 for "fp16", uint16 bfloat16 bits for "bf16"),
-    shaped as the tensor; scales (float32, the input axis divided by the group; None for the float kinds)."""
+    """A quantized tensor: codes shaped as it (int8; float16 for fp16; uint16 bits for bf16), scales float32
+    (None for the float kinds)."""
 
     codes: np.ndarray
     scales: np.ndarray | None
 
 
 def parse_scheme(text):
-    """The Scheme a name stands for (see the module docstring), e.g. "int4-g64", "int8-ch+emb", "fp16".
-
-    Raises ValueError, one line naming what is wrong and the valid forms: bits outside 2..8
-    (0, 1, 9, 17, ...), a group below 2, a missing granularity (`int4`), anything else unknown.
-    Whether a group divides a model's widths is checked where the model is known (check_scheme).
-    """
+    """The Scheme a name stands for ("int4-g64", "int8-ch+emb", "fp16"...). Raises ValueError naming the
+    valid forms: bits outside 2..8, a group below 2, no granularity (`int4`), anything unknown."""
     text = str(text).strip()
     base, plus, tail = text.partition("+")
     if plus and tail != "emb":
@@ -102,22 +76,18 @@ def parse_scheme(text):
     return Scheme("int", bits, group, embeddings)
 
 
-def input_axis(name):
-    """The input (reduction) axis of a tensor named as in npspec.sources.files: 0 for block linears `[in, out]`, 1 for wte/wpe."""
+def input_axis(name):  # the reduction axis of a tensor: 0 for block linears `[in, out]`, 1 for wte/wpe
     return 1 if name in EMBEDDINGS else 0
 
 
-def quantized_names(names, scheme):
-    """The names, among `names` (npspec.sources.files tensor names), that `scheme` quantizes, in their order."""
+def quantized_names(names, scheme):  # -> the names, in order, that `scheme` quantizes
     chosen = LINEAR_SUFFIXES + (EMBEDDINGS if scheme.embeddings else ())
     return [n for n in names if n.endswith(chosen) and (n in EMBEDDINGS or n.startswith("h."))]
 
 
 def check_scheme(scheme, shapes):
-    """Raise ValueError (one line) if the scheme's group does not divide the input width of a tensor it quantizes.
-
-    shapes: `{name: shape}` (npspec.sources.files.tensor_shapes(config)).
-    """
+    """Raise ValueError (one line) if the group does not divide the input width of a tensor of `shapes`
+    ({name: shape}) the scheme quantizes."""
     if scheme.group is None:
         return
     for name in quantized_names(shapes, scheme):
@@ -128,13 +98,8 @@ def check_scheme(scheme, shapes):
 
 
 def quantize_tensor(w, scheme, axis=0):  # [..] float32 -> Quantized
-    """Quantize one 2-D float32 tensor `w` with `scheme`; `axis` is its input axis (input_axis(name)).
-
-    int: symmetric RTN per output channel or per group of scheme.group along `axis` (module
-    docstring). fp16/bf16: the nearest 16-bit value (ties to even). Raises ValueError if the
-    group does not divide the input width, or if a value does not fit the 16-bit format (fp16
-    overflows past 65504) or is not finite.
-    """
+    """Quantize the 2-D float32 `w` (input axis `axis`) by `scheme` (module docstring). Raises ValueError
+    for a group that does not divide the input width, a value not finite or past the 16-bit range (fp16: 65504)."""
     w = np.asarray(w, dtype=np.float32)
     if not np.isfinite(w).all():
         raise ValueError("cannot quantize a tensor holding NaN or inf")
@@ -156,8 +121,7 @@ def quantize_tensor(w, scheme, axis=0):  # [..] float32 -> Quantized
     return Quantized(np.ascontiguousarray(np.moveaxis(codes, 0, axis)), np.ascontiguousarray(np.moveaxis(scales, 0, axis)))
 
 
-def dequantize_tensor(q, scheme, axis=0):  # Quantized -> [..] float32
-    """The float32 weights a Quantized tensor stands for: c * s per group (int), or the 16-bit values widened."""
+def dequantize_tensor(q, scheme, axis=0):  # Quantized -> [..] float32: c * s per group, or the 16-bit values
     if scheme.kind == "fp16":
         return q.codes.astype(np.float32)
     if scheme.kind == "bf16":
@@ -169,13 +133,12 @@ def dequantize_tensor(q, scheme, axis=0):  # Quantized -> [..] float32
     return np.ascontiguousarray(np.moveaxis(w.reshape(codes.shape), 0, axis))
 
 
-def round_trip(w, scheme, axis=0):  # [..] float32 -> [..] float32
-    """dequantize_tensor(quantize_tensor(w)): the float32 weights a quantized model runs with."""
+def round_trip(w, scheme, axis=0):  # [..] float32 -> [..] float32: the weights a quantized model runs with
     return dequantize_tensor(quantize_tensor(w, scheme, axis), scheme, axis)
 
 
 def to_bfloat16_bits(w):  # float32 [..] -> uint16 [..]
-    """The bfloat16 nearest to each float32 (ties to even), as its 16 bits. Raises ValueError if one rounds to inf."""
+    """The nearest bfloat16 of each float32 (ties to even), as its bits. Raises ValueError past the range."""
     u = np.asarray(w, dtype=np.float32).view(np.uint32)
     bits = ((u + (np.uint32(0x7FFF) + ((u >> 16) & 1))) >> 16).astype(np.uint16)
     if not np.isfinite(from_bfloat16_bits(bits)).all():
@@ -183,35 +146,26 @@ def to_bfloat16_bits(w):  # float32 [..] -> uint16 [..]
     return bits
 
 
-def from_bfloat16_bits(bits):  # uint16 [..] -> float32 [..]
-    """The float32 values of bfloat16 bit patterns (exact: bfloat16 is float32's upper half)."""
+def from_bfloat16_bits(bits):  # uint16 [..] -> float32 [..], exact (bfloat16 is float32's upper half)
     return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
 
 
 def quantize_tensors(tensors, scheme):
-    """{name: Quantized} for the tensors of `tensors` ({name: float32 array}, npspec.sources.files names) that scheme quantizes.
-
-    Raises ValueError as check_scheme and quantize_tensor.
-    """
+    """{name: Quantized} of the tensors ({name: float32 array}) the scheme quantizes. Raises as
+    check_scheme and quantize_tensor."""
     check_scheme(scheme, {n: t.shape for n, t in tensors.items()})
     return {n: quantize_tensor(tensors[n], scheme, input_axis(n)) for n in quantized_names(tensors, scheme)}
 
 
-def dequantize_tensors(tensors, quantized, scheme):
-    """`tensors` with every quantized name replaced by its float32 dequantization (a new dict; others shared)."""
+def dequantize_tensors(tensors, quantized, scheme):  # -> a new dict, each quantized name dequantized
     out = dict(tensors)
     out.update({n: dequantize_tensor(q, scheme, input_axis(n)) for n, q in quantized.items()})
     return out
 
 
 def weight_bytes(shapes, scheme):
-    """Bytes of the weight matrices a one-token forward reads: the block linears and the tied head wte.
-
-    shapes: {name: shape}. A quantized matrix counts bits/8 bytes a weight (codes packed, as a
-    kernel that reads them would store them) plus 4 bytes a float32 scale; a float32 one 4
-    bytes a weight. wpe (one row a token), biases and layer norms are left out, as in
-    bench.models.matrix_bytes. Returns a float (bytes).
-    """
+    """Bytes a one-token forward reads of its matrices (block linears and the tied head): bits/8 a quantized
+    weight plus 4 a scale, 4 a float32 weight (wpe, biases and layer norms left out, as bench.models.matrix_bytes)."""
     chosen = set(quantized_names(shapes, scheme))
     total = 0.0
     for name, shape in shapes.items():
@@ -234,33 +188,23 @@ AWQ_GRID = 20  # alpha = 0, 1/20, ..., 19/20, as the authors' code (llm-awq, aut
 AWQ_MIN_MAGNITUDE = 1e-4  # channel magnitudes are clamped here first, as in llm-awq
 
 
-def awq_objective(x, w, wq):  # [n, d_in], [d_in, d_out], [d_in, d_out] -> float
-    """The calibration objective AWQ minimises: mean squared error of the layer's outputs, mean((x wq - x w)^2)."""
+def awq_objective(x, w, wq):  # [n, d_in], [d_in, d_out], [d_in, d_out] -> float: mean((x wq - x w)^2)
     x = np.asarray(x, dtype=np.float64)
     return float(np.mean((x @ wq.astype(np.float64) - x @ w.astype(np.float64)) ** 2))
 
 
 def awq_round_trip(w, s, scheme):  # [d_in, d_out] float32, [d_in] float32 -> [d_in, d_out] float32
-    """The weights a scaled quantization stands for: Q(diag(s) w) / s row by row (Q: round_trip along axis 0).
-
-    Mathematically the same product as AWQ's Q(w diag(s)) (diag(s)^-1 x) with the division
-    folded into the weights instead of the previous operation (npspec dequantizes at load).
-    """
+    """Q(diag(s) w) / s row by row (Q: round_trip on axis 0): AWQ's Q(w diag(s)) (diag(s)^-1 x) with the
+    division folded into the weights."""
     s = np.asarray(s, dtype=np.float32)[:, None]
     return (round_trip(np.asarray(w, dtype=np.float32) * s, scheme, 0) / s).astype(np.float32)
 
 
 def awq_search(x, w, scheme, grid=AWQ_GRID):
-    """AWQ's search for per-input-channel scales of one linear layer: (s `[d_in]` float32, alpha, losses `[grid]`).
-
-    x: `[n, d_in]` calibration inputs of the layer (from TRAINING data, never the data it is
-    evaluated on); w: `[d_in, d_out]` float32 (Conv1D layout, input axis 0); scheme: an int
-    Scheme. Lin et al. 2024, Section 3.2: s_X = mean |x| per input channel (clamped at 1e-4),
-    s = s_X^alpha normalised by sqrt(max s * min s), for alpha on a grid of `grid` points in
-    [0, 1); the alpha whose awq_round_trip minimises awq_objective wins (the first on ties).
-    alpha = 0 gives s = 1, plain round-to-nearest, so the result is never worse than RTN on
-    the calibration objective. Raises ValueError for a 16-bit scheme (nothing to scale).
-    """
+    """(s `[d_in]` float32, alpha, losses `[grid]`): AWQ's per-input-channel scales of one linear (Lin et al.
+    2024, section 3.2) from x `[n, d_in]` (TRAINING inputs) and w `[d_in, d_out]`: s = s_X^alpha / sqrt(max * min),
+    s_X = mean |x| (>= 1e-4), the alpha of `grid` points in [0, 1) minimising awq_objective (the first on ties; alpha 0
+    is RTN, so never worse on it). Raises ValueError for a 16-bit scheme."""
     if scheme.kind != "int":
         raise ValueError(f"AWQ scales integer schemes only, not {scheme.name}")
     x = np.asarray(x, dtype=np.float32)

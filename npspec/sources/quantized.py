@@ -1,28 +1,13 @@
-"""Quantized models: quantize a Model, and save or load a quantized converted directory.
+"""Quantized models: quantize a Model (npspec.sources.quantize: RTN or AWQ), save and load a quantized directory.
 
-Imports npspec.model.gpt2 and npspec.kernels.products (to record a layer's inputs for AWQ), npspec.sources.files (the
-converted format), npspec.model.model, npspec.kernels.quantized and npspec.sources.quantize; safetensors only, never pickle.
-
-A quantized model is an ordinary npspec Model: with any kernel of npspec.kernels.products its quantized
-tensors are dequantized to float32 when it is built or loaded (npspec.sources.quantize), so it runs the
-very same forward and kernels as any model. With the kernel "dequant-panels" (npspec.kernels.quantized)
-and an int scheme, its block matrices stay int8 codes and float32 scales
-(qkernels.QuantizedMatrix), dequantized one panel at a time inside each product: the same
-weights, a quarter of the bytes (embeddings, biases and layer norms stay float32; a +emb
-scheme's wte and wpe are dequantized, and an AWQ model is always float32). Either way,
-speculative decoding with it as the draft keeps the output exactly target-distributed and
-greedy output identical to plain greedy decoding (any draft does: notes/derivation.md).
-bench/qspeed.py measures what the codes cost in time.
-
-A quantized converted directory is a converted directory (npspec.sources.files) whose
-`model.safetensors` holds, for each quantized tensor NAME, `NAME.codes` (int8 codes, one a byte,
-not packed; float16 values for fp16; uint16 bfloat16 bits for bf16) and, for int schemes,
-`NAME.scales` (float32), every other tensor as float32 under its own name, and in its header
-metadata `quantization` (the scheme's name, npspec.sources.quantize.parse_scheme) and
-`quantization_format` besides the usual fields. Loading refuses a scheme it does not know. Its
-`format_version` stays "1" (FILE_FORMAT): the codes and the float32 tensors are stored row-major in
-the forward's shapes (npspec.sources.files' format 2 transposes only float32 block matrices, which a quantized
-file does not hold); loading dequantizes them and Model lays the block matrices out, as before.
+A quantized model is an ordinary Model whose quantized tensors are dequantized to float32; with the kernel
+"dequant-panels" and an int scheme its block matrices stay int8 codes and float32 scales
+(npspec.kernels.quantized.QuantizedMatrix), a quarter of the bytes (a +emb scheme's embeddings and an AWQ model stay
+float32). As a draft it keeps speculative decoding exact (notes/derivation.md). A quantized directory is a converted
+one (npspec.sources.files, format_version "1": row-major in the forward's shapes) holding `NAME.codes` (int8, float16
+or uint16 bfloat16 bits) and, for int schemes, `NAME.scales` (float32) for each quantized NAME, the rest float32,
+and header fields `quantization` (the scheme's name) and `quantization_format`. Imports npspec.model,
+npspec.kernels (products, quantized, registry), npspec.sources' atomic, errors, files, quantize; safetensors.
 """
 
 import json
@@ -54,38 +39,28 @@ FIX = "requantize it with npspec.sources.quantized.save_quantized"
 
 
 def flat_tensors(params, config):
-    """flat_tensors (the tree as `{name: array}`, no copies), refusing a tree of int8 codes.
-
-    Raises ValueError for a tree holding qkernels.QuantizedMatrix codes: quantize or save its float32 source.
-    """
+    """The tree as {name: array} (no copies). Raises ValueError for a tree of int8 codes (QuantizedMatrix)."""
     if holds_codes(params):
         raise ValueError("this model holds int8 codes (kernel dequant-panels): quantize or save the float32 model "
                          "it came from instead")
     return gpt2_tensors.flat_tensors(params, config)
 
 
-def quantized_model(config, tensors, quantized, scheme, tokenizer, source, kernel, threads, metadata, note=None):
-    """The Model that `quantized` ({name: Quantized}) and the float32 rest of `tensors` stand for: dequantized,
-    or, with a kernel that reads codes (registry.Kernel.reads_codes) and an int scheme, block matrices kept as
-    QuantizedMatrix codes. note: passed to Model (a compiled kernel's compile time)."""
+def quantized_model(config, tensors, quantized, scheme, tokenizer, source, kernel, threads, metadata):
+    """The Model `quantized` ({name: Quantized}) and the float32 rest of `tensors` stand for:
+    dequantized, or with a kernel that reads codes and an int scheme, block matrices kept as QuantizedMatrix codes."""
     codes = registry_kernel(kernel).reads_codes and scheme.kind == "int"
     kept = {n: q for n, q in quantized.items() if codes and n.endswith(LINEAR_SUFFIXES)}
     full = dequantize_tensors(tensors, {n: q for n, q in quantized.items() if n not in kept}, scheme)
     full.update({n: QuantizedMatrix.from_codes(q.codes, q.scales) for n, q in kept.items()})
     metadata = {**metadata, "quantization": scheme.name, "quantization_format": QUANTIZATION_FORMAT}
-    return Model(config, params_tree(full, config), tokenizer, source, kernel, threads, metadata, note=note)
+    return Model(config, params_tree(full, config), tokenizer, source, kernel, threads, metadata)
 
 
 def quantize_model(model, scheme, kernel=None, threads=None):
-    """`model` with its weights quantized by `scheme` (a npspec.sources.quantize.Scheme) and dequantized back to float32.
-
-    Same config and tokenizer; source "<scheme>:<model's source>"; decodes with `kernel` and
-    `threads` (default: the model's); kernel "dequant-panels" keeps an int scheme's block matrices as
-    codes (module docstring). The original model is not changed (its tensors that the
-    scheme leaves alone are shared, not copied). Memory: one more float32 copy of the
-    quantized tensors (int8 codes with "dequant-panels"). Raises ValueError if the scheme's group
-    does not divide a width, or if `model` itself holds codes.
-    """
+    """`model` quantized by `scheme`, source "<scheme>:<source>", decoding with `kernel` and `threads`
+    (default the model's; "dequant-panels" keeps an int scheme's codes); `model` is unchanged, the tensors the scheme
+    leaves alone shared. Raises ValueError for a group that does not divide a width or a model holding codes."""
     tensors = flat_tensors(model.params, model.config)
     quantized = quantize_tensors(tensors, scheme)
     return quantized_model(model.config, tensors, quantized, scheme, model.tokenizer, f"{scheme.name}:{model.source}",
@@ -94,13 +69,8 @@ def quantize_model(model, scheme, kernel=None, threads=None):
 
 
 def linear_inputs(model, windows):
-    """{name: `[n, d_in]` float32}: the inputs each block linear of `model` receives while it reads `windows`.
-
-    windows: id arrays, each read from a fresh cache with the prefill path (one GEMM per
-    product); n is the total number of ids. Records them by running npspec.model.gpt2.gpt2 with a
-    kernel that keeps a copy of each input it multiplies by a block matrix (the forward itself
-    is unchanged). Memory: 4 bytes * n * 7 n_embd per layer (the inputs of its four linears).
-    """
+    """{name: `[n, d_in]` float32}: the inputs each block linear of `model` multiplies while it prefills
+    each of `windows` (id arrays; n their total) from a fresh cache. Memory: 4 bytes * n * 7 n_embd a layer."""
     names = {id(a): n for n, a in flat_tensors(model.params, model.config).items() if n.endswith(LINEAR_SUFFIXES)}
     store = {}
 
@@ -116,17 +86,10 @@ def linear_inputs(model, windows):
 
 
 def awq_quantize_model(model, scheme, calibration, kernel=None, threads=None):
-    """`model` quantized with `scheme` and AWQ's activation-aware scaling of every block linear (npspec.sources.quantize.awq_search).
-
-    calibration: id arrays from TRAINING text (never the text the model is then evaluated on),
-    whose activations (linear_inputs, from the float32 model) calibrate each layer's search.
-    Lin et al. 2024 (AWQ), Section 3.2, with the scales folded into the dequantized weights
-    (Q(diag(s) w) / s) rather than into the previous operation: the same products. Tensors
-    that are not block linears (the embeddings of a +emb scheme) get plain round-to-nearest.
-    Returns a Model with source "<scheme>-awq:<source>" and metadata `quantization_method`
-    "awq" and `awq_alpha` (a JSON {name: alpha}); in memory only (save_quantized writes RTN).
-    Raises ValueError for a 16-bit scheme or a group that does not divide a width.
-    """
+    """`model` quantized by `scheme` with AWQ's scaling of every block linear (quantize.awq_search on
+    linear_inputs of `calibration`, TRAINING ids; Lin et al. 2024 section 3.2, the scales folded into the weights),
+    RTN for the embeddings of +emb; source "<scheme>-awq:<source>", metadata quantization_method "awq" and awq_alpha
+    (JSON {name: alpha}); in memory only. Raises ValueError for a 16-bit scheme or a group not dividing a width."""
     tensors = flat_tensors(model.params, model.config)
     full = dequantize_tensors(tensors, quantize_tensors(tensors, scheme), scheme)
     alphas = {}
@@ -140,12 +103,8 @@ def awq_quantize_model(model, scheme, calibration, kernel=None, threads=None):
 
 
 def save_quantized(out_dir, model, scheme):
-    """Write `model` quantized with `scheme` as a quantized converted directory (module docstring), each file atomically.
-
-    model: a Model with a tokenizer. The metadata keeps the usual fields (config, source) and
-    names the scheme. Returns the directory (a Path). Raises ValueError as quantize_model,
-    CheckpointError for a model without a tokenizer.
-    """
+    """Write `model` (with a tokenizer) quantized by `scheme` as a quantized directory, each file
+    atomically; returns its Path. Raises ValueError as quantize_model, CheckpointError without a tokenizer."""
     if model.tokenizer is None:
         raise CheckpointError("cannot save a model without a tokenizer")
     c = model.config
@@ -174,10 +133,8 @@ def save_quantized(out_dir, model, scheme):
 
 
 def is_quantized(path):
-    """True if `path` is a directory whose model.safetensors header names a quantization (reads the header only).
-
-    False for anything else, unreadable files included (npspec.sources.files.load_model then reports them).
-    """
+    """Whether `path` is a directory whose model.safetensors header names a quantization (False for
+    anything unreadable: load_model reports it)."""
     weights = Path(path) / WEIGHTS_FILE
     if not weights.is_file():  # a FIFO would block open() forever; a directory, a device: not a model
         return False
@@ -191,14 +148,10 @@ def is_quantized(path):
         return False
 
 
-def load_quantized(path, kernel=STATIC_DEFAULT, threads=1, note=None):
-    """Load a quantized converted directory into a Model (dequantized float32 weights) decoding with `kernel`, `threads`
-    (note: None, or told a compiled kernel's compile time).
-
-    Raises CheckpointError, one line naming the problem and the fix: an unknown scheme or
-    quantization format, missing or misshaped codes or scales, codes of the wrong dtype, a file
-    safetensors cannot read, a malformed tokenizer.json.
-    """
+def load_quantized(path, kernel=STATIC_DEFAULT, threads=1):
+    """A Model (dequantized float32) of a quantized directory, decoding with `kernel` at `threads`. Raises
+    CheckpointError with the fix: an unknown scheme or format, missing or misshaped codes or scales, codes of the wrong
+    dtype, a file safetensors cannot read, a bad tokenizer.json."""
     path = Path(path)
     weights, tok = path / WEIGHTS_FILE, path / TOKENIZER_FILE
     with reading(weights, FIX):
@@ -214,14 +167,15 @@ def load_quantized(path, kernel=STATIC_DEFAULT, threads=1, note=None):
                 raise CheckpointError(f"{weights} names a quantization this npspec cannot load ({oneline(e)})") from e
             tensors, quantized = read_quantized(f, config, scheme, weights)
     tokenizer = read_tokenizer(tok, FIX)
-    return quantized_model(config, tensors, quantized, scheme, tokenizer, path, kernel, threads, metadata, note)
+    return quantized_model(config, tensors, quantized, scheme, tokenizer, path, kernel, threads, metadata)
 
 
 CODE_DTYPES = {"int": np.int8, "fp16": np.float16, "bf16": np.uint16}
 
 
 def read_quantized(f, config, scheme, where):
-    """(float32 tensors, {name: Quantized}) from an open safetensors file `f`; CheckpointError lists every problem."""
+    """(float32 tensors, {name: Quantized}) of the open file `f`. Raises CheckpointError listing every
+    problem."""
     shapes = tensor_shapes(config)
     names = set(f.keys())
     chosen = set(quantized_names(list(shapes), scheme))
@@ -254,8 +208,7 @@ def read_quantized(f, config, scheme, where):
     return tensors, quantized
 
 
-def expected_scales(name, shape, scheme):
-    """The shape of a tensor's scales under an int scheme: its input axis divided by the group (per channel: 1)."""
+def expected_scales(name, shape, scheme):  # -> a tensor's scales' shape: its input axis divided by the group
     axis = input_axis(name)
     out = list(shape)
     out[axis] = 1 if scheme.group is None else shape[axis] // scheme.group

@@ -1,7 +1,5 @@
-"""How a drafter without a draft model joins the command line: a Command, registered once in
-npspec.decode.drafters.COMMANDS. `npspec generate --draft WORD` then builds it; the command adds its options,
-refuses them without `--draft WORD`, and calls its check before any model loads. Imports nothing of npspec.
-"""
+"""How a drafter without a draft model joins the command line (`--draft WORD`): a Command, registered once in
+npspec.decode.drafters.COMMANDS. Imports nothing of npspec."""
 
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -9,14 +7,9 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Command:
-    """A drafter's command-line face.
-
-    word: the `--draft` word; about: a few words for --draft's help and messages ("prompt lookup, no draft
-    model"); certain: why model options (--draft-p-min, --tree) do not apply to it; options: (flag, argparse
-    keyword arguments) pairs, each with default None (None = not given); check(args): raise ValueError, one line,
-    for a bad value of its options; build(args, target): the Drafter for a loaded target (its config's n_vocab
-    and eos_token_id).
-    """
+    """A drafter's command-line face: word (for --draft), about (for the help), certain (why model options do not
+    apply), options ((flag, argparse keyword arguments) pairs, default None = not given), check(**values) (ValueError,
+    one line), build(target, **values) -> its Drafter; values: {name: value} for its `names`."""
 
     word: str
     about: str
@@ -25,6 +18,10 @@ class Command:
     check: Callable
     build: Callable
 
-    def given(self, args):  # -> list[str]
-        """The flags of its options that `args` (argparse's namespace) sets."""
-        return [flag for flag, _ in self.options if getattr(args, flag.lstrip("-").replace("-", "_")) is not None]
+    @property
+    def names(self):  # -> list[str]: "--ngram-min" -> "ngram_min", argparse's dest
+        return [flag.lstrip("-").replace("-", "_") for flag, _ in self.options]
+
+    def given(self, values):  # {name: value} -> list[str]
+        """The flags of its options whose value is not None."""
+        return [flag for (flag, _), name in zip(self.options, self.names) if values.get(name) is not None]

@@ -1,22 +1,7 @@
-"""Controlled acceptance: drafters whose proposals are steered, to time speculative decoding where a real draft's
-acceptance means nothing (random weights). A SIMULATION, labelled as such wherever it is used
-(`--simulate-acceptance A`, npspec.cli.harness.simulated; bench.speedup's, bench.drafters' and bench.trees' "controlled"
-rows).
-
-`ControlledDraft` is a draft MODEL look-alike (a Forwarder, drafted by ModelDrafter): it runs the real draft
-forward (so every round pays the draft's true cost), then replaces the logits it returns so the draft's greedy
-proposal for position t is the target's own greedy token `greedy[t]` with probability `a`, and a wrong token
-otherwise. `greedy` is the sequence a plain greedy run of the target produced first (prompt + continuation).
-`ControlledLookup` does the same for n-gram lookup (the real lookup runs, its proposal is replaced) and
-`ControlledTree` for token trees (the draft's forwards run, each node is the target's greedy token with
-probability a). The speculative loop itself is unchanged, and so is its output: greedy speculative decoding
-emits exactly the target's greedy tokens whatever the draft proposes.
-
-Greedy decoding only (temperature 0): ControlledDraft's replaced logits are one-hot-like (0 everywhere, 1 on
-the chosen token), which the loop's argmax turns into exactly that proposal. Each draft token that the target
-tests is then accepted with probability exactly `a`, independently, so the measured alpha estimates `a`
-(tested in tests/test_bench.py). Imports numpy, npspec.decode.rules.trees and npspec.decode's drafters.
-"""
+"""Controlled acceptance, a SIMULATION labelled as such wherever used (--simulate-acceptance A, the bench's
+"controlled" rows), to time drafts whose acceptance means nothing (random weights): the real draft work runs, then
+each proposal is the target's greedy token greedy[t] with probability a, else a wrong one. Greedy only; the output
+is still the target's greedy ids. Imports numpy and npspec.decode's modules."""
 
 import numpy as np
 
@@ -27,13 +12,9 @@ from .tree import TreeDrafter
 
 
 class ControlledDraft:
-    """A draft `Model` look-alike: real forward, steered proposals (see the module docstring).
-
-    draft: a loaded `Model` (its forward is run for its cost). greedy: `[n]` ids, the prompt
-    followed by the target's greedy continuation. a: the acceptance probability in [0, 1].
-    rng: an `np.random.Generator` for the accept/wrong decisions.
-    Raises ValueError for `a` outside [0, 1] or a vocabulary mismatch with `greedy`.
-    """
+    """A draft Model look-alike (drafted by ModelDrafter): its real forward, each row's logits replaced by one-hot on
+    the steered token. draft: a Model; greedy `[n]`: prompt + the target's greedy continuation; a in [0, 1];
+    rng: a Generator. ValueError for a outside [0, 1] or ids outside the draft's vocabulary."""
 
     def __init__(self, draft, greedy, a, rng):
         if not 0 <= a <= 1:
@@ -51,15 +32,10 @@ class ControlledDraft:
         return self.draft.new_cache()
 
     def prefill(self, ids, cache):  # [n_new] -> [n_new, n_vocab] float32
-        """The draft's own prefill, unsteered: the loop only fills the cache with it, never proposes from it."""
         return self.draft.prefill(ids, cache)
 
     def forward(self, ids, cache):  # [n_new] -> [n_new, n_vocab] float32
-        """The draft's real forward over `ids`, with each row's logits replaced.
-
-        Row j is the prediction for position `n_past + j + 1`; it becomes 1.0 on the chosen token
-        and 0.0 elsewhere.
-        """
+        """The draft's real forward; row j (position n_past + j + 1) becomes 1.0 on the chosen token, 0.0 elsewhere."""
         n_past = cache.length
         logits = self.draft.forward(ids, cache)
         n_new, n_vocab = logits.shape
@@ -78,14 +54,8 @@ class ControlledDraft:
 
 
 class ControlledLookup(NgramDrafter):
-    """n-gram lookup with controlled acceptance: the real lookup runs (its cost is paid), then each round proposes
-    g tokens steered as ControlledDraft's: the target's greedy token `greedy[t]` with probability a, a wrong one
-    otherwise. Greedy decoding only (it returns no q rows). A Drafter, not a model.
-
-    n_vocab, eos_token_id: the target's. greedy: `[n]` ids, prompt + the target's greedy continuation.
-    a: the acceptance probability in [0, 1]. rng: an `np.random.Generator`. Raises ValueError for `a`
-    outside [0, 1].
-    """
+    """n-gram lookup with controlled acceptance: the real lookup runs, then g steered tokens are proposed (no q).
+    n_vocab, eos_token_id: the target's; greedy, a, rng as ControlledDraft's. ValueError for a outside [0, 1]."""
 
     def __init__(self, n_vocab, eos_token_id, greedy, a, rng):
         if not 0 <= a <= 1:
@@ -105,13 +75,8 @@ class ControlledLookup(NgramDrafter):
 
 
 class ControlledTree(TreeDrafter):
-    """A token tree with controlled acceptance: the draft's real forwards run (TreeDrafter, top-k kind, for their
-    cost), then each node's id is replaced by the target's greedy token at its position `greedy[t]` with
-    probability a, independently, or a wrong one. Greedy decoding only (no q rows).
-
-    draft: a loaded Model; branching: children per depth; greedy: `[n]` prompt + the target's greedy
-    continuation; a in [0, 1]; rng: an `np.random.Generator`. Raises ValueError for a outside [0, 1].
-    """
+    """A token tree with controlled acceptance: TreeDrafter's top-k forwards run, then each node is the target's
+    greedy token at its position with probability a, else a wrong one (no q). ValueError for a outside [0, 1]."""
 
     def __init__(self, draft, branching, greedy, a, rng):
         if not 0 <= a <= 1:

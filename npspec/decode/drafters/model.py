@@ -1,7 +1,5 @@
-"""The draft-model drafter: a smaller model proposes a chain, one forward per token, optionally with confidence
-stopping (llama.cpp's `--draft-p-min`). DraftModelCache is what every drafter built on a draft model shares (the
-tree drafters too). Imports numpy, npspec.decode.sampling and npspec.decode.types.
-"""
+"""The draft-model drafter (ModelDrafter: a chain, one forward per token, optionally with confidence stopping) and
+DraftModelCache, what every drafter on a draft model shares. Imports numpy and npspec.decode's sampling and types."""
 
 import numpy as np
 
@@ -10,11 +8,7 @@ from ..types import BaseDrafter, Forwarder, Proposal
 
 
 class DraftModelCache(BaseDrafter):
-    """What every drafter built on a draft model shares: the model's attributes, its KV cache, start, rollback.
-
-    model: a Forwarder (npspec.model.model.Model, or anything with config, tokenizer, source, new_cache, forward, prefill).
-    Raises TypeError for anything else.
-    """
+    """A draft model's attributes, its KV cache, start and rollback. model: a Forwarder; TypeError for anything else."""
 
     def __init__(self, model):
         if not isinstance(model, Forwarder):
@@ -27,40 +21,32 @@ class DraftModelCache(BaseDrafter):
         self.forwards, self.cache = 0, None
 
     def start(self, prompt_ids):  # [n_prompt] ids
-        """A fresh cache holding every prompt id but the last (as the target's)."""
         self.cache = self.model.new_cache()
         if len(prompt_ids) > 1:
             self.model.prefill(np.asarray(prompt_ids[:-1]), self.cache)
             self.forwards += 1
 
     def step(self, ids):  # [n] ids -> [n_vocab] float32
-        """One draft forward: feed `ids` after the cache and return the logits after the last of them."""
+        """One draft forward: `ids` after the cache; the logits after the last of them."""
         self.forwards += 1
         return self.model.forward(np.asarray(ids), self.cache)[-1]
 
     def ready(self, seq):
-        """Raise ValueError unless the cache holds a prefix of seq without its last id (the round rolls it back)."""
+        """ValueError unless the cache holds a prefix of seq without its last id (the round rolls it back)."""
         if self.cache is None or self.cache.length > len(seq) - 1:
             held = None if self.cache is None else self.cache.length
             raise ValueError(f"the draft's cache holds {held} positions for a sequence of {len(seq)} ids; start the "
                              "drafter and roll it back to len(seq) - 1 before proposing")
 
     def rollback(self, length):
-        """Forget cached positions from `length` on (O(1)); nothing past the cache's end."""
         if self.cache is not None:
             self.cache.rollback(min(length, self.cache.length))
 
 
 class ModelDrafter(DraftModelCache):
-    """A draft model as a drafter: d_i ~ q_i = warp(the model's logits), one forward per token.
-
-    model: an npspec Model (or anything with config, tokenizer, source, new_cache, forward, prefill).
-    p_min: confidence stopping (llama.cpp `--draft-p-min`): after proposing d_i, stop if the
-    largest probability of the row it was drawn from is below p_min (d_i itself is still
-    proposed). The row is q_i after warping; at temperature 0, where that row is one-hot, the
-    model's softmax at temperature 1. 0 (default) = never stop early. Raises ValueError for
-    p_min outside [0, 1].
-    """
+    """A draft model as a drafter: d_i ~ q_i = warp(its logits), one forward per token. p_min: confidence stopping
+    (llama.cpp's --draft-p-min): stop after d_i if its row's largest probability is below p_min (at temperature 0,
+    the softmax at temperature 1); 0 = off. ValueError for p_min outside [0, 1]."""
 
     def __init__(self, model, p_min=0.0):
         check_p_min(p_min)
@@ -71,11 +57,8 @@ class ModelDrafter(DraftModelCache):
         return f"ModelDrafter({self.source!r}, p_min={self.p_min})"
 
     def propose(self, seq, gamma, u, sampling):  # list[int], int, [>= gamma], SamplingParams -> Proposal
-        """Draw up to gamma tokens after seq, one forward each (npspec.decode.drafters states the guarantees).
-
-        The cache holds a prefix of seq (the round rolled it back to what the last round kept), so
-        nothing is copied. At temperature 0 each d_i is the argmax and the proposal is deterministic (q None).
-        """
+        """Up to gamma tokens after seq, one forward each, from the cache the round rolled back (nothing copied); at
+        temperature 0 the argmax, q None."""
         self.ready(seq)
         ctx, d, q = list(seq), [], []
         for i in range(gamma):
@@ -94,6 +77,6 @@ class ModelDrafter(DraftModelCache):
 
 
 def check_p_min(p_min):
-    """Raise ValueError unless 0 <= p_min <= 1."""
+    """ValueError unless 0 <= p_min <= 1."""
     if isinstance(p_min, bool) or not isinstance(p_min, (int, float, np.floating, np.integer)) or not 0 <= p_min <= 1:
         raise ValueError(f"p_min (--draft-p-min) must be a probability in [0, 1], got {p_min!r}; 0 turns it off")

@@ -1,12 +1,8 @@
-"""Prompt lookup (n-gram) drafting: propose what followed the latest earlier occurrence of the last n ids (Saxena
-2023; transformers' `prompt_lookup_num_tokens`; vLLM's `ngram`), with its command-line options (`--draft ngram`,
---ngram-min, --ngram-max). A drafter is this file plus its registration line in npspec.decode.drafters.COMMANDS.
-Imports numpy and npspec.decode.types.
-"""
+"""Prompt lookup (n-gram) drafting (Saxena 2023; transformers' prompt_lookup_num_tokens; vLLM's ngram) and its
+command-line face (--draft ngram, --ngram-min, --ngram-max), registered in npspec.decode.drafters.COMMANDS.
+Imports npspec.decode's sampling and types."""
 
-import numpy as np
-
-from ..sampling import check_integer
+from ..sampling import check_count, check_integer
 from ..types import BaseDrafter, Proposal
 from .command import Command
 
@@ -15,21 +11,10 @@ MAX_NGRAM = 64  # policy: the longest n-gram NgramDrafter matches (--ngram-max);
 
 
 class NgramDrafter(BaseDrafter):
-    """Prompt lookup (n-gram) drafting: propose what followed the latest earlier occurrence of the last n ids.
-
-    For n from ngram_max down to ngram_min: if the last n ids of seq occurred earlier (ending
-    before the last position, so something followed them), propose the up to gamma ids that
-    followed the MOST RECENT such occurrence, cut after the first EOS (eos_token_id), never past
-    the end of seq; the first n that matches decides. No match: no proposal. The proposal is
-    deterministic (q None: one-hot rows). Defaults follow llama.cpp's lookup (n-gram sizes 1..4);
-    transformers calls ngram_max `max_matching_ngram_size`, vLLM `prompt_lookup_max`.
-
-    Cost: an index per n from n-gram to its latest end, updated as ids are appended, so a round
-    costs O((ngram_max - ngram_min + 1) * ngram_max) per new id plus the same per lookup, with
-    no scan of the sequence (bench.drafters' ngram_cost table measures it at n_ctx). Raises ValueError
-    for sizes < 1 or > MAX_NGRAM, ngram_min > ngram_max, an n_vocab < 1 or an eos_token_id outside
-    [0, n_vocab) (TypeError for a non-integer).
-    """
+    """Propose up to gamma ids that followed the latest earlier occurrence of the last n ids, n from ngram_max down
+    to ngram_min (llama.cpp's 1..4), cut after the first EOS; no match, no proposal. Deterministic (q None). An index
+    per n: O((ngram_max - ngram_min + 1) ngram_max) per id, no scan. ValueError for sizes outside [1, MAX_NGRAM],
+    ngram_min > ngram_max, n_vocab < 1 or eos_token_id outside [0, n_vocab) (TypeError for a non-integer)."""
 
     source = WORD
 
@@ -49,7 +34,6 @@ class NgramDrafter(BaseDrafter):
         return f"NgramDrafter(ngram_min={self.sizes[-1]}, ngram_max={self.sizes[0]})"
 
     def start(self, prompt_ids):  # [n_prompt] ids
-        """Forget any earlier generation."""
         self.ids, self.index = [], {n: {} for n in self.sizes}
 
     def _append(self, ids):  # index the n-grams ending before each new position
@@ -61,7 +45,7 @@ class NgramDrafter(BaseDrafter):
             self.ids.append(int(token))
 
     def lookup(self, seq, gamma):  # list[int], int -> list[int]
-        """The ids this drafter proposes after seq: the continuation of the latest match (see the class)."""
+        """The ids proposed after seq (the latest match's continuation)."""
         if len(seq) < len(self.ids) or seq[len(self.ids) - 1:len(self.ids)] != self.ids[-1:]:
             self.rollback(0)  # not the sequence it indexed: start over
         self._append(seq[len(self.ids):])
@@ -73,7 +57,6 @@ class NgramDrafter(BaseDrafter):
         return []
 
     def propose(self, seq, gamma, u, sampling):  # -> Proposal (deterministic: q None)
-        """The lookup's ids as a deterministic chain; u and sampling are not used."""
         return Proposal.chain(self.lookup(seq, gamma))
 
     def rollback(self, length):
@@ -85,12 +68,11 @@ class NgramDrafter(BaseDrafter):
 
 
 def cut_after(ids, eos):  # list[int] -> list[int]
-    """ids up to and including the first `eos` (all of them if eos is None or absent)."""
     return ids[:ids.index(eos) + 1] if eos is not None and eos in ids else list(ids)
 
 
 def ngram_scan(seq, gamma, ngram_min=1, ngram_max=4, eos=None):  # list[int] -> list[int]
-    """NgramDrafter's proposal by a plain scan of seq, O(len(seq) * ngram_max): the reference the index is tested against."""
+    """NgramDrafter's proposal by a plain O(len(seq) ngram_max) scan: the reference its index is tested against."""
     for n in range(ngram_max, ngram_min - 1, -1):
         if len(seq) > n:
             key = list(seq[len(seq) - n:])
@@ -101,10 +83,9 @@ def ngram_scan(seq, gamma, ngram_min=1, ngram_max=4, eos=None):  # list[int] -> 
 
 
 def check_ngram_sizes(ngram_min, ngram_max):
-    """Raise ValueError unless both are integers in [1, MAX_NGRAM] and ngram_min <= ngram_max."""
+    """ValueError unless both are integers in [1, MAX_NGRAM] and ngram_min <= ngram_max."""
     for name, v in (("ngram_min", ngram_min), ("ngram_max", ngram_max)):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-            raise ValueError(f"{name} (--{name.replace('_', '-')}) must be an integer >= 1, got {v!r}")
+        check_count(v, f"{name} (--{name.replace('_', '-')})")
         if v > MAX_NGRAM:
             raise ValueError(f"{name} (--{name.replace('_', '-')}) is at most {MAX_NGRAM}, the longest n-gram npspec "
                              f"matches (each is indexed at every position), got {v}; give a smaller size such as 4")
@@ -113,9 +94,16 @@ def check_ngram_sizes(ngram_min, ngram_max):
                          "give --ngram-min <= --ngram-max")
 
 
-def sizes(args):  # -> (ngram_min, ngram_max)
-    """--ngram-min and --ngram-max, with their defaults 1 and 4."""
-    return 1 if args.ngram_min is None else args.ngram_min, 4 if args.ngram_max is None else args.ngram_max
+def sizes(ngram_min=None, ngram_max=None):  # -> (ngram_min, ngram_max)
+    return 1 if ngram_min is None else ngram_min, 4 if ngram_max is None else ngram_max
+
+
+def check_options(ngram_min=None, ngram_max=None):
+    check_ngram_sizes(*sizes(ngram_min, ngram_max))
+
+
+def build(target, ngram_min=None, ngram_max=None):  # -> NgramDrafter
+    return NgramDrafter(target.config.n_vocab, target.config.eos_token_id, *sizes(ngram_min, ngram_max))
 
 
 COMMAND = Command(
@@ -125,5 +113,4 @@ COMMAND = Command(
      ("--ngram-max", dict(type=int, default=None, metavar="N",
                           help=f"with --draft ngram: the longest n-gram to match, tried first (default 4, at most "
                                f"{MAX_NGRAM})"))),
-    lambda args: check_ngram_sizes(*sizes(args)),
-    lambda args, target: NgramDrafter(target.config.n_vocab, target.config.eos_token_id, *sizes(args)))
+    check_options, build)

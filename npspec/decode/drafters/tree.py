@@ -1,27 +1,19 @@
-"""Token-tree drafters: a draft model proposing a static tree (TreeDrafter: a branching per depth) or a dynamic one
-grown best first (DynamicTreeDrafter, EAGLE-2's idea), verified in one forward with tree attention and accepted by
-the tree rule (npspec.decode.rules.trees; the same guarantees as a chain, per node). Imports numpy, npspec.decode.sampling, npspec.decode.rules.trees
-and npspec.decode.drafters.model.
-"""
+"""Token-tree drafters: a static tree (TreeDrafter, a branching per depth) and a dynamic one grown best first
+(DynamicTreeDrafter, EAGLE-2's idea), verified with tree attention and a Rule's tree form (npspec.decode.rules.trees).
+Imports numpy and npspec.decode's sampling, rules.trees, types and drafters.model."""
 
 import numpy as np
 
-from ..sampling import sample, warp
+from ..sampling import check_count, sample, warp
 from ..rules.trees import MAX_TREE_NODES, branching_tree, children, depths, grow_tree
 from ..types import Proposal
 from .model import DraftModelCache
 
 
 class TreeDrafter(DraftModelCache):
-    """A draft model proposing a token tree with a static branching per depth (npspec.decode.rules.trees).
-
-    branching: children per node at each depth, e.g. (3, 2, 1). kind: "sampled" (each node's
-    children drawn i.i.d. from the draft's warped row at the node, q = that row) or "top-k" (the
-    row's most likely ids, ties to the lower id, each with a one-hot q). At temperature 0 both
-    take the top-k ids of the logits (q is None). One draft forward per node that has children,
-    depth first, rolling the cache back after each subtree. Raises ValueError for a bad
-    branching or kind.
-    """
+    """A draft model proposing a static tree, `branching` children per node at each depth (e.g. (3, 2, 1)): kind
+    "sampled" (i.i.d. from the warped row, q = that row) or "top-k" (the likeliest ids, ties to the lower id, q
+    one-hot); at temperature 0 the top ids (q None). One forward per parent node. ValueError: bad branching/kind."""
 
     tree = True
 
@@ -38,12 +30,10 @@ class TreeDrafter(DraftModelCache):
 
     @property
     def siblings(self):
-        """How a node's sampled children are drawn: "iid" (the sampled kind, `draw`) or "deterministic" (top-k)."""
         return "deterministic" if self.kind == "top-k" else "iid"
 
     def draw(self, row, u):  # [n_vocab] float64, [k] uniforms -> [k] ids
-        """A node's k sampled children: independent draws of its warped row, child j with u[j] (npspec.decode.sampling.sample).
-        The one step a drafter drawing them otherwise overrides (npspec.decode.drafters.distinct)."""
+        """A node's k sampled children: independent draws of its row, child j with u[j] (distinct.py overrides it)."""
         return [sample(row, v) for v in u]
 
     @property
@@ -51,16 +41,10 @@ class TreeDrafter(DraftModelCache):
         return len(self.branching)
 
     def tree_size(self, depth):  # -> int
-        """Nodes of the tree cut at `depth` (the tree's first levels)."""
         return sum(d <= depth for d in self.depth_of)
 
     def propose(self, seq, depth, u, sampling):  # -> Proposal of N = tree_size(depth) nodes
-        """The tree cut at `depth` after seq: ids, parents (-1: a child of seq's last id) and the rows q
-        (None, deterministic, for the top-k kind and at temperature 0).
-
-        u: `[N]` uniforms, u[i] draws node i (sampled kind). Nodes come in npspec.decode.rules.trees.branching_tree's
-        order (depth by depth).
-        """
+        """The tree cut at `depth` after seq (branching_tree's order); u[i] draws node i."""
         self.ready(seq)
         parents = self.parents[:self.tree_size(depth)]
         kids = children(parents)
@@ -90,22 +74,16 @@ class TreeDrafter(DraftModelCache):
 
 
 class DynamicTreeDrafter(DraftModelCache):
-    """A draft model proposing a dynamic tree of `budget` nodes, grown best first by cumulative draft
-    probability (EAGLE-2's idea; npspec.decode.rules.trees.grow_tree): each node offers its `max_children` most likely ids.
-
-    Children are deterministic, so each is tested with a one-hot q. Ranking uses the draft's warped
-    row (its softmax at temperature 1 when temperature is 0). One draft forward per node that may
-    get children, feeding its path after the prefix. Raises ValueError for budget or max_children < 1,
-    or a budget over MAX_TREE_NODES (npspec.decode.rules.trees).
-    """
+    """A tree of `budget` nodes grown best first by cumulative draft probability (rules.trees.grow_tree), each node
+    offering its max_children likeliest ids (one-hot q), ranked on the warped row (the softmax at temperature 0).
+    ValueError for budget or max_children < 1, or a budget over MAX_TREE_NODES."""
 
     tree = True
     siblings = "deterministic"
 
     def __init__(self, model, budget, max_children=4):
-        for name, v in (("budget", budget), ("max_children", max_children)):
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-                raise ValueError(f"a dynamic tree's {name} must be an integer >= 1, got {v!r}")
+        check_count(budget, "a dynamic tree's budget")
+        check_count(max_children, "a dynamic tree's max_children")
         if budget > MAX_TREE_NODES:
             raise ValueError(f"a dynamic tree's budget (--tree-budget) is at most {MAX_TREE_NODES} nodes, the largest "
                              f"tree npspec drafts, got {budget}; give a smaller budget such as 16")

@@ -1,25 +1,9 @@
-"""Acceptance rules: step 3 of a round, pluggable. One registry, name -> Rule, read by the API's `verify=` and the
-CLI's `--verify` (its choices are this registry's names).
-
-NOTE: letters as in Leviathan et al. 2023: `p` the target's rows, `q` the draft's.
-
-A Rule has a chain rule, rule(d `[k]` ids, p `[k + 1, n_vocab]` float64, q `[k, n_vocab]` float64,
-u_tests `[k]`, u_final float) -> (n accepted, token id), and optionally a tree rule,
-rule(ids `[N]`, parents `[N]`, q `[N, n_vocab]`, p `[N + 1, n_vocab]`, u_tests `[N]`, u_final) -> (path, token id)
-(npspec.decode.rules.trees.accept_tree's signature). Both are called only for sampled rounds: at temperature 0
-every row is one-hot, the target's law is a point mass, and every lossless rule keeps exactly the
-drafts that equal the target's argmax (npspec.decode.round.accept, the one place greedy is handled).
-"token": token-by-token modified rejection sampling (`accept` here) and its multi-candidate form down
-a tree (npspec.decode.rules.trees.accept_tree), lossless for children drawn i.i.d. from the node's row. "block": block
-verification of a chain (Sun et al. 2025, Algorithm 2: npspec.decode.rules.block_accept, the same signature and
-uniforms); it has no tree form, so a tree drafter with it is refused (checks.check_rule). "rsd": recursive
-rejection sampling over siblings drawn WITHOUT replacement (Jeon et al. 2024: npspec.decode.rules.accept_tree_rsd), lossless
-only for such children (notes/derivation.md, claim 11); on a chain (one child per node) it is the token rule.
-A Rule's `siblings` says how a tree's sampled children must be drawn for its tree form to be lossless ("iid" or
-"distinct"); checks.check_rule refuses a tree drafter that draws them otherwise (a drafter's own `siblings`,
-npspec.decode.types.Drafter; deterministic children, one-hot q, suit every tree form).
-Imports numpy, npspec.decode.rules, npspec.decode.sampling and npspec.decode.rules.trees.
-"""
+"""Acceptance rules, step 3 of a round: one registry, name -> Rule, read by verify= and --verify. NOTE: letters as
+in Leviathan et al. 2023: `p` the target's rows, `q` the draft's. A Rule's chain form has token.accept's signature,
+its tree form (None: chains only) trees.accept_tree's; only sampled rounds call them (temperature 0 is
+npspec.decode.round.accept's). "token": modified rejection sampling (token.py), down a tree (trees.py); "block":
+block verification, chains only (block.py); "rsd": siblings drawn without replacement (rsd.py), the token rule on
+a chain. Proofs: notes/derivation.md, claims 1, 9, 10, 11. Imports numpy and npspec.decode.sampling."""
 
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,9 +16,8 @@ from .trees import accept_tree
 
 @dataclass(frozen=True)
 class Rule:
-    """An acceptance rule: `chain` for a chain of drafts, `tree` for a token tree (None: chains only), and `siblings`,
-    how the tree form needs a node's sampled children drawn: "iid" (independent draws of the node's row) or
-    "distinct" (without replacement, npspec.decode.rules.draw_children)."""
+    """An acceptance rule: `chain`, `tree` (None: chains only), and `siblings`, how its tree form needs a node's
+    sampled children drawn: "iid" (independent draws of the node's row) or "distinct" (without replacement)."""
 
     name: str
     chain: Callable
@@ -50,7 +33,7 @@ RULES = {rule.name: rule for rule in (Rule("token", accept, accept_tree), Rule("
 
 
 def get_rule(name):
-    """The Rule registered as `name`. Raises ValueError naming the registered ones."""
+    """The Rule registered as `name`; ValueError naming the registered ones."""
     if name not in RULES:
         raise ValueError(f"verify (--verify) must be one of {', '.join(RULES)}, got {name!r}")
     return RULES[name]

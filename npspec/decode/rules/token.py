@@ -1,8 +1,5 @@
 """Token-wise modified rejection sampling of a chain (Leviathan et al. 2023, Algorithm 1; Chen et al. 2023).
-Imports numpy and npspec.decode.sampling; no I/O, no RNG.
-
-NOTE: letters as in Leviathan et al. 2023: `p` the target's rows, `q` the draft's.
-"""
+NOTE: letters as in Leviathan et al.: `p` the target's rows, `q` the draft's. Imports numpy, npspec.decode.sampling."""
 
 import numpy as np
 
@@ -10,11 +7,9 @@ from ..sampling import residual, sample
 
 
 def accept(d, p, q, u_accept, u_final):
-    """Modified rejection sampling (Leviathan et al. 2023, Algorithm 1): keep d_i while u_i < p_i(d_i) / q_i(d_i).
-
-    d `[gamma]` ids, p `[gamma + 1, n_vocab]`, q `[gamma, n_vocab]` float64, u_accept `[gamma]`, u_final float.
-    Returns (n accepted, the corrected token, a sample of residual(p_n, q_n), or the bonus, a sample of p_gamma).
-    """
+    """Keep d_i while u_i < p_i(d_i) / q_i(d_i) (Leviathan et al. 2023, Algorithm 1). d `[gamma]` ids, p
+    `[gamma + 1, n_vocab]`, q `[gamma, n_vocab]` float64, u_accept `[gamma]`, u_final float. Returns (n kept, token):
+    a sample of residual(p_n, q_n), or the bonus, a sample of p_gamma."""
     gamma = len(d)
     rows = np.arange(gamma)
     with np.errstate(over="ignore"):  # a denormal q(d) makes p/q inf: accepted, as min(1, p/q) = 1 says

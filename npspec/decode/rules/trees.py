@@ -1,25 +1,7 @@
-"""Token trees: several candidates per position, accepted by multi-candidate speculative sampling.
-
-NOTE: letters as in npspec.decode.round (Leviathan's): `p` the target, `q` the draft.
-
-A tree of N draft nodes grows after the ids so far. Node i has a token `ids[i]`, a parent
-`parents[i]` (-1: a child of the last id; parents come before their children) and the row
-`q[i]` it was drawn from: the draft's row at its parent's context for a sampled child, a
-one-hot row for a deterministic one (the draft's top-k). The target scores every node in one
-forward (tree attention: node i sees the prefix, its ancestors and itself); `p[0]` is the target's
-row after the last id and `p[1 + i]` its row after node i.
-
-Acceptance (multi-candidate speculative sampling: SpecInfer, Miao et al. 2024, section 4; the
-multi-draft rule of Chen et al. 2023 applied per node): at a node, with r = p(node) and its
-children c_1..c_k in order, test c_j with `u_j < r(c_j) / q_j(c_j)` (strict); if kept, descend
-into c_j; if not, r <- residual(r, q_j) = norm(max(0, r - q_j)) and try the next child. If every
-child is rejected, emit a sample of r; at a leaf whose token was kept, emit a bonus from p(leaf).
-For i.i.d. sampled children (all drawn from the same q) and for distinct deterministic
-children (one-hot q_j: c_j is kept with probability r(c_j) and then removed from r), the emitted
-token at each node is exactly r's starting row p (proved by enumeration in
-tests/test_trees_exact.py). Uniforms: u_tests[i] tests node i, u_final is the last sample.
-Imports numpy and npspec.decode.sampling.
-"""
+"""Token trees accepted by multi-candidate speculative sampling (SpecInfer, Miao et al. 2024, section 4). NOTE: letters
+as in Leviathan et al.: `p` the target, `q` the draft. At a node, r = p(node); child c_j is kept if u < r(c_j) /
+q_j(c_j) (strict), else r <- norm(max(0, r - q_j)); no child kept: a sample of r; a kept leaf: a bonus from p(leaf).
+Lossless for i.i.d. or distinct deterministic children: notes/derivation.md, claim 9. Imports numpy, sampling."""
 
 import heapq
 import itertools
@@ -32,7 +14,6 @@ MAX_TREE_NODES = 64  # policy: the largest draft tree (--tree, --tree-budget); R
 
 
 def children(parents):  # [N] ints -> dict: node (-1 = the last id) -> [its children, in node order]
-    """Each node's children in node order; -1 stands for the last id (the tree's root)."""
     out = {-1: []}
     for i, parent in enumerate(parents):
         out.setdefault(parent, []).append(i)
@@ -41,7 +22,7 @@ def children(parents):  # [N] ints -> dict: node (-1 = the last id) -> [its chil
 
 
 def depths(parents):  # [N] ints -> [N] ints
-    """Each node's depth: 1 for a child of the last id. Raises ValueError unless parents come before children."""
+    """Each node's depth (1: a child of the last id); ValueError unless parents come before children."""
     out = []
     for i, parent in enumerate(parents):
         if not -1 <= parent < i:
@@ -51,11 +32,8 @@ def depths(parents):  # [N] ints -> [N] ints
 
 
 def branching_tree(branching):  # e.g. (3, 2, 1) -> parents [N]
-    """The parents of a static tree: the root has branching[0] children, each of them branching[1], and so on.
-
-    Nodes are listed depth by depth (breadth first), siblings together. Raises ValueError for an
-    empty list, a count < 1, or more than MAX_TREE_NODES nodes (counted before any is built).
-    """
+    """The parents of a static tree, depth by depth, siblings together. ValueError for an empty list, a count < 1,
+    or more than MAX_TREE_NODES nodes (counted before any is built)."""
     if not branching or any(isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1 for k in branching):
         raise ValueError(f"a tree's branching must be counts >= 1 per depth, such as 3,2,1, got {list(branching)!r}")
     level, nodes = 1, 0
@@ -78,20 +56,16 @@ def branching_tree(branching):  # e.g. (3, 2, 1) -> parents [N]
 
 
 def accept_tree(ids, parents, q, p, u_tests, u_final):
-    """Multi-candidate speculative sampling down a tree (see the module docstring).
-
-    ids, parents: `[N]` ints; q: `[N, n_vocab]` float64, the row each node was drawn from;
-    p: `[N + 1, n_vocab]` float64, the target's rows (p[0] after the last id, p[1 + i] after node i);
-    u_tests: `[N]` uniforms in [0, 1) (u_tests[i] tests node i); u_final: one uniform.
-    Returns (path, token): the kept nodes from the root down, and the corrected or bonus id.
-    """
+    """Multi-candidate speculative sampling down a tree (the module's rule): ids, parents `[N]`; q `[N, n_vocab]`,
+    p `[N + 1, n_vocab]` float64; u_tests `[N]`; u_final. Returns (path, token): the kept nodes, root down, and the
+    corrected or bonus id."""
     kids = children(parents)
     node, path = -1, []
     while True:
         r = p[node + 1]
         for c in kids[node]:
             with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
-                kept = u_tests[c] < r[ids[c]] / q[c][ids[c]]  # strict, as in speculative.accept
+                kept = u_tests[c] < r[ids[c]] / q[c][ids[c]]  # strict, as in rules.token.accept
             if kept:
                 path.append(c)
                 node = c
@@ -102,12 +76,8 @@ def accept_tree(ids, parents, q, p, u_tests, u_final):
 
 
 def accept_tree_greedy(ids, parents, best):
-    """accept_tree at temperature 0: follow the target's argmax down the tree.
-
-    best: `[N + 1]` the argmax of each p row (best[0] after the last id, best[1 + i] after node i).
-    Returns (path, best after the path's last node): the deepest chain of nodes each equal to the
-    target's argmax after its parent, and the target's token after it.
-    """
+    """accept_tree at temperature 0: best `[N + 1]`, each p row's argmax. Returns (path, token): the deepest chain of
+    nodes each equal to the target's argmax after its parent, and the argmax after it."""
     kids = children(parents)
     node, path = -1, []
     while True:
@@ -119,16 +89,10 @@ def accept_tree_greedy(ids, parents, best):
 
 
 def grow_tree(row_at, budget, max_children, max_depth):  # -> (ids [N], parents [N]), N <= budget
-    """A dynamic draft tree grown best first by the draft's cumulative probability (EAGLE-2's idea, Li et al. 2024).
-
-    row_at(path) -> the draft's row `[n_vocab]` after the tuple of drafted ids `path` (() is the
-    root). Each node offers its row's `max_children` most likely ids (ties to the lower id) as
-    candidates, scored by the product of the rows' probabilities along their path; the highest
-    candidate becomes the next node (ties: the earliest offered), until `budget` nodes or no
-    candidate within `max_depth` is left. Parents come before their children. The shape depends
-    only on the draft's rows, never on the target: children are deterministic, so each is tested
-    with a one-hot q (npspec.decode.rules.trees module docstring).
-    """
+    """A dynamic tree grown best first by cumulative draft probability (EAGLE-2's idea, Li et al. 2024). row_at(path):
+    the draft's row `[n_vocab]` after the drafted ids `path` (() the root). Each node offers its max_children most
+    likely ids (ties: the lower id), scored by the product of probabilities along the path; the best (ties: the
+    earliest offered) becomes the next node, until `budget` nodes or none within max_depth."""
     ids, parents, paths, heap, order = [], [], [], [], itertools.count()
 
     def offer(parent, path, score):

@@ -1,0 +1,128 @@
+"""Compiling the tiles with numba, once per process, panel width and njit (functools.lru_cache holds the builds);
+numba's disk cache keeps PANEL's build for later processes, or it compiles in memory, saying so through logging.
+Imports numpy, npspec.kernels.compiled.{tiles, intrinsics}; numba only when a build runs (0.5 to 2 s to import).
+"""
+
+import functools
+import importlib.util
+import logging
+import time
+import types
+from typing import Callable, NamedTuple
+
+import numpy as np
+
+from . import intrinsics
+from .tiles import PANEL, panels_product, panels_runs, tiles
+
+log = logging.getLogger(__name__)
+
+NAME = "compiled-panels"
+NOTE_SECONDS = 0.5  # compiling longer than this is told
+LAYERS = ("omp", "tbb", "workqueue")  # numba's threading layers, in the order tried (notes/kernels.md: why OpenMP)
+
+
+class KernelUnavailable(ValueError):
+    """A kernel cannot be built here: its extra is missing, or installed and broken (a numba that does not import)."""
+
+
+class Built(NamedTuple):
+    function: Callable  # numba's dispatcher (or the plain function, with a stand-in njit)
+    on_disk: bool  # numba caches it on disk
+
+
+def available(find_spec=None):  # find_spec: importlib.util.find_spec (tests pretend numba is missing) -> bool
+    """True if numba can be imported (the `fast` extra is installed); nothing is imported to find out."""
+    try:
+        return (find_spec or importlib.util.find_spec)("numba") is not None
+    except ValueError:  # sys.modules["numba"] is None: imports of numba are blocked
+        return False
+
+
+def compiled_product(njit=None, panel=PANEL):  # -> panels_product(x, panels, y, p0, p1), compiled
+    """njit: numba.njit, or a stand-in (the tiles then run as plain Python over intrinsics.names(None)).
+    Raises KernelUnavailable (one line, with the fix) without a numba that imports, ValueError for an odd panel."""
+    if panel % 2:
+        raise ValueError(f"a panel of compiled-panels has an even number of columns (tile8 halves it), got {panel}")
+    return product_build(panel, njit).function
+
+
+@functools.lru_cache(maxsize=None)
+def product_build(panel, njit=None):  # -> Built: panels_product over `panel`-column panels
+    numba = None if njit is not None else import_numba()
+    njit = numba.njit if numba is not None else njit
+    disk = panel == PANEL
+    start = time.perf_counter()  # after numba's import: what is told is compiling (or loading the cache)
+    built = jit_product(njit, intrinsics.names(numba), panel, disk)
+    x = np.zeros((1, 2), dtype=np.float32)
+    built.function(x, np.zeros((1, 2, panel), dtype=np.float32), np.zeros((1, 1), dtype=np.float32), 0, 1)
+    announce(time.perf_counter() - start, built, disk)
+    return built
+
+
+def import_numba():
+    try:
+        import numba
+    except ImportError as e:
+        raise KernelUnavailable(import_problem(e, available())) from None
+    return numba
+
+
+def import_problem(error, installed):  # ImportError, bool -> str: numba missing, or installed and broken
+    other = "or pick a NumPy kernel with --target-kernel / --draft-kernel"
+    if not installed:
+        return f"kernel {NAME} needs numba: pip install 'npspec[fast]' ({other})"
+    first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+    return (f"kernel {NAME}: numba is installed but does not import ({first}); reinstall it with pip install "
+            f"--force-reinstall 'npspec[fast]' ({other})")
+
+
+def announce(seconds, built, disk=True):  # tells the logger of a slow build, or of one that no disk could hold
+    if disk and not built.on_disk:
+        log.info(f"kernel {NAME}: no writable cache location for numba, so it compiled in memory ({seconds:.1f} s, "
+                 "again in every process); set NUMBA_CACHE_DIR to a writable directory to compile once")
+    elif seconds > NOTE_SECONDS and not getattr(getattr(built.function, "stats", None), "cache_hits", 0):
+        once = "once: numba caches it on disk" if built.on_disk else f"for this process: only {PANEL}-column panels are cached"
+        log.info(f"kernel {NAME}: compiled in {seconds:.1f} s ({once})")
+
+
+def jit_product(njit, names, panel, disk=True):  # -> Built: the tiles, then panels_product calling them
+    """On disk unless `disk` is False or no cache location is writable (numba's RuntimeError at decoration)."""
+    for cache in (True, False) if disk else (False,):
+        try:
+            jit = njit(nogil=True, cache=cache, boundscheck=False)
+            helpers = {name: jit(with_globals(f, names)) for name, f in tiles(panel).items()}
+            return Built(jit(with_globals(panels_product, {**helpers, "PANEL": panel})), cache)
+        except RuntimeError:  # numba: "cannot cache function ...: no locator available" (nowhere writable)
+            if not cache:
+                raise
+
+
+def compiled_runs(layers=LAYERS, panel=PANEL):  # -> (runs(x, panels, y, cuts, threads), numba's most threads)
+    """panels_runs on `threads` of numba's threads. layers: numba's threading layers to try, in order (one alone
+    must load or numba raises); numba's setting for the process, so the first build's order holds."""
+    return runs_build(tuple(layers), panel)
+
+
+@functools.lru_cache(maxsize=None)
+def runs_build(layers, panel):  # -> (runs, numba.config.NUMBA_NUM_THREADS)
+    product = product_build(panel)
+    numba = import_numba()
+    numba.config.THREADING_LAYER_PRIORITY = list(layers) + [n for n in LAYERS if n not in layers]
+    if len(layers) == 1 and numba.config.THREADING_LAYER == "default":
+        numba.config.THREADING_LAYER = layers[0]  # one layer asked for (the bench's --layer): that one or an error
+    start = time.perf_counter()
+    names = {"prange": numba.prange, "panels_product": product.function}
+    jitted = numba.njit(parallel=True, nogil=True, cache=product.on_disk)(with_globals(panels_runs, names))
+    x, cuts = np.zeros((1, 2), dtype=np.float32), np.array([0, 1], dtype=np.int64)
+    jitted(x, np.zeros((1, 2, panel), dtype=np.float32), np.zeros((1, 1), dtype=np.float32), cuts)
+    announce(time.perf_counter() - start, Built(jitted, product.on_disk), disk=panel == PANEL)
+
+    def runs(x, panels, y, cuts, threads):  # numba's thread count is the calling thread's own setting
+        numba.set_num_threads(threads)
+        jitted(x, panels, y, cuts)
+    return runs, numba.config.NUMBA_NUM_THREADS
+
+
+def with_globals(f, names):  # -> a copy of function f whose globals also hold `names`
+    return types.FunctionType(f.__code__, {**f.__globals__, **names}, f.__name__, f.__defaults__, f.__closure__)

@@ -1,0 +1,77 @@
+"""`CompiledPanels`: packs each matrix into page-aligned panels, `panels[p, k, j] = w[k, p * PANEL + j]` (a copy of
+the weights it keeps; npspec never writes a weight after loading), and runs the compiled loop on them. Imports
+numpy, npspec.kernels.workers and npspec.kernels.compiled.{build, tiles}.
+"""
+
+import numpy as np
+
+from ..workers import check_threads, run_count, run_cuts
+from .build import LAYERS, NAME, compiled_product, compiled_runs
+from .tiles import PANEL
+
+SPLIT_BYTES = 512 << 10  # a matrix this large is shared out to numba's threads (notes/kernels.md)
+ALIGN = 4096  # bytes: where each matrix's panels start (a page: a multiple of every vector and cache-line size)
+
+
+def pack(w, panel=PANEL):  # [d_in, d_out] -> [ceil(d_out / panel), d_in, panel] float32, C order, page-aligned
+    d_in, d_out = w.shape
+    full, count = d_out // panel, -(-d_out // panel)
+    panels = aligned_empty((count, d_in, panel))
+    np.copyto(panels[:full], w[:, : full * panel].reshape(d_in, full, panel).transpose(1, 0, 2))
+    if full < count:
+        panels[full] = 0.0
+        panels[full, :, : d_out - full * panel] = w[:, full * panel :]
+    return panels
+
+
+def aligned_empty(shape, align=ALIGN):  # shape -> uninitialised float32, C order, data at a multiple of align bytes
+    size = int(np.prod(shape))
+    buffer = np.empty(size + align // 4, dtype=np.float32)
+    start = (-buffer.ctypes.data % align) // 4
+    return buffer[start : start + size].reshape(shape)
+
+
+class CompiledPanels:
+    """`linear(x, w, b=None)`: `[n, d_in], [d_in, d_out], [d_out] -> [n, d_out]` float32, batch invariant.
+
+    threads: the runs a matrix of SPLIT_BYTES or more is cut into, on numba's threads; no bit depends on it. Panels
+    are kept by the matrix's address, shape and strides. Raises ValueError for a bad thread count, KernelUnavailable."""
+
+    name = NAME
+
+    def __init__(self, threads=1, panel=PANEL, layers=LAYERS):
+        self.threads = check_threads(threads)
+        self.panel = panel
+        self.product = compiled_product(panel=panel)
+        self.runs, self.most_threads = compiled_runs(layers, panel) if self.threads > 1 else (None, 1)
+        self.packed = {}  # (address, shape, strides) -> (w, its panels, their cuts or None, numba threads)
+
+    def prepare(self, matrices):  # [d_in, d_out] float32 each: packed now, not in the first decoding forward
+        for w in matrices:
+            self.entry(w)
+
+    def entry(self, w):  # [d_in, d_out] -> (w, [n_panels, d_in, panel], [runs + 1] int64 or None, threads)
+        key = (w.__array_interface__["data"][0], w.shape, w.strides)
+        if key not in self.packed:
+            panels = pack(w, self.panel)
+            self.packed[key] = (w, panels, *self.plan(panels.shape[0], w.nbytes))
+        return self.packed[key]
+
+    def plan(self, count, nbytes):  # panels, bytes of the matrix -> ([runs + 1] int64 cuts or None, numba threads)
+        runs = run_count(self.threads, count, nbytes, SPLIT_BYTES)
+        if runs == 1:
+            return None, 1
+        return np.array(run_cuts(count, runs), dtype=np.int64), min(runs, self.most_threads)
+
+    def __call__(self, x, w, b=None):  # [n, d_in], [d_in, d_out], [d_out] -> [n, d_out]
+        x = np.ascontiguousarray(x, dtype=np.float32)
+        _, panels, cuts, threads = self.entry(w)
+        y = np.empty((x.shape[0], w.shape[1]), dtype=np.float32)
+        if cuts is None:
+            self.product(x, panels, y, 0, panels.shape[0])
+        else:
+            self.runs(x, panels, y, cuts, threads)
+        return y if b is None else y + b
+
+    def __repr__(self):
+        return f"CompiledPanels(threads={self.threads})"

@@ -1,0 +1,172 @@
+"""Building the compiled kernel (npspec.kernels.compiled.build, .tiles, .intrinsics): the tiles generated from one body,
+the compiler hints, numba's caches, the notes it logs, the threading layers and a numba that is missing or broken.
+
+The plain-Python tiles (a stand-in njit, no numba needed) are held to the documented chain of fused multiply-adds for
+every row count, as the compiled ones are in tests/test_compiled.py.
+"""
+
+import logging
+import re
+
+import numpy as np
+import pytest
+
+from npspec.kernels import compiled
+from npspec.kernels.compiled import build, intrinsics, tiles
+from npspec.kernels.registry import REGISTRY
+
+from conftest import run_python
+from test_compiled import chain, matrix, needs_numba
+
+
+class FakeNjit:
+    """numba.njit's shape: njit(**options)(function) -> a callable; `cache=True` raises numba's "no locator" error
+    when `writable` is False, as numba does where no cache directory can be written. A new one is a new build (the
+    builds are cached per njit)."""
+
+    def __init__(self, writable):
+        self.writable, self.options = writable, []
+
+    def __call__(self, **options):
+        self.options.append(options)
+        if options.get("cache") and not self.writable:
+            raise RuntimeError("cannot cache function 'tile4': no locator available for file 'tiles.py'")
+        return lambda f: f
+
+
+def notes(caplog):  # the compiled kernel's logged notes
+    return [r.getMessage() for r in caplog.records if r.name == build.__name__]
+
+
+def test_every_tile_is_one_body_specialised_by_its_row_count():
+    made = tiles.tiles()
+    assert list(made) == [f"tile{rows}" for rows in tiles.PARTS] and set(tiles.TAIL) - {0} <= set(tiles.PARTS)
+    assert len({f.__code__ for f in made.values()}) == 1  # one definition, four closures
+    assert {f.__name__: [c.cell_contents for c in f.__closure__] for f in made.values()} == {
+        "tile8": [2, 8, 32], "tile6": [1, 6, 64], "tile4": [1, 4, 64], "tile1": [1, 1, 64]}  # parts, rows, width
+
+
+@pytest.mark.parametrize("panel", [tiles.PANEL, 4])
+def test_the_plain_python_tiles_add_each_element_in_the_documented_order_for_every_row_count(caplog, panel):
+    """The tiles run as plain Python over intrinsics.names(None) (numpy_fma), for M = 1..17 (every tile, padded or
+    not, after 0, 1 or 2 tiles of 8), two panels and a partial third: bit for bit the chain."""
+    product = compiled.compiled_product(njit=FakeNjit(writable=True), panel=panel)
+    d_out = 2 * panel + 3
+    w, x = matrix(3, d_out, seed=6), matrix(17, 3, seed=7, order="C")
+    want = chain(x, w)
+    for m in range(1, 18):
+        y = np.full((m, d_out), np.nan, np.float32)
+        product(x[:m], compiled.pack(w, panel), y, 0, 3)
+        assert np.array_equal(y, want[:m]), f"M={m}"
+
+
+@needs_numba
+def test_the_tiles_ask_llvm_for_wide_vectors_and_the_cpu_for_the_rows_ahead():
+    """The two hints reach the compiled code: each tile, compiled on its own (in memory: numba shows no code it loaded
+    from its disk cache), carries LLVM's prefer-vector-width attribute at VECTOR_BITS and calls llvm.prefetch."""
+    import numba
+    names = intrinsics.names(numba)
+    panel = compiled.pack(matrix(70, compiled.PANEL))[0]
+    for name, tile in tiles.tiles().items():
+        rows = int(name[4:])
+        jitted = numba.njit(nogil=True, boundscheck=False)(build.with_globals(tile, names))
+        x, y = matrix(rows, 70, seed=2, order="C"), np.empty((rows, compiled.PANEL), np.float32)
+        jitted(x, panel, y)
+        assert np.array_equal(y, chain(x, panel)), name
+        code = "".join(jitted.inspect_llvm().values())
+        assert f'"prefer-vector-width"="{intrinsics.VECTOR_BITS}"' in code and "@llvm.prefetch" in code, name
+
+
+def test_without_numba_the_kernel_says_how_to_install_it():
+    assert compiled.available(lambda name: None) is False
+    assert REGISTRY["compiled-panels"].extra == "fast" and REGISTRY["compiled-panels"].invariant
+
+
+def test_a_broken_numba_is_named_broken_with_its_error_not_missing(tmp_path):
+    # a numba that is installed but fails to import (built for another numpy): a stand-in package on PYTHONPATH
+    fake = tmp_path / "numba"
+    fake.mkdir()
+    (fake / "__init__.py").write_text('raise ImportError("Numba needs NumPy 2.3 or less. Got NumPy 9.0.\\nmore")\n')
+    r = run_python("-m", "npspec.generate", "--target-kernel", "compiled-panels", "--max-new-tokens", "2",
+                   env={"PYTHONPATH": str(tmp_path)})
+    assert r.returncode == 1 and r.stdout == ""
+    line, = r.stderr.strip().splitlines()
+    assert "kernel compiled-panels: numba is installed but does not import (Numba needs NumPy 2.3 or less. Got NumPy " \
+           "9.0.); reinstall it with pip install --force-reinstall 'npspec[fast]'" in line
+    # left to the probe, the kernel drops out of the candidates, saying why: measured, or chosen unmeasured (off)
+    for probe in ("cached", "off"):
+        r = run_python("-m", "npspec.generate", "--max-new-tokens", "2", "--kernel-probe", probe, "ROMEO:",
+                       env={"PYTHONPATH": str(tmp_path), "NPSPEC_CACHE": str(tmp_path / f"cache-{probe}")})
+        assert r.returncode == 0 and r.stdout.startswith("ROMEO:"), r.stderr
+        assert "numba is installed but does not import" in r.stderr and "Traceback" not in r.stderr
+        assert ("the probe goes on without it" if probe == "cached" else "decodes with one of") in r.stderr
+    missing = build.import_problem(ImportError("x"), False)
+    assert missing.startswith("kernel compiled-panels needs numba: pip install")
+    assert "does not import (ImportError)" in build.import_problem(ImportError(""), True)
+
+
+def test_a_read_only_cache_compiles_in_memory_and_says_so(caplog):
+    caplog.set_level(logging.INFO, logger="npspec")
+    njit = FakeNjit(writable=False)
+    product = compiled.compiled_product(njit=njit)
+    assert [o["cache"] for o in njit.options] == [True, False] and all(o["nogil"] for o in njit.options)
+    said = notes(caplog)
+    assert len(said) == 1 and "no writable cache location for numba" in said[0] and "\n" not in said[0]
+    x, w = matrix(2, 70, seed=1, order="C"), matrix(70, 3)
+    y = np.empty((2, 3), np.float32)
+    product(x, compiled.pack(w), y, 0, 1)
+    assert np.allclose(y, x @ w, atol=1e-4)
+    assert compiled.compiled_product(njit=njit) is product and len(notes(caplog)) == 1  # built once
+
+
+def test_a_quick_build_is_not_told_a_slow_one_is_and_no_fastmath_is_asked_for(caplog, monkeypatch):
+    caplog.set_level(logging.INFO, logger="npspec")
+    njit = FakeNjit(writable=True)
+    compiled.compiled_product(njit=njit)
+    assert notes(caplog) == [] and all("fastmath" not in o and o["cache"] for o in njit.options)
+    monkeypatch.setattr(build, "NOTE_SECONDS", -1.0)
+    compiled.compiled_product(njit=FakeNjit(writable=True))
+    said, = notes(caplog)
+    assert re.fullmatch(r"kernel compiled-panels: compiled in \d+\.\d s \(once: numba caches it on disk\)", said)
+
+
+def test_a_panel_width_other_than_panel_is_compiled_in_memory_only(caplog):
+    """numba's disk cache does not tell the widths apart (PANEL is a global panels_product reads), so only PANEL's
+    build is cached; another width (the bench's) compiles for this process, silently, and computes the same products."""
+    caplog.set_level(logging.INFO, logger="npspec")
+    njit = FakeNjit(writable=True)
+    product = compiled.compiled_product(njit=njit, panel=4)
+    assert [o["cache"] for o in njit.options] == [False] and notes(caplog) == []
+    x, w = matrix(3, 9, seed=1, order="C"), matrix(9, 10)
+    y = np.empty((3, 10), np.float32)
+    product(x, compiled.pack(w, panel=4), y, 0, 3)
+    assert np.array_equal(y, chain(x, w))
+
+
+def test_an_odd_panel_width_is_refused_in_one_line():
+    with pytest.raises(ValueError, match=r"^a panel of compiled-panels has an even number of columns .* got 5$"):
+        compiled.compiled_product(njit=FakeNjit(writable=True), panel=5)
+
+
+@needs_numba
+def test_the_panel_width_does_not_change_a_bit():
+    w, x = matrix(1280, 1283), matrix(6, 1280, seed=2, order="C")
+    assert w.nbytes >= compiled.SPLIT_BYTES  # so that 3 threads really cut it into runs
+    want = compiled.CompiledPanels(1)(x, w)
+    for panel in (32, 96):
+        for threads in (1, 3):
+            assert np.array_equal(compiled.CompiledPanels(threads, panel=panel)(x, w), want), (panel, threads)
+
+
+@needs_numba
+def test_numba_is_told_to_try_openmp_first_and_more_threads_than_it_has_share_its_threads(monkeypatch):
+    """numba's layers in LAYERS' order (OpenMP first), and a thread count past numba's NUMBA_NUM_THREADS cut into that
+    many runs, run on numba's threads, with the same bits."""
+    import numba
+    monkeypatch.setattr(numba.config, "THREADING_LAYER_PRIORITY", ["tbb", "omp", "workqueue"])
+    build.runs_build.cache_clear()  # so that this build sets the layers (loaded from numba's disk cache if there)
+    kernel = compiled.CompiledPanels(numba.config.NUMBA_NUM_THREADS + 5)
+    assert numba.config.THREADING_LAYER_PRIORITY == list(compiled.LAYERS) and compiled.LAYERS[0] == "omp"
+    assert kernel.most_threads == numba.config.NUMBA_NUM_THREADS
+    w, x = matrix(1280, 1283), matrix(5, 1280, seed=3, order="C")
+    assert w.nbytes >= compiled.SPLIT_BYTES and np.array_equal(kernel(x, w), compiled.CompiledPanels(1)(x, w))
