@@ -37,7 +37,7 @@ def current(row):
     return {k: OLD_NAMES.get(v, v) if k in ("kernel", "layout") else v for k, v in row.items()}
 
 
-def verify_curves(model, threads, results=common.RESULTS):
+def verify_curves(model, threads, results):
     """One model's verify-cost curves from verify_cost.csv: ({(layout, kernel): [v(M) for M = 1, 2, ...]}, header).
 
     v(M) = t(M new tokens) / t(1) of the same kernel and layout, under today's names (`current`); the
@@ -55,7 +55,7 @@ def verify_curves(model, threads, results=common.RESULTS):
     return curves, meta
 
 
-def speedup_model_check(results=common.RESULTS):
+def speedup_model_check(results):
     """Each row of speedup.csv beside what claim 5's model predicts from the row's own measurements, like with like.
 
     The model's c and v are times over the TARGET's one-token forward, so it predicts the speedup over the target's
