@@ -169,7 +169,7 @@ def test_readme_states_the_shipped_pairs_measured_speedups_with_their_conditions
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     intro = " ".join(readme[:readme.index("## Quick start")].split())
     assert "cannot gain at all" not in readme  # a 2-core AMD EPYC gained 1.27x (and the issue's machine 1.64x)
-    runs = ROOT / "bench" / "results" / "issue50" / "epyc2"
+    runs = ROOT / "bench" / "results" / "shipped-compare-epyc"
     assert "`bench/results/shipped-compare-epyc/README.md`" in intro and "AMD EPYC" in intro and "load average" in intro
     for name, options in (("compare_default", "with its defaults"), ("compare_greedy_gamma3", "--temperature 0 --gamma 3")):
         c = json.loads((runs / f"{name}.json").read_text())["compare"]
