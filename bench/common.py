@@ -29,7 +29,8 @@ from tqdm import tqdm
 
 from npspec.sources.progress import bar, show_progress, terminal_bars
 
-RESULTS = Path(__file__).resolve().parent / "results"
+RESULTS = Path(__file__).resolve().parent / "results"  # the committed runs, one folder each
+LATEST = RESULTS / "latest"  # where a full run writes without --out; rename it for what it measured and where
 
 
 @dataclass
@@ -58,7 +59,8 @@ def command_line(prog, doc, argv=None, options=None, threads=("1,2", "1"), many=
     ap = argparse.ArgumentParser(prog=f"python -m {prog}", description=doc.split("\n")[0])
     ap.add_argument("--quick", action="store_true",
                     help="a small run (under 3 minutes) written to a new temporary folder, never to bench/results/")
-    ap.add_argument("--out", default=None, help="output folder (default: bench/results/, or a temporary one with --quick)")
+    ap.add_argument("--out", default=None,
+                    help="output folder (default: bench/results/latest/, or a temporary one with --quick)")
     ap.add_argument("--threads", type=thread_counts, default=None,
                     help=f"comma-separated thread counts to measure{'' if many else ' (one)'}, each for BLAS and the "
                          f"panel kernels (default: {threads[0]}; --quick: {threads[1]})")
@@ -86,13 +88,13 @@ def thread_counts(text):
 
 
 def output_dir(args):
-    """Where results go: --out, else bench/results/ (full run) or a fresh temporary folder (--quick).
+    """Where results go: --out, else bench/results/latest/ (full run) or a fresh temporary folder (--quick).
 
     Raises SystemExit if a --quick run is pointed at bench/results/: quick figures must never
     replace the committed ones.
     """
     if args.out is None:
-        out = Path(tempfile.mkdtemp(prefix="npspec-bench-")) if args.quick else RESULTS
+        out = Path(tempfile.mkdtemp(prefix="npspec-bench-")) if args.quick else LATEST
     else:
         out = Path(args.out).expanduser().resolve()
     if args.quick and (out == RESULTS or RESULTS in out.parents):

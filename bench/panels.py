@@ -14,7 +14,7 @@ threads' runs (with more than one thread): where sharing a matrix out starts to 
 The compiled configurations run with BLAS at one thread and are interleaved per repeat, so a change in the machine's
 load hits all alike; the GEMV runs after them, in its own pass, because OpenBLAS' idle threads spin for a while
 after a call and would take a core from the next configuration. Writes panels.csv/.md and panels_split.csv/.md;
-bench/results/README.md says what was chosen and why.
+bench/results/kernels-by-cpu/README.md says what was chosen and why.
 """
 
 import sys

@@ -15,7 +15,7 @@ Tables (prefix quantized_ as bench.quantized's, issue 14):
     codes packed at bits/8 bytes, the bandwidth-bound limit of bench.quantized), and for the
     quantized rows the predicted speedup E[tokens/round](beta, gamma 4) / (4 c + 1)
     (npspec.decode.evaluate.predicted_speedup, v = 1) with the shipped self-draft's exact beta of the same
-    scheme (bench/results/quantized_beta.csv, the study) at greedy and t1.0, once with c measured and
+    scheme (bench/results/quantized-epyc/quantized_beta.csv, the study) at greedy and t1.0, once with c measured and
     once with c_bw. This mixes the shipped pair's acceptance with gpt2-large's costs: a model of what
     the same scheme would do on a large target, not a measurement of one.
   * quantized_speed_profile: where a quantized forward's time goes, per scheme, over every block
@@ -53,6 +53,7 @@ FLOAT_KERNELS = ("gemm", "gemv-rows", "gemv-panels")
 SCHEMES = ("int8-ch", "int8-g64", "int4-g64")
 PANEL_SIZES = (160 << 10, 320 << 10, 512 << 10, 1 << 20, 2 << 20)
 GAMMA = 4
+STUDY = common.RESULTS / "quantized-epyc"  # the full quantized study, whose betas the predictions use
 
 
 def study_betas(path):
@@ -235,7 +236,7 @@ def main(argv=None):
     args, n = run.args, run.threads[0]
     names = (args.models or ("shipped:target,random:gpt2" if args.quick else "shipped:target,random:gpt2-large")).split(",")
     repeats = args.repeats or (2 if args.quick else 5)
-    betas = study_betas(common.RESULTS / "quantized_beta.csv")
+    betas = study_betas(STUDY / "quantized_beta.csv")
     rows, prof_rows, panel_rows = [], [], []
     with common.blas_threads(n):
         bandwidth = common.read_bandwidth(1 << 28, 3) if args.quick else common.read_bandwidth(1 << 30, 3)

@@ -1,17 +1,14 @@
-"""python -m bench.report: rewrite README.md's Performance section from the committed results.
+"""python -m bench.report: write README.md's Performance section and bench/results/README.md's tables from one run.
 
-The section between `<!-- bench:start -->` and `<!-- bench:end -->` is generated from one whole
-run's folder of tables (bench/run_all.sh's: bench/results/ itself, or the folder it was given), so
-every figure README quotes comes from one of npspec's own commands, with the machine stated. The
-section names the folder it was generated from (`--results FOLDER`, repository-relative), and a
-later run of this command without --results reads that same folder again (`source`): README stays
-on the run it quotes until it is pointed at another. `--check` only compares (exit status 1 if
-README.md is stale).
+Both files hold a part between `<!-- bench:start -->` and `<!-- bench:end -->`, generated from one whole run's
+folder of tables (bench/run_all.sh's OUT, such as bench/results/run_all-xeon-spr/): README.md gets the one command
+and the speedup table (`headline`), bench/results/README.md every table of the run (`section`), each with the
+machine. README's part names the folder (`--results FOLDER`, repository-relative), and a later run without
+--results reads that folder again (`source`). `--check` only compares (exit status 1 if either part is stale).
 
-Results written before npspec named its kernels (npspec.kernels.registry) say "strategy" where
-bench now says "kernel", and use the old names; `current` reads both (OLD_NAMES), so committed
-results are never rewritten to be reported.
-"""
+Results written before npspec named its kernels (npspec.kernels.registry) say "strategy" where bench now says
+"kernel", and use the old names; `current` reads both (OLD_NAMES), so a run kept in git history reports as
+measured."""
 
 import argparse
 import json
@@ -26,6 +23,7 @@ from . import common
 START, END = "<!-- bench:start -->", "<!-- bench:end -->"
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
+RESULTS_README = common.RESULTS / "README.md"  # every table of the run README quotes
 SOURCE = re.compile(r"`python -m bench\.report --results ([^`\s]+)`")  # how the section names its folder
 # verify_cost's old column and values -> today's: matmul strategies became kernels, layouts got plain names
 OLD_COLUMNS = {"strategy": "kernel"}
@@ -39,7 +37,7 @@ def current(row):
     return {k: OLD_NAMES.get(v, v) if k in ("kernel", "layout") else v for k, v in row.items()}
 
 
-def verify_curves(model, threads, results=common.RESULTS):
+def verify_curves(model, threads, results):
     """One model's verify-cost curves from verify_cost.csv: ({(layout, kernel): [v(M) for M = 1, 2, ...]}, header).
 
     v(M) = t(M new tokens) / t(1) of the same kernel and layout, under today's names (`current`); the
@@ -57,7 +55,7 @@ def verify_curves(model, threads, results=common.RESULTS):
     return curves, meta
 
 
-def speedup_model_check(results=common.RESULTS):
+def speedup_model_check(results):
     """Each row of speedup.csv beside what claim 5's model predicts from the row's own measurements, like with like.
 
     The model's c and v are times over the TARGET's one-token forward, so it predicts the speedup over the target's
@@ -188,88 +186,92 @@ def compare_lines(path):
             "options (its rows below are this run's; README's introduction quotes another machine).", ""]
 
 
-EARLIER = "earlier"  # results/earlier/: the earlier runs, kept as measured (notes/ quotes them)
-
-
-def newest(results, name):
-    """results/NAME if the newest run wrote it, else results/earlier/NAME, else None."""
-    return next((p for p in (Path(results) / name, Path(results) / EARLIER / name) if p.is_file()), None)
+def found(results, name):
+    """results/NAME if the run wrote that table, else None."""
+    path = Path(results) / name
+    return path if path.is_file() else None
 
 
 def shown(path, root=ROOT):
-    """How the README names a results file or folder: its path from the repository's root (`root`), such as
-    `bench/results/NAME` or `bench/results/issue24/intel4/run_all/NAME`; a path outside the repository (a test's
-    temporary folder) as `bench/results/NAME`, or `bench/results/earlier/NAME` in a folder called earlier."""
+    """How a results file or folder is named in the text: its path from the repository's root (`root`), such as
+    `bench/results/run_all-xeon-spr/speedup.md`; a path outside the repository (a test's temporary folder) as
+    `bench/results/NAME`."""
     path = Path(path).resolve()
-    if path.is_relative_to(root):
-        return path.relative_to(root).as_posix()
-    return f"bench/results/{path.parent.name + '/' if path.parent.name == EARLIER else ''}{path.name}"
+    return path.relative_to(root).as_posix() if path.is_relative_to(root) else f"bench/results/{path.name}"
 
 
 def source(text, root=ROOT):
-    """The results folder README's section `text` says it was generated from (`SOURCE`, relative to `root`), or
-    bench/results/ when it names none (a section written before it named its folder)."""
-    found = SOURCE.search(text)
-    return root / found.group(1) if found else common.RESULTS
+    """The results folder README's section `text` says it was generated from (`SOURCE`, relative to `root`), or None
+    if it names none."""
+    found_ = SOURCE.search(text)
+    return root / found_.group(1) if found_ else None
 
 
-def provenance(path):
-    """The words "(from the earlier run: <its path>)", with a leading space, for a file of results/earlier/, else ""."""
-    return f" (from the earlier run: `{shown(path)}`)" if path.parent.name == EARLIER else ""
+def measured_by(results, full):
+    """The sentence naming the commands and the one folder the figures come from (`source` reads it back)."""
+    commands = ("`python -m bench.compare`, `bench.speedup`, `bench.verify_cost`, `bench.drafters`, `bench.trees`, "
+                "`bench.verification`, `bench.memory` and `bench.load`" if full else
+                "`python -m bench.compare` and `python -m bench.speedup`")
+    rest = ("" if full else " The run's other tables (plain decoding by kernel, verify cost, drafters, trees, the "
+            "verification rules, loading) and where each target is met or missed: `bench/results/README.md`.")
+    return [f"Measured by {commands}; `python -m bench.report --results {shown(results)}` copied the figures from "
+            f"that one run's tables.{rest}"]
 
 
-def section(results=common.RESULTS):
-    """The generated Markdown of the Performance section (without the markers)."""
+def hardware_lines(results, full):
+    """The machine, BLAS, numpy and Python of the run, and when it ran (every table's header but those apart)."""
     results = Path(results)
-    lines = ["Measured by `python -m bench.verify_cost`, `python -m bench.speedup`, `python -m bench.drafters`, "
-             "`python -m bench.trees`, `python -m bench.verification`, `python -m bench.memory` and "
-             "`python -m bench.load` "
-             f"(figures copied by `python -m bench.report --results {shown(results)}` from that one run's tables; "
-             "`bench/results/README.md` says which run that is, and where each target is met or missed and why)."]
-    meta = None
-    if (ar := newest(results, "speedup_ar.csv")) is not None:
-        rows, meta = common.read_table(ar)
-        lines += ar_lines(rows)
-    if (compare := newest(results, "compare.json")) is not None:
-        lines = compare_lines(compare) + lines
-    if (verify := newest(results, "verify_cost_summary.csv")) is not None:
-        rows, meta = common.read_table(verify)
-        lines += verify_lines([current(r) for r in rows])
-    if (speedups := newest(results, "speedup.csv")) is not None:
-        rows, meta = common.read_table(speedups)
-        lines += speedup_lines(rows)
-    if (drafters := newest(results, "drafters_controlled.csv")) is not None:
-        lines += drafters_lines(drafters.parent)
-    if (trees := newest(results, "trees_controlled.csv")) is not None:
-        lines += trees_lines(trees.parent)
-    if (chains := newest(results, "verification_chain_paired.csv")) is not None:
-        lines += verification_lines(chains.parent)
-    if (memory := newest(results, "memory.csv")) is not None:
-        rows, meta_m = common.read_table(memory)
-        for r in rows:
-            lines += ["", f"Loading a converted {short(r['model'])} ({f(r['file_MB'], 0)} MB) took "
-                      f"{f(r['load_seconds'])} s, reading the file included (whether the page cache was warm: "
-                      f"`bench/results/README.md`); peak RSS while loading and generating was "
-                      f"{f(r['peak_rss_generate_MB'], 0)} MB, {f(r['peak_over_weights'])} x the weight bytes"
-                      f"{provenance(memory)}."]
-        meta = meta or meta_m
-    if (load := newest(results, "load.csv")) is not None:
-        lines += load_lines(load.parent)
-    used = [p for p in (verify, speedups, drafters, trees, memory, load) if p is not None]
-    folders = dict.fromkeys(p.parent for p in used) or {results: None}
-    metas = [common.read_table(p)[1] for folder in folders for p in sorted(folder.glob("*.csv"))
+    metas = [common.read_table(p)[1] for p in sorted(results.glob("*.csv"))
              if not p.name.startswith(NOT_QUOTED + STATED_APART)]
-    if meta:
-        dates = sorted(m.get("date", "") for m in metas)
-        loads = sorted(float(m.get("load_average_1min_at_start", "nan")) for m in metas)
-        lines += ["", f"Hardware: {meta.get('machine')}; {meta.get('blas')} {meta.get('blas_version')} "
-                  f"({meta.get('blas_arch')}), numpy {meta.get('numpy')}, Python {meta.get('python')}. "
-                  f"Measured {dates[0]} to {dates[-1]} (1-minute load average {loads[0]:.1f} to {loads[-1]:.1f} at the "
-                  "starts, the previous command's own load included) on a shared virtual machine, so single timings "
-                  "are noisy; `bench/results/README.md` reads them."]
-    else:
-        lines += ["", "No results are committed yet: run the commands above."]
-    return "\n".join(lines)
+    if not metas:
+        return ["", "No results are committed yet: run the commands above."]
+    meta = next((common.read_table(p)[1] for p in (found(results, "speedup.csv"), found(results, "speedup_ar.csv"))
+                 if p is not None), metas[-1])
+    dates = sorted(m.get("date", "") for m in metas)
+    loads = sorted(float(m.get("load_average_1min_at_start", "nan")) for m in metas)
+    return ["", f"Hardware: {meta.get('machine')}; {meta.get('blas')} {meta.get('blas_version')} "
+            f"({meta.get('blas_arch')}), numpy {meta.get('numpy')}, Python {meta.get('python')}. "
+            f"Measured {dates[0]} to {dates[-1]} (1-minute load average {loads[0]:.1f} to {loads[-1]:.1f} at the "
+            "starts, the previous command's own load included) on a shared virtual machine, so single timings "
+            "are noisy" + ("." if full else "; `bench/results/README.md` reads them.")]
+
+
+def headline(results):
+    """README's Performance section (without the markers): the one command, the speedup table and the machine."""
+    lines = measured_by(results, full=False)
+    if (compare := found(results, "compare.json")) is not None:
+        lines = compare_lines(compare) + lines
+    if (speedups := found(results, "speedup.csv")) is not None:
+        lines += speedup_lines(common.read_table(speedups)[0])
+    return "\n".join(lines + hardware_lines(results, full=False))
+
+
+def section(results):
+    """bench/results/README.md's generated part (without the markers): every table of one run's folder."""
+    results = Path(results)
+    lines = measured_by(results, full=True)
+    if (compare := found(results, "compare.json")) is not None:
+        lines = compare_lines(compare) + lines
+    if (ar := found(results, "speedup_ar.csv")) is not None:
+        lines += ar_lines(common.read_table(ar)[0])
+    if (verify := found(results, "verify_cost_summary.csv")) is not None:
+        lines += verify_lines([current(r) for r in common.read_table(verify)[0]])
+    if (speedups := found(results, "speedup.csv")) is not None:
+        lines += speedup_lines(common.read_table(speedups)[0])
+    if found(results, "drafters_controlled.csv") is not None:
+        lines += drafters_lines(results)
+    if found(results, "trees_controlled.csv") is not None:
+        lines += trees_lines(results)
+    if found(results, "verification_chain_paired.csv") is not None:
+        lines += verification_lines(results)
+    if (memory := found(results, "memory.csv")) is not None:
+        for r in common.read_table(memory)[0]:
+            lines += ["", f"Loading a converted {short(r['model'])} ({f(r['file_MB'], 0)} MB) took "
+                      f"{f(r['load_seconds'])} s, reading the file included; peak RSS while loading and generating was "
+                      f"{f(r['peak_rss_generate_MB'], 0)} MB, {f(r['peak_over_weights'])} x the weight bytes."]
+    if found(results, "load.csv") is not None:
+        lines += load_lines(results)
+    return "\n".join(lines + hardware_lines(results, full=True))
 
 
 def load_lines(results):
@@ -325,8 +327,8 @@ def drafters_lines(results):
     shipped = common.read_table(results / "drafters_shipped.csv")[0] if (results / "drafters_shipped.csv").is_file() else []
     cost = common.read_table(results / "ngram_cost.csv")[0] if (results / "ngram_cost.csv").is_file() else []
     lines = ["", "Drafting strategies (`python -m bench.drafters`; `speedup` is against the FASTEST plain decoding "
-             "over npspec's kernels for the same prompts and options, measured in the same run"
-             f"{provenance(results / 'drafters_controlled.csv')}). The shipped pair, real acceptance, gamma 4:", "",
+             "over npspec's kernels for the same prompts and options, measured in the same run). The shipped pair, "
+             "real acceptance, gamma 4:", "",
              "| temperature | prompts | drafter | schedule | alpha | mean acceptance length | tokens/round | "
              "no proposal | tok/s | speedup | same output |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in shipped:
@@ -355,15 +357,14 @@ def drafters_lines(results):
     targets = drafter_targets(controlled, cost)
     if targets:
         lines += ["", "Targets: " + "; ".join(f"{s}: {'met' if ok else 'MISSED'} ({m})" for s, ok, m in targets)
-                  + ". Why: `bench/results/README.md`."]
+                  + "."]
     return lines
 
 
 def trees_lines(results):
     """The Performance section's part on token trees (bench.trees): each tree against the chains, with v."""
     lines = ["", "Token trees against chains (`python -m bench.trees`; speedup over the fastest plain decoding, v = "
-             f"the verify forward's cost over a one-token forward, measured in the same run"
-             f"{provenance(results / 'trees_controlled.csv')}):", "",
+             "the verify forward's cost over a one-token forward, measured in the same run):", "",
              "| target | acceptance | temperature | drafter | shape | nodes | v | mean acceptance length | "
              "tokens/round | speedup | same output |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for name in ("trees_shipped.csv", "trees_controlled.csv"):
@@ -452,24 +453,32 @@ def rewrite(text, body):
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m bench.report", description=__doc__.split("\n")[0])
     ap.add_argument("--readme", default=str(README), help="the README to rewrite (default: the repository's)")
+    ap.add_argument("--results-readme", default=str(RESULTS_README),
+                    help="the results' README to rewrite with every table (default: bench/results/README.md)")
     ap.add_argument("--results", default=None,
-                    help="one run's results folder (default: the folder the README's section names, else bench/results/)")
-    ap.add_argument("--check", action="store_true", help="exit 1 if the README's section is stale; write nothing")
+                    help="one run's results folder (default: the folder the README's section names)")
+    ap.add_argument("--check", action="store_true", help="exit 1 if a generated section is stale; write nothing")
     args = ap.parse_args(argv)
-    path = Path(args.readme)
-    text = path.read_text(encoding="utf-8")
-    results = Path(args.results) if args.results is not None else source(text)
+    readme, full = Path(args.readme), Path(args.results_readme)
+    results = Path(args.results) if args.results is not None else source(readme.read_text(encoding="utf-8"))
+    if results is None:
+        ap.error(f"{readme} names no results folder: give --results FOLDER")
     if not results.is_dir():
         ap.error(f"--results {results}: no such folder; give the folder a bench run wrote its tables into")
-    new = rewrite(text, section(results))
-    if args.check:
+    stale = []
+    for path, body in ((readme, headline(results)), (full, section(results))):
+        text = path.read_text(encoding="utf-8")
+        new = rewrite(text, body)
         if new != text:
-            print(f"{path}: the Performance section is stale; run python -m bench.report", file=sys.stderr)
-            return 1
-        return 0
-    if new != text:
-        common.atomic_write(path, lambda tmp: Path(tmp).write_text(new, encoding="utf-8"))
-    print(f"wrote {path}")
+            stale.append(path)
+            if not args.check:
+                common.atomic_write(path, lambda tmp, new=new: Path(tmp).write_text(new, encoding="utf-8"))
+        if not args.check:
+            print(f"wrote {path}")
+    if args.check and stale:
+        for path in stale:
+            print(f"{path}: its generated section is stale; run python -m bench.report", file=sys.stderr)
+        return 1
     return 0
 
 

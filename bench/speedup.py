@@ -98,7 +98,7 @@ def ar_speeds(decoders, own, repeats, pause=PAUSE):
     target's own kernel). The decoders run in turn: a warm-up pass, then `repeats` passes that each decode once with
     every one of them, so that the host's drift moves them alike (bench.verify_cost.time_sweeps: timed one after
     another on an Intel Sapphire Rapids, gpt2-medium decoded at 13.0 tokens/s with the kernel whose one-token forward
-    was fastest and 17.8 with `gemm`, bench/results/issue24/README.md, section `intel2/`); `pause` seconds before each
+    was fastest and 17.8 with `gemm`, bench/results/kernels-by-cpu/README.md, section `intel2/`); `pause` seconds before each
     decoding let the BLAS threads of the previous one fall asleep (common.in_turn).
     """
     runs = common.in_turn(decoders, repeats, pause)  # {name: [(tokens/s, Generations)] of the timed passes}
@@ -108,7 +108,7 @@ def ar_speeds(decoders, own, repeats, pause=PAUSE):
 def paired_runs(spec, plain, repeats, warmup=True, pause=PAUSE):
     """A row's speculative runs, each followed at once by a plain decoding with the fastest plain decoder, so that each
     ratio divides two runs seconds apart, not a row's runs by a plain block timed minutes before it, across the host's
-    drift (bench/results/issue24/README.md, section `intel3/`: gpt2-large's rounds at a = 0.9 and gamma 4 took 278
+    drift (bench/results/kernels-by-cpu/README.md, section `intel3/`: gpt2-large's rounds at a = 0.9 and gamma 4 took 278
     ms, against about 247 expected from the same block's a = 0.7, gamma 3 rounds and the forwards' measured costs).
 
     spec(): the row's Generations; plain(): (tokens/s, Generations or None), one of plain_decoders. A warm-up

@@ -55,7 +55,7 @@ def time_forward(model, m, repeats, context, forward=None):
 def time_sweep(model, ms, repeats, context, forward=None):  # -> ({m: median seconds}, {m: median t(m) / t(ms[0])})
     """Forwards over m new tokens for every m in `ms`, timed in turn: after one untimed pass, each of `repeats` passes
     times one forward for every m (after `context` cached tokens, rolled back after each), so that a read rate that
-    drifts during the sweep (a virtual machine's host: bench/results/issue24/README.md) moves every m alike instead
+    drifts during the sweep (a virtual machine's host: bench/results/kernels-by-cpu/README.md) moves every m alike instead
     of the last ones. Returns the median seconds of each m, and the median over passes of t(m) / t(ms[0]) in the same
     pass (v(M) when ms[0] is 1). forward(ids, cache): default `model.forward`. time_sweeps with one forward."""
     return time_sweeps(model, ms, repeats, context, {None: forward or model.forward})[None]
@@ -71,11 +71,11 @@ def time_sweeps(model, ms, repeats, context, forwards, pause=PAUSE):
     and "the fastest one-token forward" compares forwards timed in the same minutes. Swept one kernel after another
     on an Intel Sapphire Rapids, gpt2-large's one-token forward took 151.8 to 178.9 ms with five kernels and 128.7 ms
     with `gemm`, timed last, while plain decoding in the same run was fastest with compiled-panels
-    (bench/results/issue24/README.md, section `intel2/`). With more than one forward, `pause` seconds pass
+    (bench/results/kernels-by-cpu/README.md, section `intel2/`). With more than one forward, `pause` seconds pass
     before each forward's part of a pass. Returns {key: ({m: median seconds}, {m: median t(m) / t(ms[0])})}.
     One cache, its `context` tokens filled once by `model.prefill` on ONE BLAS thread, serves every forward: a
     threaded prefill left OpenBLAS's threads spinning into the first forwards timed after it (npspec.kernels.probe.
-    time_forwards), which for a draft's one-token forwards was every pass (bench/results/issue24/README.md, section
+    time_forwards), which for a draft's one-token forwards was every pass (bench/results/kernels-by-cpu/README.md, section
     `intel3/`: distilgpt2 timed at 0.22 of a gpt2-large forward, and at 1.22 of a gpt2 one)."""
     cache = model.new_cache()
     model.prefill(np.random.default_rng(0).integers(0, model.config.n_vocab, context), cache, threads=1)
@@ -137,7 +137,7 @@ def measure(model_names, threads, kernels, ms, repeats, context, quick=False):
     rows, summary, roof, fma_rate = [], [], {}, {}
     # compiled-panels' rate first, for every thread count, before any BLAS GEMM: timed after a GEMM at one thread and
     # another at two (the loop below), its two-thread product ran at 4.2 GFMA/s on an AMD Zen 4, a twenty-sixth of its
-    # rate here (bench/results/issue24/README.md, section zen4-fma/)
+    # rate here (bench/results/kernels-by-cpu/README.md, section zen4-fma/)
     for n in threads if "compiled-panels" in kernels else ():
         with common.blas_threads(n):
             fma_rate[n] = panels_fma_rate(n)

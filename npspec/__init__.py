@@ -5,22 +5,11 @@
     out = npspec.generate_text(target, "ROMEO:", draft=draft, gamma=4, temperature=0, max_new_tokens=64)
     print(out.text, out.stats.alpha)
 
-Modules, from the math up (each imports only modules listed before it): gpt2 (the forward's
-math and the KV cache), kernels (the products and the batch-invariance contract), model (Model:
-weights + the kernel its forwards use), progress (bars for long work, shown only when a caller
-passes a bar factory), errors (CheckpointError), tensors (GPT-2's tensor names), atomic (atomic
-writes, locks, directory swaps), files (the converted-model file format), init (GPT-2's random
-initialisation), huggingface (Hugging Face checkpoints -> npspec files), quantize (weight
-quantization: schemes, round-to-nearest, AWQ), quantized (quantized Models and files), sources (load(spec,
-role): SPECs, the registry of names, the conversion cache, the shipped pair), sampling (warping,
-inverse-CDF sampling, residual), text (prompts, streaming), trees (multi-candidate acceptance down a
-tree), decode (the round, the loop and the drafters, reaching models only through its protocols),
-evaluate (perplexity, acceptance), harness (--compare and --simulate-acceptance), testing (the
-conformance kit), picture (the HTML
-page of each round of a trace); generate and convert are the commands (`python -m npspec.generate`,
-`npspec convert`), and cli the `npspec` command over them (`npspec generate`, `npspec
-convert`); only cli imports them. console (the commands' streams) and startup (Ctrl-C while a command
-imports) serve the commands.
+The wings, from the math up (each imports only those before it; tests/test_layout.py checks): kernels (the
+products and their batch-invariance contract, the probe that picks a role's), model (GPT-2's forward, the KV cache,
+Model), decode (the round, the loop, the drafters, every acceptance rule), sources (SPECs, the cache, the file
+format, Hugging Face conversion, quantized files), cli (the `npspec` command), testing (the conformance kit).
+This file re-exports the API; notes go to the "npspec" logger (silent unless configured).
 """
 
 import logging

@@ -1,18 +1,16 @@
-"""bench/: the shared command line and its output rules, the report's reading of old and new result names, and the
---quick run of every command (slow). The controlled-acceptance drafters and --compare are in test_bench_controlled.py."""
+"""bench/: the shared command line and its output rules, each measuring command's timing loops, and the --quick run of
+every command (slow). The report is test_bench_report.py's, the committed runs test_bench_results.py's, the
+controlled-acceptance drafters and --compare test_bench_controlled.py's."""
 
 import json
-import math
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
-from bench import common, models, primitives, quantized, speedup, verify_cost
+from bench import common, models, primitives, speedup, verify_cost
 from bench.common import RESULTS
-from bench.report import (END, README, ROOT, START, drafter_targets, newest, provenance, rewrite, section, shown, source,
-                          speedup_model_check, verify_curves)
-from npspec.decode.evaluate import expected_acceptance, predicted_speedup, validation_loss
+from npspec.decode.evaluate import predicted_speedup
 
 from conftest import run_python, tiny_model
 from test_progress import BAR_MARKS, ON_A_TERMINAL
@@ -236,129 +234,6 @@ def test_verify_cost_refuses_an_unknown_kernel(tmp_path):
         verify_cost.main(["--quick", "--out", str(tmp_path), "--kernels", "panels"])  # an old strategy name
 
 
-def test_report_reads_old_and_new_result_names_alike(tmp_path):
-    """Results written before the kernels were named (strategy rows/panels, layouts C/panel) report like new ones."""
-    meta = {"date": "2026-01-01 00:00 UTC", "machine": "m", "load_average_1min_at_start": "0.5"}
-    names = {("C", "rows"): ("row-major", "gemv-rows"), ("C", "gemm"): ("row-major", "gemm"),
-             ("panel", "panels"): ("column-major", "gemv-panels"),
-             ("panel", "panels-gemm"): ("column-major", "gemm-panels")}
-    old_rows, new_rows = [], []
-    for i, ((layout, strategy), (new_layout, kernel)) in enumerate(names.items()):
-        figures = {"model": "random:gpt2", "threads": 1, "t1_ms": 10 + i, "v5": 1.5 + i, "roofline_v5": 1.0}
-        old_rows.append({"layout": layout, "strategy": strategy, **figures})
-        new_rows.append({"layout": new_layout, "kernel": kernel, **figures})
-    old, new = tmp_path / "old", tmp_path / "new"
-    for folder, rows in ((old, old_rows), (new, new_rows)):
-        folder.mkdir()
-        common.write_table(folder, "verify_cost_summary", rows, meta, "Verify cost summary")
-    assert section(old).replace(shown(old), shown(new)) == section(new)  # each names its own folder
-    # columns: gemv-panels, gemv-rows (row-major), gemm (row-major); gemm-panels is not reported
-    assert "| gpt2 | 12.00 | 10.00 | 11.00 | 3.50 | 1.50 | 2.50 | 1.00 |" in section(new)
-
-
-def test_speedup_model_check_applies_the_library_model_to_each_row(tmp_path):
-    """Each row's own alpha, gamma, c and v go through npspec.decode.evaluate.predicted_speedup; cost_only uses the row's
-    measured tokens per round. Pinned on two hand-made rows whose answers are known."""
-    rows = [{"target": "t", "draft": "d", "acceptance": "real", "a": "", "gamma": 1, "alpha": 0.5,
-             "tokens_per_round": 1.5, "speedup": 0.9, "c": 0.5, "v": 1.0},  # 1.5 / (1 * 0.5 + 1) = 1
-            {"target": "t", "draft": "d", "acceptance": "controlled", "a": 0.7, "gamma": 4, "alpha": 1.0,
-             "tokens_per_round": 4.0, "speedup": 2.0, "c": 0.25, "v": 1.5}]  # 5 / 2.5 = 2; measured 4 / 2.5
-    common.write_table(tmp_path, "speedup", rows, {"date": "d"}, "t")
-    one, two = speedup_model_check(tmp_path)
-    assert (one["model"], one["cost_only"], one["measured"]) == (1.0, 1.0, 0.9)
-    assert (two["model"], two["cost_only"], two["gamma"], two["a"]) == (2.0, 1.6, 4, "0.7")
-    assert one["measured_vs_fastest"] is None and one["model_vs_fastest"] is None  # the file names no fastest
-
-
-def test_speedup_model_check_compares_the_model_with_the_speedup_over_the_targets_own_plain_decoding(tmp_path):
-    """The model's c and v are over the target's own one-token forward: it is compared with speedup_vs_target_ar,
-    and scaled by ar / fastest before it is set beside the speedup over the fastest plain decoding."""
-    rows = [{"target": "t", "draft": "d", "acceptance": "real", "a": "", "gamma": 1, "alpha": 0.5,
-             "tokens_per_round": 1.5, "c": 0.5, "v": 1.0, "ar_tok_s": 8.0, "fastest_ar_tok_s": 10.0,
-             "spec_tok_s": 9.0, "speedup": 0.9, "speedup_vs_target_ar": 1.125}]  # model 1.5 / 1.5 = 1
-    common.write_table(tmp_path, "speedup", rows, {"date": "d"}, "t")
-    (one,) = speedup_model_check(tmp_path)
-    assert (one["model"], one["measured"], one["measured_vs_fastest"], one["model_vs_fastest"]) == (1.0, 1.125, 0.9, 0.8)
-
-
-def test_committed_speedups_against_the_model():
-    """The worked example of notes/derivation.md (claim 5), on the current committed run (RESULTS).
-
-    Like with like: the model (c and v over the target's one-token forward) against the speedup over the target's
-    own plain decoding. The model is right to within the noise of its isolated timings, not to 5%: measured / model
-    lies between 0.8 and 1.35 for the shipped pair and between 0.8 and 1.6 for gpt2-large / distilgpt2, above 1 as
-    often as below. The shipped pair beats the target's own plain decoding at gamma 1 to 3 and loses to the fastest
-    plain decoding at every gamma."""
-    rows = speedup_model_check(RESULTS)
-    shipped = [r for r in rows if r["target"] == "shipped target"]
-    large = [r for r in rows if r["target"] == "random:gpt2-large" and r["draft"] == "random:distilgpt2"]
-    assert [r["gamma"] for r in shipped] == [1, 2, 3, 4, 8] and len(large) == 15
-    for chosen, high in ((shipped, 1.35), (large, 1.6)):
-        ratio = [r["measured"] / r["model"] for r in chosen]
-        assert all(0.8 < x < high for x in ratio), ratio
-        assert min(ratio) < 1 < max(ratio)  # the model errs both ways: noise, not a bias of the algebra
-    assert all(r["measured"] > 1 for r in shipped if r["gamma"] <= 3)
-    assert all(r["measured_vs_fastest"] < 1 for r in shipped)
-
-
-def test_committed_verify_costs_by_kernel():
-    """Claim 5's mechanism in the current committed curves (RESULTS; gpt2-large, 1 thread): the roofline says v = 1
-    at every M measured (bandwidth bound); OpenBLAS' GEMM jumps to about 3 at M = 2; one GEMV per row grows about
-    linearly; the panel kernels stay well below it at M = 5. The shipped target is far from its roofline at every
-    kernel."""
-    curves, meta = verify_curves("random:gpt2-large", 1, RESULTS)
-    assert curves["roofline"] == [1.0] * len(curves["roofline"]) and len(curves["roofline"]) >= 9
-    assert meta["read_bandwidth_GBps_1_threads"] and meta["gemm_peak_GFLOPs_1_threads"]
-    gemm, rows, panels, blocks = (curves[k] for k in (("row-major", "gemm"), ("row-major", "gemv-rows"),
-                                                     ("column-major", "gemv-panels"), ("column-major", "gemm-blocks")))
-    assert gemm[1] > 2.5 and max(gemm) < 4  # M = 2 already costs about 3 one-row products, then flat
-    assert 1.6 < rows[1] < 2.3 and rows[4] > 3  # each row streams the matrix again
-    assert max(panels[4], blocks[4]) < 2.5 < rows[4]
-    shipped, _ = verify_curves("shipped:target", 2, RESULTS)
-    assert shipped["roofline"][4] == 1.0 and min(v[4] for k, v in shipped.items() if k != "roofline") > 1.3
-
-
-def test_report_reads_the_newest_run_and_falls_back_to_the_earlier_one_saying_so(tmp_path):
-    (tmp_path / "earlier").mkdir()
-    for path in (tmp_path / "speedup.csv", tmp_path / "earlier" / "speedup.csv", tmp_path / "earlier" / "load.csv"):
-        path.write_text("a\n1\n")
-    assert newest(tmp_path, "speedup.csv") == tmp_path / "speedup.csv"  # the newest run wins
-    assert newest(tmp_path, "load.csv") == tmp_path / "earlier" / "load.csv"
-    assert newest(tmp_path, "memory.csv") is None
-    assert shown(tmp_path / "earlier" / "load.md") == "bench/results/earlier/load.md"
-    assert provenance(tmp_path / "speedup.csv") == ""
-    assert provenance(tmp_path / "earlier" / "load.csv") == " (from the earlier run: `bench/results/earlier/load.csv`)"
-
-
-def test_report_rewrites_only_between_markers():
-    text = f"intro\n{START}\nold\n{END}\noutro\n"
-    assert rewrite(text, "new") == f"intro\n{START}\nnew\n{END}\noutro\n"
-    with pytest.raises(ValueError, match="markers"):
-        rewrite("no markers here", "new")
-
-
-def test_readme_performance_section_is_generated_from_committed_results():
-    """README quotes only figures bench/ wrote: its section must equal what bench.report generates from the one
-    run's folder the section names."""
-    text = README.read_text(encoding="utf-8")
-    folder = source(text)
-    assert folder.is_dir() and folder.is_relative_to(RESULTS), folder
-    assert rewrite(text, section(folder)) == text, "README.md is stale: run python -m bench.report"
-
-
-def test_report_names_the_folder_it_read_and_reads_it_again(tmp_path):
-    """The section says which folder it came from, repository-relative, and `source` finds that folder in it; a
-    section that names none is bench/results/'s (the sections written before they named their folder)."""
-    run = RESULTS / "issue24" / "intel3" / "run_all"  # a whole run_all.sh run, committed
-    body = section(run)
-    assert "`python -m bench.report --results bench/results/issue24/intel3/run_all`" in body
-    assert "`bench/results/issue24/intel3/run_all/compare.json`" in body  # each file by its own path
-    assert source(f"{START}\n{body}\n{END}") == run and source("no folder named") == RESULTS
-    assert shown(ROOT / "README.md") == "README.md"
-    r = run_python("-m", "bench.report", "--check", "--results", tmp_path / "missing")
-    assert r.returncode == 2 and "no such folder" in r.stderr, r.stderr
-
-
 QUICK = [("bench.verify_cost", ["verify_cost.csv", "verify_cost_summary.md"]),
          ("bench.speedup", ["speedup.csv", "speedup.md", "speedup_ar.csv"]),
          ("bench.sweep", ["sweep_gamma.csv", "sweep_position.csv", "sweep_temperature.md"]),
@@ -402,47 +277,6 @@ def test_quick_mode_defaults_to_a_temporary_folder():
     assert r.returncode == 0, r.stderr[-2000:]
     out = r.stdout.strip().splitlines()[-1]
     assert str(RESULTS) not in out and "npspec-bench-" in out
-
-
-def test_drafter_targets_are_judged_from_the_rows():
-    row = dict(target="random:gpt2-large", schedule="constant", a="0.7")
-    controlled = [dict(row, strategy="ngram", gamma="2", speedup="1.4", tok_s="14"),
-                  dict(row, strategy="ngram", gamma="4", speedup="1.6", tok_s="16"),
-                  dict(row, strategy="ngram", gamma="4", schedule="heuristic", speedup="1.5", tok_s="15.5")]
-    cost = [{"n_ctx": "256", "lookup_share": "0.01"}, {"n_ctx": "1024", "lookup_share": ""}]
-    (s1, ok1, m1), (s2, ok2, m2), (s3, ok3, m3) = drafter_targets(controlled, cost)
-    assert ok1 and "1.60x at gamma 4" in m1 and ok2 and "0.97" in m2 and ok3 and "256" in s3
-    controlled[2]["tok_s"] = "15"  # 15 / 16 < 0.95
-    assert not drafter_targets(controlled, cost)[1][1]
-
-
-def test_readme_introduction_says_when_it_pays_with_committed_figures():
-    """README tells a newcomer first when speculative decoding pays on a CPU, quoting only figures bench/ committed
-    (bench/results/: the newest run, speedups over the fastest plain decoding), and the command
-    it gives is one npspec generate accepts."""
-    readme = README.read_text(encoding="utf-8")
-    intro = readme[:readme.index("## Quick start")]
-    assert "pays only when the target streams its weights" in intro and "fits in the CPU's" in intro
-    run = source(readme)  # the run README's Performance section quotes
-    assert f"`{shown(run / 'speedup.md')}`" in intro
-    rows, _ = common.read_table(run / "speedup.csv")
-
-    def speedup_of(target, draft, a, gamma):
-        [row] = [r for r in rows if (r["target"], r["draft"], r["a"], r["gamma"]) == (target, draft, a, gamma)]
-        assert float(row["fastest_ar_tok_s"]) >= float(row["ar_tok_s"])  # over the fastest plain decoding
-        return f"{float(row['speedup']):.2f}x"
-
-    for figure in (speedup_of("random:gpt2-large", "random:distilgpt2", "0.7", "3"),
-                   speedup_of("random:gpt2-large", "random:distilgpt2", "0.9", "4"),
-                   speedup_of("random:gpt2-medium", "random:distilgpt2", "0.7", "3"),
-                   speedup_of("shipped target", "shipped draft", "", "3")):
-        assert figure in intro, figure
-    compare = json.loads((run / "compare.json").read_text())["result"]["compare"]
-    assert f"{compare['speedup']:.2f}x" in intro
-    [command] = [line for line in intro.splitlines() if line.startswith("npspec generate")]
-    assert "--simulate-acceptance" in command and "--compare" in command
-    options = run_python("-m", "npspec.generate", "--help").stdout
-    assert all(word in options for word in command.split() if word.startswith("--"))
 
 
 BENCH_ROWS = ON_A_TERMINAL.replace("from npspec.cli.generate import main\n", """from bench.common import log, steps

@@ -169,8 +169,8 @@ def test_readme_states_the_shipped_pairs_measured_speedups_with_their_conditions
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     intro = " ".join(readme[:readme.index("## Quick start")].split())
     assert "cannot gain at all" not in readme  # a 2-core AMD EPYC gained 1.27x (and the issue's machine 1.64x)
-    runs = ROOT / "bench" / "results" / "issue50" / "epyc2"
-    assert "`bench/results/issue50/epyc2/README.md`" in intro and "AMD EPYC" in intro and "load average" in intro
+    runs = ROOT / "bench" / "results" / "shipped-compare-epyc"
+    assert "`bench/results/shipped-compare-epyc/README.md`" in intro and "AMD EPYC" in intro and "load average" in intro
     for name, options in (("compare_default", "with its defaults"), ("compare_greedy_gamma3", "--temperature 0 --gamma 3")):
         c = json.loads((runs / f"{name}.json").read_text())["compare"]
         quoted = f"{c['speedup']:.2f}x ({min(c['speedups']):.2f}x to {max(c['speedups']):.2f}x)"

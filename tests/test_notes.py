@@ -11,9 +11,9 @@
   read 0.0027 to 0.0029, never 0.0048), and a number written `~123` in the quote (a timing) is not
   compared.
 * No note names `bench/results/earlier/` (the earlier runs are history nothing quotes), and every
-  decimal figure in a paragraph of prose that names a results file (`bench/results/NAME.md`, or
-  `NAME.csv`, `NAME.json` of that folder, with or without the folder) is a number of one of those
-  files, at the digits quoted (`figures_not_in_files`): a figure that drifts from the current run
+  decimal figure in a paragraph of prose that names a results file by its name (`NAME.md`, `NAME.csv`,
+  `NAME.json`: in `bench/results/` or in the one folder of QUOTED that holds it) is a number of one
+  of those files, at the digits quoted (`figures_not_in_files`): a figure that drifts from the run
   fails. Figures derived from the files are printed by a block instead, where the output check
   holds them.
 * Every `tests/<file>.py::<test>` reference in notes/*.md names a test function defined in that
@@ -48,6 +48,7 @@ REL_TOL = 0.005
 
 
 RESULTS = ROOT / "bench" / "results"
+QUOTED = ("run_all-numpy-xeon-spr", "quantized-epyc", "verification-epyc")  # the runs notes/ quote, by file name too
 RESULT_REF = re.compile(r"(?:bench/results/)?(?<![\w/.])([\w-]+\.(?:md|csv|json))\b")
 VERSION = re.compile(r"\d+(?:\.\d+){2,}")  # 0.3.31, 2.4.6: versions, not figures
 FIGURE = re.compile(r"(?<![\w.])-?\d*\.\d+(?!\.\d|[A-Za-wyz_])")  # a decimal, 1.26x too, not part of a name
@@ -79,19 +80,28 @@ def prose_paragraphs(text):
     return out
 
 
+def resolve(name, results=RESULTS):
+    """results/NAME, else the one results/FOLDER/NAME of the QUOTED runs that exists, else None."""
+    if (results / name).is_file():
+        return results / name
+    found = [results / folder / name for folder in QUOTED if (results / folder / name).is_file()]
+    return found[0] if len(found) == 1 else None
+
+
 @lru_cache(maxsize=None)
 def file_numbers(name, results=RESULTS):
-    """Every number written in results/NAME and in its table's other form (NAME.csv for NAME.md and back)."""
-    stem = (results / name).with_suffix("")
-    found = [path for path in (results / name, stem.with_suffix(".csv"), stem.with_suffix(".md")) if path.is_file()]
+    """Every number written in NAME (resolve) and in its table's other form (NAME.csv for NAME.md and back)."""
+    path = resolve(name, results)
+    stem = path.with_suffix("")
+    found = [p for p in (path, stem.with_suffix(".csv"), stem.with_suffix(".md")) if p.is_file()]
     text = "\n".join(path.read_text(encoding="utf-8") for path in dict.fromkeys(found))
-    return [float(x) for x in NUMBER.findall(VERSION.sub(" ", text))]
+    return [float(x.lstrip("~")) for x in NUMBER.findall(VERSION.sub(" ", text))]
 
 
 def figures_not_in_files(paragraph, results=RESULTS):
     """The decimal figures of a prose paragraph that cites results files and that none of those files holds at the
     digits quoted ([] if it cites none: such a paragraph quotes no run)."""
-    cited = [name for name in dict.fromkeys(RESULT_REF.findall(paragraph)) if (results / name).is_file()]
+    cited = [name for name in dict.fromkeys(RESULT_REF.findall(paragraph)) if resolve(name, results)]
     if not cited:
         return []
     numbers = [x for name in cited for x in file_numbers(name, results)]
@@ -259,7 +269,7 @@ CLAIM_TESTS = {
     3: {"tests/test_derivation.py::test_sequence_law_exact", "tests/test_loop_replay.py::test_every_path_replays_through_the_real_loop"},
     4: {"tests/test_derivation_speedup.py::test_expected_tokens_per_round_exact",
         "tests/test_derivation_speedup.py::test_stats_alpha_counts_rounds_as_the_ratio_of_expectations"},
-    5: {"tests/test_derivation_speedup.py::test_speedup_is_leviathan_at_v1", "tests/test_bench.py::test_committed_speedups_against_the_model"},
+    5: {"tests/test_derivation_speedup.py::test_speedup_is_leviathan_at_v1", "tests/test_bench_results.py::test_committed_speedups_against_the_model"},
     6: {"tests/test_derivation_warping.py::test_greedy_step_is_target_argmax",
         "tests/test_greedy_identity.py::test_greedy_identity_on_the_shipped_pair"},
     7: {"tests/test_derivation_warping.py::test_unwarped_p_gives_the_unwarped_law",
@@ -338,6 +348,9 @@ def test_the_figure_check_can_fail(tmp_path):
     assert check("`bench/results/speedup.md`: 1.26x, 1.265x and 0.98x at gamma 2 (numpy 2.4.6)") == []
     assert check("`speedup.csv`: 1.27x, 0.984x, 0.983x, 1.2x, 2.4 and 0.9837") == ["1.27", "0.983", "1.2", "2.4"]
     assert check("no file cited: 1.27x") == [] and check("`README.md` (not in the folder): 1.27x") == []
+    (tmp_path / "quantized-epyc").mkdir()  # a name found in one of the QUOTED runs: that run's file
+    (tmp_path / "quantized-epyc" / "beta.csv").write_text("scheme,beta\nint4,0.912\n", encoding="utf-8")
+    assert check("`beta.csv`: 0.912 and 0.913") == ["0.913"]
     assert prose_paragraphs("a 1.5\n\n```python\nx = 2.5\n```\nb\nc 3.5\n") == [(1, "a 1.5"), (6, "b\nc 3.5")]
     assert prose_paragraphs("- a 1.5\n  b\n- c\n1. d\n") == [(1, "- a 1.5\n  b"), (3, "- c"), (4, "1. d")]
 

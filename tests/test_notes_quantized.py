@@ -1,4 +1,4 @@
-"""notes/quantized.md's claims, checked on the committed run (bench/results/quantized_*.csv).
+"""notes/quantized.md's claims, checked on the committed study (bench/results/quantized-epyc/quantized_*.csv).
 
 The note prints its tables from these files (tests/test_notes.py compares what it prints with what it quotes);
 these tests hold what the prose concludes from them, each with its interval, so that a rerun that changes a
@@ -24,7 +24,7 @@ from npspec.sources.quantize import parse_scheme
 
 from conftest import ROOT
 
-RESULTS = ROOT / "bench" / "results"
+RESULTS = ROOT / "bench" / "results" / "quantized-epyc"
 SELF, DISTILLED = "shipped target", "shipped draft"
 TOLERANCE = 0.15  # the 2^-b law is first order in the rounding error: observed / predicted ratio within 15%
 NOISE = 2.0  # "within noise": |paired mean difference| below 2 standard errors (a 95% interval holding 0)
