@@ -97,7 +97,9 @@ def add_drafting_options(ap):
                          "sampling (Leviathan et al. 2023; its multi-candidate form down a tree of i.i.d. children), "
                          "block = block verification of a chain (Sun et al. 2025), which keeps at least as many drafts "
                          "in law, rsd = a --tree whose siblings are drawn without replacement, verified by recursive "
-                         "rejection sampling (Jeon et al. 2024), which keeps at least as many per node (default token)")
+                         "rejection sampling (Jeon et al. 2024), which keeps at least as many per node, exact-match = a "
+                         "draft kept iff it equals the target's own sample (the engines' strict rule; chains only), "
+                         "which keeps fewer (default token)")
     ap.add_argument("--draft-p-min", type=real, default=0.0, metavar="P",
                     help="confidence stopping for a draft model: stop drafting after a token whose largest draft "
                          "probability is below P, as llama.cpp's --draft-p-min (default 0: off)")

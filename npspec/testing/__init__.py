@@ -9,9 +9,9 @@ sampler drawing uniforms forever is stopped: UniformsExhausted). Bound it with a
 main-thread alarm raising a BaseException (a callback's Exception is reported as a finding). This file re-exports.
 """
 
-from .blocks import (BLOCK_PROBES, block_distribution, block_drafter_distribution, block_probes,  # whole blocks
-                     block_round_distribution, block_verification_rule, check_block_rule, expected_accepted,
-                     function_rule, joint_bound, token_block_rule)
+from .blocks import (BLOCK_PROBES, acceptance_rate, block_distribution, block_drafter_distribution,  # whole blocks
+                     block_probes, block_round_distribution, block_verification_rule, check_block_rule,
+                     exact_match_rule, expected_accepted, function_rule, joint_bound, token_block_rule)
 from .doubles import ScriptedRng, TableCache, TableConfig, TableModel
 from .drafting import (DrafterError, DrafterReport, check_drafter, confident_drafter, ngram_drafter, object_drafter,
                        one_hot)
@@ -50,9 +50,9 @@ __all__ = [
     # usage
     "KitUsageError", "MAX_OUTCOMES", "MAX_UNIFORMS_PER_CALL", "UniformsExhausted",
     # blocks: verifiers that decide a whole block of drafts (block verification, npspec.decode.rules), exactly
-    "BLOCK_PROBES", "block_distribution", "block_drafter_distribution", "block_probes", "block_round_distribution",
-    "block_verification_rule", "check_block_rule", "expected_accepted", "function_rule", "joint_bound",
-    "token_block_rule",
+    "BLOCK_PROBES", "acceptance_rate", "block_distribution", "block_drafter_distribution", "block_probes",
+    "block_round_distribution", "block_verification_rule", "check_block_rule", "exact_match_rule", "expected_accepted",
+    "function_rule", "joint_bound", "token_block_rule",
     # multidraft: children drawn without replacement (RSD), the optimal-transport bound
     "node_acceptance", "ot_bound", "tree_expected_accepted", "without_replacement_expander",
 ]

@@ -3,7 +3,8 @@
 A *block rule* `block_rule(p_rows, q_rows, d) -> [(probability, n, row), ...]`: for drafts d_1..d_k from q_rows `[k]`
 and the target's p_rows `[k + 1]` (row i after d_1..d_i), the law of the number n kept and of the row the last token
 is drawn from. token_block_rule is Leviathan et al. 2023's, block_verification_rule Sun et al. 2025's Algorithm 2
-(notes/derivation.md, claim 10), function_rule a verifier function's; the rest mirrors npspec.testing.oracle.
+(notes/derivation.md, claim 10), exact_match_rule the engines' strict rule, function_rule a verifier function's;
+acceptance_rate is one draft's chance of being kept; the rest mirrors npspec.testing.oracle.
 Imports numpy, npspec.decode, npspec.decode.rules, npspec.testing.oracle and npspec.testing.probes (integer).
 """
 
@@ -36,6 +37,22 @@ def token_block_rule(p_rows, q_rows, d):
         a = min(1, p_rows[i][x] / q_rows[i][x]) if q_rows[i][x] else (1 if p_rows[i][x] else 0)
         if a != 1:
             out.append((reach * (1 - a), i, _norm([max(0, pi - qi) for pi, qi in zip(p_rows[i], q_rows[i])],
+                                                   p_rows[i])))
+        reach *= a
+        if not reach:
+            return out
+    return out + [(reach, len(d), list(p_rows[len(d)]))]
+
+
+def exact_match_rule(p_rows, q_rows, d):
+    """Exact-match ("strict") verification as a block rule: d_i kept iff the target's own sample equals it, with
+    probability p_i(d_i); at the first mismatch the row p_i without d_i, renormalised (the target's sample given it is
+    not d_i), else the bonus row p_{k+1}. q_rows are unread (npspec.decode.rules.exact_match_accept)."""
+    out, reach = [], 1
+    for i, x in enumerate(d):
+        a = p_rows[i][x]
+        if a != 1:
+            out.append((reach * (1 - a), i, _norm([0 * pi if y == x else pi for y, pi in enumerate(p_rows[i])],
                                                    p_rows[i])))
         reach *= a
         if not reach:
@@ -92,11 +109,17 @@ def _cells(rows):
     return [(a, b) for a, b in zip(cuts, cuts[1:]) if b > a]
 
 
-def function_rule(verify=accept):
+def _mid(a, b):
+    """A cell's midpoint as a uniform in [0, 1): that of (ONE_BELOW, 1) rounds to 1.0, so it is ONE_BELOW."""
+    return min((a + b) / 2, ONE_BELOW)
+
+
+def function_rule(verify=accept, draws=False):
     """A verifier FUNCTION `verify(d, p, q, u_tests, u_final) -> (n, token)` (npspec.decode.rules.accept's
     signature) as a block rule with float probabilities: u_tests cut where the token rule or block verification changes
-    its decision, u_final at every CDF breakpoint, the function called at each box's midpoint and weighed by its volume:
-    exact to rounding for a verifier deciding by those cuts; any other still gets a law, not the target's."""
+    its decision (draws: also at p_i's CDF breakpoints, for a verifier that samples p_i with u_tests[i]), u_final at
+    every CDF breakpoint, the function called at each box's midpoint and weighed by its volume: exact to rounding for
+    a verifier deciding by those cuts; any other still gets a law, not the target's."""
     def rule(p_rows, q_rows, d):
         k = len(d)
         dd = np.asarray(d, dtype=np.int64)
@@ -106,16 +129,17 @@ def function_rule(verify=accept):
         h = block_thresholds(w, p, q)
         with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
             cut = np.nan_to_num(np.minimum(p[np.arange(k), dd] / q[np.arange(k), dd], 1.0))
-        test_cells = [_cells([[c, 1 - c] for c in (cut[i], h[i + 1]) if 0 < c < 1] or [[1.0]]) for i in range(k)]
+        test_cells = [_cells([[c, 1 - c] for c in (cut[i], h[i + 1]) if 0 < c < 1] + ([p[i]] if draws else [])
+                             or [[1.0]]) for i in range(k)]
         rows = [*p, *(np.maximum(p[i] - q[i], 0) for i in range(k)), *(np.maximum(w[i] * p[i] - q[i], 0)
                                                                        for i in range(k))]
         final_cells = _cells(rows)
         law = defaultdict(float)
         for box in itertools.product(*test_cells):
             volume = float(np.prod([b - a for a, b in box]))
-            u_tests = np.array([(a + b) / 2 for a, b in box])
+            u_tests = np.array([_mid(a, b) for a, b in box])
             for a, b in final_cells:
-                n, token = verify(dd, p, q, u_tests, (a + b) / 2)
+                n, token = verify(dd, p, q, u_tests, _mid(a, b))
                 law[int(n), int(token)] += volume * (b - a)
         n_vocab = p.shape[1]
         return [(prob, n, [float(t == x) for x in range(n_vocab)]) for (n, t), prob in law.items()]
@@ -208,6 +232,12 @@ def expected_accepted(p, q, prompt, gamma, rule=None):
     rule = block_verification_rule if rule is None else rule
     return sum(prob * rnd.accepted for rnd, _, prob in _block_round(p, table_drafter(q), tuple(prompt), gamma, None,
                                                                      rule))
+
+
+def acceptance_rate(p_row, q_row, rule=None):
+    """The chance that ONE draft from q_row is kept against p_row by a block rule (default block verification):
+    exact for Fractions. Sum_x min(p, q) for the token rule (1 - total variation), sum_x p q for exact_match_rule."""
+    return expected_accepted(constant_table(p_row), constant_table(q_row), (0,), 1, rule)
 
 
 def joint_bound(p, q, prompt, gamma):

@@ -1,14 +1,15 @@
-"""Acceptance rules, step 3 of a round: one registry, name -> Rule, read by verify= and --verify. NOTE: letters as
-in Leviathan et al. 2023: `p` the target's rows, `q` the draft's. A Rule's chain form has token.accept's signature,
-its tree form (None: chains only) trees.accept_tree's; only sampled rounds call them (temperature 0 is
-npspec.decode.round.accept's). "token": modified rejection sampling (token.py), down a tree (trees.py); "block":
-block verification, chains only (block.py); "rsd": siblings drawn without replacement (rsd.py), the token rule on
-a chain. Proofs: notes/derivation.md, claims 1, 9, 10, 11. Imports numpy and npspec.decode.sampling."""
+"""Acceptance rules, step 3 of a round: the registry RULES, name -> Rule, read by verify= and --verify. NOTE: letters
+as in Leviathan et al. 2023: `p` the target's rows, `q` the draft's. A Rule's chain form has token.accept's signature,
+its tree form (None: chains only) trees.accept_tree's; sampled rounds only (temperature 0: npspec.decode.round.accept).
+"token": rejection sampling (token.py; trees.py); "block": block verification (block.py); "rsd": siblings without
+replacement (rsd.py), the token rule on a chain; "exact-match": the target's own sample (exact_match.py). Proofs:
+notes/derivation.md, claims 1, 9, 10, 11. Imports numpy and npspec.decode.sampling."""
 
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from .block import block_accept, block_thresholds, block_weights
+from .exact_match import exact_match_accept
 from .rsd import accept_tree_rsd, draw_children, sibling_rows
 from .token import accept
 from .trees import accept_tree
@@ -29,7 +30,8 @@ SIBLINGS = {"iid": "i.i.d. children", "distinct": "children drawn without replac
             "deterministic": "deterministic children"}  # Rule.siblings and Drafter.siblings, in words
 
 RULES = {rule.name: rule for rule in (Rule("token", accept, accept_tree), Rule("block", block_accept),
-                                      Rule("rsd", accept, accept_tree_rsd, "distinct"))}
+                                      Rule("rsd", accept, accept_tree_rsd, "distinct"),
+                                      Rule("exact-match", exact_match_accept))}
 
 
 def get_rule(name):
