@@ -91,8 +91,9 @@ def jit_product(njit, names, panel, disk=True):  # -> Built: the tiles, then pan
     for cache in (True, False) if disk else (False,):
         try:
             jit = njit(nogil=True, cache=cache, boundscheck=False)
-            helpers = {name: jit(with_globals(f, names)) for name, f in tiles(panel).items()}
-            return Built(jit(with_globals(panels_product, {**helpers, "PANEL": panel})), cache)
+            helpers = {name: jit(with_globals(f, names, f"{name}_{panel}")) for name, f in tiles(panel).items()}
+            product = with_globals(panels_product, {**helpers, "PANEL": panel}, f"panels_product_{panel}")
+            return Built(jit(product), cache)
         except RuntimeError:  # numba: "cannot cache function ...: no locator available" (nowhere writable)
             if not cache:
                 raise
@@ -113,7 +114,7 @@ def runs_build(layers, panel):  # -> (runs, numba.config.NUMBA_NUM_THREADS)
         numba.config.THREADING_LAYER = layers[0]  # one layer asked for (the bench's --layer): that one or an error
     start = time.perf_counter()
     names = {"prange": numba.prange, "panels_product": product.function}
-    jitted = numba.njit(parallel=True, nogil=True, cache=product.on_disk)(with_globals(panels_runs, names))
+    jitted = numba.njit(parallel=True, nogil=True, cache=product.on_disk)(with_globals(panels_runs, names, f"panels_runs_{panel}"))
     x, cuts = np.zeros((1, 2), dtype=np.float32), np.array([0, 1], dtype=np.int64)
     jitted(x, np.zeros((1, 2, panel), dtype=np.float32), np.zeros((1, 1), dtype=np.float32), cuts)
     announce(time.perf_counter() - start, Built(jitted, product.on_disk), disk=panel == PANEL)
@@ -124,5 +125,9 @@ def runs_build(layers, panel):  # -> (runs, numba.config.NUMBA_NUM_THREADS)
     return runs, numba.config.NUMBA_NUM_THREADS
 
 
-def with_globals(f, names):  # -> a copy of function f whose globals also hold `names`
-    return types.FunctionType(f.__code__, {**f.__globals__, **names}, f.__name__, f.__defaults__, f.__closure__)
+def with_globals(f, names, name=None):  # -> a copy of function f whose globals also hold `names`
+    """name: the copy's __qualname__, which numba's symbols and disk cache are named by: one per panel width, so a
+    build loaded from the disk cache never links to another width's copy compiled in the same process."""
+    g = types.FunctionType(f.__code__, {**f.__globals__, **names}, f.__name__, f.__defaults__, f.__closure__)
+    g.__qualname__ = name or f.__qualname__
+    return g
