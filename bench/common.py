@@ -28,6 +28,7 @@ from npspec.sources.choices import cpu_model
 from tqdm import tqdm
 
 from npspec.sources.progress import bar, show_progress, terminal_bars
+from npspec.cli.console import handled
 
 RESULTS = Path(__file__).resolve().parent / "results"  # the committed runs, one folder each
 LATEST = RESULTS / "latest"  # where a full run writes without --out; rename it for what it measured and where
@@ -126,18 +127,9 @@ class NoteHandler(logging.Handler):
         log(f"npspec: {record.getMessage()}")
 
 
-@contextlib.contextmanager
 def notes():
     """While the block runs, the "npspec" loggers' notes are printed (NoteHandler); as before they were after."""
-    logger, handler = logging.getLogger("npspec"), NoteHandler()
-    level = logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    try:
-        yield
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
+    return handled(NoteHandler())
 
 
 def log(message):

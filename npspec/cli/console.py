@@ -164,11 +164,16 @@ class NoteHandler(logging.Handler):
         print(f"{self.command}: note: {message}" if cli else f"npspec: {message}", file=self.err, flush=True)
 
 
-@contextlib.contextmanager
 def notes_to(err, name):
     """While the block runs, the "npspec" logger's INFO records and above go to `err` (NoteHandler, naming the
     command `name`); its level and handlers are put back after."""
-    logger, handler = logging.getLogger("npspec"), NoteHandler(err, name)
+    return handled(NoteHandler(err, name))
+
+
+@contextlib.contextmanager
+def handled(handler):
+    """While the block runs, `handler` gets the "npspec" logger's INFO records and above; level and handlers put back."""
+    logger = logging.getLogger("npspec")
     level = logger.level
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)
