@@ -2,7 +2,8 @@
 
 A sampler is correct when its output has exactly the target's law. By exact enumeration: oracle (a rule stated as
 probabilities: check_rule), blocks (whole-block verifiers), trees and multidraft (tree rounds, RSD), drafting
-(check_drafter); black box: probes (check_sampler), rounds (check_round); vectors (the laws as JSON: `python -m
+(check_drafter); gap (each rule against the optimal-transport ceiling of a tree), lossy (lossiness: a lossy rule's exact
+TV); black box: probes (check_sampler), rounds (check_round); vectors (the laws as JSON: `python -m
 npspec.testing vectors OUT.json`); doubles (TableModel, ScriptedRng), strategies (hypothesis), usage (KitUsageError).
 Callbacks are not time-limited: a check calls them in the caller's thread and one that never returns hangs it (a
 sampler drawing uniforms forever is stopped: UniformsExhausted). Bound it with a test timeout, a subprocess or a
@@ -15,6 +16,9 @@ from .blocks import (BLOCK_PROBES, acceptance_rate, block_distribution, block_dr
 from .doubles import ScriptedRng, TableCache, TableConfig, TableModel
 from .drafting import (DrafterError, DrafterReport, check_drafter, confident_drafter, ngram_drafter, object_drafter,
                        one_hot)
+from .gap import GAP_RULES, node_gap, tree_gap, tree_law, tree_ot_bound
+from .lossy import (Lossiness, lossiness, no_residual_rule, relaxed_topk_rule, typical_acceptance_rule,
+                    typical_threshold)
 from .multidraft import node_acceptance, ot_bound, tree_expected_accepted, without_replacement_expander
 from .oracle import (Round, RuleError, RuleReport, SpeculativePath, check_rule, constant_table, drafter_distribution,
                      drafter_paths, leviathan_rule, model_table, npspec_rule, random_table, round_distribution,
@@ -55,4 +59,8 @@ __all__ = [
     "function_rule", "joint_bound", "token_block_rule",
     # multidraft: children drawn without replacement (RSD), the optimal-transport bound
     "node_acceptance", "ot_bound", "tree_expected_accepted", "without_replacement_expander",
+    # gap: each lossless tree rule's exact E[kept] against the ceiling of its drafts (claim 12)
+    "GAP_RULES", "node_gap", "tree_gap", "tree_law", "tree_ot_bound",
+    # lossy: the exact TV of a lossy rule from the target's law; lossy rules the kit measures, npspec never runs
+    "Lossiness", "lossiness", "no_residual_rule", "relaxed_topk_rule", "typical_acceptance_rule", "typical_threshold",
 ]
