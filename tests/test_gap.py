@@ -113,3 +113,17 @@ def _close(committed, fresh):
             else:
                 assert old[key] == str(value), (key, old, new)
     return True
+
+
+def test_the_quoted_spectr_gbv_expression_against_the_ceiling():
+    """notes/reading.md: a third party's quote of SpecTr-GBV's Theorem 5.3 at one position exceeds the one-node
+    ceiling as written, and stays at or below it with p and q exchanged (706 cases, equal on 510)."""
+    def quoted(a, b, k):  # sum_x b(x) [1 - (1 - min(a(x) / b(x), 1))^k]
+        return sum(F(y) * (1 - (1 - min(F(x) / F(y), 1)) ** k) for x, y in zip(a, b) if y)
+
+    cases = [(p, q, k) for p, q in small_cases(3, 4) for k in (2, 3)]
+    bounds = [multidraft.ot_bound(p, q, k) for p, q, k in cases]
+    as_written = [quoted(p, q, k) for p, q, k in cases]
+    exchanged = [quoted(q, p, k) for p, q, k in cases]
+    assert len(cases) == 706 and any(a > b for a, b in zip(as_written, bounds))
+    assert all(a <= b for a, b in zip(exchanged, bounds)) and sum(a == b for a, b in zip(exchanged, bounds)) == 510

@@ -94,3 +94,23 @@ def test_the_committed_lossiness_table_is_what_bench_gap_writes():
         for key, value in new.items():
             assert (abs(float(old[key]) - value) < 1e-12) if isinstance(value, float) else old[key] == str(value)
     assert rows[0]["worst TV, small cases"] == "0" and all(F(r["worst TV, small cases"]) > 0 for r in rows[1:])
+
+
+def test_the_no_residual_mistake_costs_half_the_distance_from_min_to_beta_p():
+    """One draft: the first token's law is min(p, q) + (1 - beta) p, so the TV is 1/2 sum |min(p, q) - beta p|."""
+    for p, q in CASES:
+        beta = sum(min(F(a), F(b)) for a, b in zip(p, q))
+        want = sum(abs(min(F(a), F(b)) - beta * F(a)) for a, b in zip(p, q)) / 2
+        assert lossiness(no_residual_rule, cases=[(p, q)], gammas=(1,)).tv == want, (p, q)
+
+
+def test_typical_acceptance_that_keeps_every_draft_costs_the_whole_distance():
+    """Where every id q can draw has p above Medusa's threshold, each draft is kept: the round emits q's token,
+    at TV(p, q) = 1 - beta from the target, the most a first token can be off given q."""
+    checked, rule = 0, typical_acceptance_rule()
+    for p, q in CASES:
+        if all(rule(p, q, x)[0] == 1 for x in range(len(q)) if q[x]):
+            checked += 1
+            beta = sum(min(F(a), F(b)) for a, b in zip(p, q))
+            assert lossiness(rule, cases=[(p, q)], gammas=(1,)).tv == 1 - beta, (p, q)
+    assert checked >= 20

@@ -242,7 +242,7 @@ def test_references_exist(pattern, missing, at_least):
 def test_every_numbered_claim_names_a_test():
     text = (NOTES / "derivation.md").read_text(encoding="utf-8")
     claims = re.split(r"^## (?=\d+\. )", text, flags=re.M)[1:]
-    assert len(claims) == 12  # 0 (notation) + claims 1..11
+    assert len(claims) == 13  # 0 (notation) + claims 1..12
     for claim in claims[1:]:
         assert TEST_REF.search(claim), claim.splitlines()[0]
 
@@ -260,6 +260,7 @@ CLAIM_WORDS = {
     9: ("tree",),
     10: ("block",),
     11: ("rsd", "replacement", "children", "coupling"),
+    12: ("ceiling", "lossiness", "lossy"),
 }
 # the tests each claim must keep citing (more may be cited)
 CLAIM_TESTS = {
@@ -282,6 +283,8 @@ CLAIM_TESTS = {
          "tests/test_block_verify.py::test_the_kit_catches_wrong_block_verifiers"},
     11: {"tests/test_tree_rules.py::test_an_rsd_tree_round_keeps_the_target_law_exactly",
          "tests/test_tree_rules.py::test_mixing_the_two_drafters_changes_the_law"},
+    12: {"tests/test_gap.py::test_every_rule_keeps_at_most_its_ceiling_in_a_whole_tree",
+         "tests/test_lossiness.py::test_lossiness_is_exactly_zero_for_npspecs_rules_stated_in_fractions"},
 }
 
 
