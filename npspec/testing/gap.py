@@ -2,7 +2,7 @@
 
 tree_ot_bound is the optimal-transport ceiling of a whole drafted tree (claim 11 (c) per depth, notes/derivation.md,
 claim 12); tree_gap gives each rule's exact E[drafts kept] with the ceiling of its own drafts; GAP_RULES names the
-rules (one tree verifier and the expander that draws the drafts it was proven with). Exact for Fraction tables.
+rules (the expander that draws the drafts a rule was proven with, and its exact E[kept]). Exact for Fraction tables.
 Imports npspec.testing.blocks, .multidraft and .trees.
 """
 
@@ -12,12 +12,13 @@ from fractions import Fraction
 from . import blocks
 from .multidraft import tree_expected_accepted, without_replacement_expander
 from .oracle import constant_table
-from .trees import multi_candidate, sampled_expander
+from .trees import sampled_expander
 
-# name -> (expander factory (q, branching) -> expand, the tree verifier): every lossless tree rule of npspec
+# name -> (expander factory (q, branching) -> expand, kept(p, expand, prompt, depth) -> E[drafts kept]): every
+# lossless tree rule, with the drafts it was proven with
 GAP_RULES = {
-    "i.i.d. children, token tree rule": (sampled_expander, multi_candidate),
-    "RSD (without replacement)": (without_replacement_expander, multi_candidate),
+    "i.i.d. children, token tree rule": (sampled_expander, tree_expected_accepted),
+    "RSD (without replacement)": (without_replacement_expander, tree_expected_accepted),
 }
 
 
@@ -110,10 +111,9 @@ def tree_gap(p, q, branching, prompt=(0,), rules=None):
     if not branching:
         raise ValueError("branching is empty: a tree needs at least one level of drafts")
     prompt, depth, rows = tuple(prompt), len(branching), []
-    for name, (factory, verify) in (GAP_RULES if rules is None else rules).items():
+    for name, (factory, kept) in (GAP_RULES if rules is None else rules).items():
         expand = factory(q, tuple(branching))
-        rows.append((name, tree_expected_accepted(p, expand, prompt, depth, verify),
-                     tree_ot_bound(p, expand, prompt, depth)))
+        rows.append((name, kept(p, expand, prompt, depth), tree_ot_bound(p, expand, prompt, depth)))
     if all(k == 1 for k in branching):
         bound = blocks.joint_bound(p, q, prompt, depth)
         rows.append(("block verification (chain)", blocks.expected_accepted(p, q, prompt, depth), bound))
