@@ -9,6 +9,8 @@ import pytest
 from conftest import ROOT
 from npspec.decode import RULES, get_rule
 from npspec.testing import blocks, leviathan_rule, npspec_rule, small_cases
+from npspec.testing.multidraft import without_replacement_expander
+from npspec.testing.trees import multi_candidate, sampled_expander
 from npspec.testing.lossy import (lossiness, no_residual_rule, relaxed_topk_rule, typical_acceptance_rule,
                                   typical_threshold)
 
@@ -114,3 +116,27 @@ def test_typical_acceptance_that_keeps_every_draft_costs_the_whole_distance():
             beta = sum(min(F(a), F(b)) for a, b in zip(p, q))
             assert lossiness(rule, cases=[(p, q)], gammas=(1,)).tv == 1 - beta, (p, q)
     assert checked >= 20
+
+
+@pytest.mark.parametrize("branching", [(2,), (2, 1), (3,)])
+def test_lossiness_of_the_tree_rules_is_exactly_zero(branching):
+    """Claim 9's rule on i.i.d. children and RSD's children; and testing against p, not the running residual, is
+    lossy (claim 9's classic mistake)."""
+    cases = [*CASES[::5], *blocks.context_cases(2)]
+    for factory in (sampled_expander, without_replacement_expander):
+        assert lossiness(multi_candidate, cases=cases, tree=(factory, branching)).tv == 0
+    assert lossiness(against_p, cases=cases, tree=(sampled_expander, branching)).tv > 0
+
+
+def against_p(r, kids):
+    """Claim 9's classic mistake: every child tested against the node's p, never the running residual."""
+    out, reach = [], F(1)
+    for j, (x, qrow) in enumerate(kids):
+        a = min(1, F(r[x]) / F(qrow[x])) if qrow[x] else F(0)
+        if a:
+            out.append((reach * a, ("keep", j)))
+        reach *= 1 - a
+        if not reach:
+            return out
+    rest = [max(0, F(a) - F(b)) for a, b in zip(r, kids[-1][1])] if kids else []
+    return out + [(reach, ("emit", [v / sum(rest) for v in rest] if sum(rest) else list(r)))]

@@ -1,10 +1,10 @@
 """npspec.testing.lossy: what a LOSSY acceptance rule costs, exactly: the total variation from the target's law.
 
-lossiness(rule) enumerates one round as check_rule does (token rules `rule(p, q, x) -> (a, r)`, or block rules with
-block=True) and returns the exact TV distance per case (Fractions where the rule's outputs are). The lossy rules here
+lossiness(rule) enumerates one round as check_rule does (token rules `rule(p, q, x) -> (a, r)`, block rules with
+block=True, tree verifiers with tree=) and returns the exact TV distance per case (Fractions where the rule's outputs are). The lossy rules here
 are stated as probabilities for the kit to measure; npspec never runs them (notes/derivation.md, claim 12):
 typical_acceptance_rule (Medusa, Cai et al. 2024, section 3.3.1), relaxed_topk_rule, no_residual_rule (DIAGNOSES'
-"no-residual"). Imports npspec.testing.blocks and .oracle.
+"no-residual"). Imports npspec.testing.blocks, .oracle and .trees.
 """
 
 import math
@@ -14,6 +14,7 @@ from fractions import Fraction
 from .blocks import block_round_distribution
 from .oracle import (_nonzero, constant_table, round_distribution, sequence_distribution, small_cases,
                      total_variation)
+from .trees import tree_round_distribution
 
 
 @dataclass
@@ -32,18 +33,22 @@ class Lossiness:
         return sum(tv for *_, tv in self.by_case) / len(self.by_case)
 
 
-def lossiness(rule, cases=None, gammas=(1, 2), prompt=(0,), eos=None, block=False):
+def lossiness(rule, cases=None, gammas=(1, 2), prompt=(0,), eos=None, block=False, tree=None):
     """The exact TV between one round of `rule` (continued by the target to gamma + 1 ids) and the target's own law,
-    on each (p, q) of cases (rows or tables; default small_cases()) and gamma. 0 exactly for a lossless rule stated
-    in Fractions. Returns a Lossiness; ValueError for empty cases or gammas."""
+    on each (p, q) of cases (rows or tables; default small_cases()) and gamma. block: a block rule; tree: (expander
+    factory, branching), rule a tree verifier (trees.multi_candidate's signature), gammas unused (the depth is
+    len(branching)). 0 exactly for a lossless rule stated in Fractions. Returns a Lossiness; ValueError if no case."""
     out = Lossiness(Fraction(0))
     for p, q in (small_cases() if cases is None else cases):
         pt = p if callable(p) else constant_table(p)
         qt = q if callable(q) else constant_table(q)
-        for gamma in gammas:
+        for gamma in ((len(tree[1]),) if tree else gammas):
             want = _nonzero(sequence_distribution(pt, prompt, gamma + 1, eos))
-            got = (block_round_distribution(pt, qt, prompt, gamma, eos, rule) if block
-                   else _nonzero(round_distribution(pt, qt, prompt, gamma, eos, rule)))
+            if tree:
+                got = tree_round_distribution(pt, tree[0](qt, tuple(tree[1])), prompt, gamma, eos, rule)
+            else:
+                got = (block_round_distribution(pt, qt, prompt, gamma, eos, rule) if block
+                       else _nonzero(round_distribution(pt, qt, prompt, gamma, eos, rule)))
             tv = total_variation(want, got)
             out.by_case.append((p, q, gamma, tv))
             if tv > out.tv or out.p is None:
