@@ -1,6 +1,6 @@
 """python -m bench.verification: block against token verification, RSD against i.i.d. tree children, with 95% intervals.
 
-On the shipped pair (real acceptance), four tables (--tables chain, tree or both), each from interleaved runs:
+On the shipped pair (real acceptance), tables from interleaved runs (--tables chain, tree, exact-match):
   * verification_chain: the shipped draft model proposing a chain at gamma 2..8, temperatures 0.8 and 1.0 (top-p
     1.0: no nucleus cut, p and q the models' whole softmax rows), decoded with verify="token" (Leviathan et al.
     2023) and verify="block" (Sun et al. 2025, npspec.decode.rules.block_accept): mean_acceptance_length (vLLM's
@@ -18,9 +18,9 @@ On the shipped pair (real acceptance), four tables (--tables chain, tree or both
     under token, block and exact-match (the engines' "strict", npspec.decode.rules.exact_match_accept) at the same
     gammas and temperatures, acceptance figures only; beside each measured mean_acceptance_length the expectation the
     rule's own per-position chance gives (Expectations), and exact-match - token, exact-match - block paired.
-Each (prompt, seed) run decodes `--new-tokens` ids after a PROMPT_LENGTH-id validation prompt; the two arms run
-back to back on it, the first first on even runs and the second first on odd ones, so a change of load hits both
-alike.
+Each (prompt, seed) run decodes `--new-tokens` ids after a PROMPT_LENGTH-id validation prompt; the arms run
+back to back on it, their order rotated by one each run (of two, the first first on even runs and the second first
+on odd ones), so a change of load hits them alike.
 
 Intervals: a pooled figure is a ratio r = sum(num_i) / sum(den_i) over the n runs (mean_acceptance_length: num =
 accepted + rounds with a proposal, den = rounds with a proposal; alpha: accepted / tested; tokens per round: new
@@ -32,7 +32,6 @@ not depend on the machine's load; tokens/s does (the header records the load ave
 """
 
 import argparse
-import contextlib
 import sys
 import time
 from dataclasses import dataclass, replace
@@ -137,8 +136,8 @@ def rule_microseconds(name, gamma, n_vocab, repeats=200):
 
 
 def decode_arms(target, arms, prompt, new_tokens, gamma, temperature, seed, shift):
-    """One (prompt, seed) run under every arm, the arms' order rotated by `shift` (token first on even runs, block
-    first on odd ones): {arm: Generation}. arms: {name: (make_drafter, verify)}; each run seeded with `seed` (the
+    """One (prompt, seed) run under every arm, the arms' order rotated by `shift` (of two arms, the first first on
+    even runs and the second on odd ones): {arm: Generation}. arms: {name: (make_drafter, verify)}; each run seeded with `seed` (the
     same uniforms for every arm)."""
     names = list(arms)
     order = names[shift % len(names):] + names[:shift % len(names)]
@@ -448,17 +447,18 @@ def chain_tables(rows, pairs):
 
 
 def exact_match_tables(rows, pairs):
-    note = ("Each figure pools n independent (prompt, seed) runs; _ci95 is the half-width of its 95% interval (1.96 x "
-            "the ratio estimator's standard error, bench/verification.py). mean_acceptance_length: vLLM's 1 + accepted "
-            "/ rounds with a proposal. exact-match: npspec.decode.rules.exact_match_accept, a draft kept when it equals "
-            "the target's own sample (llama.cpp's server path, vLLM Model Runner V2's strict). sum_pq, sum_min: the "
-            "mean over the rule's tested positions of sum_x p q and sum_x min(p, q) (p target, q draft rows there); "
-            "exact-match keeps a tested draft with chance sum p q, the token rule with sum min(p, q), so "
-            "expected_mean_acceptance_length = 1 + (those chances summed over the tested positions) / rounds with a "
-            "proposal has the measured figure's expectation, and expected_minus_measured (paired on the same runs) "
-            "should cover 0; block keeps more than its per-position sums, so it has none. tests_seen: the rule's "
-            "calls tested exactly the positions the runs counted. identical (temperature 0): the rule's ids equal plain "
-            "greedy decoding's on every prompt. No timing: these figures do not depend on the machine's load.")
+    note = ("Each figure pools n independent (prompt, seed) runs; _ci95 is the half-width of its 95% interval (1.96 "
+            "x the ratio estimator's standard error, bench/verification.py). mean_acceptance_length: vLLM's 1 + "
+            "accepted / rounds with a proposal. exact-match: npspec.decode.rules.exact_match_accept, a draft kept "
+            "when it equals the target's own sample (llama.cpp's server path, vLLM Model Runner V2's strict). "
+            "sum_pq, sum_min: the mean over the rule's tested positions of sum_x p q and sum_x min(p, q) (p target, "
+            "q draft rows there); exact-match keeps a tested draft with chance sum p q, the token rule with sum "
+            "min(p, q), so expected_mean_acceptance_length = 1 + (those chances summed over the tested positions) / "
+            "rounds with a proposal has the measured figure's expectation, and expected_minus_measured (paired on "
+            "the same runs) should cover 0; block keeps more than its per-position sums, so it has none. tests_seen: "
+            "the rule's calls tested exactly the positions the runs counted. identical (temperature 0): the rule's "
+            "ids equal plain greedy decoding's on every prompt. No timing: these figures do not depend on the "
+            "machine's load.")
     return [common.Table("verification_exact_match", rows, "Exact-match against token and block verification on the "
                          "shipped pair (real acceptance), chains", note),
             common.Table("verification_exact_match_paired", pairs, "Exact-match minus token and minus block "
