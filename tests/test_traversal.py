@@ -174,7 +174,7 @@ def thresholds(p, ctx, kids, w=1, out=None):
     out = {} if out is None else out
     r = list(p(ctx))
     for x, qrow, sub in kids:
-        wc = tv._weight(w, r[x], qrow[x])
+        wc = tv.child_weight(w, r[x], qrow[x])
         out[ctx + (x,)] = thresholds(p, ctx + (x,), sub, wc, out)[ctx + (x,)]
         w, r = tv.after_rejection(w, r, qrow)
     out[ctx] = w

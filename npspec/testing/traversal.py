@@ -14,7 +14,7 @@ from fractions import Fraction
 from .oracle import _Budget, _continued, _nonzero, _start
 
 
-def _weight(w, rx, qx):
+def child_weight(w, rx, qx):
     """A child's weight min(1, w r(x) / q(x)), 0 where q(x) = 0 and r(x) = 0 (the strict test never keeps it)."""
     if not qx:
         return 1 if w and rx else 0 * w
@@ -37,7 +37,7 @@ def traversal_decisions(p, ctx, kids, w=1):
     draft order, q_row the row the child was drawn from; w: ctx's weight (1 at the root, whose rejection is 0)."""
     r, out, reach = list(p(ctx)), [], Fraction(1)
     for x, qrow, sub in kids:
-        got, rejected = traversal_decisions(p, ctx + (x,), sub, _weight(w, r[x], qrow[x]))
+        got, rejected = traversal_decisions(p, ctx + (x,), sub, child_weight(w, r[x], qrow[x]))
         out += [(reach * a, (x,) + kept, row) for a, kept, row in got if a]
         reach *= rejected
         if not reach:
