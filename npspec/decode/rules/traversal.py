@@ -1,11 +1,6 @@
-"""Traversal verification of a token tree, leaves up (Weng et al., "Traversal Verification for Speculative Tree
-Decoding", NeurIPS 2025, arXiv 2505.12398, Algorithm 1). NOTE: letters as in Leviathan et al.: `p` the target (their
-M_b), `q` the draft (M_s); their p_alpha is our weight w. A node's children are visited in order (post-order): child c,
-drawn from q_c (its row with earlier siblings removed: rsd.sibling_rows), starts with w_c = min(1, w r(c) / q_c(c)),
-r the node's current row (p at first); a child whose subtree is all rejected is tested last, kept iff u_c < w_c. The
-node then takes (w, r) <- (S / (S + 1 - w), norm(max(0, w r - q_c))), S = sum max(0, w r - q_c). Kept: the path to
-the first node kept, then a sample of its current row. On a chain it is block verification (block.py), decision for
-decision. Lossless: notes/derivation.md, claim 12. Imports numpy, npspec.decode.sampling and .rsd, .trees."""
+"""Traversal verification of a tree, leaves up (Weng et al., NeurIPS 2025, arXiv 2505.12398, Algorithm 1; on a chain,
+block.py's decisions). NOTE: Leviathan's letters, `p` target (their M_b), `q` draft (M_s); our weight w is their
+p_alpha. Rule and proof: notes/derivation.md, claim 12. Imports numpy, npspec.decode.sampling, .rsd, .trees."""
 
 import numpy as np
 
@@ -30,9 +25,8 @@ def after_rejection(w, r, q):  # float, [n_vocab], [n_vocab] float64 -> (float, 
 
 
 def accept_tree_traversal(ids, parents, q, p, u_tests, u_final):
-    """Traversal verification, with trees.accept_tree's signature: ids, parents `[N]`; q `[N, n_vocab]` each node's row
-    BEFORE excluding siblings (rsd's); p `[N + 1, n_vocab]` float64; u_tests `[N]` (node i's test); u_final. Returns
-    (path, token). ValueError as sampling.residual and sample (NaN rows)."""
+    """trees.accept_tree's signature (q: rows BEFORE excluding siblings, as rsd's; u_tests[i] tests node i, u < w, once
+    its children are all rejected): (path to the first node kept, a sample of its row). ValueError as sample."""
     rows, kids = sibling_rows(ids, parents, q), children(parents)
 
     def visit(node, w):  # -> (path below node, row to sample) when node or a descendant is kept, else None
@@ -49,7 +43,6 @@ def accept_tree_traversal(ids, parents, q, p, u_tests, u_final):
 
 
 def traversal_accept(d, p, q, u_tests, u_final):
-    """Traversal verification of a chain, with token.accept's signature (d `[k]` ids, p `[k + 1, n_vocab]`, q `[k,
-    n_vocab]`, u_tests `[k]`, u_final): the tree form on parents -1, 0, .., k - 2. Returns (n kept, token)."""
+    """The tree form on a chain (parents -1, 0, .., k - 2), with token.accept's signature: (n kept, token)."""
     path, token = accept_tree_traversal(list(d), list(range(-1, len(d) - 1)), q, p, u_tests, u_final)
     return len(path), token
