@@ -68,6 +68,23 @@ def test_a_traversal_chain_keeps_the_target_law_on_every_small_case(gamma):
 RIGHT = tv.after_rejection
 
 
+@pytest.mark.parametrize("kind, branching", [("distinct", (2,)), ("distinct", (2, 1)), ("top-k", (2, 2)),
+                                             ("distinct", (1, 1))])
+def test_the_whole_traversal_loop_keeps_the_target_law_with_eos_budget_and_context_cuts(kind, branching):
+    """npspec's loop (each round's depth clamped by the budget and n_ctx), exactly, with and without EOS."""
+    p, q = tables(3, {})
+    expand = EXPANDERS[kind](q, branching)
+    for eos in (None, 2):
+        for n_ctx in (None, len(PROMPT) + 3):
+            for max_new_tokens in (1, 2, 3):
+                target = {k: v for k, v in kit.sequence_distribution(p, PROMPT, max_new_tokens, eos, n_ctx).items()
+                          if v}
+                for gamma in (1, 2):
+                    got = tt.tree_loop_distribution(p, expand, branching, PROMPT, gamma, max_new_tokens, eos, n_ctx,
+                                                    outcomes=tv.traversal_round_outcomes)
+                    assert got == target, (eos, n_ctx, max_new_tokens, gamma)
+
+
 def no_reweighting(w, r, qrow):
     """A WRONG update: the residual row, but the weight left as it was (the paper's p'_alpha forgotten)."""
     return w, RIGHT(w, r, qrow)[1]

@@ -25,7 +25,7 @@ from .probes import (ACCEPT_PROBES, MISS_BOUND, ONE_BELOW, STATISTICAL_CASES, Fi
                      check_sampler, chi2_sf, chi_square, npspec_sampler, probe_acceptance, probe_proposal,
                      statistical_check)
 from .traversal import (traversal_decisions, traversal_expected_accepted, traversal_outcomes,
-                        traversal_round_distribution, whole_trees)
+                        traversal_round_distribution, traversal_round_outcomes, whole_trees)
 from .rounds import (DIAGNOSES, GPT2_VOCAB, ROUND_CASES, STATISTICAL_ROUNDS, RoundReport, check_round, npspec_round,
                      realistic_logits, round_laws, round_rows, round_statistics)
 from .strategies import logits_rows, probability_pairs, probability_vectors
@@ -60,5 +60,5 @@ __all__ = [
     "node_acceptance", "ot_bound", "tree_expected_accepted", "without_replacement_expander",
     # traversal: traversal verification (Weng et al. 2025) of whole drafted trees, exactly
     "traversal_decisions", "traversal_expected_accepted", "traversal_outcomes", "traversal_round_distribution",
-    "whole_trees",
+    "traversal_round_outcomes", "whole_trees",
 ]

@@ -82,6 +82,13 @@ def traversal_outcomes(p, expand, prompt, depth, eos=None):
                     yield kept, emitted, tp * a * ry
 
 
+def traversal_round_outcomes(p, expand, prompt, depth, eos=None):
+    """(emitted ids, probability) of one traversal round: trees.tree_round_outcomes' signature, for
+    trees.tree_loop_distribution's `outcomes` (the whole loop)."""
+    for _, emitted, prob in traversal_outcomes(p, expand, prompt, depth, eos):
+        yield emitted, prob
+
+
 def traversal_round_distribution(p, expand, prompt, depth, eos=None):
     """`{ids: probability}` of one traversal round (table p, an expander, nodes no deeper than depth), continued by
     the target alone to depth + 1 ids (shorter at eos): sequence_distribution's for a lossless rule."""
