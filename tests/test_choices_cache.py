@@ -159,7 +159,7 @@ def test_a_choice_that_cannot_be_stored_says_why_and_the_fix(tiny, tmp_path, not
     assert choose(tiny, 2, blocked / choice.CACHE_FILE, "cached", fake_machine(3.0)) == ("gemv-panels", 2)
     said = notes()
     assert said[0].startswith("timing the target's kernels") and len(said) == 3
-    assert said[1].startswith("the target decodes with gemv-panels at 2 thread(s), the fastest")
+    assert said[1].startswith("the target's fastest of gemm-blocks, gemv-panels is gemv-panels at 2 thread(s); ms per")
     assert said[2].startswith(f"the kernel choice was not stored in {blocked / choice.CACHE_FILE} (")
     assert "measured again next run" in said[2] and "--kernel-probe bypass" in said[2]
     taken = tmp_path / "taken" / choice.CACHE_FILE

@@ -162,7 +162,7 @@ def test_a_target_beside_a_draft_is_timed_in_rounds_and_keyed_by_that_draft(tiny
     said = notes()[before:]
     assert len(said) == 2 and "timing the target's kernels gemm-blocks, gemv-panels" in said[0] \
         and "beside its draft (gemv-panels)" in said[0]
-    assert said[1].startswith("the target decodes with gemv-panels at 2 thread(s), the fastest") \
+    assert said[1].startswith("the target's fastest of gemm-blocks, gemv-panels is gemv-panels at 2 thread(s); ms per") \
         and "gemm-blocks@2 1500.0, gemm-blocks@1 1500.0, gemv-panels@2 1200.0, gemv-panels@1 1200.0" in said[1]
     alone, beside = (json.loads(machine_key("target", NUMPY_TARGET, [[1, 2, 3, 4]], 2, p))["partner"]
                      for p in (None, probe.partner_key(draft)))

@@ -222,9 +222,9 @@ def why(role, best, seconds, passes):  # -> one line: each candidate's ms, its p
         shown = f"{c.kernel}@{c.threads} {seconds[c] * 1e3:.1f}"
         return shown + (f" (passes {'/'.join(f'{s * 1e3:.1f}' for s in passes[c])}: the median)"
                         if len(passes[c]) > 2 else "")
-    return (f"the {role} decodes with {best.kernel} at {best.threads} thread(s), the fastest in ms per timed span "
-            f"(kernel@threads; the mean of two passes, or the median of three where two differed over {AGREE}x): "
-            + ", ".join(map(one, seconds)))
+    return (f"the {role}'s fastest of {', '.join(dict.fromkeys(c.kernel for c in seconds))} is {best.kernel} at "
+            f"{best.threads} thread(s); ms per timed span (kernel@threads; the mean of two passes, or the median of three "
+            f"where two differed over {AGREE}x): " + ", ".join(map(one, seconds)))
 
 
 def buildable(role, names, mode):  # -> (str, ...)
