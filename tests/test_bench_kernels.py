@@ -29,6 +29,11 @@ def test_products_against_forward_replays_exactly_the_forwards_products():
     assert row["forward_ms"] > 0 and row["products_ms"] > 0
     assert row["around_ms"] == pytest.approx(row["forward_ms"] - row["products_ms"])
     assert model.linear.__name__ == "gemv_rows"  # the spy is gone
+    four = profile.products_against_forward(model, calls=2, context=8, m=4)
+    assert four["rows"] == 4 and four["products"] == row["products"] and row["rows"] == 1
+    rows = profile.against_one_token([{"forward_ms": 10.0, "products_ms": 9.0, "around_ms": 1.0},
+                                      {"forward_ms": 12.0, "products_ms": 10.0, "around_ms": 2.0}])
+    assert [(r["v"], r["v_products"], r["v_around"]) for r in rows] == [(1.0, 0.9, 0.1), (1.2, 1.0, 0.2)]
 
 
 def test_loop_against_forwards_accounts_for_every_second_of_the_loop():
@@ -68,6 +73,7 @@ def test_verify_cost_times_compiled_panels_and_marks_its_m_star(tmp_path):
     assert float(meta["compiled_panels_GFMAs_1_threads"]) > 0
 
 
+@pytest.mark.slow  # long (>10 s): CI's second step
 @needs_numba
 def test_bench_panels_times_every_configuration_on_the_same_matrices(tmp_path, monkeypatch):
     monkeypatch.setattr(panels, "ROWS", (1, 3))
