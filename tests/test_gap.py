@@ -1,5 +1,5 @@
 """npspec.testing.gap: the optimal-transport ceiling of a whole drafted tree, exactly, and every lossless rule at or
-below it (notes/derivation.md, claim 12); the committed tables are what `python -m bench.gap` writes."""
+below it (notes/derivation.md, claim 14); the committed tables are what `python -m bench.gap` writes."""
 
 import itertools
 from fractions import Fraction as F
@@ -127,3 +127,13 @@ def test_the_quoted_spectr_gbv_expression_against_the_ceiling():
     exchanged = [quoted(q, p, k) for p, q, k in cases]
     assert len(cases) == 706 and any(a > b for a, b in zip(as_written, bounds))
     assert all(a <= b for a, b in zip(exchanged, bounds)) and sum(a == b for a, b in zip(exchanged, bounds)) == 510
+
+
+@pytest.mark.parametrize("branching", [(1, 1), (2, 1), (2, 2), (3, 1)])
+def test_traversal_keeps_at_least_the_node_by_node_rule_on_the_same_drafts_and_at_most_their_ceiling(branching):
+    for p, q in [(constant_table(SUN_P), constant_table(SUN_Q)), *CONTEXT[:2]]:
+        rows = {name: (kept, bound) for name, kept, bound in tree_gap(p, q, branching)}
+        for drafts, node_by_node in (("without replacement", "RSD (without replacement)"),
+                                     ("i.i.d. children", "i.i.d. children, token tree rule")):
+            kept, bound = rows[f"traversal ({drafts})"]
+            assert rows[node_by_node][0] <= kept <= bound == rows[node_by_node][1], (branching, drafts)

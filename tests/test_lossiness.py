@@ -1,5 +1,5 @@
 """npspec.testing.lossiness: the exact total variation of a rule's round from the target's law; 0 for every npspec
-rule, exact positive values for lossy ones on hand-checkable cases (notes/derivation.md, claim 12)."""
+rule, exact positive values for lossy ones on hand-checkable cases (notes/derivation.md, claim 14)."""
 
 import math
 from fractions import Fraction as F

@@ -1,10 +1,11 @@
 """npspec.testing: a conformance kit for speculative-decoding samplers, yours or npspec's.
 
 A sampler is correct when its output has exactly the target's law. By exact enumeration: oracle (a rule stated as
-probabilities: check_rule), blocks (whole-block verifiers), trees and multidraft (tree rounds, RSD), drafting
-(check_drafter); gap (each rule against the optimal-transport ceiling of a tree), lossy (lossiness: a lossy rule's exact
-TV); black box: probes (check_sampler), rounds (check_round); vectors (the laws as JSON: `python -m
-npspec.testing vectors OUT.json`); doubles (TableModel, ScriptedRng), strategies (hypothesis), usage (KitUsageError).
+probabilities: check_rule), blocks (whole-block verifiers), trees and multidraft (tree rounds, RSD), traversal
+(whole trees, leaves up), drafting (check_drafter); gap (each rule against the optimal-transport ceiling of a tree),
+lossy (lossiness: a lossy rule's exact TV); black box: probes (check_sampler), rounds (check_round); vectors (the laws
+as JSON: `python -m npspec.testing vectors OUT.json`); doubles (TableModel, ScriptedRng), strategies (hypothesis),
+usage (KitUsageError).
 Callbacks are not time-limited: a check calls them in the caller's thread and one that never returns hangs it (a
 sampler drawing uniforms forever is stopped: UniformsExhausted). Bound it with a test timeout, a subprocess or a
 main-thread alarm raising a BaseException (a callback's Exception is reported as a finding). This file re-exports.
@@ -27,6 +28,8 @@ from .oracle import (Round, RuleError, RuleReport, SpeculativePath, check_rule, 
 from .probes import (ACCEPT_PROBES, MISS_BOUND, ONE_BELOW, STATISTICAL_CASES, Finding, SamplerReport, Uniforms,
                      check_sampler, chi2_sf, chi_square, npspec_sampler, probe_acceptance, probe_proposal,
                      statistical_check)
+from .traversal import (traversal_decisions, traversal_expected_accepted, traversal_outcomes,
+                        traversal_round_distribution, traversal_round_outcomes, whole_trees)
 from .rounds import (DIAGNOSES, GPT2_VOCAB, ROUND_CASES, STATISTICAL_ROUNDS, RoundReport, check_round, npspec_round,
                      realistic_logits, round_laws, round_rows, round_statistics)
 from .strategies import logits_rows, probability_pairs, probability_vectors
@@ -59,7 +62,10 @@ __all__ = [
     "function_rule", "joint_bound", "token_block_rule",
     # multidraft: children drawn without replacement (RSD), the optimal-transport bound
     "node_acceptance", "ot_bound", "tree_expected_accepted", "without_replacement_expander",
-    # gap: each lossless tree rule's exact E[kept] against the ceiling of its drafts (claim 12)
+    # traversal: traversal verification (Weng et al. 2025) of whole drafted trees, exactly
+    "traversal_decisions", "traversal_expected_accepted", "traversal_outcomes", "traversal_round_distribution",
+    "traversal_round_outcomes", "whole_trees",
+    # gap: each lossless tree rule's exact E[kept] against the ceiling of its drafts (claim 14)
     "GAP_RULES", "node_gap", "tree_gap", "tree_law", "tree_ot_bound",
     # lossy: the exact TV of a lossy rule from the target's law; lossy rules the kit measures, npspec never runs
     "Lossiness", "lossiness", "no_residual_rule", "relaxed_topk_rule", "typical_acceptance_rule", "typical_threshold",

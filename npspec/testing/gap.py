@@ -1,9 +1,9 @@
 """npspec.testing.gap: how far each lossless rule keeps from the optimum, exactly, for a node of k drafts and small trees.
 
 tree_ot_bound is the optimal-transport ceiling of a whole drafted tree (claim 11 (c) per depth, notes/derivation.md,
-claim 12); tree_gap gives each rule's exact E[drafts kept] with the ceiling of its own drafts; GAP_RULES names the
+claim 14); tree_gap gives each rule's exact E[drafts kept] with the ceiling of its own drafts; GAP_RULES names the
 rules (the expander that draws the drafts a rule was proven with, and its exact E[kept]). Exact for Fraction tables.
-Imports npspec.testing.blocks, .multidraft and .trees.
+Imports npspec.testing.blocks, .multidraft, .traversal and .trees.
 """
 
 from collections import defaultdict, deque
@@ -12,6 +12,7 @@ from fractions import Fraction
 from . import blocks
 from .multidraft import tree_expected_accepted, without_replacement_expander
 from .oracle import constant_table
+from .traversal import traversal_expected_accepted
 from .trees import sampled_expander
 
 # name -> (expander factory (q, branching) -> expand, kept(p, expand, prompt, depth) -> E[drafts kept]): every
@@ -19,6 +20,8 @@ from .trees import sampled_expander
 GAP_RULES = {
     "i.i.d. children, token tree rule": (sampled_expander, tree_expected_accepted),
     "RSD (without replacement)": (without_replacement_expander, tree_expected_accepted),
+    "traversal (without replacement)": (without_replacement_expander, traversal_expected_accepted),
+    "traversal (i.i.d. children)": (sampled_expander, traversal_expected_accepted),
 }
 
 
@@ -91,7 +94,7 @@ def _target_law(p, prompt, d):
 
 def tree_ot_bound(p, expand, prompt, depth):
     """sum over d = 1..depth of max over couplings P(the target's first d tokens are a drafted path): no lossless
-    verifier of the drafted tree keeps more in expectation (claim 12). Each term is a max flow, exact in Fractions.
+    verifier of the drafted tree keeps more in expectation (claim 14). Each term is a max flow, exact in Fractions.
     A node (depth 1) gives ot_bound; a chain (one child per node) gives blocks.joint_bound."""
     law = tree_law(expand, prompt, depth)
     total = Fraction(0)

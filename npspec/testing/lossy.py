@@ -2,7 +2,7 @@
 
 lossiness(rule) enumerates one round as check_rule does (token rules `rule(p, q, x) -> (a, r)`, block rules with
 block=True, tree verifiers with tree=) and returns the exact TV distance per case (Fractions where the rule's outputs are). The lossy rules here
-are stated as probabilities for the kit to measure; npspec never runs them (notes/derivation.md, claim 12):
+are stated as probabilities for the kit to measure; npspec never runs them (notes/derivation.md, claim 14):
 typical_acceptance_rule (Medusa, Cai et al. 2024, section 3.3.1), relaxed_topk_rule, no_residual_rule (DIAGNOSES'
 "no-residual"). Imports npspec.testing.blocks, .oracle and .trees.
 """
