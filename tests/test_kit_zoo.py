@@ -6,6 +6,9 @@ import numpy as np
 import pytest
 
 from npspec import testing as kit
+from npspec.decode import SamplingParams
+from npspec.decode.drafters import ModelDrafter
+from npspec.decode.sampling import sample
 from npspec.testing import blocks, rounds
 
 from test_kit_rounds import draw, make_round, my_warp
@@ -229,3 +232,21 @@ def test_every_class_is_caught_by_a_test_here_and_named_once():
         if "check_round" in b.checks:
             assert b.name in ROUND_BUGS or b.name == "no-residual", b.name
     assert {name for name, *_ in kit.DIAGNOSES} >= set(ROUND_BUGS) - {"placeholder-id", "inputs-mutated"}
+
+
+def test_npspecs_model_drafter_draws_from_the_q_it_reports_at_cells_edges():
+    """precision-mismatch in npspec's own drafter (bench.mutants' zoo-precision-mismatch): with a uniform one ulp on
+    either side of each edge of the CDF of the q it reports, its token is the one sample(q, u) draws."""
+    draft = kit.TableModel.from_table(kit.random_table(5, seed=7), 5)
+
+    def first(seq, u):
+        drafter = ModelDrafter(draft)
+        drafter.start(seq)
+        drafter.rollback(len(seq) - 1)
+        return drafter.propose(seq, 1, [u], SamplingParams())
+
+    for seq in ([0], [1, 2], [3, 4, 0]):
+        q = first(seq, 0.5).q_rows(5)[0]
+        for edge in np.cumsum(q)[:-1] / q.sum():
+            for u in [v for v in (np.nextafter(edge, 0), edge, np.nextafter(edge, 1)) if v < 1]:
+                assert first(seq, float(u)).ids[0] == sample(q, u), (seq, q.tolist(), float(u))
