@@ -57,13 +57,13 @@ def draft_spec(scheme, shape):
     return name if scheme == "fp32" else f"{scheme}:{name}"
 
 
-def generate_args(target, draft, a, gamma, new_tokens, repeats, threads):  # -> argparse.Namespace
-    """The `npspec generate` arguments of one row (simulated when `a` is not None, greedy)."""
-    argv = ["--target", target, "--draft", draft, "--temperature", "0", "--gamma", str(gamma), "--max-new-tokens",
-            str(new_tokens), "--compare", "--compare-repeats", str(repeats), "--threads", str(threads), "--quiet",
-            "--json", "The quick brown fox"]
-    if a is not None:
-        argv[6:6] = ["--simulate-acceptance", f"{a:.4f}"]
+def generate_args(target, draft, a, gamma, new_tokens, repeats, threads, prompt="The quick brown fox"):
+    """The `npspec generate` arguments of one row, greedy: (Namespace, argv). target/draft None: the shipped one;
+    a None: real acceptance, else --simulate-acceptance a."""
+    argv = [*(["--target", target] if target else []), *(["--draft", draft] if draft else []),
+            *(["--simulate-acceptance", f"{a:.4f}"] if a is not None else []), "--temperature", "0", "--gamma",
+            str(gamma), "--max-new-tokens", str(new_tokens), "--compare", "--compare-repeats", str(repeats),
+            "--threads", str(threads), "--quiet", "--json", prompt]
     return build_parser().parse_args(argv), argv
 
 
@@ -100,18 +100,33 @@ def measured_row(args, gammas):  # -> dict
 
 
 def row(run, label, scheme, shape, beta, gammas, new_tokens, repeats):
-    """One table row: bytes, the measured row, the prediction from beta, c and v at its gamma."""
+    """One table row of random:--target drafted by `shape` ("self" or a random shape) under `scheme`, simulated at
+    `beta`: bytes, the measured row, the prediction from beta, c and v at its gamma."""
     args, argv = generate_args(f"random:{run.args.target}", draft_spec(scheme, shape), beta, gammas[0], new_tokens,
                                repeats, run.threads[0])
     draft_bytes = matrix_bytes(CONFIGS[run.args.target if shape == "self" else shape], scheme)
     ratio = draft_bytes / matrix_bytes(CONFIGS[run.args.target], "fp32")
     r = measured_row(args, gammas)
-    return {"draft": label, "scheme": scheme, "bits": BITS[scheme], "a": beta,
-            "bytes_per_token": draft_bytes, "bytes_ratio": ratio, **r, "c_over_bytes": r["c"] / ratio,
+    return {"draft": label, "scheme": scheme, "bits": BITS[scheme], "a": beta, "bytes_per_token": draft_bytes,
+            "bytes_ratio": ratio, **r, "c_over_bytes": r["c"] / ratio,
             "predicted_tokens_per_round": expected_tokens_per_round(beta, r["gamma"]),
-            "predicted_speedup": predicted_speedup(beta, r["gamma"], r["c"], r["v"]),
-            "command": "npspec generate " + " ".join(argv[:argv.index("--gamma") + 1]) + f" {r['gamma']} "
-                       + " ".join(argv[argv.index("--gamma") + 2:])}
+            "predicted_speedup": predicted_speedup(beta, r["gamma"], r["c"], r["v"]), "command": command(argv, r)}
+
+
+def shipped_row(run, scheme, beta, gammas, new_tokens, repeats):
+    """The shipped target drafted by itself under `scheme` (fp32: the shipped draft), REAL acceptance: the measured
+    row beside the study's greedy beta of the scheme."""
+    args, argv = generate_args(None, None if scheme == "fp32" else draft_spec(scheme, "self"), None, gammas[0],
+                               new_tokens, repeats, run.threads[0], prompt="ROMEO:")
+    r = measured_row(args, gammas)
+    return {"draft": "shipped draft" if scheme == "fp32" else "self", "scheme": scheme, "study_beta": beta, **r,
+            "command": command(argv, r)}
+
+
+def command(argv, r):
+    """The command line of a row, at the gamma it kept."""
+    i = argv.index("--gamma") + 1
+    return "npspec generate " + " ".join([*argv[:i], str(r["gamma"]), *argv[i + 1:]])
 
 
 def main(argv=None):
@@ -133,6 +148,12 @@ def main(argv=None):
                             repeats))
     tables = [common.Table("qdrafts", rows, f"Quantized drafts of random:{args.target}: bytes, c, predicted and "
                            "measured speedup (SIMULATED acceptance a, greedy)")]
+    if args.shipped:
+        with common.notes():
+            shipped = [shipped_row(run, s, betas[("shipped target", s) if s != "fp32" else ("shipped draft", s)],
+                                   gammas, new_tokens, repeats) for s in common.steps(schemes, "the shipped pair")]
+        tables.append(common.Table("qdrafts_shipped", shipped, "The shipped target's self-drafts, REAL acceptance "
+                                   "(greedy, prompt ROMEO:; cache-bound sizes: c is not the bytes ratio)"))
     plot(rows, run.out / "qdrafts.png")
     return common.finish(run, tables, [run.out / "qdrafts.png"])
 
