@@ -7,11 +7,14 @@ NAMES, each written to DIR/NAME.png (default notes/figures/):
             (bench/results/quantized-epyc/quantized_beta.csv)
   verify    v(M) of every kernel against its OWN one-token forward, gpt2-large at 2 threads, with the bandwidth
             roofline v = 1 and the compiled kernel's max(1, M / M*) (bench/results/run_all-xeon-spr/verify_cost.csv)
+  gap       each tree rule's exact E[drafts kept] over the ceiling of its own drafts (npspec.testing.gap.tree_ot_bound),
+            at one node and over whole trees, every case of bench/results/gap-exact/gap_node.csv and gap_tree.csv
 No timing runs here: every figure is drawn from fixed numbers or committed tables. Needs matplotlib (the bench extra).
 """
 
 import argparse
 import sys
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +27,7 @@ from .report import verify_curves
 OUT = Path(__file__).resolve().parent.parent / "notes" / "figures"
 QUANTIZED = common.RESULTS / "quantized-epyc" / "quantized_beta.csv"
 VERIFY_RUN = common.RESULTS / "run_all-xeon-spr"
+GAP = common.RESULTS / "gap-exact"
 P, Q = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.5, 0.3])  # walkthrough section 1: target, draft
 
 
@@ -74,26 +78,62 @@ def quantized(plt):
     return fig
 
 
-def verify(plt, run=VERIFY_RUN, model="random:gpt2-large", threads=2):
-    curves, _ = verify_curves(model, threads, run)
-    rows, _ = common.read_table(Path(run) / "verify_cost.csv")
-    m_star = next(float(r["panels_m_star"]) for r in rows if r["model"] == model)
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+def verify_axes(ax, curves, m_star=None):
+    """Draw on `ax` each kernel's v(M) of `curves` (bench.report.curves_of), the bandwidth roofline v = 1 and, given
+    compiled-panels' M*, its roofline max(1, M / M*). Shared with bench.verify_cost's plot."""
     for key, v in curves.items():
         if key != "roofline":
             layout, kernel = key
             ax.plot(range(1, len(v) + 1), v, "o-", ms=3, label=kernel + (" (row-major)" if layout == "row-major" else ""))
     m = np.arange(1, len(curves["roofline"]) + 1)
     ax.plot(m, np.ones_like(m), "k-", lw=2, label="bandwidth roofline: v = 1")
-    ax.plot(m, np.maximum(1, m / m_star), "k:", label=f"compiled kernel's roofline max(1, M / M*), M* = {m_star:.1f}")
+    if m_star not in (None, ""):
+        m_star = float(m_star)
+        ax.plot(m, np.maximum(1, m / m_star), "k:", label=f"compiled kernel's roofline max(1, M / M*), M* = {m_star:.1f}")
     ax.set_xlabel("M, rows of the verify forward (gamma + 1)")
     ax.set_ylabel("v(M) = t(M) / t(1) of the same kernel")
+
+
+def verify(plt, run=VERIFY_RUN, model="random:gpt2-large", threads=2):
+    curves, _ = verify_curves(model, threads, run)
+    rows, _ = common.read_table(Path(run) / "verify_cost.csv")
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    verify_axes(ax, curves, next(r["panels_m_star"] for r in rows if r["model"] == model))
     ax.set_title(f"{model.split(':')[-1]}, {threads} threads: {Path(run).name}")
     ax.legend(fontsize=7)
     return fig
 
 
-NAMES = {"overlap": overlap, "quantized": quantized, "verify": verify}
+def gap_points(table):
+    """{rule: [(case label, E[kept], ceiling)]} of bench/results/gap-exact/TABLE.csv (gap_node or gap_tree), in the
+    table's order, as Fractions; a label is the case and its k (node) or its branching per level (tree)."""
+    rows, _ = common.read_table(GAP / f"{table}.csv")
+    points = {}
+    for r in rows:
+        label = f"{r['case']}, " + (f"k = {r['k']}" if "k" in r else f"tree {r['tree']}")
+        points.setdefault(r["rule"], []).append((label, Fraction(r["kept"]), Fraction(r["ceiling"])))
+    return points
+
+
+def gap(plt):
+    fig, axes = plt.subplots(2, 1, figsize=(10, 10), layout="constrained")
+    titles = {"gap_node": "one node of k drafts: P(a draft is kept) / its ceiling",
+              "gap_tree": "whole trees: E[drafts kept] / its ceiling (a chain 1,1 adds block verification)"}
+    for ax, (table, title) in zip(axes, titles.items()):
+        points = gap_points(table)
+        labels = list(dict.fromkeys(label for rule in points.values() for label, _, _ in rule))
+        for i, (rule, rows) in enumerate(points.items()):
+            x = [labels.index(label) + 0.1 * (i - 2) for label, _, _ in rows]
+            ax.plot(x, [float(kept / ceiling) for _, kept, ceiling in rows], "os^vD"[i % 5], ms=5, label=rule)
+        ax.axhline(1, color="k", lw=1.5, label="ceiling C(T) of the rule's own drafts (tree_ot_bound)")
+        ax.set_xticks(range(len(labels)), labels, rotation=90, fontsize=6)
+        ax.set_ylabel("kept / ceiling (exact)")
+        ax.set_title(title, fontsize=9)
+    fig.legend(*axes[1].get_legend_handles_labels(), loc="outside upper center", ncols=2, fontsize=8)
+    return fig
+
+
+NAMES = {"overlap": overlap, "quantized": quantized, "verify": verify, "gap": gap}
 
 
 def main(argv=None):

@@ -41,18 +41,22 @@ def verify_curves(model, threads, results):
     """One model's verify-cost curves from verify_cost.csv: ({(layout, kernel): [v(M) for M = 1, 2, ...]}, header).
 
     v(M) = t(M new tokens) / t(1) of the same kernel and layout, under today's names (`current`); the
-    key "roofline" holds roofline_v, the bound from the run's own read bandwidth and GEMM peak.
+    key "roofline" holds roofline_v, the bound from the run's own read bandwidth and GEMM peak (`curves_of`).
     """
     rows, meta = common.read_table(Path(results) / "verify_cost.csv")
-    rows = sorted((r for r in map(current, rows) if r["model"] == model and int(r["threads"]) == threads),
-                  key=lambda r: int(r["M"]))
+    return curves_of([r for r in rows if r["model"] == model and int(r["threads"]) == threads]), meta
+
+
+def curves_of(rows):
+    """{(layout, kernel): [v(M), M = 1, 2, ...], "roofline": [roofline_v]} of one model and thread count's verify_cost
+    rows (read from verify_cost.csv, or bench.verify_cost.measure's own), under today's names."""
     curves = {}
-    for r in rows:
+    for r in sorted(map(current, rows), key=lambda r: int(r["M"])):
         curves.setdefault((r["layout"], r["kernel"]), []).append(float(r["v"]))
         curves.setdefault("roofline", {})[int(r["M"])] = float(r["roofline_v"])
     if "roofline" in curves:
         curves["roofline"] = list(curves["roofline"].values())
-    return curves, meta
+    return curves
 
 
 def speedup_model_check(results):

@@ -34,6 +34,8 @@ from npspec.kernels.compiled import CompiledPanels
 from npspec.kernels.registry import REGISTRY, names
 
 from . import common, models
+from .figures import verify_axes
+from .report import curves_of
 
 FULL_MODELS = ["shipped:target", "random:distilgpt2", "random:gpt2", "random:gpt2-medium", "random:gpt2-large"]
 QUICK_MODELS = ["shipped:target", "random:distilgpt2"]
@@ -195,38 +197,27 @@ def measure(model_names, threads, kernels, ms, repeats, context, quick=False):
 
 
 def plot(rows, path):
-    """verify_cost.png: t(M) / t(1) of the AR decode per kernel and layout, and the roofline (None: no matplotlib)."""
+    """verify_cost.png: one panel per model and thread count, each kernel's v(M) = t(M) / t(1) of the same kernel and
+    layout, the bandwidth roofline and compiled-panels' max(1, M / M*) where it ran (bench.figures.verify_axes,
+    as notes/figures/verify.png); None without matplotlib."""
     plt = common.pyplot()
     if plt is None:
         return None
     names = list(dict.fromkeys(r["model"] for r in rows))
     threads = sorted({r["threads"] for r in rows})
-    fig, axes = plt.subplots(len(threads), len(names), figsize=(3.2 * len(names), 3.0 * len(threads)),
+    fig, axes = plt.subplots(len(threads), len(names), figsize=(3.6 * len(names), 3.2 * len(threads)),
                              squeeze=False, sharex=True)
     for i, n in enumerate(threads):
         for j, name in enumerate(names):
             ax = axes[i][j]
             sel = [r for r in rows if r["model"] == name and r["threads"] == n]
-            curves = {}
-            for r in sel:
-                curves.setdefault((r["layout"], r["kernel"]), []).append(r)
-            for (layout, kernel), pts in curves.items():
-                ax.plot([r["M"] for r in pts], [r["vs_ar"] for r in pts], marker=".", label=f"{kernel} ({layout})")
-            pts = next(iter(curves.values()))  # the roofline is the same for every curve
-            ax.plot([r["M"] for r in pts], [r["roofline_v"] for r in pts], "k--", label="roofline (GEMM peak)")
-            if pts[0].get("panels_roofline_v") not in (None, ""):
-                ax.plot([r["M"] for r in pts], [r["panels_roofline_v"] for r in pts], "k-.", lw=0.8,
-                        label="roofline (compiled-panels' FMA rate)")
-                ax.axvline(float(pts[0]["panels_m_star"]), color="grey", lw=0.8)
-                ax.text(float(pts[0]["panels_m_star"]), 7.5, " M*", fontsize=7, va="top")
-            ax.plot([1, 16], [1, 16], ":", color="grey", lw=0.8, label="M x t(1)")
+            verify_axes(ax, curves_of(sel), sel[0].get("panels_m_star"))
             ax.set_title(f"{name.split(':')[1]}, {n} thread{'s' * (n > 1)}", fontsize=9)
-            ax.set_ylim(0, 8)
-            if j == 0:
-                ax.set_ylabel("t(M) / fastest t(1)")
-            if i == len(threads) - 1:
-                ax.set_xlabel("M new tokens")
-    axes[0][0].legend(fontsize=7)
+            if j:
+                ax.set_ylabel("")
+            if i < len(threads) - 1:
+                ax.set_xlabel("")
+    axes[0][0].legend(fontsize=6)
     return common.save_figure(fig, path)
 
 
