@@ -105,7 +105,7 @@ def verify(plt, run=VERIFY_RUN, model="random:gpt2-large", threads=2):
 
 
 def gap_points(table):
-    """{rule: [(case label, E[kept], ceiling)]} of bench/results/gap-exact/TABLE.csv (gap_node or gap_tree), in the
+    """{rule: [(case label, E[kept], ceiling)]} of TABLE.csv in bench/results/gap-exact/ (gap_node or gap_tree), in the
     table's order, as Fractions; a label is the case and its k (node) or its branching per level (tree)."""
     rows, _ = common.read_table(GAP / f"{table}.csv")
     points = {}

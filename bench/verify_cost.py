@@ -19,7 +19,8 @@ thread under a panel kernel). vs_ar divides by the smallest t(1) of the model an
 fastest one-token forward npspec has.
 
 Writes verify_cost.csv/.md (every point), verify_cost_summary.csv/.md (t(1), v(5) and the
-roofline fraction per model, threads, layout and kernel) and verify_cost.png.
+roofline fraction per model, threads, layout and kernel) and verify_cost.png (`--replot --out FOLDER` redraws
+FOLDER's from its verify_cost.csv, timing nothing).
 """
 
 import argparse
@@ -204,20 +205,20 @@ def plot(rows, path):
     if plt is None:
         return None
     names = list(dict.fromkeys(r["model"] for r in rows))
-    threads = sorted({r["threads"] for r in rows})
-    fig, axes = plt.subplots(len(threads), len(names), figsize=(3.6 * len(names), 3.2 * len(threads)),
-                             squeeze=False, sharex=True)
+    threads = sorted({int(r["threads"]) for r in rows})  # measure's ints, or verify_cost.csv's text (--replot)
+    fig, axes = plt.subplots(len(threads), len(names), figsize=(3.2 * len(names) + 2.5, 3.0 * len(threads)),
+                             squeeze=False, sharex=True, layout="constrained")
     for i, n in enumerate(threads):
         for j, name in enumerate(names):
             ax = axes[i][j]
-            sel = [r for r in rows if r["model"] == name and r["threads"] == n]
+            sel = [r for r in rows if r["model"] == name and int(r["threads"]) == n]
             verify_axes(ax, curves_of(sel), sel[0].get("panels_m_star"))
             ax.set_title(f"{name.split(':')[1]}, {n} thread{'s' * (n > 1)}", fontsize=9)
-            if j:
-                ax.set_ylabel("")
-            if i < len(threads) - 1:
-                ax.set_xlabel("")
-    axes[0][0].legend(fontsize=6)
+            ax.set_xlabel("")
+            ax.set_ylabel("")
+    fig.supxlabel("M, rows of the verify forward (gamma + 1)", fontsize=9)
+    fig.supylabel("v(M) = t(M) / t(1) of the same kernel", fontsize=9)
+    fig.legend(*axes[0][-1].get_legend_handles_labels(), loc="outside right upper", fontsize=7)
     return common.save_figure(fig, path)
 
 
@@ -237,11 +238,17 @@ def options(ap):
     ap.add_argument("--max-m", type=int, default=16, help="largest M (default 16)")
     ap.add_argument("--repeats", type=int, default=None, help="timed forwards per point (default 3; --quick: 2)")
     ap.add_argument("--context", type=int, default=32, help="cached tokens before the M new ones (default 32)")
+    ap.add_argument("--replot", action="store_true",
+                    help="times nothing: redraw --out's verify_cost.png from the verify_cost.csv already there")
 
 
 def main(argv=None):
     run = common.command_line("bench.verify_cost", __doc__, argv, options)
     args = run.args
+    if args.replot:
+        rows, _ = common.read_table(run.out / "verify_cost.csv")
+        print(plot(rows, run.out / "verify_cost.png"))
+        return 0
     names = args.models.split(",") if args.models else (QUICK_MODELS if args.quick else FULL_MODELS)
     repeats = args.repeats or (2 if args.quick else 3)
     rows, summary, roof, fma_rate = measure(names, run.threads, args.kernels, list(range(1, args.max_m + 1)), repeats,

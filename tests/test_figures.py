@@ -8,7 +8,8 @@
 * The gap picture holds every row of the committed exact tables, each rule at or below its ceiling, and the kit's own
   tree_gap gives the same fractions (Sun et al.'s rows, tree 2,1).
 * The verify curves, in notes/figures/verify.png and in bench.verify_cost's plot alike, divide each kernel by its OWN
-  t(1) (the `v` column, not `vs_ar`), and draw compiled-panels' max(1, M / M*) only where the run timed it.
+  t(1) (the `v` column, not `vs_ar`), and draw compiled-panels' max(1, M / M*) only where the run timed it;
+  `python -m bench.verify_cost --replot --out FOLDER` redraws a committed run's plot from its CSV, timing nothing.
 """
 
 import re
@@ -18,7 +19,7 @@ import numpy as np
 import pytest
 
 from bench import common, figures, verify_cost
-from bench.report import curves_of
+from bench.report import curves_of, verify_curves
 from npspec.testing import constant_table
 from npspec.testing.gap import GAP_RULES, tree_gap
 
@@ -86,6 +87,7 @@ def test_the_verify_axes_draw_each_kernels_own_v_and_the_compiled_roofline_only_
         plt.close(fig)
 
 
+@pytest.mark.filterwarnings("ignore:No artists with labels")  # the stand-in axes draw nothing
 def test_verify_costs_plot_draws_v_per_panel_with_the_shared_axes(tmp_path, monkeypatch):
     drawn = []
     monkeypatch.setattr(verify_cost, "verify_axes", lambda ax, curves, m_star: drawn.append((curves, m_star)))
@@ -93,3 +95,16 @@ def test_verify_costs_plot_draws_v_per_panel_with_the_shared_axes(tmp_path, monk
     assert verify_cost.plot(rows, tmp_path / "verify_cost.png") == tmp_path / "verify_cost.png"
     assert drawn == [({("column-major", "gemv-panels"): [1.0, 2.0, 4.0], "roofline": [1.0] * 3}, 3.5),
                      ({("column-major", "gemm"): [1.0, 1.5, 2.25], "roofline": [1.0] * 3}, None)]
+
+
+@pytest.mark.filterwarnings("ignore:No artists with labels")
+def test_replot_redraws_a_committed_run_from_its_csv_with_the_compiled_kernel(tmp_path, monkeypatch):
+    (tmp_path / "verify_cost.csv").write_bytes((figures.VERIFY_RUN / "verify_cost.csv").read_bytes())
+    drawn = []
+    monkeypatch.setattr(verify_cost, "verify_axes", lambda ax, curves, m_star: drawn.append((curves, m_star)))
+    monkeypatch.setattr(verify_cost, "measure", None)  # --replot times nothing
+    assert verify_cost.main(["--replot", "--out", str(tmp_path)]) == 0
+    assert (tmp_path / "verify_cost.png").read_bytes()[:4] == b"\x89PNG"
+    large = verify_curves("random:gpt2-large", 2, figures.VERIFY_RUN)[0]
+    assert len(drawn) == 4 and drawn[-1][0] == large and ("column-major", "compiled-panels") in large
+    assert all(float(m_star) > 1 for _, m_star in drawn)
