@@ -80,7 +80,8 @@ def quantized(plt):
 
 def verify_axes(ax, curves, m_star=None):
     """Draw on `ax` each kernel's v(M) of `curves` (bench.report.curves_of), the bandwidth roofline v = 1 and, given
-    compiled-panels' M*, its roofline max(1, M / M*). Shared with bench.verify_cost's plot."""
+    compiled-panels' M*, its roofline max(1, M / M*) (and M* marked, if within the rows). Shared with bench.verify_cost's
+    plot."""
     for key, v in curves.items():
         if key != "roofline":
             layout, kernel = key
@@ -90,6 +91,8 @@ def verify_axes(ax, curves, m_star=None):
     if m_star not in (None, ""):
         m_star = float(m_star)
         ax.plot(m, np.maximum(1, m / m_star), "k:", label=f"compiled kernel's roofline max(1, M / M*), M* = {m_star:.1f}")
+        if m_star <= m[-1]:
+            ax.axvline(m_star, color="grey", lw=0.8)
     ax.set_xlabel("M, rows of the verify forward (gamma + 1)")
     ax.set_ylabel("v(M) = t(M) / t(1) of the same kernel")
 

@@ -76,7 +76,7 @@ def verify_rows(kernels, m_star=None):  # bench.verify_cost.measure's rows: v ag
 
 def test_the_verify_axes_draw_each_kernels_own_v_and_the_compiled_roofline_only_where_timed():
     plt = common.pyplot()
-    for m_star, extra in ((None, 0), (2.0, 1)):
+    for m_star, extra in ((None, 0), (2.0, 2)):  # the compiled roofline, and M* marked
         fig, ax = plt.subplots()
         figures.verify_axes(ax, curves_of(verify_rows({"gemm": 1.5, "compiled-panels": 1.25}, m_star)), m_star)
         lines = {line.get_label(): list(line.get_ydata()) for line in ax.lines}
@@ -84,6 +84,7 @@ def test_the_verify_axes_draw_each_kernels_own_v_and_the_compiled_roofline_only_
         assert lines["gemm"] == [1.0, 1.5, 2.25] and lines["compiled-panels"] == [1.0, 1.25, 1.5625]
         if m_star:
             assert np.allclose(next(v for k, v in lines.items() if "M*" in k), [1.0, 1.0, 1.5])
+            assert any(list(line.get_xdata()) == [2.0, 2.0] for line in ax.lines)
         plt.close(fig)
 
 
