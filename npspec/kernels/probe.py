@@ -72,6 +72,7 @@ class Decoder(Protocol):
     kernel: str
     threads: int
     prefill_rows: int
+    codes: type | None  # the class of int codes it holds, or None (registry.role_candidates)
 
     def new_cache(self): ...
 
@@ -134,7 +135,8 @@ def choose(role, model, threads, store=None, mode="cached", measure=None, candid
     rows = ROLE_ROWS[role] if rows is None else tuple(rows)
     if not rows or not all(type(m) is int and m > 0 for m in rows):
         raise ValueError(f"the rows to time must be positive ints, got {rows!r}")
-    names = buildable(role, role_candidates(role) if candidates is None else candidates, mode)
+    names = buildable(role, role_candidates(role, getattr(model, "codes", None)) if candidates is None else candidates,
+                      mode)
     choices = [Choice(k, t) for k in names for t in thread_options(threads)]  # ties: the earlier one
     if len(choices) == 1 or mode == "off":
         return choices[0]

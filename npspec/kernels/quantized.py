@@ -109,5 +109,9 @@ def dequant_gemm(x, w, b=None):  # [n, d_in], [d_in, d_out], [d_out] -> [n, d_ou
     return y if b is None else y + b
 
 
-def holds_codes(params):  # the parameter tree -> True if a block matrix is a QuantizedMatrix
-    return any(isinstance(lin["w"], QuantizedMatrix) for lin in block_linears(params))
+def holds_codes(params):  # the parameter tree -> True if a block matrix holds int codes (any kernel's layout)
+    return codes_class(params) is not None
+
+
+def codes_class(params):  # the parameter tree -> the class of its block matrices' int codes, or None (float32)
+    return next((type(lin["w"]) for lin in block_linears(params) if hasattr(lin["w"], "codes")), None)

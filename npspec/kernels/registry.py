@@ -9,7 +9,7 @@ from typing import Callable
 from . import compiled
 from .compiled import KernelUnavailable
 from .products import GemmBlocks, GemvPanels, gemm, gemm_panels, gemv_rows
-from .quantized import dequant_gemm, dequant_panels
+from .quantized import QuantizedMatrix, dequant_gemm, dequant_panels
 from .workers import check_threads
 
 
@@ -17,7 +17,8 @@ from .workers import check_threads
 class Kernel:
     """One product. invariant: batch invariant (npspec.kernels.products). make: threads -> the linear callable.
     own_threads: it shares work over its own threads (BLAS then runs one, npspec.kernels.blas). reads_codes: it
-    multiplies QuantizedMatrix codes. cli: `npspec generate` offers it. extra: the pip extra it needs. prepare:
+    multiplies int codes, held as `codes` (a class with from_codes(codes, scales)); tied: a class holding a quantized
+    tied embedding for it (wte[ids] and wte.T), or None (the embedding stays float32). cli: `npspec generate` offers it. extra: the pip extra it needs. prepare:
     (linear, matrices) -> None, called once by a Model with the matrices its forwards multiply. version: raised when
     the kernel's speed changes, so the probe's cached timings of it are measured again."""
 
@@ -27,6 +28,8 @@ class Kernel:
     prefill: Callable = field(repr=False, default=gemm)
     own_threads: bool = False
     reads_codes: bool = False
+    codes: type | None = None
+    tied: type | None = None
     cli: bool = True
     extra: str | None = None
     available: Callable = field(repr=False, default=lambda: True)
@@ -62,7 +65,11 @@ REGISTRY = {k.name: k for k in (
     Kernel("gemv-rows", True, _plain(gemv_rows)),
     Kernel("gemm", False, _plain(gemm)),
     Kernel("gemm-panels", False, _plain(gemm_panels), cli=False),  # the bench's, for comparison
-    Kernel("dequant-panels", True, _plain(dequant_panels), prefill=dequant_gemm, reads_codes=True),
+    Kernel("dequant-panels", True, _plain(dequant_panels), prefill=dequant_gemm, reads_codes=True,
+           codes=QuantizedMatrix),
+    Kernel("compiled-quant", True, compiled.CompiledQuant, prefill=compiled.quant_gemm, own_threads=True,
+           reads_codes=True, codes=compiled.QuantPanels, tied=compiled.QuantTied, extra="fast",
+           available=compiled.available, prepare=lambda linear, matrices: linear.prepare(matrices)),
 )}
 
 STATIC_DEFAULT = "gemm-blocks"  # a Model built without a role (tests, in-memory models); roles: role_candidates
@@ -83,15 +90,23 @@ def names(cli=False, codes=None):
     return tuple(k.name for k in REGISTRY.values() if (k.cli or not cli) and (codes is None or k.reads_codes == codes))
 
 
+def codes_kernel():  # -> the kernel a quantized model is loaded with before the probe chooses
+    """"compiled-quant" if installed, else STATIC_DEFAULT (the model then holds dequantized float32 weights)."""
+    return "compiled-quant" if REGISTRY["compiled-quant"].available() else STATIC_DEFAULT
+
+
 def invariant_names():  # -> the batch-invariant kernels' names
     return tuple(k.name for k in REGISTRY.values() if k.invariant)
 
 
-def role_candidates(role):
-    """The installed kernels a role's default is chosen from, first wins a tie. Raises ValueError for a role other
-    than "target" or "draft"."""
+def role_candidates(role, codes=None):
+    """The installed kernels a role's default is chosen from, first wins a tie; codes: the class of int codes the
+    model holds (Model.codes), then the installed kernels reading them. Raises ValueError for a role other than
+    "target" or "draft"."""
     if role not in ROLES:
         raise ValueError(f"role must be 'target' or 'draft', got {role!r}")
+    if codes is not None:
+        return tuple(k.name for k in REGISTRY.values() if k.codes is codes and k.available())
     names_ = ("compiled-panels", "gemm-blocks", "gemv-panels") if role == "target" else ("compiled-panels", "gemv-panels")
     return tuple(n for n in names_ if REGISTRY[n].available())
 

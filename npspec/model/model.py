@@ -9,8 +9,8 @@ import numpy as np
 from ..kernels.blas import BlasThreads
 from .gpt2 import KVCache, attention, attention_masked, gpt2, gpt2_tree
 from ..kernels.layout import block_linears, column_major
-from ..kernels.quantized import holds_codes
-from ..kernels.registry import STATIC_DEFAULT, kernel as registry_kernel, names
+from ..kernels.quantized import codes_class
+from ..kernels.registry import REGISTRY, STATIC_DEFAULT, kernel as registry_kernel
 
 
 class Model:
@@ -34,9 +34,11 @@ class Model:
 
     def _build(self, kernel, threads):  # kernel, threads, spec, linear (prepared), blas_threads; raises as Model
         spec = registry_kernel(kernel)
-        if holds_codes(self.params) and not spec.reads_codes:
-            raise ValueError(f"this model holds int8 codes (npspec.kernels.quantized.QuantizedMatrix): kernel "
-                             f"{kernel!r} cannot read them; use {' or '.join(names(codes=True))}")
+        held = codes_class(self.params)
+        if held is not None and spec.codes is not held:
+            readers = [k.name for k in REGISTRY.values() if k.codes is held]
+            raise ValueError(f"this model holds int8 codes ({held.__name__}): kernel {kernel!r} cannot read them; "
+                             f"use {' or '.join(readers)}")
         self.kernel, self.threads, self.spec = kernel, threads, spec
         self.linear = spec.build(threads)
         spec.prepare(self.linear, [lin["w"] for lin in block_linears(self.params)] + [self.params["wte"].T])
@@ -67,6 +69,11 @@ class Model:
         other = copy.copy(self)
         other.prefill_rows = check_prefill_rows(prefill_rows)
         return other
+
+    @property
+    def codes(self):
+        """The class of int codes its block matrices hold (npspec.kernels.registry's Kernel.codes), or None."""
+        return codes_class(self.params)
 
     @property
     def invariant(self):
