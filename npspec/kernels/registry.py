@@ -19,7 +19,8 @@ class Kernel:
     own_threads: it shares work over its own threads (BLAS then runs one, npspec.kernels.blas). reads_codes: it
     multiplies int codes, held as `codes` (a class with from_codes(codes, scales)); tied: a class holding a quantized
     tied embedding for it (wte[ids] and wte.T), or None (the embedding stays float32). cli: `npspec generate` offers it. extra: the pip extra it needs. prepare:
-    (linear, matrices) -> None, called once by a Model with the matrices its forwards multiply. version: raised when
+    (linear, matrices) -> None, called once by a Model with the matrices its forwards multiply. packs: a Model
+    decoding with it holds its block matrices as `linear.pack(w)` (compiled.Packed) instead of float32 arrays. version: raised when
     the kernel's speed changes, so the probe's cached timings of it are measured again."""
 
     name: str
@@ -34,6 +35,7 @@ class Kernel:
     extra: str | None = None
     available: Callable = field(repr=False, default=lambda: True)
     prepare: Callable = field(repr=False, default=lambda linear, matrices: None)
+    packs: bool = False
     version: int = 1
 
     def build(self, threads=1):
@@ -57,7 +59,7 @@ def _plain(product):
 REGISTRY = {k.name: k for k in (
     Kernel("compiled-panels", True, compiled.CompiledPanels, own_threads=True,
            extra="fast", available=compiled.available, prepare=lambda linear, matrices: linear.prepare(matrices),
-           version=5),  # 2: numba's threads (OpenMP) instead of npspec's workers; 3: fused multiply-adds;
+           packs=True, version=5),  # 2: numba's threads (OpenMP) instead of npspec's workers; 3: fused multiply-adds;
     # 4: 8-row tiles, prefetched panel rows, 512-bit vectors asked for; 5: matrices from 512 KiB shared out, 6-row
     # tiles
     Kernel("gemm-blocks", True, GemmBlocks, own_threads=True),
@@ -69,7 +71,7 @@ REGISTRY = {k.name: k for k in (
            codes=QuantizedMatrix),
     Kernel("compiled-quant", True, compiled.CompiledQuant, prefill=compiled.quant_gemm, own_threads=True,
            reads_codes=True, codes=compiled.QuantPanels, tied=compiled.QuantTied, extra="fast",
-           available=compiled.available, prepare=lambda linear, matrices: linear.prepare(matrices)),
+           available=compiled.available, prepare=lambda linear, matrices: linear.prepare(matrices), packs=True),
 )}
 
 STATIC_DEFAULT = "gemm-blocks"  # a Model built without a role (tests, in-memory models); roles: role_candidates

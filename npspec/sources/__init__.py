@@ -81,7 +81,8 @@ def load(spec=None, role="target", cache_dir=None, kernel=None, threads=1, progr
     """A Model from a SPEC; None loads the shipped `role` ("target" or "draft"). kernel: a registry name run at
     `threads`, else the role's fastest candidate at `threads` or one (choose_kernels, as `probe`, a mode of
     npspec.kernels.probe.MODES, says). cache_dir: npspec's cache (default $NPSPEC_CACHE, else ~/.cache/npspec);
-    progress: None or a bar factory; target: the SPEC a draft's `SCHEME:self` stands for (None: the shipped target).
+    progress: None or a bar factory; target: the SPEC a draft's `SCHEME:self` stands for (None: the shipped target),
+    or the target Model itself (quantized from its arrays, not loaded again).
     Raises CheckpointError with the fix, ValueError for another role, kernel, thread count or probe mode."""
     if role not in ROLES:
         raise ValueError(f"role must be 'target' or 'draft', got {role!r}")
@@ -137,7 +138,8 @@ def _load(spec, role, cache_dir, kernel, threads, progress, target):
         if role == "target":
             raise CheckpointError(f"model {inner!r}: `self` stands for the target, so it belongs in the draft's SPEC "
                                   f"(--draft {scheme.name}:self)")
-        model = _load(target, "target", cache_dir, STATIC_DEFAULT, threads, progress, None)
+        model = target if isinstance(target, Model) else _load(target, "target", cache_dir, STATIC_DEFAULT, threads,
+                                                                 progress, None)
     else:  # a model only quantized: loaded with STATIC_DEFAULT (nothing packed), the outermost layer gets `kernel`
         model = _load_base(spec, role, cache_dir, STATIC_DEFAULT if layers else kernel, threads, progress)
     for i, (outer, scheme) in enumerate(reversed(layers)):  # the innermost scheme first, as SCHEME:SPEC reads

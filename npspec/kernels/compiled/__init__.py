@@ -5,10 +5,10 @@ chain over int codes scaled in registers); the one part of npspec that touches n
 """
 
 from .build import LAYERS, NAME, KernelUnavailable, available, compiled_product, compiled_runs
-from .kernel import ALIGN, SPLIT_BYTES, CompiledPanels, pack
+from .kernel import ALIGN, SPLIT_BYTES, CompiledPanels, Packed, pack
 from .quant import CompiledQuant, QuantPanels, QuantTied, quant_gemm
 from .tiles import PANEL, TAIL
 
 __all__ = ["ALIGN", "LAYERS", "NAME", "PANEL", "SPLIT_BYTES", "TAIL", "CompiledPanels", "CompiledQuant",
-           "KernelUnavailable", "QuantPanels", "QuantTied", "available", "compiled_product", "compiled_runs", "pack",
+           "KernelUnavailable", "Packed", "QuantPanels", "QuantTied", "available", "compiled_product", "compiled_runs", "pack",
            "quant_gemm"]

@@ -1,5 +1,5 @@
 """`CompiledPanels`: packs each matrix into page-aligned panels, `panels[p, k, j] = w[k, p * PANEL + j]` (a copy of
-the weights it keeps; npspec never writes a weight after loading), and runs the compiled loop on them. Imports
+the weights it keeps, or a `Packed` matrix that replaces them in a Model's tree), and runs the compiled loop on them. Imports
 numpy, npspec.kernels.workers and npspec.kernels.compiled.{build, tiles}.
 """
 
@@ -31,6 +31,37 @@ def aligned_empty(shape, align=ALIGN):  # shape -> uninitialised float32, C orde
     return buffer[start : start + size].reshape(shape)
 
 
+class Packed:
+    """A `[d_in, d_out]` float32 matrix held only as its panels (`pack`'s), standing for it in a Model's tree when it
+    decodes with a compiled kernel; `np.asarray(p)` gives the matrix back, column-major (a new array, the same
+    values). `shape`, `size`, `nbytes`, `dtype` as an array's."""
+
+    dtype = np.dtype(np.float32)
+
+    def __init__(self, panels, shape):
+        self.panels, self.shape = panels, tuple(shape)
+        self.plans = {}  # threads -> (cuts or None, numba threads), planned once
+
+    @property
+    def size(self):
+        return self.shape[0] * self.shape[1]
+
+    @property
+    def nbytes(self):
+        return self.panels.nbytes
+
+    def __array__(self, dtype=None, copy=None):  # -> [d_in, d_out] float32, column-major
+        d_in, d_out = self.shape
+        panel = self.panels.shape[2]
+        w = np.empty(self.shape, dtype=np.float32, order="F")
+        for p in range(self.panels.shape[0]):
+            w[:, p * panel : min(p * panel + panel, d_out)] = self.panels[p, :, : min(panel, d_out - p * panel)]
+        return w if dtype is None else w.astype(dtype, copy=False)
+
+    def __repr__(self):
+        return f"Packed(shape={self.shape}, panels={self.panels.shape[0]})"
+
+
 class CompiledPanels:
     """`linear(x, w, b=None)`: `[n, d_in], [d_in, d_out], [d_out] -> [n, d_out]` float32, batch invariant.
 
@@ -48,7 +79,11 @@ class CompiledPanels:
 
     def prepare(self, matrices):  # [d_in, d_out] float32 each: packed now, not in the first decoding forward
         for w in matrices:
-            self.entry(w)
+            if not isinstance(w, Packed):
+                self.entry(w)
+
+    def pack(self, w):  # [d_in, d_out] float32 -> Packed, the panels its products read (a Packed as it is)
+        return w if isinstance(w, Packed) else Packed(pack(w, self.panel), w.shape)
 
     def entry(self, w):  # [d_in, d_out] -> (w, [n_panels, d_in, panel], [runs + 1] int64 or None, threads)
         key = (w.__array_interface__["data"][0], w.shape, w.strides)
@@ -65,7 +100,15 @@ class CompiledPanels:
 
     def __call__(self, x, w, b=None):  # [n, d_in], [d_in, d_out], [d_out] -> [n, d_out]
         x = np.ascontiguousarray(x, dtype=np.float32)
-        _, panels, cuts, threads = self.entry(w)
+        if isinstance(w, Packed):
+            if w.panels.shape[2] != self.panel:
+                raise ValueError(f"a matrix packed in {w.panels.shape[2]}-column panels, this kernel's are {self.panel}")
+            panels = w.panels
+            if self.threads not in w.plans:
+                w.plans[self.threads] = self.plan(panels.shape[0], 4 * w.size)
+            cuts, threads = w.plans[self.threads]
+        else:
+            _, panels, cuts, threads = self.entry(w)
         y = np.empty((x.shape[0], w.shape[1]), dtype=np.float32)
         if cuts is None:
             self.product(x, panels, y, 0, panels.shape[0])

@@ -132,6 +132,9 @@ class CompiledQuant:
     def prepare(self, matrices):  # the float32 ones are packed now (CompiledPanels.prepare); codes are ready
         self.floats.prepare([w for w in matrices if not isinstance(w, QuantPanels)])
 
+    def pack(self, w):  # [d_in, d_out] float32 -> compiled.Packed (CompiledPanels.pack); QuantPanels as they are
+        return w if isinstance(w, QuantPanels) else self.floats.pack(w)
+
     def plan(self, w):  # QuantPanels -> (cuts or None, numba threads)
         if self.threads not in w.plans:
             count = w.codes.shape[0]
