@@ -50,14 +50,11 @@ def build_parser(prog=PROG, out=None, err=None):
     ap.add_argument("--target-kernel", choices=kernel_names(cli=True, codes=False) + ("compiled-quant",), default=None,
                     help="the target's product (default: the fastest of " + ", ".join(role_candidates("target"))
                          + " on this machine, as timed by --kernel-probe; compiled-panels needs the fast extra; "
-                         "compiled-quant, the default for an int-quantized SCHEME:SPEC target with the fast extra, "
-                         "multiplies its int codes: a quantized target is lossless relative to itself, not to the "
-                         "model it was quantized from; npspec.kernels.registry)")
+                         "compiled-quant: an int SCHEME:SPEC's codes, lossless relative to that quantized target)")
     ap.add_argument("--draft-kernel", choices=kernel_names(cli=True), default=None,
                     help="the draft's product (default: the fastest of " + ", ".join(role_candidates("draft"))
                          + " on this machine, as timed by --kernel-probe; compiled-panels needs the fast extra; "
-                         "compiled-quant (the default for an int-quantized draft with the fast extra) and "
-                         "dequant-panels keep a quantized draft's int codes, npspec.kernels.quantized)")
+                         "compiled-quant (an int SCHEME:SPEC's default with it) and dequant-panels keep its codes)")
     ap.add_argument("--kernel-probe", choices=MODES, default="cached",
                     help="how the default kernels, and the longest prompt each prefills itself, are chosen "
                          "(npspec.kernels.probe), once every check has passed: cached (measured once per machine and model "

@@ -19,7 +19,8 @@ NAME = "compiled-quant"
 class QuantPanels:
     """A `[d_in, d_out]` weight matrix as codes `[P, d_in, PANEL]` int8 (nibbles: `[P, d_in / 2, PANEL]`, k even in
     the low 4 bits) and scales `[P, n_groups, PANEL]` float32, zero past d_out; weight (k, n) is
-    float32(code) * scale of its group. Build it with `from_codes`. `shape`, `size`, `nbytes` as an array's."""
+    float32(code) * scale of its group. Build it with `from_codes`. `shape`, `size`, `nbytes` as an array's;
+    `np.asarray(q)` is dequantize()."""
 
     def __init__(self, codes, scales, shape, nibbles):
         self.codes, self.scales, self.shape, self.nibbles = codes, scales, tuple(shape), bool(nibbles)
@@ -78,6 +79,10 @@ class QuantPanels:
             codes = self.panel_codes(p).reshape(self.scales.shape[1], self.group, panel).astype(np.float32)
             w[:, n0:n1] = (codes * self.scales[p][:, None, :]).reshape(d_in, panel)[:, : n1 - n0]
         return w
+
+    def __array__(self, dtype=None, copy=None):  # -> dequantize(), as dtype
+        w = self.dequantize()
+        return w if dtype is None else w.astype(dtype, copy=False)
 
     def columns(self, ids):  # [n] ints -> float32 [n, d_in]: columns ids of the matrix (rows of its transpose)
         ids = np.asarray(ids)
