@@ -69,3 +69,16 @@ def test_a_self_draft_quantizes_the_loaded_target_and_shares_its_float32_tensors
     assert draft.params["wte"] is target.params["wte"] and draft.params["ln_f"]["g"] is target.params["ln_f"]["g"]
     assert draft.source == f"int4-g64:{target.source}"
     assert sum(w.nbytes for w in matrices(draft)) < 0.15 * sum(w.nbytes for w in matrices(target))
+
+
+@needs_numba
+def test_two_kernels_share_the_panels_of_one_array_while_either_keeps_them():
+    """A self-draft's head is the target's wte.T: packed once (compiled.kernel.SHARED), dropped with its last kernel."""
+    w = np.asfortranarray(np.random.default_rng(0).standard_normal((96, 130), dtype=np.float32))
+    a, b = compiled.CompiledPanels(1), compiled.CompiledQuant(2).floats
+    assert a.entry(w.T.T)[1] is b.entry(w)[1]  # another view of the same memory
+    other = np.array(w, order="F")  # equal values, another array: its own panels
+    assert b.entry(other)[1] is not a.entry(w)[1] and np.array_equal(b.entry(other)[1], a.entry(w)[1])
+    before = len(compiled.kernel.SHARED)
+    del a, b
+    assert len(compiled.kernel.SHARED) == before - 2

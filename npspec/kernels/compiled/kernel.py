@@ -3,6 +3,8 @@ the weights it keeps, or a `Packed` matrix that replaces them in a Model's tree)
 numpy, npspec.kernels.workers and npspec.kernels.compiled.{build, tiles}.
 """
 
+import weakref
+
 import numpy as np
 
 from ..workers import check_threads, run_count, run_cuts
@@ -31,6 +33,9 @@ def aligned_empty(shape, align=ALIGN):  # shape -> uninitialised float32, C orde
     return buffer[start : start + size].reshape(shape)
 
 
+SHARED = weakref.WeakValueDictionary()  # (address, shape, strides, panel) -> Packed of an array a kernel still keeps
+
+
 class Packed:
     """A `[d_in, d_out]` float32 matrix held only as its panels (`pack`'s), standing for it in a Model's tree when it
     decodes with a compiled kernel; `np.asarray(p)` gives the matrix back, column-major (a new array, the same
@@ -38,8 +43,8 @@ class Packed:
 
     dtype = np.dtype(np.float32)
 
-    def __init__(self, panels, shape):
-        self.panels, self.shape = panels, tuple(shape)
+    def __init__(self, panels, shape, source=None):
+        self.panels, self.shape, self.source = panels, tuple(shape), source  # source: the array packed, if kept
         self.plans = {}  # threads -> (cuts or None, numba threads), planned once
 
     @property
@@ -76,6 +81,7 @@ class CompiledPanels:
         self.product = compiled_product(panel=panel)
         self.runs, self.most_threads = compiled_runs(layers, panel) if self.threads > 1 else (None, 1)
         self.packed = {}  # (address, shape, strides) -> (w, its panels, their cuts or None, numba threads)
+        self.held = {}  # the same keys -> their Packed (SHARED's entries)
 
     def prepare(self, matrices):  # [d_in, d_out] float32 each: packed now, not in the first decoding forward
         for w in matrices:
@@ -86,10 +92,15 @@ class CompiledPanels:
         return w if isinstance(w, Packed) else Packed(pack(w, self.panel), w.shape)
 
     def entry(self, w):  # [d_in, d_out] -> (w, [n_panels, d_in, panel], [runs + 1] int64 or None, threads)
+        """Panels another CompiledPanels made of the same memory and keeps (SHARED; the array packed is alive,
+        so the memory was not reused) are used, not made again: a self-draft's head is the target's."""
         key = (w.__array_interface__["data"][0], w.shape, w.strides)
         if key not in self.packed:
-            panels = pack(w, self.panel)
-            self.packed[key] = (w, panels, *self.plan(panels.shape[0], w.nbytes))
+            shared = SHARED.get((key, self.panel))
+            packed = shared if shared is not None else Packed(pack(w, self.panel), w.shape, w)  # its source alive
+            SHARED[key, self.panel] = packed
+            self.held[key] = packed  # what keeps it in SHARED
+            self.packed[key] = (w, packed.panels, *self.plan(packed.panels.shape[0], w.nbytes))
         return self.packed[key]
 
     def plan(self, count, nbytes):  # panels, bytes of the matrix -> ([runs + 1] int64 cuts or None, numba threads)
