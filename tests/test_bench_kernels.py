@@ -68,6 +68,7 @@ def test_verify_cost_times_compiled_panels_and_marks_its_m_star(tmp_path):
     assert float(meta["compiled_panels_GFMAs_1_threads"]) > 0
 
 
+@pytest.mark.slow  # long (>10 s): CI's second step
 @needs_numba
 def test_bench_panels_times_every_configuration_on_the_same_matrices(tmp_path, monkeypatch):
     monkeypatch.setattr(panels, "ROWS", (1, 3))

@@ -1,7 +1,7 @@
 """bench/results/: the committed runs, one folder each, and what cites them.
 
-* Claim 5 of notes/derivation.md on the run the notes quote (NOTES_RUN): the speedup model against each measured
-  row, and the verify cost of each kernel.
+* Claim 5 of notes/derivation.md on the run the notes quote (NOTES_RUN, the newest whole run): the speedup model
+  against each measured row, with its error split in two, and the verify cost of each kernel.
 * The folder holds README.md, HISTORY.md and the runs its README's table lists, nothing else.
 * Every `bench/results/...` path that README.md, notes/ or bench/results/README.md names exists; one that code or a
   test names exists, or existed at HISTORY (the last commit before the earlier runs left the tree; HISTORY.md
@@ -18,7 +18,7 @@ from bench.report import speedup_model_check, verify_curves
 
 from conftest import ROOT
 
-NOTES_RUN = RESULTS / "run_all-numpy-xeon-spr"  # the run notes/derivation.md's worked example quotes
+NOTES_RUN = RESULTS / "run_all-xeon-spr"  # the newest whole run, which notes/derivation.md's worked example quotes
 HISTORY = "7f830c0"  # every run HISTORY.md lists is in this commit's tree
 CITED = re.compile(r"bench/results(?:/[\w.*{}-]+)*/?")
 PLACEHOLDER = re.compile(r"[{}]|NAME|CPU|\blatest\b")  # a pattern or the uncommitted default, not a citation
@@ -30,37 +30,38 @@ def test_committed_speedups_against_the_model():
     """The worked example of notes/derivation.md (claim 5), on the run the notes quote (NOTES_RUN).
 
     Like with like: the model (c and v over the target's one-token forward) against the speedup over the target's
-    own plain decoding. The model is right to within the noise of its isolated timings, not to 5%: measured / model
-    lies between 0.8 and 1.35 for the shipped pair and between 0.8 and 1.6 for gpt2-large / distilgpt2, above 1 as
-    often as below. The shipped pair beats the target's own plain decoding at gamma 1 to 3 and loses to the fastest
-    plain decoding at every gamma."""
+    own plain decoding. The model overestimates in every row of the shipped pair and gpt2-large / distilgpt2:
+    measured / model lies in 0.6-0.85. Split by cost_only (measured tokens per round over the same cost): the
+    acceptance error model / cost_only is small and one-signed (the i.i.d. formula at the pooled alpha overstates
+    the tokens per round, 1.0-1.1), the cost error measured / cost_only carries the rest. The shipped pair loses at
+    gamma 3 and 4 (0.58x), both against the target's own plain decoding and in the paired runs."""
     rows = speedup_model_check(NOTES_RUN)
     shipped = [r for r in rows if r["target"] == "shipped target"]
     large = [r for r in rows if r["target"] == "random:gpt2-large" and r["draft"] == "random:distilgpt2"]
-    assert [r["gamma"] for r in shipped] == [1, 2, 3, 4, 8] and len(large) == 15
-    for chosen, high in ((shipped, 1.35), (large, 1.6)):
-        ratio = [r["measured"] / r["model"] for r in chosen]
-        assert all(0.8 < x < high for x in ratio), ratio
-        assert min(ratio) < 1 < max(ratio)  # the model errs both ways: noise, not a bias of the algebra
-    assert all(r["measured"] > 1 for r in shipped if r["gamma"] <= 3)
-    assert all(r["measured_vs_fastest"] < 1 for r in shipped)
+    assert [r["gamma"] for r in shipped] == [3, 4] and len(large) == 4
+    for r in shipped + large:
+        assert 0.6 < r["measured"] / r["model"] < 0.85, r
+        assert 1.0 < r["model"] / r["cost_only"] < 1.1, r  # E_iid(alpha) over the counted tokens per round
+        assert r["measured"] / r["cost_only"] < 0.9, r
+    assert all(abs(r["measured"] - 0.58) < 0.005 for r in shipped)
+    assert all(r["measured_vs_fastest"] < 1 for r in shipped) and all(r["measured_vs_fastest"] > 1.5 for r in large)
 
 
 def test_committed_verify_costs_by_kernel():
-    """Claim 5's mechanism in the current committed curves (NOTES_RUN; gpt2-large, 1 thread): the roofline says v = 1
-    at every M measured (bandwidth bound); OpenBLAS' GEMM jumps to about 3 at M = 2; one GEMV per row grows about
-    linearly; the panel kernels stay well below it at M = 5. The shipped target is far from its roofline at every
-    kernel."""
-    curves, meta = verify_curves("random:gpt2-large", 1, NOTES_RUN)
-    assert curves["roofline"] == [1.0] * len(curves["roofline"]) and len(curves["roofline"]) >= 9
-    assert meta["read_bandwidth_GBps_1_threads"] and meta["gemm_peak_GFLOPs_1_threads"]
-    gemm, rows, panels, blocks = (curves[k] for k in (("row-major", "gemm"), ("row-major", "gemv-rows"),
-                                                     ("column-major", "gemv-panels"), ("column-major", "gemm-blocks")))
-    assert gemm[1] > 2.5 and max(gemm) < 4  # M = 2 already costs about 3 one-row products, then flat
-    assert 1.6 < rows[1] < 2.3 and rows[4] > 3  # each row streams the matrix again
-    assert max(panels[4], blocks[4]) < 2.5 < rows[4]
-    shipped, _ = verify_curves("shipped:target", 2, NOTES_RUN)
-    assert shipped["roofline"][4] == 1.0 and min(v[4] for k, v in shipped.items() if k != "roofline") > 1.3
+    """Claim 5's mechanism in the current committed curves (NOTES_RUN; gpt2-large, 2 threads): the roofline says v = 1
+    at every M measured (bandwidth bound); OpenBLAS' GEMM jumps to 2.5-3 at M = 2; one GEMV per row grows about
+    linearly; the panel kernels stay well below it at M = 5, the compiled kernel lowest at 16 rows, below its M*."""
+    curves, meta = verify_curves("random:gpt2-large", 2, NOTES_RUN)
+    assert curves["roofline"] == [1.0] * len(curves["roofline"]) and len(curves["roofline"]) >= 16
+    assert meta["read_bandwidth_GBps_2_threads"] and meta["gemm_peak_GFLOPs_2_threads"]
+    gemm, rows, panels, blocks, compiled = (curves[k] for k in (
+        ("row-major", "gemm"), ("row-major", "gemv-rows"), ("column-major", "gemv-panels"),
+        ("column-major", "gemm-blocks"), ("column-major", "compiled-panels")))
+    assert gemm[1] > 2.4 and max(gemm) < 4.5  # M = 2 already costs 2.5-3 one-row products, then flat
+    assert 1.6 < rows[1] < 2.3 and rows[4] > 3 and rows[15] > 7  # each row streams the matrix again
+    assert max(panels[4], blocks[4], compiled[4]) < 2.5 < rows[4]
+    assert compiled[15] == min(v[15] for k, v in curves.items() if k != "roofline" and "gemm-panels" not in k)
+    assert 1 < compiled[3] < 1.25  # a 4-row verify: near Leviathan's v = 1, not at it
 
 
 def cited(text):

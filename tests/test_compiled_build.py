@@ -148,6 +148,7 @@ def test_an_odd_panel_width_is_refused_in_one_line():
         compiled.compiled_product(njit=FakeNjit(writable=True), panel=5)
 
 
+@pytest.mark.slow  # long (>10 s): CI's second step
 @needs_numba
 def test_the_panel_width_does_not_change_a_bit():
     w, x = matrix(1280, 1283), matrix(6, 1280, seed=2, order="C")

@@ -230,6 +230,7 @@ def test_grow_tree_ranks_an_array_row_as_it_ranks_a_list_ties_to_the_lower_id():
         assert as_array == grow_tree(lambda path: list(row), 9, 3, 3)
 
 
+@pytest.mark.slow  # long (>10 s): CI's second step
 def test_scheme_prefixes_nested_past_the_recursion_limit_load_as_the_grammar_reads_them(tmp_path):
     d, n, cache = saved(tmp_path / "m"), sys.getrecursionlimit() + 500, tmp_path / "cache"
     deep = npspec.load("int8-ch:" * n + str(d), "draft", kernel="gemm", cache_dir=cache)  # was a RecursionError

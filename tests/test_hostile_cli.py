@@ -70,6 +70,7 @@ def test_the_quantized_draft_still_takes_the_dequantizing_kernel(tmp_path):
     assert '"ids"' in r.stdout
 
 
+@pytest.mark.slow  # long (>10 s): CI's second step
 def test_a_dynamic_tree_at_temperature_above_0_on_gpt2s_vocabulary_runs_in_bounded_memory(tmp_path):
     # its one-hot q rows came from np.eye(n_vocab): 18.8 GiB for GPT-2's 50257 ids
     r = capped_generate(tmp_path, *TINY_PAIR, "--tree-budget", 8, "--temperature", 0.8, "--max-new-tokens", 3,
@@ -78,6 +79,7 @@ def test_a_dynamic_tree_at_temperature_above_0_on_gpt2s_vocabulary_runs_in_bound
     assert "Traceback" not in r.stderr and '"tree"' in r.stdout
 
 
+@pytest.mark.slow  # long (>10 s): CI's second step
 def test_a_tree_at_the_node_bound_is_accepted_and_runs(tmp_path):
     # (a tree larger than a small context is refused too: test_hostile_prompts, with the API)
     r = capped_generate(tmp_path, "--tree", f"{MAX_TREE_NODES // 2},1", "--temperature", 0, "--max-new-tokens", 2)

@@ -349,6 +349,7 @@ TRANSFORMERS_FINDINGS = {
 }
 
 
+@pytest.mark.slow  # long (>10 s): CI's second step
 @pytest.mark.oracle
 def test_the_kit_on_transformers_speculative_sampling():
     """examples/kit_on_transformers.py, whose output README quotes: what the kit finds in transformers' sampler,

@@ -1,4 +1,5 @@
-"""notes/ and README.md cannot drift: the notes' code runs, and every test, test file or function they name exists.
+"""notes/ and README.md cannot drift: the notes' code runs, and every test, test file or function they name exists
+(the figures notes/ quote from bench/results/: tests/test_notes_figures.py).
 
 * Every ```python block of a note runs, in order, in one namespace per note (a small markdown
   runner); a failing block fails here with the note's own line numbers in the traceback.
@@ -10,12 +11,6 @@
   whichever is larger (the last printed digit may change with the BLAS build; a quoted 0.0028 may
   read 0.0027 to 0.0029, never 0.0048), and a number written `~123` in the quote (a timing) is not
   compared.
-* No note names `bench/results/earlier/` (the earlier runs are history nothing quotes), and every
-  decimal figure in a paragraph of prose that names a results file by its name (`NAME.md`, `NAME.csv`,
-  `NAME.json`: in `bench/results/` or in the one folder of QUOTED that holds it) is a number of one
-  of those files, at the digits quoted (`figures_not_in_files`): a figure that drifts from the run
-  fails. Figures derived from the files are printed by a block instead, where the output check
-  holds them.
 * Every `tests/<file>.py::<test>` reference in notes/*.md names a test function defined in that
   file, and every numbered claim of derivation.md names at least one; each test a claim cites is
   checked against the claim's own words (CLAIM_WORDS: words of the claim's text, at least one of which
@@ -47,70 +42,8 @@ NUMBER = re.compile(r"~?[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
 REL_TOL = 0.005
 
 
-RESULTS = ROOT / "bench" / "results"
-QUOTED = ("run_all-numpy-xeon-spr", "quantized-epyc", "verification-epyc")  # the runs notes/ quote, by file name too
-RESULT_REF = re.compile(r"(?:bench/results/)?(?<![\w/.])([\w-]+\.(?:md|csv|json))\b")
-VERSION = re.compile(r"\d+(?:\.\d+){2,}")  # 0.3.31, 2.4.6: versions, not figures
-FIGURE = re.compile(r"(?<![\w.])-?\d*\.\d+(?!\.\d|[A-Za-wyz_])")  # a decimal, 1.26x too, not part of a name
-
-
 def notes():
     return sorted(NOTES.glob("*.md"))
-
-
-def prose_paragraphs(text):
-    """[(first line number, paragraph)] of a note's prose: code blocks (``` fences) left out, blank lines and list
-    items split (each item of a list is its own paragraph)."""
-    out, start, lines, fenced = [], None, [], False
-    for number, line in enumerate(text.splitlines() + [""], 1):
-        if line.lstrip().startswith("```"):
-            fenced = not fenced
-            continue
-        if fenced:
-            continue
-        if lines and re.match(r"\s*(?:[-*]|\d+\.) ", line):
-            out.append((start, "\n".join(lines)))
-            start, lines = None, []
-        if line.strip():
-            start = start or number
-            lines.append(line)
-        elif lines:
-            out.append((start, "\n".join(lines)))
-            start, lines = None, []
-    return out
-
-
-def resolve(name, results=RESULTS):
-    """results/NAME, else the one results/FOLDER/NAME of the QUOTED runs that exists, else None."""
-    if (results / name).is_file():
-        return results / name
-    found = [results / folder / name for folder in QUOTED if (results / folder / name).is_file()]
-    return found[0] if len(found) == 1 else None
-
-
-@lru_cache(maxsize=None)
-def file_numbers(name, results=RESULTS):
-    """Every number written in NAME (resolve) and in its table's other form (NAME.csv for NAME.md and back)."""
-    path = resolve(name, results)
-    stem = path.with_suffix("")
-    found = [p for p in (path, stem.with_suffix(".csv"), stem.with_suffix(".md")) if p.is_file()]
-    text = "\n".join(path.read_text(encoding="utf-8") for path in dict.fromkeys(found))
-    return [float(x.lstrip("~")) for x in NUMBER.findall(VERSION.sub(" ", text))]
-
-
-def figures_not_in_files(paragraph, results=RESULTS):
-    """The decimal figures of a prose paragraph that cites results files and that none of those files holds at the
-    digits quoted ([] if it cites none: such a paragraph quotes no run)."""
-    cited = [name for name in dict.fromkeys(RESULT_REF.findall(paragraph)) if resolve(name, results)]
-    if not cited:
-        return []
-    numbers = [x for name in cited for x in file_numbers(name, results)]
-    missing = []
-    for figure in FIGURE.findall(VERSION.sub(" ", re.sub(r"`[^`]*`", " ", paragraph))):
-        unit = last_digit(figure) / 2
-        if not any(abs(abs(x) - abs(float(figure))) <= unit for x in numbers):
-            missing.append(figure)
-    return missing
 
 
 def python_blocks(text):
@@ -325,34 +258,6 @@ def test_a_test_cited_under_the_wrong_claim_is_found():
     assert off_topic_citations(9, wrong) == ["tests/test_derivation_warping.py::test_temperature_limit"]
     right = "## 6. Greedy\nsee `tests/test_derivation_warping.py::test_temperature_limit`\n"
     assert off_topic_citations(6, right) == []
-
-
-def test_no_note_quotes_an_earlier_run():
-    for path in notes():
-        assert "results/earlier" not in path.read_text(encoding="utf-8"), path.name
-
-
-@pytest.mark.parametrize("note", [p.name for p in notes()])
-def test_the_figures_a_paragraph_quotes_are_in_the_results_files_it_cites(note):
-    """Every decimal in a prose paragraph that names a bench/results file is one of that file's numbers (module docstring)."""
-    drifted = [(line, figures) for line, paragraph in prose_paragraphs((NOTES / note).read_text(encoding="utf-8"))
-               if (figures := figures_not_in_files(paragraph))]
-    assert drifted == [], f"{note}: (line, figures in no cited file): {drifted}"
-
-
-def test_the_figure_check_can_fail(tmp_path):
-    (tmp_path / "speedup.csv").write_text("# numpy: 2.4.6\ngamma,speedup\n1,1.2649\n2,0.9837\n", encoding="utf-8")
-    (tmp_path / "speedup.md").write_text("| gamma | speedup |\n| 1 | 1.26 |\n", encoding="utf-8")
-    def check(text):
-        return figures_not_in_files(text, tmp_path)
-    assert check("`bench/results/speedup.md`: 1.26x, 1.265x and 0.98x at gamma 2 (numpy 2.4.6)") == []
-    assert check("`speedup.csv`: 1.27x, 0.984x, 0.983x, 1.2x, 2.4 and 0.9837") == ["1.27", "0.983", "1.2", "2.4"]
-    assert check("no file cited: 1.27x") == [] and check("`README.md` (not in the folder): 1.27x") == []
-    (tmp_path / "quantized-epyc").mkdir()  # a name found in one of the QUOTED runs: that run's file
-    (tmp_path / "quantized-epyc" / "beta.csv").write_text("scheme,beta\nint4,0.912\n", encoding="utf-8")
-    assert check("`beta.csv`: 0.912 and 0.913") == ["0.913"]
-    assert prose_paragraphs("a 1.5\n\n```python\nx = 2.5\n```\nb\nc 3.5\n") == [(1, "a 1.5"), (6, "b\nc 3.5")]
-    assert prose_paragraphs("- a 1.5\n  b\n- c\n1. d\n") == [(1, "- a 1.5\n  b"), (3, "- c"), (4, "1. d")]
 
 
 def test_the_reference_checks_can_fail():
