@@ -2,9 +2,10 @@
 
 For one model (default random:gpt2-large; --quick: random:distilgpt2) and each kernel of `--kernels` (default
 gemm-blocks, gemv-rows and compiled-panels when installed), with the run's thread count:
-  * products against forward: the best-of-`--calls` seconds of a one-token forward (Model.forward, as a target
-    decodes) against the same forward's products replayed alone (the very (x, w, b) it multiplied, recorded once,
-    through the same kernel and BLAS threads): the difference is what the forward does around its products;
+  * products against forward: the best-of-`--calls` seconds of a forward of ROWS tokens (Model.forward, as a target
+    decodes and verifies) against the same forward's products replayed alone (the very (x, w, b) it multiplied,
+    recorded once, through the same kernel and BLAS threads): the difference is what the forward does around its
+    products; v(M) over the one-token forward, split into the products' part and the rest's;
   * the plain loop against its forwards: one plain greedy decoding (npspec.decode, gamma 0) of `--tokens`
     tokens with the model's prefill and forwards timed where they are called: per token, the loop's seconds, the
     prefill's share, the forwards', and the rest (sampling, bookkeeping), next to a one-token forward timed alone;
@@ -35,6 +36,7 @@ from .verify_cost import PAUSE
 
 KERNELS = tuple(k for k in ("gemm-blocks", "gemv-rows", "compiled-panels") if REGISTRY[k].available())
 PROMPTS = (4, 16, 48)  # prompt lengths (ids) whose decoding start start_by_route times
+ROWS = (1, 4, 8)  # the forwards' rows products_against_forward times: a one-token forward, then verifies (v(M))
 START_TOKENS = 8  # one-token forwards after the prefill in each timed start: where spinning BLAS threads cost
 
 
@@ -43,11 +45,12 @@ def best_seconds(f, calls):
     return min(common.time_call(f, calls, warmup=1))
 
 
-def products_against_forward(model, calls, context=32):
-    """{forward_ms, products_ms, around_ms}: a one-token forward, and its own products replayed alone (module doc)."""
+def products_against_forward(model, calls, context=32, m=1):
+    """{rows, forward_ms, products_ms, around_ms}: an m-token forward, and its own products replayed alone (module
+    doc)."""
     cache = model.new_cache()
     model.prefill(np.arange(context), cache, threads=1)  # on one BLAS thread: none left spinning into the timings
-    ids, recorded, linear = np.arange(1, 2), [], model.linear
+    ids, recorded, linear = np.arange(1, m + 1), [], model.linear
 
     def spy(x, w, b=None):
         recorded.append((x.copy(), w, b))
@@ -70,7 +73,16 @@ def products_against_forward(model, calls, context=32):
         t_forward.append(best_seconds(forward, 1))
         t_products.append(best_seconds(products, 1))
     f, p = min(t_forward), min(t_products)
-    return {"forward_ms": 1e3 * f, "products_ms": 1e3 * p, "around_ms": 1e3 * (f - p), "products": len(recorded)}
+    return {"rows": m, "forward_ms": 1e3 * f, "products_ms": 1e3 * p, "around_ms": 1e3 * (f - p),
+            "products": len(recorded)}
+
+
+def against_one_token(rows):  # [products_against_forward rows of one kernel, the 1-row first] -> the same with v's
+    """Each row with v = forward_ms / the 1-row forward_ms, and v's two parts over that same one-token forward:
+    v_products (its products replayed) and v_around (the rest: attention row by row, layer norms, GELU, the cache)."""
+    one = rows[0]["forward_ms"]
+    return [{**r, "v": r["forward_ms"] / one, "v_products": r["products_ms"] / one, "v_around": r["around_ms"] / one}
+            for r in rows]
 
 
 def loop_against_forwards(model, prompt, tokens, calls):
@@ -145,10 +157,12 @@ def profile_forward(model, m, calls, context=32):
 
 def summary_lines(forward_rows, loop_rows, start_rows):
     """The two decompositions and the decoding starts as markdown tables (ms), the summary at the top of profile.md."""
-    lines = ["", "## A one-token forward against its own products replayed alone (best of --calls, ms)", "",
-             "| kernel | forward | its products alone | around the products | products |", "|---|---|---|---|---|"]
-    lines += [f"| {r['kernel']} | {r['forward_ms']:.1f} | {r['products_ms']:.1f} | {r['around_ms']:.1f} | "
-              f"{r['products']} |" for r in forward_rows]
+    lines = ["", "## An M-token forward against its own products replayed alone (best of --calls, ms), and v(M) = "
+             "t(M) / t(1) split the same way over t(1)", "",
+             "| kernel | M | forward | its products alone | around the products | products | v | v products | "
+             "v around |", "|---|---|---|---|---|---|---|---|---|"]
+    lines += [f"| {r['kernel']} | {r['rows']} | {r['forward_ms']:.1f} | {r['products_ms']:.1f} | {r['around_ms']:.1f} | "
+              f"{r['products']} | {r['v']:.3f} | {r['v_products']:.3f} | {r['v_around']:.3f} |" for r in forward_rows]
     lines += ["", "## The plain loop per token, where its time goes (ms per token)", "",
               "| kernel | loop | prefill | forwards | rest | loop forward: median, fastest | forward alone |",
               "|---|---|---|---|---|---|---|"]
@@ -183,8 +197,8 @@ def main(argv=None):
         for kernel in common.steps(kernels, "profile, kernel"):
             model = base.with_kernel(kernel, n)
             cols = {"model": name, "kernel": kernel, "threads": n}
-            forward_rows.append({**cols, **products_against_forward(model, run.args.calls),
-                                 "load_average": common.load_average()})
+            forward_rows += against_one_token([{**cols, **products_against_forward(model, run.args.calls, m=m),
+                                                "load_average": common.load_average()} for m in ROWS])
             loop_rows.append({**cols, **loop_against_forwards(model, prompt, run.args.tokens, run.args.calls),
                               "load_average": common.load_average()})
             common.log(f"{kernel}: {forward_rows[-1]} {loop_rows[-1]}")

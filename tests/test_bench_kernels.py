@@ -29,6 +29,11 @@ def test_products_against_forward_replays_exactly_the_forwards_products():
     assert row["forward_ms"] > 0 and row["products_ms"] > 0
     assert row["around_ms"] == pytest.approx(row["forward_ms"] - row["products_ms"])
     assert model.linear.__name__ == "gemv_rows"  # the spy is gone
+    four = profile.products_against_forward(model, calls=2, context=8, m=4)
+    assert four["rows"] == 4 and four["products"] == row["products"] and row["rows"] == 1
+    rows = profile.against_one_token([{"forward_ms": 10.0, "products_ms": 9.0, "around_ms": 1.0},
+                                      {"forward_ms": 12.0, "products_ms": 10.0, "around_ms": 2.0}])
+    assert [(r["v"], r["v_products"], r["v_around"]) for r in rows] == [(1.0, 0.9, 0.1), (1.2, 1.0, 0.2)]
 
 
 def test_loop_against_forwards_accounts_for_every_second_of_the_loop():

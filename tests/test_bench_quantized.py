@@ -10,8 +10,9 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from bench import models, quantized
+from bench import models, qdrafts, quantized
 from npspec.decode.evaluate import expected_acceptance, validation_loss
+from npspec.sources import load
 from npspec.sources.quantize import parse_scheme, round_trip
 from npspec.testing import TableModel
 
@@ -107,3 +108,20 @@ def test_total_variation_is_linear_in_a_small_logit_perturbation():
         q /= q.sum()
         tv = 1 - float(np.minimum(p, q).sum())
         assert abs(tv / eps - slope) <= 2 * eps * 50 * float(np.abs(delta).max()) ** 2  # the O(eps) term, bounded loosely
+
+
+def test_qdrafts_counts_a_float32_draft_as_every_matrix_at_4_bytes_and_a_code_at_its_bits():
+    """bench.qdrafts' bytes column: fp32 is bench.models.matrix_bytes of a built model; int8-ch reads a byte a
+    weight plus a float32 scale a column, so it sits just above a quarter of fp32."""
+    model = load("random:tiny")
+    fp32 = qdrafts.matrix_bytes(model.config, "fp32")
+    assert fp32 == models.matrix_bytes(model)
+    assert fp32 / 4 < qdrafts.matrix_bytes(model.config, "int8-ch+emb") < fp32 / 3.5
+
+
+def test_qdrafts_rows_name_the_drafts_the_cli_takes_and_the_studys_betas():
+    assert qdrafts.draft_spec("fp32", "distilgpt2") == "random:distilgpt2"
+    assert qdrafts.draft_spec("int4-g64", "self") == "int4-g64:self"
+    betas = qdrafts.study_betas()
+    assert all(0 < betas[(d, s)] <= 1 for d in ("shipped target", "shipped draft") for s in qdrafts.SCHEMES)
+    assert betas[("shipped target", "fp32")] == 1  # the target drafting for itself keeps everything

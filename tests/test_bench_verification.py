@@ -1,14 +1,19 @@
 """bench/verification.py: the ratio estimator's interval and its paired difference (exact, on hand-made runs), and the
 command end to end on the shipped pair (rows, greedy identity of block and token and of both tree rules, the paired
-tables agreeing with the per-rule ones). No timing is asserted."""
+tables agreeing with the per-rule ones); the exact-match tables' per-position expectations (Expectations, exact on
+hand-made rows), paired intervals on Stats, and the committed run (bench/results/exact-match-epyc) agreeing with
+itself and its command. No timing is asserted."""
 
 import math
+from dataclasses import astuple
 
 import numpy as np
 import pytest
 
 from bench import common, verification
 from bench.common import RESULTS
+from npspec.decode import RULES, Stats, accept
+from npspec.decode.rules import exact_match_accept
 
 from conftest import run_python
 
@@ -38,6 +43,102 @@ def test_paired_difference_cancels_what_both_runs_share():
     r_a, r_b = num.sum() / den.sum(), b_num.sum() / b_den.sum()
     z = (b_num - r_b * b_den) / b_den.mean() - (num - r_a * den) / den.mean()
     assert diff == r_b - r_a and math.isclose(se, math.sqrt((z ** 2).sum() / 12), rel_tol=1e-12)
+
+
+def test_paired_pools_each_arms_stats_and_pairs_them_run_by_run():
+    # mean_acceptance_length = (accepted + drafts) / drafts; three runs of each arm, run i of a paired with run i of b
+    a = [Stats(accepted=a_, rounds=d) for a_, d in ((3, 2), (5, 4), (1, 2))]
+    b = [Stats(accepted=b_, rounds=d) for b_, d in ((1, 2), (2, 4), (0, 2))]
+    got = verification.paired(a, b, ("mean_acceptance_length",))
+    assert set(got) == {"mean_acceptance_length_diff", "mean_acceptance_length_diff_ci95"}  # no tok_s: no gain
+    num_a, num_b, den = np.array([5.0, 9.0, 3.0]), np.array([3.0, 6.0, 2.0]), np.array([2.0, 4.0, 2.0])
+    r_a, r_b = 17 / 8, 11 / 8
+    z = (num_b - r_b * den) / (8 / 3) - (num_a - r_a * den) / (8 / 3)
+    assert math.isclose(got["mean_acceptance_length_diff"], r_b - r_a, rel_tol=1e-15)
+    assert math.isclose(got["mean_acceptance_length_diff_ci95"], verification.Z95 * math.sqrt((z ** 2).sum() / 6),
+                        rel_tol=1e-12)
+    assert math.isclose(verification.figures(b, ("mean_acceptance_length",))["mean_acceptance_length"], r_b)
+
+
+def test_expectations_add_what_each_rule_tested_and_leave_its_result_alone():
+    p = np.array([[0.5, 0.5, 0.0], [0.2, 0.3, 0.5], [0.1, 0.1, 0.8]])  # target rows after 0, 1, 2 drafts
+    q = np.array([[0.5, 0.25, 0.25], [0.0, 0.5, 0.5]])  # draft rows
+    d = np.array([0, 2])
+    u = np.array([0.3, 0.9])  # token: p / q = 1 at both drafts, both kept
+    saved = dict(RULES)
+    with verification.Expectations(("token", "exact-match")) as e:
+        assert RULES["token"].chain is not accept and RULES["block"] is saved["block"]
+        assert RULES["token"].chain(d, p, q, u, 0.5) == accept(d, p, q, u, 0.5)  # 2 kept: both positions tested
+        assert RULES["exact-match"].chain(d, p, q, np.array([0.3, 0.1]), 0.5) == \
+            exact_match_accept(d, p, q, np.array([0.3, 0.1]), 0.5)  # the target samples 0 then 0 != 2: both tested
+        assert RULES["exact-match"].chain(d, p, q, np.array([0.9, 0.1]), 0.5)[0] == 0  # sample 1 != 0: only d_0 tested
+        RULES["token"].chain(d[:0], p[:1], q[:0], u[:0], 0.5)  # no proposal: nothing tested, no draft counted
+        sums = e.take()
+        assert e.take()["token"] == verification.Sums()  # take resets
+    assert RULES == saved  # the registry is restored
+    pq, mins = [0.25 + 0.125, 0.0 + 0.15 + 0.25], [0.5 + 0.25, 0.0 + 0.3 + 0.5]  # per position
+    assert astuple(sums["token"]) == pytest.approx((sum(pq), sum(mins), 2, 1), rel=1e-15)
+    assert astuple(sums["exact-match"]) == pytest.approx((2 * pq[0] + pq[1], 2 * mins[0] + mins[1], 3, 2), rel=1e-15)
+    with pytest.raises(RuntimeError), verification.Expectations(("block",)):
+        raise RuntimeError
+    assert RULES == saved
+
+
+def test_expected_is_one_plus_the_rules_chances_per_draft_round():
+    sums = [verification.Sums(pq=0.5, mins=1.5, tested=3, drafts=2), verification.Sums(pq=1.0, mins=2.0, tested=4,
+                                                                                       drafts=3)]
+    stats = [Stats(accepted=a, rounds=d) for a, d in ((1, 2), (2, 3))]
+    got = verification.expected(stats, sums, "exact-match")
+    assert math.isclose(got["sum_pq"], 1.5 / 7) and math.isclose(got["sum_min"], 3.5 / 7)
+    assert math.isclose(got["expected_mean_acceptance_length"], 1 + 1.5 / 5)
+    assert math.isclose(got["expected_minus_measured"], 1.5 / 5 - 3 / 5)
+    token = verification.expected(stats, sums, "token")
+    assert math.isclose(token["expected_mean_acceptance_length"], 1 + 3.5 / 5)
+    assert "expected_mean_acceptance_length" not in verification.expected(stats, sums, "block")  # no such estimate
+
+
+def check_exact_match_tables(out, gammas, runs):
+    rows, meta = common.read_table(out / "verification_exact_match.csv")
+    assert [(float(r["temperature"]), int(r["gamma"]), r["verify"]) for r in rows] == \
+        [(t, g, v) for t in (0.0, *verification.TEMPERATURES) for g in gammas for v in verification.STRICT]
+    assert "--tables exact-match" in meta["command"] and "tok_s" not in rows[0] and "paper" not in meta
+    assert all(r["identical"] == "True" for r in rows if float(r["temperature"]) == 0)
+    sampled = [r for r in rows if float(r["temperature"])]
+    assert all(int(r["runs"]) == runs and r["tests_seen"] == "True" for r in sampled)
+    for r in sampled:
+        assert 0 <= float(r["sum_pq"]) <= float(r["sum_min"]) <= 1  # p q <= min(p, q) at every x
+        assert (r["expected_mean_acceptance_length"] == "") == (r["verify"] == "block")
+    pairs, _ = common.read_table(out / "verification_exact_match_paired.csv")
+    assert [(float(p["temperature"]), int(p["gamma"]), p["pair"]) for p in pairs] == \
+        [(t, g, f"exact-match - {v}") for t in verification.TEMPERATURES for g in gammas for v in ("token", "block")]
+    by_key = {(r["temperature"], r["gamma"], r["verify"]): r for r in rows}
+    for p in pairs:
+        other, strict = (by_key[(p["temperature"], p["gamma"], v)] for v in (p["pair"].split(" - ")[1], "exact-match"))
+        keys = [(f, f) for f in verification.ACCEPTANCE] + [("expected_mean_acceptance_length",) * 2] * \
+            (other["verify"] == "token")
+        for diff, figure in keys:
+            assert math.isclose(float(p[f"{diff}_diff"]), float(strict[figure]) - float(other[figure]), rel_tol=1e-9,
+                                abs_tol=1e-12), (p, figure)
+        assert float(p["mean_acceptance_length_diff_ci95"]) >= 0 and int(p["runs"]) == runs
+    return rows, pairs, meta
+
+
+def test_the_exact_match_tables_on_the_shipped_pair(tmp_path):
+    out = tmp_path / "em"
+    assert verification.main(["--quick", "--out", str(out), "--tables", "exact-match", "--gammas", "2,3",
+                              "--new-tokens", "12"]) == 0
+    check_exact_match_tables(out, (2, 3), 2)
+
+
+def test_the_committed_exact_match_run_agrees_with_itself_and_its_command():
+    out = RESULTS / "exact-match-epyc"
+    rows, pairs, meta = check_exact_match_tables(out, verification.GAMMAS, 48)
+    assert meta["command"].split()[:5] == ["python", "-m", "bench.verification", "--tables", "exact-match"]
+    assert meta["runs"].startswith("16 validation prompts of 16 ids x 3 seeds, 64 new tokens each")
+    assert "blas" in meta and "numpy" in meta and meta["machine"]
+    for r in rows:  # the martingale: each rule's own expectation lies within its paired interval of the measure
+        if r["expected_minus_measured"]:
+            assert abs(float(r["expected_minus_measured"])) <= 2 * float(r["expected_minus_measured_ci95"]), r
 
 
 def check_tables(out, gammas):

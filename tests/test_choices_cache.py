@@ -158,13 +158,14 @@ def test_a_choice_that_cannot_be_stored_says_why_and_the_fix(tiny, tmp_path, not
     blocked.write_text("")
     assert choose(tiny, 2, blocked / choice.CACHE_FILE, "cached", fake_machine(3.0)) == ("gemv-panels", 2)
     said = notes()
-    assert said[0].startswith("timing the target's kernels") and len(said) == 2
-    assert said[1].startswith(f"the kernel choice was not stored in {blocked / choice.CACHE_FILE} (")
-    assert "measured again next run" in said[1] and "--kernel-probe bypass" in said[1]
+    assert said[0].startswith("timing the target's kernels") and len(said) == 3
+    assert said[1].startswith("the target's fastest of gemm-blocks, gemv-panels is gemv-panels at 2 thread(s); ms per")
+    assert said[2].startswith(f"the kernel choice was not stored in {blocked / choice.CACHE_FILE} (")
+    assert "measured again next run" in said[2] and "--kernel-probe bypass" in said[2]
     taken = tmp_path / "taken" / choice.CACHE_FILE
     taken.mkdir(parents=True)  # a directory where the file goes: named, with a fix that fits a cache
     assert choice.store_choice(taken, "k", {"kernel": "gemm", "threads": 1}) is False
-    assert notes()[2:] == [f"the kernel choice was not stored: {taken} is a directory, not a regular file; it is "
+    assert notes()[3:] == [f"the kernel choice was not stored: {taken} is a directory, not a regular file; it is "
                            "measured again next run; move that away, set NPSPEC_CACHE to another directory, or pass "
                            "--kernel-probe bypass"]
 

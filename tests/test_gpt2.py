@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from npspec.model.gpt2 import (ContextOverflowError, GPT2Config, KVCache, attention, attention_masked, block, ffn, gelu, gpt2,
-                         layer_norm, mha, softmax)
+                         head_scale, layer_norm, mha, softmax)
 from npspec.kernels.products import gemm
 
 from conftest import tiny_model
@@ -43,6 +43,16 @@ def test_softmax_is_stable_and_masks():
     assert s.dtype == np.float32 and s.shape == x.shape
     np.testing.assert_allclose(s.sum(-1), 1, rtol=1e-6)  # over the last axis only
     assert np.array_equal(softmax(x[1]), s[1])  # rows never mix
+    before = x.copy()
+    softmax(x)
+    assert np.array_equal(x, before)  # its input untouched (it works in its own temporary)
+    e = np.exp(x - np.max(x, axis=-1, keepdims=True))  # the written-out form, bit for bit
+    assert np.array_equal(s.view(np.int32), (e / np.add.reduce(e, axis=-1, keepdims=True)).view(np.int32))
+
+
+@pytest.mark.parametrize("d_head", [1, 2, 3, 48, 64, 80, 96, 128, 7])
+def test_the_head_scale_is_float32_of_one_over_the_square_root_in_double(d_head):
+    assert head_scale(d_head).dtype == np.float32 and head_scale(d_head) == np.float32(1 / np.sqrt(d_head))
 
 
 def test_layer_norm_normalises_each_row_then_scales_and_shifts():

@@ -175,7 +175,7 @@ def test_references_exist(pattern, missing, at_least):
 def test_every_numbered_claim_names_a_test():
     text = (NOTES / "derivation.md").read_text(encoding="utf-8")
     claims = re.split(r"^## (?=\d+\. )", text, flags=re.M)[1:]
-    assert len(claims) == 12  # 0 (notation) + claims 1..11
+    assert len(claims) == 14  # 0 (notation) + claims 1..13
     for claim in claims[1:]:
         assert TEST_REF.search(claim), claim.splitlines()[0]
 
@@ -193,6 +193,8 @@ CLAIM_WORDS = {
     9: ("tree",),
     10: ("block",),
     11: ("rsd", "replacement", "children", "coupling"),
+    12: ("traversal",),
+    13: ("match", "sum p q", "strict"),
 }
 # the tests each claim must keep citing (more may be cited)
 CLAIM_TESTS = {
@@ -215,6 +217,10 @@ CLAIM_TESTS = {
          "tests/test_block_verify.py::test_the_kit_catches_wrong_block_verifiers"},
     11: {"tests/test_tree_rules.py::test_an_rsd_tree_round_keeps_the_target_law_exactly",
          "tests/test_tree_rules.py::test_mixing_the_two_drafters_changes_the_law"},
+    12: {"tests/test_traversal.py::test_a_traversal_round_keeps_the_target_law_exactly",
+         "tests/test_traversal.py::test_on_a_chain_the_law_is_block_verifications_draft_by_draft"},
+    13: {"tests/test_exact_match.py::test_exact_match_keeps_the_target_law_on_every_small_case",
+         "tests/test_exact_match.py::test_a_draft_is_kept_with_probability_sum_p_q_exactly"},
 }
 
 

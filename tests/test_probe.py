@@ -160,8 +160,10 @@ def test_a_target_beside_a_draft_is_timed_in_rounds_and_keyed_by_that_draft(tiny
     assert probe.choose("target", tiny, 2, mode="bypass", measure=measure, candidates=NUMPY_TARGET,
                         partner=draft).kernel == "gemv-panels" and seen == [draft] * 8
     said = notes()[before:]
-    assert len(said) == 1 and "timing the target's kernels gemm-blocks, gemv-panels" in said[0] \
+    assert len(said) == 2 and "timing the target's kernels gemm-blocks, gemv-panels" in said[0] \
         and "beside its draft (gemv-panels)" in said[0]
+    assert said[1].startswith("the target's fastest of gemm-blocks, gemv-panels is gemv-panels at 2 thread(s); ms per") \
+        and "gemm-blocks@2 1500.0, gemm-blocks@1 1500.0, gemv-panels@2 1200.0, gemv-panels@1 1200.0" in said[1]
     alone, beside = (json.loads(machine_key("target", NUMPY_TARGET, [[1, 2, 3, 4]], 2, p))["partner"]
                      for p in (None, probe.partner_key(draft)))
     assert alone is None and beside == ["gemv-panels/" + str(REGISTRY["gemv-panels"].version), 2,
@@ -226,7 +228,8 @@ class FakeModel:
 
 def test_both_roles_are_chosen_in_one_call_and_each_model_is_built_at_most_twice():
     """The draft alone at one row, then the target at its verify rows beside the draft as chosen; each model built
-    when loaded and once more with its kernel; each prefill length measured on the model as chosen."""
+    when loaded and once more with its kernel; each prefill length measured on the model as chosen. Pairs by thread
+    pool: tests/test_probe_pairs.py."""
     target, draft = FakeModel("target"), FakeModel("draft", "gemv-rows")
     timed = []
 
@@ -247,10 +250,14 @@ def test_both_roles_are_chosen_in_one_call_and_each_model_is_built_at_most_twice
         == ("gemv-panels", 2, 32)
     assert target.builds == [("gemm-blocks", 1), ("gemv-panels", 2)]  # loaded, then with its kernel
     assert draft.builds == [("gemv-rows", 1), ("gemv-panels", 2)]
-    assert len(target.trials) == len(draft.trials) == 8  # 2 kernels x 2 thread counts x 2 passes, never a Model
+    assert len(target.trials) == 8  # 2 kernels x 2 thread counts x 2 passes, never a Model
+    # the draft timed only on its target's threads (npspec's workers: gemv-rows runs on BLAS's), then built once
+    # more as the target's partner, only when a timing first runs it (probe.Beside)
+    assert draft.trials == [("gemv-panels", 2), ("gemv-panels", 1), ("gemv-panels", 1), ("gemv-panels", 2)] \
+        + [("gemv-panels", 2)]
     assert {t[3] for t in timed if t[0] == "draft"} == {1} and {t[3] for t in timed if t[0] == "target"} == {5}
     assert {t[4] for t in timed if t[0] == "target"} == {("draft", "gemv-panels")}  # beside the chosen draft
-    assert timed.index(next(t for t in timed if t[0] == "target")) == 8  # the draft chosen first
+    assert timed.index(next(t for t in timed if t[0] == "target")) == 4  # the draft chosen first
 
 
 def test_a_role_already_decoding_with_its_choice_is_not_built_again_and_a_given_one_is_kept():

@@ -17,6 +17,8 @@ import pytest
 from npspec import testing as kit
 from npspec.decode.sampling import sample, warp
 from npspec.decode import accept
+from npspec.decode.rules import accept_tree_traversal, exact_match_accept
+from npspec.decode.rules.trees import depths
 from npspec.testing.probes import ACCEPT_PROBES
 from npspec.testing.trees import sampled_expander, tree_round_distribution
 from npspec.testing.vectors import CASES, FORMAT, VERSION, positional_table, vectors
@@ -183,6 +185,34 @@ def test_the_tree_cases_are_lossless_rounds():
         assert max(len(e["ids"]) for e in c["round_law"]) == len(c["branching"]) + 1  # a bonus is reachable
 
 
+def test_the_traversal_and_exact_match_vectors_are_exact_and_npspecs():
+    """Each traversal case's round law is a law and kept at least the token-wise rule's; each trial is npspec's
+    decision (accept_tree_traversal given each node's row before excluding siblings; exact_match_accept); a draft
+    is kept by exact-match with sum p q."""
+    assert {c["name"] for c in DATA["traversal"]} >= {"paper-example", "three-tokens-chain-3"}
+    for c in DATA["traversal"]:
+        assert sum(F(e["probability"]) for e in c["round_law"]) == 1
+        assert F(c["expected_accepted"]["traversal"]) >= F(c["expected_accepted"]["token_wise"])
+        P, Q = [floats(r) for r in c["p_rows"]], [floats(r) for r in c["q_rows"]]
+        for t in c["trials"]:
+            depth = [0] + depths(t["parents"])
+            q = np.array([Q[min(depth[parent + 1], len(Q) - 1)] for parent in t["parents"]])
+            p = np.array([P[min(depth[i + 1], len(P) - 1)] for i in range(-1, len(t["parents"]))])
+            u = t["uniforms"]
+            assert accept_tree_traversal(t["ids"], t["parents"], q, p, np.array(u[:-1]), u[-1]) == (t["kept"],
+                                                                                                   t["token"])
+    paper = {c["name"]: c for c in DATA["traversal"]}["paper-example"]
+    assert sum(F(e["probability"]) for e in paper["round_law"] if e["kept"] == [0, 0]) == F(1, 4) * F(2, 3)
+    for c in DATA["exact_match"]:
+        p, q = [F(v) for v in c["p_warped"]], [F(v) for v in c["q_warped"]]
+        assert F(c["acceptance"]["exact_match"]) == sum(a * b for a, b in zip(p, q))
+        for t in c["trials"]:
+            g, u = len(t["drafts"]), t["uniforms"]
+            got = exact_match_accept(np.array(t["drafts"]), np.array([floats(c["p_warped"])] * (g + 1)),
+                                     np.array([floats(c["q_warped"])] * g), np.array(u[g:2 * g]), u[2 * g])
+            assert got == (t["accepted"], t["token"])
+
+
 def test_the_procedures_critical_values_have_the_stated_tail():
     proc = DATA["procedure"]
     assert proc["alpha_per_test"] == proc["alpha"] / proc["tests"] and proc["n_samples"] >= 20000
@@ -217,6 +247,9 @@ def client(path, *args):
     ("bonus-from-draft", {"round round-64-ids-plain", "round round-64-ids-top-k-50"}),
     ("q-unwarped", {"round round-64-ids-top-k-50", "round round-64-ids-top-p-0.8"}),
     ("rows-off-by-one", {"round round-64-ids-plain", "round round-64-ids-top-k-50"}),
+    ("strict-on-draft", {"exact-match basic", "exact-match top-k"}),
+    ("traversal-weight-kept", {"traversal sun-rows-tree-2x1"}),
+    ("traversal-top-down", {"traversal three-tokens-chain-3"}),
 ], ids=lambda v: str(v) if not isinstance(v, set) else "")
 def test_the_vectors_alone_catch_each_classic_bug(vectors_file, bug, fails):
     """A sampler written from VECTORS.md (tests/vectors/client.py, no npspec): the exact sections fail each bug."""

@@ -54,6 +54,7 @@ def test_a_correct_sampler_passes_every_exact_section(vectors_file):
     ("bonus-from-draft", {"round round-64-ids-plain", "law basic", "law rows-by-position"}),
     ("reused-uniform", {"round round-64-ids-plain", "round round-64-ids-top-k-50", "law basic"}),
     ("one-sided-warp", {"round round-64-ids-top-k-50", "round round-64-ids-top-p-0.8", "law top-k", "law top-p"}),
+    ("traversal-top-down", {"traversal three-tokens-chain-3"}),
 ])
 def test_the_vectors_alone_catch_each_planted_bug(vectors_file, bug, fails):
     r = node(vectors_file, "--bug", bug)
@@ -97,9 +98,16 @@ def test_each_exact_section_can_fail_on_a_wrong_vector(vectors_file, tmp_path):
     def trial(d):
         by_name(d["round_cases"], "round-64-ids-plain")["trials"][0]["accepted"] = 1
 
+    def traversal(d):
+        by_name(d["traversal"], "paper-example")["round_law"][0]["probability"] = "1/3"
+
+    def strict(d):
+        by_name(d["exact_match"], "basic")["trials"][0]["token"] += 1
+
     # a wrong *_warped row also moves the exact law's cells, which are its CDF edges
     for edit, cases in ((warp, {"warp top-k", "law top-k"}), (law, {"law basic"}), (probe, {"probe strict-u0-p0"}),
-                        (trial, {"round round-64-ids-plain"})):
+                        (trial, {"round round-64-ids-plain"}), (traversal, {"traversal paper-example"}),
+                        (strict, {"exact-match basic"})):
         r = tampered(vectors_file, tmp_path, edit)
         assert r.returncode == 1 and failed_cases(r.stdout) == cases, (cases, r.stdout)
 

@@ -6,7 +6,7 @@ bounds), npspec.kernels.registry (names), npspec.sources (SPECs, paths, probe mo
 import argparse
 import os
 
-from ..decode import RULES, SCHEDULES, SIBLINGS, Options, SamplingParams
+from ..decode import RULES, SCHEDULES, SIBLINGS, Options, SamplingParams, accept
 from ..decode.drafters import COMMANDS, check_p_min
 from ..decode.rules.trees import MAX_TREE_NODES, branching_tree
 from ..kernels.registry import names as kernel_names, role_candidates
@@ -99,7 +99,9 @@ def add_drafting_options(ap):
                          "in law, rsd = a --tree whose siblings are drawn without replacement, verified by recursive "
                          "rejection sampling (Jeon et al. 2024), which keeps at least as many per node, exact-match = a "
                          "draft kept iff it equals the target's own sample (the engines' strict rule; chains only), "
-                         "which keeps fewer (default token)")
+                         "which keeps fewer, traversal = a tree (sampled siblings without replacement, or top-k or "
+                         "budgeted) or a chain verified leaves up with whole-path weights (Weng et al. 2025), block "
+                         "verification on a chain (default token)")
     ap.add_argument("--draft-p-min", type=real, default=0.0, metavar="P",
                     help="confidence stopping for a draft model: stop drafting after a token whose largest draft "
                          "probability is below P, as llama.cpp's --draft-p-min (default 0: off)")
@@ -237,8 +239,8 @@ def check_tree_args(args, command, words):
         branching_tree(args.tree)  # the node count's bound, checked before any model loads
     if args.tree_kind != "sampled" and not args.tree:
         raise ValueError("--tree-kind applies to --tree only; add --tree K1,K2,... or drop it")
-    siblings = RULES[args.verify].siblings
-    if siblings != "iid" and not (args.tree and args.tree_kind == "sampled"):
+    siblings = RULES[args.verify].siblings  # a tree rule that is the token rule on anything else (rsd) needs its tree
+    if siblings != "iid" and RULES[args.verify].chain is accept and not (args.tree and args.tree_kind == "sampled"):
         raise ValueError(f"--verify {args.verify} verifies a --tree of {SIBLINGS[siblings]} and is the token rule "
                          "anywhere else: add --tree K1,K2,... (without --tree-kind top-k) or use --verify token")
     if (a := args.simulate_acceptance) is not None:

@@ -1,11 +1,12 @@
 """The kernel probe: `choose_kernels(target, draft, threads, store, mode)`, each role's kernel, threads and prefill
 length in one call. It times a role's buildable candidates (registry.role_candidates; unbuildable ones dropped once,
 first) at the threads asked for and at one, in the model's own forwards on its loaded weights (Model.trial): the
-draft alone at one row, then the target at its verify rows beside the draft as chosen (time_forwards). The winner
-is built once (Model.with_kernel), then its prefill length timed (choose_prefill). Nothing is retried. `store`
-keeps the records (a Store: npspec.sources.choices.ChoiceFile); `mode`, one of MODES: "cached" (stored, else
-measured and stored), "refresh", "bypass" (nothing stored), "off" (the first candidate, GEMM prefills, nothing
-measured). Notes go to this module's logger. Pure of files: imports numpy and npspec.kernels; models are Decoders.
+draft alone at one row, its fastest per thread pool, then the target at its verify rows, each candidate beside the
+draft's fastest on its own pool (time_forwards), so both roles run on one kind of thread. Two passes each, a third
+where they disagree (measure_passes). The winners are built once (Model.with_kernel), then their prefill lengths
+timed (choose_prefill). `store` keeps the records (a Store: npspec.sources.choices.ChoiceFile); `mode`, one of MODES:
+"cached" (stored, else measured and stored), "refresh", "bypass" (nothing stored), "off" (the first candidate, GEMM
+prefills, nothing measured). Notes go to this module's logger. Pure of files: imports numpy and npspec.kernels.
 """
 
 import contextlib
@@ -22,6 +23,7 @@ log = logging.getLogger(__name__)
 
 MODES = ("cached", "refresh", "bypass", "off")
 ROLE_ROWS = {"target": (4,), "draft": (1,)}  # rows timed when not told: gamma + 1 at gamma 3; a draft's one
+AGREE = 1.25  # a candidate whose two passes differ more than this many times is timed a third time (measure_passes)
 REPEATS = 5  # the median of this many timed forwards per (kernel, rows), after one untimed (the first use compiles)
 PROBE_CONTEXT = 8  # cached tokens before a timed forward (time_forwards)
 PREFILL_LENGTHS = (32, 8, 2)  # the prompt lengths choose_prefill times, longest first (each a quarter of the last)
@@ -89,34 +91,90 @@ class Decoder(Protocol):
 
 def choose_kernels(target, draft, threads, store=None, mode="cached", rows=None, roles=ROLES, measure=None,
                    measure_prefill=None, candidates=None):  # -> KernelChoices
-    """KernelChoices for `target` and `draft` (Decoders or None) at `threads` asked for: the draft first, then
-    the target beside it. store: a Store or None. rows: the target's verify rows (default ROLE_ROWS["target"]); roles:
-    those chosen (another keeps its model, still the partner); measure, measure_prefill: time_forwards' and
-    time_prefill's signatures; candidates: {role: names}. Raises ValueError for a bad mode, role or rows,
-    KernelUnavailable when no candidate of a role builds."""
+    """KernelChoices for `target` and `draft` (Decoders or None) at `threads` asked for (module docstring); a role
+    not in `roles` keeps its model, a fixed target keeps the draft to its pool. store: a Store or None. rows: the
+    target's verify rows (default ROLE_ROWS["target"]); measure, measure_prefill: time_forwards' and time_prefill's
+    signatures; candidates: {role: names}. Raises ValueError for a bad mode, role or rows, KernelUnavailable when no
+    candidate of a role builds."""
     check_mode(mode)
     if unknown := set(roles) - set(ROLES):
         raise ValueError(f"roles must be among 'target' and 'draft', got {sorted(unknown)!r}")
     candidates = candidates or {}
+    measure, measure_prefill = measure or time_forwards, measure_prefill or time_prefill
 
-    def settle(role, model, partner, role_rows):
-        if model is None:
-            return None
-        if role not in roles:
-            return KernelChoice(model.kernel, model.threads, model.prefill_rows, model)
-        return decided(role, model, threads, store, mode, partner, role_rows, measure or time_forwards,
-                       measure_prefill or time_prefill, candidates.get(role))
-    drafted = settle("draft", draft, None, None)
-    return KernelChoices(settle("target", target, None if drafted is None else drafted.model, rows), drafted)
+    def kept(model):
+        return None if model is None else KernelChoice(model.kernel, model.threads, model.prefill_rows, model)
+    choosing = {role: model is not None and role in roles for role, model in (("target", target), ("draft", draft))}
+    models = {"target": target, "draft": draft}
+    names = {role: buildable(role, candidates.get(role) or role_candidates(role, getattr(models[role], "codes", None)),
+                             mode) for role in ROLES if choosing[role]}
+    wanted = None  # the thread pools the draft is timed on: its target's (Kernel.pool)
+    if choosing["target"]:
+        wanted = {REGISTRY[k].pool for k in names["target"]}
+    elif target is not None:
+        wanted = {REGISTRY[target.kernel].pool}
+    drafts = None  # {pool: the draft's Choice on it}, when the draft is chosen
+    if choosing["draft"]:
+        drafts = {pool: choose("draft", draft, threads, store, mode, measure, group)
+                  for pool, group in pools(names["draft"], wanted).items()}
+    chosen_target = kept(target)
+    if choosing["target"]:
+        partner = draft
+        if drafts is not None:
+            beside = {pool: Beside(draft, choice) for pool, choice in drafts.items()}
+            partner = {k: beside.get(REGISTRY[k].pool, next(iter(beside.values()))) for k in names["target"]}
+        chosen = choose("target", target, threads, store, mode, measure, names["target"], partner, rows)
+        chosen_target = built(target, chosen, store, mode, measure_prefill)
+    if drafts is None:
+        return KernelChoices(chosen_target, kept(draft))
+    paired = pairs_with(drafts, None if target is None else chosen_target.kernel)
+    if len(drafts) > 1:
+        log.info(f"the draft decodes with {paired.kernel} at {paired.threads} thread(s): its fastest on the threads "
+                 f"its target's {chosen_target.kernel} runs on ({REGISTRY[chosen_target.kernel].pool}; its fastest "
+                 "per pool: " + ", ".join(f"{p} {c.kernel}@{c.threads}" for p, c in drafts.items()) + ")")
+    return KernelChoices(chosen_target, built(draft, paired, store, mode, measure_prefill))
 
 
-def decided(role, model, threads, store, mode, partner, rows, measure, measure_prefill, candidates):  # -> KernelChoice
-    """A role's KernelChoice: choose, the model built with it unless it decodes so, choose_prefill on it."""
-    chosen = choose(role, model, threads, store, mode, measure, candidates, partner, rows)
-    built = model if chosen == (model.kernel, model.threads) else model.with_kernel(chosen.kernel, chosen.threads)
-    prefill_rows = choose_prefill(built, store, mode, measure_prefill)
-    built = built if prefill_rows == built.prefill_rows else built.with_prefill_rows(prefill_rows)
-    return KernelChoice(chosen.kernel, chosen.threads, prefill_rows, built)
+def pools(names, wanted=None):  # -> {pool: (name, ...)}, in the order names first meet each pool
+    """`names` grouped by registry.Kernel.pool, only the groups on `wanted` pools (a set); all names as one group
+    (keyed by the first's pool) when `wanted` is None or none is on them."""
+    groups = {}
+    for name in names:
+        if wanted is not None and REGISTRY[name].pool in wanted:
+            groups.setdefault(REGISTRY[name].pool, []).append(name)
+    return {pool: tuple(group) for pool, group in groups.items()} or {REGISTRY[names[0]].pool: tuple(names)}
+
+
+def pairs_with(drafts, kernel):  # {pool: Choice}, a kernel name or None -> Choice
+    """The draft's Choice beside a target decoding with `kernel`: its fastest on that kernel's pool, else on the
+    first pool timed."""
+    pool = None if kernel is None else REGISTRY[kernel].pool
+    return drafts.get(pool, next(iter(drafts.values())))
+
+
+class Beside:
+    """A partner Decoder: `model` decoding with `choice`, built (Model.trial) only when a timing first runs it;
+    kernel, threads and config are known before (the store's key needs no build)."""
+
+    def __init__(self, model, choice):
+        self.kernel, self.threads, self.config = choice.kernel, choice.threads, model.config
+        self.model, self.trial_ = model, None
+
+    def __getattr__(self, name):  # new_cache, prefill, forward, ...: the built trial's
+        if name.startswith("__") or name == "trial_":
+            raise AttributeError(name)
+        if self.trial_ is None:
+            same = (self.model.kernel, self.model.threads) == (self.kernel, self.threads)
+            self.trial_ = self.model if same else self.model.trial(self.kernel, self.threads)
+        return getattr(self.trial_, name)
+
+
+def built(model, chosen, store, mode, measure_prefill):  # -> KernelChoice
+    """`model` built with the Choice `chosen` unless it decodes so, then choose_prefill on it."""
+    model = model if chosen == (model.kernel, model.threads) else model.with_kernel(chosen.kernel, chosen.threads)
+    prefill_rows = choose_prefill(model, store, mode, measure_prefill)
+    model = model if prefill_rows == model.prefill_rows else model.with_prefill_rows(prefill_rows)
+    return KernelChoice(chosen.kernel, chosen.threads, prefill_rows, model)
 
 
 def check_mode(mode):
@@ -127,8 +185,9 @@ def check_mode(mode):
 
 def choose(role, model, threads, store=None, mode="cached", measure=None, candidates=None, partner=None, rows=None):
     """The Choice `role` decodes `model` with: the fastest buildable candidate at `threads` or one (measure_all;
-    ties keep the earlier), the stored one under "cached", the first under "off" or when alone. partner: a Decoder
-    timed beside it, or None. rows: positive ints (default ROLE_ROWS[role]). Raises as choose_kernels."""
+    ties keep the earlier), the stored one under "cached", the first under "off" or when alone. partner: None, a
+    Decoder timed beside every candidate, or {kernel name: Decoder} one beside each. rows: positive ints (default
+    ROLE_ROWS[role]). The record and a note give every candidate's passes and what counted. Raises as choose_kernels."""
     check_mode(mode)
     if role not in ROLE_ROWS:
         raise ValueError(f"role must be 'target' or 'draft', got {role!r}")
@@ -144,19 +203,31 @@ def choose(role, model, threads, store=None, mode="cached", measure=None, candid
             "partner": partner_key(partner), "rows": list(rows)}
 
     def run():  # -> (Choice, its record)
-        beside = "" if partner is None else f" beside its draft ({partner.kernel})"
         log.info(f"timing the {role}'s kernels {', '.join(names)} at {' and '.join(map(str, thread_options(threads)))} "
-                 f"thread(s), {'/'.join(map(str, rows))}-row forwards{beside}, on this machine (once; --kernel-probe "
-                 "refresh times them again)")
-        seconds = measure_all(choices, model, rows, measure or time_forwards, partner)
+                 f"thread(s), {'/'.join(map(str, rows))}-row forwards{beside_text(partner)}, on this machine (once; "
+                 "--kernel-probe refresh times them again)")
+        passes = measure_passes(choices, model, rows, measure or time_forwards, partner)
+        seconds = {c: counted(p) for c, p in passes.items()}
         best = min(seconds, key=lambda choice: seconds[choice])  # choices' order: ties keep the earlier one
-        timed = [{"kernel": k, "threads": t, "seconds": v} for (k, t), v in seconds.items()]
+        log.info(why(role, best, seconds, passes))
+        timed = [{"kernel": k, "threads": t, "seconds": seconds[(k, t)], "passes": passes[(k, t)]} for k, t in choices]
         return best, {"kernel": best.kernel, "threads": best.threads, "rows": list(rows), "seconds": timed}
 
     def stored(what):
         hit = store.choice(what)
         return Choice(*hit) if hit is not None and Choice(*hit) in choices else None
     return recalled(store, mode, what, stored, run)
+
+
+def why(role, best, seconds, passes):  # -> one line: each candidate's ms, its passes when a third was taken
+    """The note naming the choice and each candidate's counted ms (with its passes where they disagreed)."""
+    def one(c):
+        shown = f"{c.kernel}@{c.threads} {seconds[c] * 1e3:.1f}"
+        return shown + (f" (passes {'/'.join(f'{s * 1e3:.1f}' for s in passes[c])}: the median)"
+                        if len(passes[c]) > 2 else "")
+    return (f"the {role}'s fastest of {', '.join(dict.fromkeys(c.kernel for c in seconds))} is {best.kernel} at "
+            f"{best.threads} thread(s); ms per timed span (kernel@threads; the mean of two passes, or the median of three "
+            f"where two differed over {AGREE}x): " + ", ".join(map(one, seconds)))
 
 
 def buildable(role, names, mode):  # -> (str, ...)
@@ -182,18 +253,34 @@ def thread_options(threads):
     return tuple(dict.fromkeys((threads, 1)))
 
 
-def measure_all(choices, model, rows, measure=None, partner=None):  # -> {Choice: seconds}
-    """{Choice: seconds}: the mean of two passes over `choices`, the second reversed (a linear drift moves every
-    mean alike), each the sum over `rows` of measure(kernel, threads, model.trial(...), m, partner=partner); a trial
-    is dropped after its timing (at most one compiled kernel's packed weights at a time)."""
+def measure_all(choices, model, rows, measure=None, partner=None):  # -> {Choice: seconds}: measure_passes, counted
+    return {c: counted(p) for c, p in measure_passes(choices, model, rows, measure, partner).items()}
+
+
+def measure_passes(choices, model, rows, measure=None, partner=None):  # -> {Choice: [seconds per pass]}
+    """Two passes over `choices`, the second reversed (a linear drift moves every mean alike), then a third for each
+    choice whose two differ more than AGREE times (a one-off slow pass: a first call, another process). A pass sums
+    over `rows` measure(kernel, threads, model.trial(...), m, partner=its partner (choose)); a trial is dropped after
+    its timing (at most one compiled kernel's packed weights at a time)."""
     measure = measure or time_forwards
-    timings = {c: [] for c in choices}
+    passes = {c: [] for c in choices}
+
+    def once(c):
+        trial = model.trial(c.kernel, c.threads)
+        beside = partner.get(c.kernel) if isinstance(partner, dict) else partner
+        passes[c].append(sum(measure(c.kernel, c.threads, trial, m, partner=beside) for m in rows))
     for order in (choices, choices[::-1]):
         for c in order:
-            trial = model.trial(c.kernel, c.threads)
-            timings[c].append(sum(measure(c.kernel, c.threads, trial, m, partner=partner) for m in rows))
-            del trial
-    return {c: sum(t) / len(t) for c, t in timings.items()}  # in choices' order: ties keep the earlier one
+            once(c)
+    for c in choices:
+        if max(passes[c]) > AGREE * min(passes[c]):
+            once(c)
+    return passes
+
+
+def counted(passes):  # [seconds, seconds] or three -> seconds
+    """What a candidate's passes count for: the mean of two, the median of three (one slow pass left out)."""
+    return sum(passes) / 2 if len(passes) == 2 else float(np.median(passes))
 
 
 def time_forwards(name, threads, model, rows, repeats=REPEATS, clock=time.perf_counter, partner=None):
@@ -217,6 +304,15 @@ def time_forwards(name, threads, model, rows, repeats=REPEATS, clock=time.perf_c
             times.append(clock() - start)
         cache.rollback(context)
     return float(np.median(times))
+
+
+def beside_text(partner):  # -> "" or " beside its draft (...)", for the timing's note
+    if partner is None:
+        return ""
+    if isinstance(partner, dict):
+        return " beside its draft on each one's threads (" + ", ".join(f"{p.kernel} at {p.threads} for {k}"
+                                                                        for k, p in partner.items()) + ")"
+    return f" beside its draft ({partner.kernel})"
 
 
 def partner_round(partner, context, steps):  # Decoder, ints -> a callable, called once per timed span
@@ -314,7 +410,9 @@ def model_shapes(model):  # Decoder -> [n_layer, n_embd, n_head, n_vocab]: what 
     return [c.n_layer, c.n_embd, c.n_head, c.n_vocab]
 
 
-def partner_key(partner):  # Decoder or None -> [kernel/version, threads, [shapes]] or None: a key's partner
-    if partner is None:
+def partner_key(partner):  # Decoder, {kernel: Decoder} or None -> [kernel/version, threads, [shapes]], a dict of them
+    if partner is None:  # or None: a key's partner
         return None
+    if isinstance(partner, dict):
+        return {k: partner_key(p) for k, p in partner.items()}
     return [f"{partner.kernel}/{REGISTRY[partner.kernel].version}", partner.threads, model_shapes(partner)]

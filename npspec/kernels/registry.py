@@ -16,18 +16,20 @@ from .workers import check_threads
 @dataclass(frozen=True)
 class Kernel:
     """One product. invariant: batch invariant (npspec.kernels.products). make: threads -> the linear callable.
-    own_threads: it shares work over its own threads (BLAS then runs one, npspec.kernels.blas). reads_codes: it
-    multiplies int codes, held as `codes` (a class with from_codes(codes, scales)); tied: a class holding a quantized
-    tied embedding for it (wte[ids] and wte.T), or None (the embedding stays float32). cli: `npspec generate` offers it. extra: the pip extra it needs. prepare:
-    (linear, matrices) -> None, called once by a Model with the matrices its forwards multiply. packs: a Model
-    decoding with it holds its block matrices as `linear.pack(w)` (compiled.Packed) instead of float32 arrays. version: raised when
-    the kernel's speed changes, so the probe's cached timings of it are measured again."""
+    own_threads: it shares work over its own threads (BLAS then runs one, npspec.kernels.blas). pool: whose threads
+    run its forwards beside the calling one, "numba" (OpenMP), "npspec" (npspec.kernels.workers) or "blas" (the
+    probe pairs a draft with its target by it). reads_codes: it multiplies int codes, held as `codes` (a class with
+    from_codes(codes, scales)); tied: the class holding a quantized tied wte for it, or None. cli: `npspec generate`
+    offers it. extra: the pip extra it needs. prepare: (linear, matrices) -> None, called once by a Model with the
+    matrices its forwards multiply. packs: a Model on it holds block matrices as `linear.pack(w)`. version: raised
+    when the kernel's speed changes, so the probe's cached timings of it are measured again."""
 
     name: str
     invariant: bool
     make: Callable = field(repr=False)
     prefill: Callable = field(repr=False, default=gemm)
     own_threads: bool = False
+    pool: str = "blas"
     reads_codes: bool = False
     codes: type | None = None
     tied: type | None = None
@@ -57,19 +59,19 @@ def _plain(product):
 
 
 REGISTRY = {k.name: k for k in (
-    Kernel("compiled-panels", True, compiled.CompiledPanels, own_threads=True,
+    Kernel("compiled-panels", True, compiled.CompiledPanels, own_threads=True, pool="numba",
            extra="fast", available=compiled.available, prepare=lambda linear, matrices: linear.prepare(matrices),
            packs=True, version=5),  # 2: numba's threads (OpenMP) instead of npspec's workers; 3: fused multiply-adds;
     # 4: 8-row tiles, prefetched panel rows, 512-bit vectors asked for; 5: matrices from 512 KiB shared out, 6-row
     # tiles
-    Kernel("gemm-blocks", True, GemmBlocks, own_threads=True),
-    Kernel("gemv-panels", True, GemvPanels, own_threads=True),
+    Kernel("gemm-blocks", True, GemmBlocks, own_threads=True, pool="npspec"),
+    Kernel("gemv-panels", True, GemvPanels, own_threads=True, pool="npspec"),
     Kernel("gemv-rows", True, _plain(gemv_rows)),
     Kernel("gemm", False, _plain(gemm)),
     Kernel("gemm-panels", False, _plain(gemm_panels), cli=False),  # the bench's, for comparison
     Kernel("dequant-panels", True, _plain(dequant_panels), prefill=dequant_gemm, reads_codes=True,
            codes=QuantizedMatrix),
-    Kernel("compiled-quant", True, compiled.CompiledQuant, prefill=compiled.quant_gemm, own_threads=True,
+    Kernel("compiled-quant", True, compiled.CompiledQuant, prefill=compiled.quant_gemm, own_threads=True, pool="numba",
            reads_codes=True, codes=compiled.QuantPanels, tied=compiled.QuantTied, extra="fast",
            available=compiled.available, prepare=lambda linear, matrices: linear.prepare(matrices), packs=True),
 )}

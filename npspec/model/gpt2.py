@@ -4,6 +4,7 @@ blocks (causal attention, tanh-GELU MLP), `ln_f`, an LM head tied to `wte`. The 
 k, v, n_past)`, the caller's (npspec.kernels). Imports numpy only: no I/O, RNG, threads or module state.
 """
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -88,9 +89,10 @@ def gelu(x):  # [n, d] -> [n, d]; the tanh approximation GPT-2 was trained with
     return 0.5 * x * (1 + np.tanh(np.float32(np.sqrt(2 / np.pi)) * (x + np.float32(0.044715) * (x * x * x))))
 
 
-def softmax(x):  # [..., m] -> [..., m], over the last axis
-    e = np.exp(x - np.max(x, axis=-1, keepdims=True))
-    return e / np.add.reduce(e, axis=-1, keepdims=True)
+def softmax(x):  # [..., m] -> [..., m], over the last axis; x untouched, its temporary reused
+    e = x - np.maximum.reduce(x, axis=-1, keepdims=True)
+    np.exp(e, out=e)
+    return np.divide(e, np.add.reduce(e, axis=-1, keepdims=True), out=e)
 
 
 def layer_norm(x, g, b, eps):  # [n, d], [d], [d] -> [n, d]; row-wise, so rows never mix
@@ -101,18 +103,23 @@ def layer_norm(x, g, b, eps):  # [n, d], [d], [d] -> [n, d]; row-wise, so rows n
     return g * xc / np.sqrt(var + np.float32(eps)) + b
 
 
-def attend_row(q_row, k, v, t):  # [h, 1, dh], [h, T, dh], [h, T, dh], keys 0 .. t-1 -> [h, 1, dh]; every
-    # invariant attention path computes a row with this one call
-    scores = q_row @ k[:, :t].transpose(0, 2, 1) * np.float32(1 / np.sqrt(q_row.shape[-1]))  # [h, 1, t]
+def head_scale(d_head):  # -> float32 1 / sqrt(d_head), the scores' scale
+    return np.float32(1 / math.sqrt(d_head))
+
+
+def attend_row(q_row, k, v, t, scale):  # [h, 1, dh], [h, T, dh], [h, T, dh], keys 0 .. t-1, head_scale -> [h, 1, dh];
+    # every invariant attention path computes a row with this one call
+    scores = q_row @ k[:, :t].transpose(0, 2, 1)  # [h, 1, t]
+    scores *= scale
     return softmax(scores) @ v[:, :t]  # [h, 1, dh]
 
 
 def attention(q, k, v, n_past):  # [h, n, dh], [h, T, dh], [h, T, dh] -> [h, n, dh]
     """Causal attention, row i over exactly its key prefix 0 .. n_past + i with the same call shapes whatever
     n is: its bits never depend on the other rows (batch invariance, npspec.kernels.products)."""
-    out = np.empty_like(q)
+    out, scale = np.empty_like(q), head_scale(q.shape[-1])
     for i in range(q.shape[1]):
-        out[:, i : i + 1] = attend_row(q[:, i : i + 1], k, v, n_past + i + 1)
+        out[:, i : i + 1] = attend_row(q[:, i : i + 1], k, v, n_past + i + 1, scale)
     return out
 
 
@@ -132,11 +139,11 @@ def tree_attention(paths):  # -> attend(q, k, v, n_past) for rows laid out as a 
     def attend(q, k, v, n_past):  # [h, n, dh], [h, T, dh], [h, T, dh] -> [h, n, dh]
         n = q.shape[1]
         k_new, v_new = k[:, n_past:n_past + n].copy(), v[:, n_past:n_past + n].copy()
-        out = np.empty_like(q)
+        out, scale = np.empty_like(q), head_scale(q.shape[-1])
         for i, path in enumerate(paths):
             t = n_past + len(path)
             k[:, n_past:t], v[:, n_past:t] = k_new[:, path], v_new[:, path]
-            out[:, i : i + 1] = attend_row(q[:, i : i + 1], k, v, t)
+            out[:, i : i + 1] = attend_row(q[:, i : i + 1], k, v, t, scale)
         k[:, n_past:n_past + n], v[:, n_past:n_past + n] = k_new, v_new
         return out
     return attend
@@ -146,7 +153,7 @@ def attention_masked(q, k, v, n_past):  # [h, n, dh], [h, T, dh], [h, T, dh] -> 
     """Causal attention of all rows in one product, future keys masked (each row keeps its own key):
     faster for a prompt, not batch invariant."""
     n, t = q.shape[1], n_past + q.shape[1]
-    scores = q @ k[:, :t].transpose(0, 2, 1) * np.float32(1 / np.sqrt(q.shape[-1]))  # [h, n, t]
+    scores = q @ k[:, :t].transpose(0, 2, 1) * head_scale(q.shape[-1])  # [h, n, t]
     future = np.arange(t)[None, :] > (n_past + np.arange(n))[:, None]  # [n, t]; diagonal False
     scores = np.where(future, np.float32(-np.inf), scores)
     return softmax(scores) @ v[:, :t]

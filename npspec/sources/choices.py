@@ -28,7 +28,7 @@ __all__ = ["CACHE_FILE", "MODES", "ChoiceFile", "blas_key", "cpu_model", "machin
 
 log = logging.getLogger(__name__)
 
-PROBE_VERSION = 7  # in every key: raised when how npspec.kernels.probe times a candidate changes (git log: why)
+PROBE_VERSION = 8  # in every key: raised when how npspec.kernels.probe times a candidate changes (git log: why)
 CACHE_FILE = "choices.json"
 MAX_CACHE_BYTES = 4 << 20  # a larger choices.json is not read (a record is under 1 KB): measured again, then rewritten
 LOCK_SECONDS = 60  # how long a store waits for another process's lock on choices.json before skipping the cache

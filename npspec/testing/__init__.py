@@ -1,9 +1,10 @@
 """npspec.testing: a conformance kit for speculative-decoding samplers, yours or npspec's.
 
 A sampler is correct when its output has exactly the target's law. By exact enumeration: oracle (a rule stated as
-probabilities: check_rule), blocks (whole-block verifiers), trees and multidraft (tree rounds, RSD), drafting
-(check_drafter); black box: probes (check_sampler), rounds (check_round); vectors (the laws as JSON: `python -m
-npspec.testing vectors OUT.json`); doubles (TableModel, ScriptedRng), strategies (hypothesis), usage (KitUsageError).
+probabilities: check_rule), blocks (whole-block verifiers), trees and multidraft (tree rounds, RSD), traversal
+(whole trees, leaves up), drafting (check_drafter); black box: probes (check_sampler), rounds (check_round); vectors
+(the laws as JSON: `python -m npspec.testing vectors OUT.json`); doubles (TableModel, ScriptedRng), strategies
+(hypothesis), usage (KitUsageError).
 Callbacks are not time-limited: a check calls them in the caller's thread and one that never returns hangs it (a
 sampler drawing uniforms forever is stopped: UniformsExhausted). Bound it with a test timeout, a subprocess or a
 main-thread alarm raising a BaseException (a callback's Exception is reported as a finding). This file re-exports.
@@ -23,6 +24,8 @@ from .oracle import (Round, RuleError, RuleReport, SpeculativePath, check_rule, 
 from .probes import (ACCEPT_PROBES, MISS_BOUND, ONE_BELOW, STATISTICAL_CASES, Finding, SamplerReport, Uniforms,
                      check_sampler, chi2_sf, chi_square, npspec_sampler, probe_acceptance, probe_proposal,
                      statistical_check)
+from .traversal import (traversal_decisions, traversal_expected_accepted, traversal_outcomes,
+                        traversal_round_distribution, traversal_round_outcomes, whole_trees)
 from .rounds import (DIAGNOSES, GPT2_VOCAB, ROUND_CASES, STATISTICAL_ROUNDS, RoundReport, check_round, npspec_round,
                      realistic_logits, round_laws, round_rows, round_statistics)
 from .strategies import logits_rows, probability_pairs, probability_vectors
@@ -55,4 +58,7 @@ __all__ = [
     "function_rule", "joint_bound", "token_block_rule",
     # multidraft: children drawn without replacement (RSD), the optimal-transport bound
     "node_acceptance", "ot_bound", "tree_expected_accepted", "without_replacement_expander",
+    # traversal: traversal verification (Weng et al. 2025) of whole drafted trees, exactly
+    "traversal_decisions", "traversal_expected_accepted", "traversal_outcomes", "traversal_round_distribution",
+    "traversal_round_outcomes", "whole_trees",
 ]

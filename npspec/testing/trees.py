@@ -122,10 +122,11 @@ def tree_round_distribution(p, expand, prompt, depth, eos=None, verify=multi_can
     return _nonzero(_continued(p, prompt, tree_round_outcomes(p, expand, prompt, depth, eos, verify), depth + 1, eos))
 
 
-def tree_loop_distribution(p, expand, branching, prompt, gamma, max_new_tokens, eos=None, n_ctx=None):
+def tree_loop_distribution(p, expand, branching, prompt, gamma, max_new_tokens, eos=None, n_ctx=None,
+                           outcomes=tree_round_outcomes):
     """`{emitted ids: probability}` of npspec's whole loop drafting static trees of `branching` with `expand`:
     each round's depth is npspec.decode.schedule.tree_depth's (round_gamma's clamp, cut until the verify fits n_ctx);
-    stops at eos, max_new_tokens or n_ctx as the loop does."""
+    stops at eos, max_new_tokens or n_ctx as the loop does. outcomes: a round's, tree_round_outcomes' signature."""
     prompt = _start(prompt, n_ctx)
     sizes = depths(branching_tree(branching))
     shape = SimpleNamespace(depth=len(branching), tree_size=lambda d: sum(x <= d for x in sizes))
@@ -139,7 +140,7 @@ def tree_loop_distribution(p, expand, branching, prompt, gamma, max_new_tokens, 
             dist[out] += prob
             return
         g = max(0, round_gamma(gamma, max_new_tokens - len(out), limit, len(seq)))
-        for emitted, rp in tree_round_outcomes(p, expand, seq, tree_depth(shape, g, limit, len(seq)), eos):
+        for emitted, rp in outcomes(p, expand, seq, tree_depth(shape, g, limit, len(seq)), eos):
             go(seq + emitted, prob * rp)
 
     go(prompt, Fraction(1))

@@ -12,11 +12,16 @@ from fractions import Fraction as F
 import numpy as np
 
 from ..decode import accept, round_gamma
-from .blocks import block_distribution, block_paths, expected_accepted, joint_bound, token_block_rule
-from .multidraft import node_acceptance, ot_bound, without_replacement_expander
+from ..decode.rules import accept_tree_traversal, draw_children, exact_match_accept
+from ..decode.rules.trees import branching_tree, children, depths
+from .blocks import (acceptance_rate, block_distribution, block_paths, exact_match_rule, expected_accepted, joint_bound,
+                     token_block_rule)
+from .multidraft import node_acceptance, ot_bound, tree_expected_accepted, without_replacement_expander
 from .oracle import (constant_table, sequence_distribution, speculative_distribution, speculative_paths, table_drafter,
                      truncate)
 from .probes import _REPLACEMENT_US, ACCEPT_PROBES, chi2_sf
+from .traversal import (after_rejection, child_weight, traversal_expected_accepted, traversal_outcomes,
+                        traversal_round_distribution)
 from .trees import multi_candidate, sampled_expander, tree_round_outcomes
 
 FORMAT = "npspec-speculative-vectors"
@@ -410,4 +415,174 @@ def verification_cases():
                            "ot_bound_iid": _s(ot_bound(p, q, k)), "ot_bound_without_replacement": _s(
                                ot_bound(p, q, k, False))},
         })
-    return {"block_verification": blocks, "multi_draft": trees, "verification_conventions": VERIFICATION_CONVENTIONS}
+    return {"block_verification": blocks, "multi_draft": trees, "exact_match": exact_match_cases(),
+            "traversal": traversal_cases(),
+            "verification_conventions": {**VERIFICATION_CONVENTIONS, **RULE_CONVENTIONS}}
+
+
+# ---- exact-match ("strict") and traversal verification (Weng et al. 2025), the same exact format
+
+EXACT_MATCH_CASES = ["basic", "one-hot-q", "eos", "top-k", "greedy"]
+RULE_CONVENTIONS = {
+    "exact_match": (
+        "the engines' strict rule: at draft i the target draws its own token t_i from p with the test uniform "
+        "u_(g+i) (inverse CDF); d_i is kept iff t_i = d_i; the first mismatch emits t_i; all kept: a bonus from p "
+        "with u_(2g); a draft is kept with probability sum_x p(x) q(x)"),
+    "traversal": (
+        "Weng et al. 2025, Algorithm 1: node i's row q_i is q_rows[depth] without its earlier siblings' ids, "
+        "renormalised (children without replacement); the root has weight 1 and row p_rows[0]; children are "
+        "visited in node order, each subtree before the next sibling; child c starts with weight min(1, w r(c) / "
+        "q_c(c)), (w, r) its parent's current state; a node is tested once its children are all rejected, kept iff "
+        "u_i < its weight; a rejected child c sets its parent's S = sum_x max(0, w r(x) - q_c(x)), w <- S / (S + 1 "
+        "- w) (1 if 0/0), r <- norm(max(0, w r - q_c)) (r if S = 0); the first node kept ends the round: the path "
+        "to it is kept and its current r sampled with u_final; the root is always kept"),
+}
+# name, description, p rows by depth, q rows by depth, branching
+TRAVERSAL_CASES = [
+    ("paper-example", "Weng et al.'s introduction: the first draft alone has ratio 1/2, the pair 1/2 * 4/3; "
+     "traversal keeps the pair with 2/3, token-wise with 1/2", [[F(1, 4), F(3, 4)], [F(2, 3), F(1, 3)], [F(1, 2)] * 2],
+     [[F(1, 2), F(1, 2)], [F(1, 2), F(1, 2)]], (1, 1)),
+    ("sun-rows-tree-2x1", "Sun et al.'s rows, 2 children without replacement and one child each: 16/9 kept "
+     "against RSD's 5/3", [[F(1, 3), F(2, 3)]], [[F(2, 3), F(1, 3)]], (2, 1)),
+    ("three-tokens-2x2", "3 tokens, 2 children of 2 children", [[F(1, 2), F(1, 3), F(1, 6)]], [[F(1, 3)] * 3],
+     (2, 2)),
+    ("three-tokens-chain-3", "a chain of 3: block verification's law", [[F(1, 2), F(1, 3), F(1, 6)]],
+     [[F(1, 6), F(1, 3), F(1, 2)]], (1, 1, 1)),
+]
+
+
+def _exact_match_trials(P, Q, g, seed, n=8, min_margin=F(1, 10 ** 6)):
+    """Chains of g drafts with uniforms (u[0:g] drafts, u[g:2g] the target's own draws, u[2g] the bonus) and the
+    exact (drafts, accepted, token), each uniform at least min_margin from its CDF edge."""
+    rng, out = random.Random(f"exact-match:{seed}"), []
+    while len(out) < n:
+        u = [rng.randrange(2 ** 24) / 2 ** 24 for _ in range(2 * g + 1)]
+        drafts, margins = [], []
+        for i in range(g):
+            x, m = _inverse_cdf(Q[i], u[i])
+            drafts.append(x)
+            margins.append(m)
+        accepted, token = g, None
+        for i, d in enumerate(drafts):
+            t, m = _inverse_cdf(P[i], u[g + i])
+            margins.append(m)
+            if t != d:
+                accepted, token = i, t
+                break
+        if token is None:
+            token, m = _inverse_cdf(P[g], u[2 * g])
+            margins.append(m)
+        if min(margins) >= min_margin:
+            got = exact_match_accept(np.array(drafts), np.array(P, dtype=np.float64),
+                                     np.array(Q[:g], dtype=np.float64), np.array(u[g:2 * g]), u[2 * g])
+            assert got == (accepted, token), (drafts, u)
+            out.append({"uniforms": u, "drafts": drafts, "accepted": accepted, "token": token})
+    return out
+
+
+def exact_match_cases():
+    """EXACT_MATCH_CASES in the format of block_verification (laws by the kit's exact_match_rule), each with the
+    acceptance sum_x p q against sum_x min(p, q), and trials of uniforms with npspec's exact decisions."""
+    chain, out = {c[0]: c for c in CASES}, []
+    for name, description, p, q, gamma, max_new_tokens, eos, warping in (chain[n] for n in EXACT_MATCH_CASES):
+        pw, qw = warp_exact(p, **warping), warp_exact(q, **warping)
+        pt, qt = constant_table(pw), constant_table(qw)
+        target = sequence_distribution(pt, (0,), max_new_tokens, eos)
+        assert block_distribution(pt, qt, (0,), gamma, max_new_tokens, eos, rule=exact_match_rule) == \
+            {k: v for k, v in target.items() if v}, name
+        first = defaultdict(int)
+        for path in block_paths(pt, table_drafter(qt), (0,), gamma, max_new_tokens, eos, rule=exact_match_rule):
+            r = path.rounds[0]
+            first[(r.drafted, r.accepted, r.token)] += path.prob
+        g = round_gamma(gamma, max_new_tokens, None, 1)
+        out.append({
+            "name": name, "description": description, "verifier": "exact-match", "n_vocab": len(p), "prompt": [0],
+            "p_warped": [_s(v) for v in pw], "q_warped": [_s(v) for v in qw], **_warping(warping),
+            "gamma": gamma, "first_round_gamma": g, "max_new_tokens": max_new_tokens, "eos_token_id": eos,
+            "output_law": _law(target, lambda k: {"ids": list(k)}),
+            "first_round_law": _law(first, lambda k: {"drafted": list(k[0]), "accepted": k[1], "token": k[2]}),
+            "acceptance": {"exact_match": _s(acceptance_rate(pw, qw, exact_match_rule)),
+                           "token": _s(acceptance_rate(pw, qw, token_block_rule))},
+            "trials": _exact_match_trials([pw] * (g + 1), [qw] * g, g, name) if g else [],
+        })
+    return out
+
+
+def _row(rows, k):  # rows by depth: row k, the last one repeating
+    return rows[min(k, len(rows) - 1)]
+
+
+def _traversal_decide(ids, parents, P, Q, u):
+    """Exact traversal of one tree (RULE_CONVENTIONS["traversal"]): (kept node indices, token, the smallest
+    distance of a uniform to what it was compared with)."""
+    kids, depth, margins = children(parents), [0] + depths(parents), []  # depth[node + 1]: ids above node's children
+
+    def visit(node, w):
+        r, removed = list(_row(P, depth[node + 1])), []
+        for c in kids[node]:
+            row = [F(0) if x in removed else v for x, v in enumerate(_row(Q, depth[node + 1]))]
+            row = [v / sum(row) for v in row]
+            got = visit(c, child_weight(w, r[ids[c]], row[ids[c]]))
+            if got is not None:
+                return [c] + got[0], got[1]
+            w, r = after_rejection(w, r, row)
+            removed.append(ids[c])
+        if node < 0:
+            return [], r
+        margins.append(abs(F(u[node]) - w))
+        return ([], r) if F(u[node]) < w else None
+
+    path, row = visit(-1, F(1))
+    token, m = _inverse_cdf(row, u[len(ids)])
+    return path, token, min(margins + [m])
+
+
+def _traversal_trials(P, Q, branching, seed, n=8, min_margin=F(1, 10 ** 6)):
+    """Trees of the case's shape drawn without replacement, N + 1 uniforms (node i's test, then the last sample)
+    and the exact kept path and token, each uniform at least min_margin from its boundary; npspec's float
+    accept_tree_traversal (given each node's row before excluding siblings) decides the same."""
+    parents, rng, out = branching_tree(branching), random.Random(f"traversal:{seed}"), []
+    kids, depth = children(parents), [0] + depths(parents)
+    while len(out) < n:
+        ids = [0] * len(parents)
+        for node in range(-1, len(parents)):
+            drawn = draw_children(np.array(_row(Q, depth[node + 1]), dtype=np.float64), len(kids[node]),
+                                  [rng.random() for _ in kids[node]])
+            for c, x in zip(kids[node], drawn):
+                ids[c] = int(x)
+        u = [rng.randrange(2 ** 24) / 2 ** 24 for _ in range(len(parents) + 1)]
+        if len(out) % 3 == 1:
+            u[:len(parents)] = [1 - 2 ** -10] * len(parents)  # the tests mostly reject: the walk goes up the tree
+        path, token, margin = _traversal_decide(ids, parents, P, Q, u)
+        if margin < min_margin:
+            continue
+        base = np.array([_row(Q, depth[parents[i] + 1]) for i in range(len(parents))], dtype=np.float64)
+        prows = np.array([_row(P, depth[i + 1]) for i in range(-1, len(parents))], dtype=np.float64)
+        assert accept_tree_traversal(ids, parents, base, prows, np.array(u[:-1]), u[-1]) == (path, token)
+        out.append({"ids": ids, "parents": parents, "uniforms": u, "kept": path, "token": token})
+    return out
+
+
+def traversal_cases():
+    """TRAVERSAL_CASES: one round of a tree (children without replacement) decided by traversal verification, with
+    rows by depth; its law of (kept ids, token), E[kept] against the token-wise rule (RSD), and trials."""
+    out = []
+    for name, description, p_rows, q_rows, branching in TRAVERSAL_CASES:
+        pt, qt = positional_table(p_rows, 1), positional_table(q_rows, 1)
+        expand, depth = without_replacement_expander(qt, branching), len(branching)
+        assert traversal_round_distribution(pt, expand, (0,), depth) == \
+            {k: v for k, v in sequence_distribution(pt, (0,), depth + 1).items() if v}, name
+        law = defaultdict(int)
+        for kept, emitted, prob in traversal_outcomes(pt, expand, (0,), depth):
+            law[kept, emitted[-1]] += prob
+        out.append({
+            "name": name, "description": description, "verifier": "traversal", "n_vocab": len(p_rows[0]),
+            "prompt": [0], "p_rows": [[_s(v) for v in r] for r in p_rows],
+            "q_rows": [[_s(v) for v in r] for r in q_rows],
+            "branching": list(branching), "children": "without-replacement",
+            "round_law": _law(law, lambda k: {"kept": list(k[0]), "token": k[1]}),
+            "expected_accepted": {"traversal": _s(traversal_expected_accepted(pt, expand, (0,), depth)),
+                                  "token_wise": _s(tree_expected_accepted(pt, expand, (0,), depth))},
+            "trials": _traversal_trials(p_rows, q_rows, branching, name),
+        })
+    return out

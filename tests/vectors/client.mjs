@@ -9,6 +9,9 @@
 //   * round: whole rounds from the raw rows and the warping, uniforms given: drafts, accepted count, token;
 //   * law:   first_round_law and output_law of `cases` and `position_cases`, exactly: the sampler is run once
 //            per cell of its uniforms' decision edges and the outcomes weighed in fractions (see exactLaws);
+//   * exact-match, traversal: the trials of two more verifiers (the engines' strict rule; Weng et al. 2025's
+//            traversal of a tree from the leaves up), decided in exact fractions, and the traversal round law's
+//            expected kept drafts against its listed value;
 //   * --statistical adds the same laws by sampling, as `procedure` says (20,000 generations per case,
 //            Pearson's chi-square, pooled cells): about two seconds; a consumer that cannot enumerate does this.
 // Usage: node client.mjs VECTORS.json [--bug NAME] [--statistical]
@@ -17,10 +20,11 @@
 //   bonus-from-draft  the bonus token drawn from the draft's row q_gamma instead of p_gamma
 //   reused-uniform    the draft's own uniform u[i] reused for its test instead of u[g + i]
 //   one-sided-warp    top-k / top-p applied to q only; p tested unwarped
+//   traversal-top-down  a child's weight restarts at min(1, p/q) instead of carrying the path's weight
 import { readFileSync } from "node:fs";
 import process from "node:process";
 
-const BUGS = ["non-strict", "bonus-from-draft", "reused-uniform", "one-sided-warp"];
+const BUGS = ["non-strict", "bonus-from-draft", "reused-uniform", "one-sided-warp", "traversal-top-down"];
 
 // ---- Exact fractions (BigInt): the vectors write probabilities as "n/d" or "n" ----
 
@@ -347,6 +351,79 @@ function checkSampledLaws(vectors, bug, seed = 1) {
   return failures;
 }
 
+// ---- Two more verifiers, in exact fractions (verification_conventions "exact_match" and "traversal") ----
+
+const mul = (a, b) => frac(a.n * b.n, a.d * b.d);
+const max0 = (a) => (a.n < 0n ? ZERO : a);
+const min1 = (a) => (cmp(a, ONE) > 0 ? ONE : a);
+const exactU = (u) => frac(BigInt(u * 2 ** 24), 2n ** 24n); // the trials' uniforms are multiples of 2^-24
+
+function exactDraw(row, u) { // inverse CDF in fractions: the first id whose cumulative mass exceeds u * total
+  const t = mul(exactU(u), sum(row));
+  let cum = ZERO;
+  for (let x = 0; x < row.length; x++) {
+    cum = add(cum, row[x]);
+    if (cmp(cum, t) > 0) return x;
+  }
+  throw new Error("u must be below 1");
+}
+
+function exactMatch(d, p, u) { // keep d_i while the target's own draw with u[g + i] equals it
+  const g = d.length;
+  for (let i = 0; i < g; i++) {
+    const t = exactDraw(p, u[g + i]);
+    if (t !== d[i]) return [i, t];
+  }
+  return [g, exactDraw(p, u[2 * g])];
+}
+
+function traversal(ids, parents, P, Q, u, bug) { // -> [kept node indices, token]
+  const kids = new Map([[-1, []]]), depth = [];
+  parents.forEach((parent, i) => {
+    kids.get(parent).push(i);
+    kids.set(i, []);
+    depth.push(parent < 0 ? 0 : depth[parent] + 1);
+  });
+  const at = (rows, k) => rows[Math.min(k, rows.length - 1)];
+  const visit = (node, w) => {
+    let r = at(P, node < 0 ? 0 : depth[node] + 1);
+    const removed = new Set();
+    for (const c of kids.get(node)) {
+      const q = normalise(at(Q, depth[c]).map((v, x) => (removed.has(x) ? ZERO : v)));
+      const ratio = div(r[ids[c]], q[ids[c]]);
+      const got = visit(c, min1(bug === "traversal-top-down" ? ratio : mul(w, ratio))); // BUG: ratio restarts
+      if (got) return [[c, ...got[0]], got[1]];
+      const z = r.map((v, x) => max0(sub(mul(w, v), q[x]))), mass = sum(z), den = add(sub(mass, w), ONE);
+      w = den.n > 0n ? div(mass, den) : ONE;
+      if (mass.n > 0n) r = z.map((v) => div(v, mass));
+      removed.add(ids[c]);
+    }
+    return node < 0 || cmp(exactU(u[node]), w) < 0 ? [[], r] : null;
+  };
+  const [path, r] = visit(-1, ONE);
+  return [path, exactDraw(r, u[ids.length])];
+}
+
+function checkVerifiers(vectors, bug) {
+  const failures = [], key = (x) => JSON.stringify(x);
+  for (const c of vectors.exact_match ?? []) {
+    const p = c.p_warped.map(parse);
+    const bad = c.trials.filter((t) => key(exactMatch(t.drafts, p, t.uniforms)) !== key([t.accepted, t.token]));
+    if (bad.length) failures.push(`exact-match ${c.name}: ${bad.length} of ${c.trials.length} trials differ`);
+  }
+  for (const c of vectors.traversal ?? []) {
+    const P = fracs(c.p_rows), Q = fracs(c.q_rows);
+    const bad = c.trials.filter((t) => key(traversal(t.ids, t.parents, P, Q, t.uniforms, bug)) !==
+      key([t.kept, t.token]));
+    if (bad.length) failures.push(`traversal ${c.name}: ${bad.length} of ${c.trials.length} trials differ`);
+    const kept = c.round_law.reduce((a, e) => add(a, mul(parse(e.probability), frac(BigInt(e.kept.length)))), ZERO);
+    const total = sum(c.round_law.map((e) => parse(e.probability)));
+    if (!same(total, ONE) || !same(kept, parse(c.expected_accepted.traversal)))
+      failures.push(`traversal ${c.name}: round_law is not a law with the listed expected kept drafts`);
+  }
+  return failures;
+}
+
 function main(argv) {
   const [path] = argv, at = argv.indexOf("--bug"), bug = at >= 0 ? argv[at + 1] : null;
   if (!path || path.startsWith("--") || (bug !== null && !BUGS.includes(bug))) {
@@ -359,7 +436,7 @@ function main(argv) {
     return 2;
   }
   const failures = [...checkWarps(vectors), ...checkProbes(vectors, bug), ...checkRounds(vectors, bug),
-    ...checkExactLaws(vectors, bug)];
+    ...checkExactLaws(vectors, bug), ...checkVerifiers(vectors, bug)];
   if (argv.includes("--statistical")) failures.push(...checkSampledLaws(vectors, bug));
   for (const line of failures) console.log(`FAIL ${line}`);
   console.log(`${failures.length} failures`);

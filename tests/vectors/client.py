@@ -6,6 +6,8 @@ the paper, with the classic bugs as switches (--bug), and the three checks VECTO
   * probe_cases: one draft x, u_test and u_final given; the decision and the token must be the vector's;
   * round_cases: whole rounds, uniforms given in the layout u[0:g] drafts, u[g:2g] tests, u[2g] the last draw;
     the drafts, the accepted count and the token must be the vector's;
+  * exact_match and traversal: trials of two more verifiers (the engines' strict rule; Weng et al. 2025's
+    traversal of a tree, leaves up), uniforms given; the decisions must be the vector's;
   * --statistical: the laws of `cases` and `position_cases` (first_round_law, output_law) by sampling, as
     `procedure` says: n_samples generations, Pearson's chi-square with cells of expected count below
     min_expected pooled, failed when the statistic exceeds critical_values[df].
@@ -17,7 +19,8 @@ import json
 import random
 import sys
 
-BUGS = ("non-strict", "unguarded-residual", "bonus-from-draft", "q-unwarped", "rows-off-by-one")
+BUGS = ("non-strict", "unguarded-residual", "bonus-from-draft", "q-unwarped", "rows-off-by-one", "strict-on-draft",
+        "traversal-weight-kept", "traversal-top-down")
 
 
 def number(s):  # "n/d" or "n" -> float
@@ -64,6 +67,65 @@ class Sampler:
                 return drafts[:i + 1], i + 1, None
         bonus = Q[g] if self.bug == "bonus-from-draft" and g < len(Q) else P[g]  # BUG: the bonus from the draft
         return drafts, g, draw(bonus, u[2 * g])
+
+
+def exact_match(d, P, u, g, bug=None):
+    """The strict rule: keep d_i iff the target's own draw with u[g + i] equals it; (accepted, token)."""
+    for i, x in enumerate(d):
+        t = draw(P[i], u[g + i]) if bug != "strict-on-draft" else draw(P[i], u[i])  # BUG: the draft's uniform
+        if t != x:
+            return i, t
+    return len(d), draw(P[len(d)], u[2 * g])
+
+
+def traversal(ids, parents, P, Q, u, bug=None):
+    """Traversal verification (verification_conventions["traversal"]): (kept node indices, token)."""
+    kids, depth = {-1: []}, []
+    for i, parent in enumerate(parents):
+        kids.setdefault(parent, []).append(i)
+        kids[i] = []
+        depth.append(0 if parent < 0 else depth[parent] + 1)
+
+    def row_at(rows, k):
+        return rows[min(k, len(rows) - 1)]
+
+    def visit(node, w):
+        r, removed = list(row_at(P, 0 if node < 0 else depth[node] + 1)), []
+        for c in kids[node]:
+            q = [0.0 if x in removed else v for x, v in enumerate(row_at(Q, depth[c]))]
+            q = [v / sum(q) for v in q]
+            ratio = r[ids[c]] / q[ids[c]]
+            got = visit(c, min(1.0, ratio if bug == "traversal-top-down" else w * ratio))  # BUG: ratio restarts at 1
+            if got is not None:
+                return [c] + got[0], got[1]
+            z = [max(0.0, w * a - b) for a, b in zip(r, q)]
+            mass = sum(z)
+            if bug != "traversal-weight-kept":  # BUG: the weight not updated after a rejected child
+                w = mass / (mass + 1 - w) if mass + 1 - w > 0 else 1.0
+            r = [v / mass for v in z] if mass > 0 else r
+            removed.append(ids[c])
+        return ([], r) if node < 0 or u[node] < w else None
+
+    path, r = visit(-1, 1.0)
+    return path, draw(r, u[len(ids)])
+
+
+def check_verifiers(sampler, vectors):
+    """The exact_match and traversal trials: every decision must be the vector's."""
+    failures = []
+    for c in vectors.get("exact_match", []):
+        P, Q = [[number(v) for v in c["p_warped"]]], [[number(v) for v in c["q_warped"]]]
+        bad = sum(exact_match(t["drafts"], P * (len(t["drafts"]) + 1), t["uniforms"], len(t["drafts"]), sampler.bug)
+                  != (t["accepted"], t["token"]) for t in c["trials"])
+        if bad:
+            failures.append(f"exact-match {c['name']}: {bad} of {len(c['trials'])} trials differ")
+    for c in vectors.get("traversal", []):
+        P, Q = rows(c["p_rows"]), rows(c["q_rows"])
+        bad = sum(traversal(t["ids"], t["parents"], P, Q, t["uniforms"], sampler.bug) != (t["kept"], t["token"])
+                  for t in c["trials"])
+        if bad:
+            failures.append(f"traversal {c['name']}: {bad} of {len(c['trials'])} trials differ")
+    return failures
 
 
 def check_probes(sampler, vectors):
@@ -178,7 +240,7 @@ def main(argv):
         print("client: not npspec-speculative-vectors version 2", file=sys.stderr)
         return 2
     sampler = Sampler(bug)
-    failures = check_probes(sampler, vectors) + check_rounds(sampler, vectors)
+    failures = check_probes(sampler, vectors) + check_rounds(sampler, vectors) + check_verifiers(sampler, vectors)
     if statistical:
         failures += check_laws(sampler, vectors)
     for line in failures:
