@@ -7,18 +7,20 @@ self-draft on it keeps greedy output. The packing (QuantPanels) is plain NumPy a
 products skip without it, saying why.
 """
 
+import json
+
 import numpy as np
 import pytest
 
 from npspec.decode import speculative_generate
 from npspec.kernels import compiled
 from npspec.kernels.probe import choose_kernels
-from npspec.kernels.registry import REGISTRY, STATIC_DEFAULT, codes_kernel, role_candidates
+from npspec.kernels.registry import REGISTRY, STATIC_DEFAULT, codes_kernel, plain_baselines, role_candidates
 from npspec.sources import first_kernel, load, random_model
 from npspec.sources.quantize import dequantize_tensor, parse_scheme, quantize_tensor
 from npspec.sources.quantized import quantize_model
 
-from conftest import tiny_model
+from conftest import ROOT, run_python, tiny_model
 
 needs_numba = pytest.mark.skipif(not compiled.available(), reason="compiled-quant needs the 'fast' extra (numba)")
 M_MAX = 16
@@ -74,6 +76,8 @@ def test_the_probe_chooses_among_the_kernels_reading_the_codes_a_model_holds():
     assert codes_kernel() == ("compiled-quant" if compiled.available() else STATIC_DEFAULT)
     assert first_kernel("int4-g64:self") == codes_kernel() and first_kernel("int8-ch+emb:x") == codes_kernel()
     assert first_kernel("fp16:self") == first_kernel("random:gpt2") == first_kernel(None) == STATIC_DEFAULT
+    assert plain_baselines("compiled-quant", compiled.QuantPanels) == ("compiled-quant",)  # --compare of a codes target
+    assert plain_baselines("dequant-panels", REGISTRY["dequant-panels"].codes) == ("dequant-panels",)
 
 
 @needs_numba
@@ -179,3 +183,17 @@ def test_load_keeps_a_quantized_drafts_codes_and_the_probe_chooses_compiled_quan
     chosen = choose_kernels(target, draft, 2, None, "off")
     assert chosen.draft.kernel == "compiled-quant" and chosen.draft.model.codes is compiled.QuantPanels
     assert draft.n_bytes < 0.45 * target.n_bytes
+
+
+@needs_numba
+def test_the_cli_decodes_a_quantized_target_and_self_draft_on_compiled_quant_with_the_same_output(tmp_path):
+    """`--target int8-ch:DIR --draft int4-g64:self --compare`: both roles keep codes (compiled-quant), and --compare's
+    plain decodings of the quantized target read the same codes (registry.plain_baselines): the same output."""
+    target = str(ROOT / "weights" / "shakespeare" / "target")
+    r = run_python("-m", "npspec.generate", "--target", f"int8-ch:{target}", "--draft", "int4-g64:self", "--json",
+                   "--temperature", "0", "--max-new-tokens", "12", "--compare", "--kernel-probe", "off", "ROMEO:",
+                   env={"NPSPEC_CACHE": str(tmp_path)})
+    assert r.returncode == 0, r.stderr[-2000:]
+    record = json.loads(r.stdout)
+    assert record["stats"]["target_kernel"] == record["stats"]["draft_kernel"] == "compiled-quant"
+    assert record["compare"]["same_ids"] is True

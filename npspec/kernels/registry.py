@@ -115,7 +115,10 @@ def role_candidates(role, codes=None):
     return tuple(n for n in names_ if REGISTRY[n].available())
 
 
-def plain_baselines(target_kernel):
-    """The kernels --compare times plain decoding with: the target's, the installed compiled one and BLAS's, once each."""
+def plain_baselines(target_kernel, codes=None):
+    """The kernels --compare times plain decoding with: the target's, the installed compiled one and BLAS's, once each;
+    for a target holding int codes of class `codes`, the installed kernels reading them (role_candidates)."""
+    if codes is not None:
+        return tuple(dict.fromkeys([target_kernel, *role_candidates("target", codes)]))
     extra = [n for n in ("compiled-panels",) if REGISTRY[n].available()]
     return tuple(dict.fromkeys([target_kernel, *extra, *PLAIN_BASELINES]))
