@@ -1,8 +1,9 @@
 """python -m bench.mutants [NAME ...] [--list]: the classic sampler faults, planted one at a time in a copy of npspec.
 
 Each mutant (MUTANTS) is one textual edit of npspec's own sampler, round or drafter, the fault real engines
-shipped: a non-strict test, an unguarded residual, the bonus from the draft, q reported unwarped, the target's
-rows off by one, a drafter length rule that peeks at the draft it is about to propose. For each, the
+shipped: the six classic ones (a non-strict test, an unguarded residual, the bonus from the draft, q reported
+unwarped, the target's rows off by one, a drafter length rule that peeks), then one per class of the kit's bug zoo
+(npspec.testing.zoo.BUGS) that npspec's round can express (not placeholder-id: npspec never pads drafts). For each, the
 repository (npspec/, tests/, setup.cfg, examples/, notes/, README.md; weights/ linked, not copied) is copied
 to a fresh temporary directory, the edit is applied there (it must match exactly once: a stale mutant is an
 error, not a pass), and the tests named for that fault run on the copy with pytest. The working tree is never
@@ -43,6 +44,18 @@ DRAFTER_TESTS = [
     "tests/test_kit_rounds.py::test_model_drafter_objects_are_lossless_under_every_warp",
 ]
 
+ZOO_SAMPLER_TESTS = [
+    "tests/test_kit.py::test_npspec_sampler_passes",
+    "tests/test_kit_rounds.py::test_npspecs_own_round_passes",
+]
+BLOCK_TESTS = [
+    "tests/test_block_verify.py::test_block_verification_keeps_the_target_law_on_every_small_case",
+    "tests/test_block_verify.py::test_block_accept_decides_as_block_verification",
+]
+TEST_RULE = "kept = u_accept < p[rows, d] / q[rows, d]"
+LAST_ROW = "last = p[gamma] if n == gamma else residual(p[n], q[n])"
+DRAW = "token, top = sample(row, u[i]), row.max()"
+
 # (name, file, the original text, the mutant's text, the tests that must kill it)
 MUTANTS = [
     ("non-strict-test", "npspec/decode/rules/token.py",
@@ -63,6 +76,29 @@ MUTANTS = [
      "            if not sampling.greedy and row[token] < self.p_min:  # withholds d_i after seeing it\n"
      "                q.pop()\n                break\n"
      "            d.append(token)\n            ctx.append(token)\n            if top < self.p_min:", DRAFTER_TESTS),
+    # the bug zoo, one mutant per class npspec's round can express (named as npspec.testing.zoo.BUGS names them)
+    ("zoo-uniform-reused", "npspec/decode/rules/token.py", "return n, sample(last, u_final)",
+     "return n, sample(last, u_accept[n] if n < gamma else u_final)", ZOO_SAMPLER_TESTS),
+    ("zoo-constant-uniform", "npspec/decode/rules/token.py", TEST_RULE,
+     "kept = 0.0 * u_accept < p[rows, d] / q[rows, d]", ZOO_SAMPLER_TESTS),
+    ("zoo-p-unwarped", "npspec/decode/round.py", "p, q = sampling.warp(logits[:k + 1]), proposal.q_rows(n_vocab)",
+     "p, q = type(sampling)(sampling.temperature).warp(logits[:k + 1]), proposal.q_rows(n_vocab)",
+     ["tests/test_loop_replay.py::test_q_is_what_the_draft_sampled_from_and_p_is_warped_alike"]),
+    ("zoo-argmax-draft", "npspec/decode/drafters/model.py", DRAW, "token, top = int(np.argmax(row)), row.max()",
+     DRAFTER_TESTS),
+    ("zoo-precision-mismatch", "npspec/decode/drafters/model.py", DRAW,
+     "token, top = sample(row.astype(np.float16).astype(np.float64), u[i]), row.max()",
+     ["tests/test_kit_zoo.py::test_npspecs_model_drafter_draws_from_the_q_it_reports_at_cells_edges"]),
+    ("zoo-block-token-test", "npspec/decode/rules/block.py",
+     "    h = block_thresholds(w, p, q)\n    kept = np.asarray(u_tests[:k]) < h[1:]",
+     "    h = np.append(1.0, np.cumprod(np.minimum(1.0, p[np.arange(k), d] / q[np.arange(k), d])))\n"
+     "    kept = np.cumprod(u_tests[:k]) <= h[1:]", BLOCK_TESTS),
+    ("zoo-block-q-one", "npspec/decode/rules/block.py", "ratio = p[np.arange(k), d] / q[np.arange(k), d]",
+     "ratio = p[np.arange(k), d] / 1.0", BLOCK_TESTS),
+    ("zoo-inputs-mutated", "npspec/decode/rules/token.py", LAST_ROW, LAST_ROW + "\n    q[rows, d] = 0.0",
+     ZOO_SAMPLER_TESTS),
+    ("zoo-no-residual", "npspec/decode/rules/token.py", LAST_ROW,
+     "last = p[gamma] if n == gamma else p[n]", ZOO_SAMPLER_TESTS),
 ]
 
 

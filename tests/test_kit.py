@@ -197,7 +197,7 @@ def test_each_probe_message_names_what_was_wrong():
     # u == p/q: the strict test was right, the replacement was wrong; the message blames the replacement
     (at,) = findings_of(kit.check_sampler(NPSPEC_PROPOSE, p_on_rejection, statistical=False), "at-ratio")
     assert at.startswith("[at-ratio] rejected x as it should, but the replacement 0 is not one of [1]: it must be "
-                         "drawn from norm(max(0, p - q)), whose support is [1] (p = [0.25, 0.75]")
+                         "drawn from norm(max(0, p - q)), whose support is [1] [bug class no-residual] (p = [0.25, 0.75]")
     assert "strict" not in at
     (at,) = findings_of(kit.check_sampler(NPSPEC_PROPOSE, non_strict, statistical=False), "at-ratio")
     assert at.startswith("[at-ratio] accepted x at u = 0.5, p[x]/q[x] = 0.5: u == p/q must reject (the test is "
@@ -217,8 +217,9 @@ def test_each_probe_message_names_what_was_wrong():
 def test_a_draft_that_reports_another_q_than_it_sampled_is_probed():
     report = kit.check_sampler(topk_reporting_softmax, NPSPEC_ACCEPT, statistical=False)
     assert {f.probe for f in report.findings} == {"proposal-q-not-sampled"}
-    assert str(report.findings[0]).startswith("[proposal-q-not-sampled] logits [2.0, 1.0, 0.0, -1.0]: ids [2, 3] have "
-                                              "q = [0.0871")
+    assert str(report.findings[0]).startswith("[proposal-q-not-sampled] logits [2.0, 1.0, 0.0, -1.0]: ids [2, 3] hold "
+                                              "q mass 0.1192")
+    assert str(report.findings[0]).endswith("[bug class q-unwarped, shipped in transformers 47932]")
     assert kit.check_sampler(*kit.npspec_sampler(top_k=2), statistical=False).ok  # reporting its own q: passes
 
 

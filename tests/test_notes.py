@@ -175,7 +175,7 @@ def test_references_exist(pattern, missing, at_least):
 def test_every_numbered_claim_names_a_test():
     text = (NOTES / "derivation.md").read_text(encoding="utf-8")
     claims = re.split(r"^## (?=\d+\. )", text, flags=re.M)[1:]
-    assert len(claims) == 14  # 0 (notation) + claims 1..13
+    assert len(claims) == 15  # 0 (notation) + claims 1..14
     for claim in claims[1:]:
         assert TEST_REF.search(claim), claim.splitlines()[0]
 
@@ -195,6 +195,7 @@ CLAIM_WORDS = {
     11: ("rsd", "replacement", "children", "coupling"),
     12: ("traversal",),
     13: ("match", "sum p q", "strict"),
+    14: ("ceiling", "lossiness", "lossy"),
 }
 # the tests each claim must keep citing (more may be cited)
 CLAIM_TESTS = {
@@ -221,6 +222,8 @@ CLAIM_TESTS = {
          "tests/test_traversal.py::test_on_a_chain_the_law_is_block_verifications_draft_by_draft"},
     13: {"tests/test_exact_match.py::test_exact_match_keeps_the_target_law_on_every_small_case",
          "tests/test_exact_match.py::test_a_draft_is_kept_with_probability_sum_p_q_exactly"},
+    14: {"tests/test_gap.py::test_every_rule_keeps_at_most_its_ceiling_in_a_whole_tree",
+         "tests/test_lossiness.py::test_lossiness_is_exactly_zero_for_npspecs_rules_stated_in_fractions"},
 }
 
 

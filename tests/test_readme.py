@@ -1,9 +1,12 @@
 """README.md as a reference: its option table names every option `npspec generate` has, its layout names every wing
-of npspec/ in import order, and its reference sections (Quick start to the end) fit in REFERENCE_LINES lines.
+of npspec/ in import order, its table of bug classes is the kit's own (npspec.testing.zoo_table()), and its
+reference sections (Quick start to the end, that generated table aside) fit in REFERENCE_LINES lines.
 The synopsis is test_cli.py's, the troubleshooting table test_cli.py's and test_hostile_cli.py's, the Performance
 section and the introduction's figures test_bench_report.py's."""
 
 import re
+
+from npspec.testing import BUGS, zoo_table
 
 from conftest import ROOT, run_python
 from test_layout import WINGS
@@ -50,7 +53,29 @@ def test_the_layout_names_each_wing_in_import_order():
     assert {"tests", "bench", "notes", "weights"} <= set(rows)
 
 
+ZOO = re.compile(r"<!-- zoo:start -->\n(.*?)<!-- zoo:end -->\n", re.S)
+
+
+def zoo_block(text):
+    """The text between README's zoo markers (exactly one pair), without its final newline."""
+    blocks = ZOO.findall(text)
+    assert len(blocks) == 1, f"README holds {len(blocks)} zoo tables, not one"
+    return blocks[0].rstrip("\n")
+
+
+def test_the_bug_table_is_the_kits_own_list():
+    assert zoo_block(README.read_text(encoding="utf-8")) == zoo_table(), \
+        "README's bug table differs from npspec.testing.zoo_table(): paste its output between the zoo markers"
+    assert zoo_table().count("\n| `") == len(BUGS)
+
+
+def test_the_bug_table_check_can_fail():
+    text = f"x\n<!-- zoo:start -->\n{zoo_table()}\n<!-- zoo:end -->\ny"
+    assert zoo_block(text) == zoo_table()
+    assert zoo_block(text.replace("vLLM 47386", "vLLM 1")) != zoo_table()
+
+
 def test_the_reference_sections_fit():
-    text = README.read_text(encoding="utf-8")
+    text = ZOO.sub("", README.read_text(encoding="utf-8"))
     reference = text[text.index("\n## Quick start\n"):].strip("\n").splitlines()
     assert len(reference) <= REFERENCE_LINES, f"README's reference sections hold {len(reference)} lines"

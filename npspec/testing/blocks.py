@@ -8,7 +8,9 @@ acceptance_rate is one draft's chance of being kept; the rest mirrors npspec.tes
 Imports numpy, npspec.decode, npspec.decode.rules, npspec.testing.oracle and npspec.testing.probes (integer).
 """
 
+import copy
 import itertools
+import math
 from collections import defaultdict
 from fractions import Fraction
 
@@ -17,9 +19,12 @@ import numpy as np
 from ..decode.rules import block_thresholds, block_weights
 from ..decode import accept, next_gamma, round_gamma
 from .oracle import (Round, RuleReport, SpeculativePath, _continued, _differ, _first_gamma, _is_exact, _nonzero,
-                     _start, _stopped,
+                     _prompt, _start, _stopped,
                      constant_table, random_table, sequence_distribution, small_cases, table_drafter)
-from .probes import integer
+from .probes import id_problem, integer
+from .usage import (MAX_OUTCOMES, MAX_TOL, KitUsageError, largest, need_bounded, need_callable, need_int, need_ints,
+                    need_real, need_row)
+from .zoo import named
 
 ONE_BELOW = float(np.nextafter(1.0, 0.0))  # the largest double below 1, as npspec.testing.probes.ONE_BELOW
 
@@ -262,24 +267,108 @@ def context_cases(n=8, n_vocab=3):
     return [(random_table(n_vocab, seed=s), random_table(n_vocab, seed=1000 + s)) for s in range(n)]
 
 
+def cumprod_rule(q_one=False):
+    """vllm-ascend's block verify before PR 7808 (issue 7807), as a block rule for up to 2 drafts: keep up to the LAST i
+    with prod_{j<=i} u_j <= prod_{j<=i} c_j, c_j = min(1, p_j(d_j) / q_j(d_j)) (q_one: c_j = p_j(d_j), q taken as 1,
+    PR 7603/7839's n-gram path), then the token rule's residual norm(max(0, p - q)) (q one-hot at d_i if q_one). For
+    c_1 >= c_2 > 0, P(keep 2) = c_2 (1 - ln c_2): floats. Returns None for 3 drafts or more (no closed form here)."""
+    def rule(p_rows, q_rows, d):
+        if len(d) > 2:
+            return None
+        q_rows = [[float(y == x) for y in range(len(p_rows[0]))] for x in d] if q_one else q_rows
+        c = list(itertools.accumulate((min(1.0, float(p_rows[i][x] / q_rows[i][x])) for i, x in enumerate(d)),
+                                      lambda a, b: a * b))
+        if len(d) == 1:
+            probs = [1 - c[0], c[0]]
+        elif c[1] > 0:
+            probs = [1 - c[0] + c[1] * math.log(c[0]), c[0] - c[1] - c[1] * math.log(c[0] / c[1]),
+                     c[1] * (1 - math.log(c[1]))]
+        else:
+            probs = [1 - c[0], c[0], 0.0]
+        out = []
+        for n, prob in enumerate(probs):
+            row = p_rows[n] if n == len(d) else [max(0, a - b) for a, b in zip(p_rows[n], q_rows[n])]
+            mass = sum(row)
+            out.append((prob, n, [float(x / mass) for x in row] if mass else [float(x) for x in p_rows[n]]))
+        return out
+    return rule
+
+
+# the zoo's block-rule classes, each as the block rule that reproduces it
+BLOCK_DIAGNOSES = [("block-token-test", cumprod_rule()), ("block-q-one", cumprod_rule(q_one=True))]
+
+
+class InputsMutated(Exception):
+    """A rule wrote the rows or drafts it was handed."""
+
+
+def guarded(rule):
+    """`rule` checked at each call: its inputs unwritten (InputsMutated, bug class inputs-mutated) and each (probability,
+    n, row) it returns with 0 <= n <= len(d) and a row over the vocabulary (ValueError, bug class placeholder-id)."""
+    def call(p_rows, q_rows, d):
+        before = copy.deepcopy((p_rows, q_rows, d))
+        out = rule(p_rows, q_rows, d)
+        for name, a, b in zip(("p_rows", "q_rows", "d"), before, (p_rows, q_rows, d)):
+            if list(map(list, a) if name != "d" else a) != list(map(list, b) if name != "d" else b):
+                raise InputsMutated(f"the rule wrote the caller's {name} in place" + named("inputs-mutated"))
+        for prob, n, row in out:
+            problem = id_problem(n, len(d) + 1, "n (the drafts kept)") if integer(n) is not None else None
+            if problem or len(row) != len(p_rows[0]):
+                raise ValueError(problem or f"returned a row of {len(row)} entries for {len(p_rows[0])} ids")
+        return out
+    return call
+
+
+def _diagnose(pt, qt, prompt, gamma, eos, got):
+    """'; it gives the law of ...' for the BLOCK_DIAGNOSES whose law equals `got` here (to 1e-9), else ''."""
+    names = []
+    for name, bug in BLOCK_DIAGNOSES:
+        try:
+            law = block_round_distribution(pt, qt, prompt, gamma, eos, bug)
+        except Exception:  # no closed form here (None), or the bug cannot run on these rows
+            continue
+        if not _differ(law, got, 1e-9):
+            names.append(name + named(name))
+    return "; it gives the law of " + " / ".join(names) if names else ""
+
+
 def check_block_rule(rule, cases=None, gammas=(1, 2, 3), prompt=(0,), eos=None, tol=1e-12):
-    """oracle.check_rule for block rules, default cases small_cases() then context_cases(): a RuleReport.
-    A `rule` that never returns hangs the check (npspec.testing)."""
+    """oracle.check_rule for block rules, default cases small_cases() then context_cases(): a RuleReport, naming the
+    zoo's block classes (BLOCK_DIAGNOSES) whose law the rule gives; a rule that writes its inputs or returns an n
+    outside [0, len(d)] fails (bug classes inputs-mutated, placeholder-id). Raises KitUsageError as check_rule does
+    (a non-callable rule, bad gammas, prompt, eos or tol, a row that is not a probability row, empty cases, an
+    enumeration over MAX_OUTCOMES). A `rule` that never returns hangs the check (npspec.testing)."""
+    where = "check_block_rule"
+    need_callable(rule, "rule", "block_rule(p_rows, q_rows, d) -> [(probability, n, row), ...]", where)
+    gammas = need_ints(gammas, "gammas", where, 1, why=" (gamma 0 drafts nothing: no rule would be tested)")
+    prompt = _prompt(prompt, where)
+    tol = need_real(tol, "tol", where, 0, MAX_TOL, why=" (a wrong rule is off by far more than rounding)")
+    checked = guarded(rule)
     n, used = 0, 0
     for p, q in ([*small_cases(), *context_cases()] if cases is None else cases):
         n += 1
         pt = p if callable(p) else constant_table(p)
         qt = q if callable(q) else constant_table(q)
+        n_vocab = need_row(pt(prompt), f"cases[{n - 1}]'s p", where)
+        need_row(qt(prompt), f"cases[{n - 1}]'s q", where, n_vocab)
+        if eos is not None:
+            need_int(eos, "eos", where, 0, n_vocab - 1)
         for gamma in gammas:
+            need_bounded(n_vocab ** (gamma + 1), f"gamma {gamma} over {n_vocab} ids ({n_vocab}**{gamma + 1} sequences)",
+                         where, f"use gamma <= {largest(lambda g: n_vocab ** (g + 1) <= MAX_OUTCOMES)} here")
             expected = _nonzero(sequence_distribution(pt, prompt, gamma + 1, eos))
             try:
-                got = block_round_distribution(pt, qt, prompt, gamma, eos, rule)
+                got = block_round_distribution(pt, qt, prompt, gamma, eos, checked)
             except Exception as e:  # the rule's own exception is a finding
                 return RuleReport(False, n, p, q, gamma, expected, None, f"{type(e).__name__}: {e}")
             case_tol = 0 if _is_exact(got.values()) else tol
             used = max(used, case_tol)
             if _differ(expected, got, case_tol):
-                return RuleReport(False, n, p, q, gamma, expected, got, tol=case_tol)
+                return RuleReport(False, n, p, q, gamma, expected, got, tol=case_tol,
+                                  diagnosis=_diagnose(pt, qt, prompt, gamma, eos, got))
+    if not n:
+        raise KitUsageError(f"{where}: cases is empty: nothing would be checked; give at least one (p, q) "
+                            "or leave it None (small_cases() and context_cases())")
     return RuleReport(True, n, tol=used)
 
 
@@ -298,11 +387,15 @@ BLOCK_PROBES = [
 ]
 
 
-def _decision(got):
-    """The (n, token) a verifier returned, as ints, or a line naming what is not an integer (never truncated)."""
+def _decision(got, k, n_vocab):
+    """The (n, token) a verifier of k drafts returned, as ints, or a line naming what is not an integer (never
+    truncated) or is out of range (a -1 placeholder: bug class placeholder-id)."""
     pair = tuple(integer(v) for v in got[:2])
-    return pair if None not in pair else f"returned (n, token) = {tuple(got[:2])!r}: not integers (a count and an " \
-        "id are ints; never truncated to fit)"
+    if None in pair:
+        return f"returned (n, token) = {tuple(got[:2])!r}: not integers (a count and an id are ints; never truncated " \
+            "to fit)"
+    problem = id_problem(pair[0], k + 1, "n (the drafts kept)") or id_problem(pair[1], n_vocab, "token")
+    return f"returned {problem}" if problem else pair
 
 
 def block_probes(verify):
@@ -312,7 +405,7 @@ def block_probes(verify):
     findings = []
     for name, d, p, q, u, allowed, why in BLOCK_PROBES:
         got = _decision(verify(np.array(d), np.array(p, dtype=np.float64), np.array(q, dtype=np.float64),
-                               np.array(u), 0.5))
+                               np.array(u), 0.5), len(d), len(p[0]))
         if isinstance(got, str) or got not in allowed:
             findings.append((name, got if isinstance(got, str) else f"{why}; got (n, token) = {got}"))
     eye = np.eye(3)
@@ -321,7 +414,7 @@ def block_probes(verify):
             p, q = eye[list(best)], eye[list(d)]
             for u in (0.0, 0.5, ONE_BELOW):
                 us = np.full(2, u)
-                want, got = accept(np.array(d), p, q, us, u), _decision(verify(np.array(d), p, q, us, u))
+                want, got = accept(np.array(d), p, q, us, u), _decision(verify(np.array(d), p, q, us, u), 2, 3)
                 if got != want:
                     return findings + [("greedy", f"one-hot rows, drafts {d}, target argmax {best}, u = {u}: "
                                                   + (got if isinstance(got, str) else f"got {got}")

@@ -338,6 +338,7 @@ class RuleReport:
     got: dict | None = None
     error: str | None = None
     tol: float = 0  # the tolerance the laws were compared with: 0 for a rule that returned Fractions only
+    diagnosis: str = ""  # "; it gives the law of ..." naming the zoo's bug classes whose law it gives, if any
 
     def __str__(self):
         how = "exactly" if not self.tol else f"to within {self.tol:g} per outcome: the rule returned floats"
@@ -348,6 +349,8 @@ class RuleReport:
         if self.error:
             lines.append(f"  it raised {self.error}")
         else:
+            if self.diagnosis:
+                lines.append(f"  {self.diagnosis.lstrip('; ')}")
             for k in sorted(set(self.expected) | set(self.got)):
                 e, g = self.expected.get(k, 0), self.got.get(k, 0)
                 lines.append(f"  {k}: target {e}, rule {g}" + ("" if abs(e - g) <= self.tol else "   <-- differs"))

@@ -13,10 +13,42 @@ import numpy as np
 
 from ..decode.sampling import sample, warp
 from ..decode import accept as accept_block
+from .zoo import named
 from .usage import (MAX_UNIFORMS_PER_CALL, KitUsageError, UniformsExhausted, need_alpha, need_callable, need_int,
                     need_samples)
 
 ONE_BELOW = float(np.nextafter(1.0, 0.0))  # the largest double below 1: 1 - 2**-53
+GPT2_VOCAB = 50257
+
+
+def realistic_logits(n_vocab, n_rows, seed, zipf=1.1, grid=0.125, banned=0.01):  # -> [n_rows, n_vocab] float64
+    """Logits `[n_rows, n_vocab]` like a language model's: a Zipf tail plus Gumbel noise, on a grid of 1/8 (exact
+    ties), a fraction `banned` at -inf (never a row's best), each row its own permutation of the ids."""
+    rng = np.random.default_rng(seed)
+    rows = np.empty((n_rows, n_vocab))
+    for i in range(n_rows):
+        x = -zipf * np.log(rng.permutation(n_vocab) + 1.0) + 0.3 * rng.gumbel(size=n_vocab)
+        x = np.round(x / grid) * grid
+        off = rng.random(n_vocab) < banned
+        off[np.argmax(x)] = False
+        rows[i] = np.where(off, -np.inf, x)
+    return rows
+
+
+def id_problem(value, n, what):
+    """A line naming `what` = value as a placeholder (-1) or an id outside [0, n), or None for an id in range."""
+    i = integer(value)
+    if i is None or 0 <= i < n:
+        return None
+    kind = "the -1 placeholder" if i == -1 else "outside the vocabulary"
+    return f"{what} = {i} is {kind}, not an id in [0, {n}){named('placeholder-id')}"
+
+
+def mutated(before, after, names):
+    """A line naming the caller's arrays a callback wrote in place (before: copies taken first), or None."""
+    changed = [name for name, a, b in zip(names, before, after) if not np.array_equal(a, b, equal_nan=True)]
+    return (f"wrote the caller's {', '.join(changed)} in place (a sampler must read its inputs, never overwrite "
+            f"them){named('inputs-mutated')}") if changed else None
 
 
 class Uniforms:
@@ -101,6 +133,10 @@ _REPLACEMENT_US = (0.0, 0.25, 0.5, 0.75, ONE_BELOW)
 # (name, p, q, x, u for the acceptance test, "accept" / "reject" / "either", ids allowed on
 # rejection, the bug it targets)
 # Rows are dyadic, so p/q is exact and `u < p/q` and `u * q < p` agree at every probe.
+# the bug class a probe names when it keeps a draft it must reject
+PROBE_CLASS = {"strict-u0-p0": "non-strict-test", "at-ratio": "non-strict-test", "one-hot-different": "non-strict-test",
+               "disjoint-supports-2": "non-strict-test", "disjoint-supports-3": "non-strict-test"}
+
 ACCEPT_PROBES = [
     ("strict-u0-p0", [0, .5, .5], [.5, .25, .25], 0, 0.0, "reject", {1, 2},
      "u = 0 with p(x) = 0 must reject (a non-strict u <= p/q accepts a token the target never emits)"),
@@ -129,11 +165,13 @@ ACCEPT_PROBES = [
      "to p, never divide by 0"),
 ]
 
+# (logits, uniform streams): small rows, and one of GPT-2's 50,257 ids (a top-50 draft cuts half its mass)
 _LOGITS_PROBES = [
-    [2.0, 1.0, 0.0, -1.0],
-    [-np.inf, 0.0, 0.0, -np.inf],
-    [10.0, -10.0, -np.inf, 10.0],
-    [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+    ([2.0, 1.0, 0.0, -1.0], 1024),
+    ([-np.inf, 0.0, 0.0, -np.inf], 1024),
+    ([10.0, -10.0, -np.inf, 10.0], 1024),
+    ([0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], 1024),
+    (realistic_logits(GPT2_VOCAB, 1, seed=53)[0], 96),
 ]
 
 
@@ -145,55 +183,86 @@ def _valid_row(q, n):
 MISS_BOUND = 1e-12  # the proposal probes' false-alarm rate per logits row
 
 
-def probe_proposal(propose, streams=1024):
-    """Probes of a proposal with injected uniforms (0, 1 - 2**-53, `streams` seeded streams); returns Findings. q must
-    be the same probability row each time and x an id with q[x] > 0; flagged only below MISS_BOUND false alarms:
-    "proposal-ignores-uniforms" (one x every time, q not one-hot: argmax) and "proposal-q-not-sampled" (an id with
-    q > 0.027 never drawn: a top-k or top-p draft reporting the full softmax). A `propose` that never returns hangs
-    the check."""
+def _never_drawn(q, xs, streams):
+    """Sets of ids chosen from q alone (single ids, gathered in one set; the ids outside q's k most likely, k = 1, 2, 4,
+    ...) no stream drew, though a sampler drawing from q misses each with probability below MISS_BOUND / the number
+    of sets."""
+    order = np.argsort(-q, kind="stable")
+    tails = [order[k:] for k in 2 ** np.arange(int(np.log2(len(q))) + 1) if k < len(q)]
+    bound = MISS_BOUND / (len(q) + len(tails))
+    seen = np.zeros(len(q), dtype=bool)
+    seen[xs] = True
+    single = np.flatnonzero(~seen & ((1 - q) ** streams < bound))
+    return ([single] if len(single) else []) + [t for t in tails
+                                                if not seen[t].any() and (1 - q[t].sum()) ** streams < bound]
+
+
+def probe_proposal(propose, streams=None):
+    """Probes of a proposal with injected uniforms (0, 1 - 2**-53, seeded streams: `streams` or each row's own, 96 on
+    GPT-2's 50,257 ids); returns Findings. q must be the same probability row each time, x an id with q[x] > 0, the
+    caller's logits unwritten; flagged only below MISS_BOUND false alarms: "proposal-ignores-uniforms" (one x every
+    time, q not one-hot: argmax-draft) and "proposal-q-not-sampled" (ids, or the ids outside q's k most likely, whose
+    mass no stream drew: q-unwarped). A `propose` that never returns hangs the check."""
     findings = []
-    for logits in _LOGITS_PROBES:
+    for logits, row_streams in _LOGITS_PROBES:
+        streams_here = streams or row_streams
         logits = np.array(logits, dtype=np.float64)
         n = len(logits)
         xs, q0 = [], None
-        sources = [Uniforms([0.0])] + [Uniforms([ONE_BELOW])] + [Uniforms(seed=s) for s in range(streams)]
+        sources = [Uniforms([0.0])] + [Uniforms([ONE_BELOW])] + [Uniforms(seed=s) for s in range(streams_here)]
         for k, src in enumerate(sources):
+            given = logits.copy()
             try:
-                x, q = propose(logits.copy(), src)
+                x, q = propose(given, src)
             except Exception as e:
-                findings.append(Finding("proposal-raises", f"logits {logits.tolist()}: {type(e).__name__}: {e}"))
+                findings.append(Finding("proposal-raises", f"logits {_short(logits)}: {type(e).__name__}: {e}"))
                 break
             q = np.asarray(q, dtype=np.float64)
             if not _valid_row(q, n):
-                findings.append(Finding("proposal-q", f"logits {logits.tolist()}: q = {q.tolist()} is not a "
+                findings.append(Finding("proposal-q", f"logits {_short(logits)}: q = {_short(q)} is not a "
                                         f"probability row over {n} ids"))
                 break
             if q0 is None:
                 q0 = q
             elif not np.array_equal(q, q0):
-                findings.append(Finding("proposal-q", f"logits {logits.tolist()}: q changed between calls "
-                                        f"({q0.tolist()} then {q.tolist()})"))
+                findings.append(Finding("proposal-q", f"logits {_short(logits)}: q changed between calls "
+                                        f"({_short(q0)} then {_short(q)})"))
                 break
-            if int(x) != x or not 0 <= x < n or q[int(x)] <= 0:
-                findings.append(Finding("proposal-support", f"logits {logits.tolist()}, uniforms {src.drawn}: "
-                                        f"x = {x} is not an id with q[x] > 0 (q = {q.tolist()})"))
+            if problem := mutated([logits], [given], ["logits"]):
+                findings.append(Finding("proposal-inputs", f"logits {_short(logits)}: the proposal {problem}"))
+                break
+            if problem := id_problem(x, n, "x"):
+                findings.append(Finding("proposal-support", f"logits {_short(logits)}, uniforms {src.drawn}: {problem}"))
+                break
+            if integer(x) is None or q[int(x)] <= 0:
+                findings.append(Finding("proposal-support", f"logits {_short(logits)}, uniforms {src.drawn}: "
+                                        f"x = {x} is not an id with q[x] > 0 (q = {_short(q)})"))
                 break
             if k >= 2:
                 xs.append(int(x))
         else:
-            if len(set(xs)) == 1 and float(np.sum(q0 ** streams)) < MISS_BOUND:
-                findings.append(Finding("proposal-ignores-uniforms", f"logits {logits.tolist()}: x = {xs[0]} for "
-                                        f"all {streams} uniform streams although q = {q0.tolist()} (the token is "
-                                        "not drawn from q: an argmax proposal reporting a softmax q?)"))
+            if len(set(xs)) == 1 and float(np.sum(q0 ** streams_here)) < MISS_BOUND:
+                findings.append(Finding("proposal-ignores-uniforms", f"logits {_short(logits)}: x = {xs[0]} for all "
+                                        f"{streams_here} uniform streams although q = {_short(q0)} (the token is not "
+                                        "drawn from q: an argmax proposal reporting a softmax q?)" + named("argmax-draft")))
                 continue
-            missed = [y for y in range(n) if y not in set(xs) and (1 - q0[y]) ** streams < MISS_BOUND]
+            missed = _never_drawn(q0, xs, streams_here)
             if missed:
-                findings.append(Finding("proposal-q-not-sampled", f"logits {logits.tolist()}: ids {missed} have "
-                                        f"q = {[float(q0[y]) for y in missed]} but were never drawn in {streams} uniform "
-                                        f"streams (a sampler drawing from q misses them with probability below "
-                                        f"{MISS_BOUND:g}): q is not the array x was drawn from (a top-k or top-p "
-                                        "draft reporting the full softmax?)"))
+                ids = missed[0]
+                which = (f"ids {[int(y) for y in ids]}" if len(ids) <= 8 else
+                         f"the {len(ids)} ids outside q's {n - len(ids)} most likely")
+                findings.append(Finding("proposal-q-not-sampled", f"logits {_short(logits)}: {which} "
+                                        f"hold q mass {float(q0[missed[0]].sum()):.4g} but none was drawn in "
+                                        f"{streams_here} uniform streams (a sampler drawing from q misses them with "
+                                        f"probability below {MISS_BOUND:g}): q is not the array x was drawn from (a "
+                                        "top-k or top-p draft reporting the full softmax?)" + named("q-unwarped")))
     return findings
+
+
+def _short(row):
+    """A row for a message: its values if it has at most 8, else its size."""
+    row = np.asarray(row)
+    return str(row.tolist()) if row.size <= 8 else f"(a row of {row.size} ids)"
 
 
 def _replacement_problem(token, allowed, p, q):
@@ -214,27 +283,69 @@ def probe_acceptance(accept):
         p, q = np.array(p, dtype=np.float64), np.array(q, dtype=np.float64)
         for ur in (_REPLACEMENT_US if expect != "accept" else (0.5,)):
             src = Uniforms([u, ur])
+            given = [p.copy(), q.copy()]
             try:
-                kept, token = accept(x, p.copy(), q.copy(), src)
+                kept, token = accept(x, *given, src)
             except Exception as e:
                 inputs = f"(p = {p.tolist()}, q = {q.tolist()}, x = {x}, uniforms {src.drawn})"
                 findings.append(Finding(name, f"raised {type(e).__name__}: {e} {inputs}; {why}"))
                 break
             inputs = f"(p = {p.tolist()}, q = {q.tolist()}, x = {x}, uniforms {src.drawn})"
             test = f"u = {u!r}, p[x]/q[x] = {float(p[x] / q[x])!r}"
-            problem = None
-            if kept and expect == "reject":
-                problem = f"accepted x at {test}: {why}"
+            problem = mutated([p, q], given, ["p", "q"]) or id_problem(token, len(p), "token")
+            if problem:
+                name = "inputs" if "in place" in problem else name
+            elif kept and expect == "reject":
+                problem = f"accepted x at {test}: {why}" + named(PROBE_CLASS.get(name, ""))
             elif kept and token != x:
                 problem = f"said it accepted x = {x} but returned token {token}"
             elif not kept and expect == "accept":
                 problem = f"rejected x at {test}: {why}"
             elif not kept and token not in allowed:
-                problem = _replacement_problem(token, allowed, p, q)
+                problem = _replacement_problem(token, allowed, p, q) + named("no-residual" if p[token] > 0 else "")
             if problem:
                 findings.append(Finding(name, f"{problem} {inputs}"))
                 break
     return findings
+
+
+# p, q with p(0)/q(0) = 1/4 exactly and residual norm(max(0, p - q)) = [0, 1/2, 1/2]: inverse CDF draws id 1 below
+# 1/2 and id 2 above it
+_UNIFORM_P, _UNIFORM_Q = [.125, .4375, .4375], [.5, .25, .25]
+
+
+def probe_uniforms(accept):
+    """Probes whose uniforms differ only where one draw should matter, on x = 0 with p/q = 1/4: the decision must
+    follow the first uniform (kept at 0, rejected at 1 - 2**-53), the replacement the second one alone (the test's
+    uniform moved from 3/8 to 1 - 2**-53, both rejecting, must not change it; the replacement's moved from 0 to
+    1 - 2**-53 must). Returns Findings "constant-uniform" and "uniform-reused". An `accept` that never returns hangs."""
+    p, q = np.array(_UNIFORM_P), np.array(_UNIFORM_Q)
+
+    def run(u, ur):
+        try:
+            kept, token = accept(0, p.copy(), q.copy(), Uniforms([u, ur]))
+            return bool(kept), integer(token)
+        except Exception as e:
+            return f"{type(e).__name__}: {e}"
+
+    at = {(u, ur): run(u, ur) for u in (0.0, 0.375, ONE_BELOW) for ur in (0.0, ONE_BELOW)}
+    if any(isinstance(v, str) for v in at.values()):
+        return []  # probe_acceptance reports an accept that raises
+    rows = f"(p = {_UNIFORM_P}, q = {_UNIFORM_Q}, x = 0, p/q = 1/4)"
+    if at[0.0, 0.0][0] == at[ONE_BELOW, 0.0][0]:
+        return [Finding("constant-uniform", f"{'kept' if at[0.0, 0.0][0] else 'rejected'} x both at u = 0 and at "
+                        f"u = 1 - 2**-53 {rows}: the test ignores its uniform (a hard-coded u?)"
+                        + named("constant-uniform"))]
+    if at[0.375, 0.0] != at[ONE_BELOW, 0.0] or at[0.375, ONE_BELOW] != at[ONE_BELOW, ONE_BELOW]:
+        return [Finding("uniform-reused", f"after a rejection the replacement changed with the TEST's uniform (u = 3/8: "
+                        f"{at[0.375, 0.0][1]}, u = 1 - 2**-53: {at[ONE_BELOW, 0.0][1]}, the replacement's uniform 0 both "
+                        f"times) {rows}: one uniform drives two draws, so the replacement is not independent of the "
+                        "test" + named("uniform-reused"))]
+    if not at[0.375, 0.0][0] and at[0.375, 0.0] == at[0.375, ONE_BELOW]:
+        return [Finding("constant-uniform", f"after a rejection the replacement is {at[0.375, 0.0][1]} for its uniform 0 "
+                        f"and 1 - 2**-53 alike {rows}, though the residual [0, 1/2, 1/2] splits them: the replacement "
+                        "ignores its uniform (a constant or a reused one)" + named("constant-uniform"))]
+    return []
 
 
 def chi2_sf(x, df):
@@ -325,14 +436,15 @@ def statistical_check(propose, accept, n_samples=20000, alpha=1e-6, seed=0):
 
 
 def check_sampler(propose, accept, n_samples=20000, alpha=1e-6, seed=0, statistical=True):
-    """Run probe_proposal, probe_acceptance and, if `statistical`, statistical_check; returns a SamplerReport.
+    """Run probe_proposal, probe_acceptance, probe_uniforms and, if `statistical`, statistical_check: a SamplerReport.
 
     propose(logits `[n_vocab]` float64, uniform) -> (x int, q `[n_vocab]`), x drawn from q; accept(x, p, q, uniform) ->
-    (accepted bool, token int), its first uniform the test's u. Catches a non-strict u <= p/q, a missing or unguarded
-    residual, an argmax proposal, a q x was not drawn from (exact probes), a law off by a few percent TV (chi-square,
-    false alarms <= alpha); a call drawing over MAX_UNIFORMS_PER_CALL uniforms is a finding. Raises KitUsageError for a
-    non-callable propose or accept, or (if statistical) n_samples outside [100, 1e7], alpha outside [1e-12, 0.05] or a
-    negative seed. A `propose` or `accept` that never returns hangs the check (npspec.testing)."""
+    (accepted bool, token int), its first uniform the test's u. Exact probes (up to GPT-2's 50,257 ids) catch the bug
+    classes of npspec.testing.zoo.BUGS this interface can express, each finding naming its class; chi-square tests a
+    law off by a few percent TV (false alarms <= alpha); a call drawing over MAX_UNIFORMS_PER_CALL uniforms is a
+    finding. Raises KitUsageError for a non-callable propose or accept, or (if statistical) n_samples outside [100,
+    1e7], alpha outside [1e-12, 0.05] or a negative seed. A callback that never returns hangs the check.
+    """
     where = "check_sampler"
     need_callable(propose, "propose", "propose(logits, uniform) -> (x, q)", where)
     need_callable(accept, "accept", "accept(x, p, q, uniform) -> (accepted, token)", where)
@@ -341,7 +453,7 @@ def check_sampler(propose, accept, n_samples=20000, alpha=1e-6, seed=0, statisti
     if statistical:
         n_samples, alpha = need_samples(n_samples, where), need_alpha(alpha, where)
         seed = need_int(seed, "seed", where, 0)
-    findings = probe_proposal(propose) + probe_acceptance(accept)
+    findings = probe_proposal(propose) + probe_acceptance(accept) + probe_uniforms(accept)
     tests = []
     if statistical:
         more, tests = statistical_check(propose, accept, n_samples, alpha, seed)

@@ -14,10 +14,9 @@ import numpy as np
 
 from ..decode.sampling import residual, sample, warp
 from ..decode import accept
-from .probes import Finding, chi_square, integer
+from .probes import GPT2_VOCAB, Finding, chi_square, id_problem, integer, mutated, realistic_logits
+from .zoo import named
 from .usage import KitUsageError, need_alpha, need_callable, need_int, need_real, need_samples
-
-GPT2_VOCAB = 50257
 
 # (name, n_vocab, gamma, warping)
 ROUND_CASES = [
@@ -30,21 +29,8 @@ ROUND_CASES = [
 ]
 
 NEAR_ONE = 1 - 2 ** -10  # rejects every draft with p/q below it, and is no tie with p/q = 1 (p == q)
+EDGE = 2.0 ** -13  # odd trials draw at this distance inside a CDF cell's edge: float32 stays inside, bfloat16 not
 TIE_TOL = 1e-9  # a uniform this close to p/q or a CDF cell edge is a float64 rounding tie (float32 rounds: 1e-6)
-
-
-def realistic_logits(n_vocab, n_rows, seed, zipf=1.1, grid=0.125, banned=0.01):  # -> [n_rows, n_vocab] float64
-    """Logits `[n_rows, n_vocab]` like a language model's: a Zipf tail plus Gumbel noise, on a grid of 1/8 (exact
-    ties), a fraction `banned` at -inf (never a row's best), each row its own permutation of the ids."""
-    rng = np.random.default_rng(seed)
-    rows = np.empty((n_rows, n_vocab))
-    for i in range(n_rows):
-        x = -zipf * np.log(rng.permutation(n_vocab) + 1.0) + 0.3 * rng.gumbel(size=n_vocab)
-        x = np.round(x / grid) * grid
-        off = rng.random(n_vocab) < banned
-        off[np.argmax(x)] = False
-        rows[i] = np.where(off, -np.inf, x)
-    return rows
 
 
 def round_rows(n_vocab, gamma, seed):
@@ -63,11 +49,13 @@ def round_rows(n_vocab, gamma, seed):
 
 
 def _play(P, Q, u, gamma, strict=True, ratio_p=None, ratio_q=None, res_p=None, res_q=None, bonus=None,
-          no_residual=False, argmax=False, argmax_last=False, margins=None):
+          no_residual=False, argmax=False, argmax_last=False, reuse=False, u_test=None, draw_q=None, margins=None):
     """One round by the rules, with knobs for the classic bugs (all off: the correct round): `argmax` takes each
-    draft's argmax, `argmax_last` the correction's or bonus's. Returns (drafts, accepted, token); `margins` (a list)
-    collects each decision's distance to its boundary."""
+    draft's argmax, `argmax_last` the correction's or bonus's; `reuse` draws draft i and its recovery with the
+    test's u[gamma + i]; `u_test` a constant test uniform; `draw_q` the rows the drafts are drawn from. Returns
+    (drafts, accepted, token); `margins` (a list) collects each decision's distance to its boundary."""
     ratio_p, ratio_q = P if ratio_p is None else ratio_p, Q if ratio_q is None else ratio_q
+    tests = u[gamma:2 * gamma] if u_test is None else np.full(gamma, u_test)
     res_p, res_q = P if res_p is None else res_p, Q if res_q is None else res_q
 
     def draw(row, v, top):
@@ -77,27 +65,36 @@ def _play(P, Q, u, gamma, strict=True, ratio_p=None, ratio_q=None, res_p=None, r
             margins.append(min(v - (cdf[x - 1] if x else 0.0), cdf[x] - v))
         return x
 
-    drafts = [draw(Q[i], u[i], argmax) for i in range(gamma)]
+    drafts = [draw(Q[i] if draw_q is None else draw_q[i], u[gamma + i] if reuse else u[i], argmax)
+              for i in range(gamma)]
     n = gamma
     for i, d in enumerate(drafts):
         with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
             r = ratio_p[i][d] / ratio_q[i][d]
-        if margins is not None and not (r == 0 and u[gamma + i] == 0):  # u = 0 with p = 0 is exact: never a tie
-            margins.append(abs(u[gamma + i] - r) / max(1.0, r))
-        if not (u[gamma + i] < r if strict else u[gamma + i] <= r):
+        if margins is not None and not (r == 0 and tests[i] == 0):  # u = 0 with p = 0 is exact: never a tie
+            margins.append(abs(tests[i] - r) / max(1.0, r))
+        if not (tests[i] < r if strict else tests[i] <= r):
             n = i
             break
     if n == gamma:
         last = P[gamma] if bonus is None else bonus
     else:
         last = res_p[n] if no_residual else residual(res_p[n], res_q[n])
-    return drafts, n, draw(last, u[2 * gamma], argmax_last)
+    return drafts, n, draw(last, u[gamma + n] if reuse and n < gamma else u[2 * gamma], argmax_last)
 
 
-def _middle(row, v):  # the middle of the inverse-CDF cell of row that v falls in
-    cdf = np.cumsum(row) / row.sum()
+def _middle(row, v, edge=None):  # the middle of the inverse-CDF cell of row that v falls in, or `edge` inside its
+    cdf = np.cumsum(row) / row.sum()  # lower (edge > 0) or upper (edge < 0) end, for cells wider than 4 |edge|
     x = sample(row, v)
-    return float(((cdf[x - 1] if x else 0.0) + cdf[x]) / 2)
+    lo, hi = (cdf[x - 1] if x else 0.0), cdf[x]
+    if edge is None or hi - lo <= 4 * abs(edge):
+        return float((lo + hi) / 2)
+    return float(lo + edge if edge > 0 else hi + edge)
+
+
+def bf16(rows):  # [..., n] float64 -> [..., n] float64: each entry rounded to bfloat16 (8 significant bits)
+    bits = np.asarray(rows, dtype=np.float32).view(np.uint32)
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000).astype(np.uint32).view(np.float32).astype(np.float64)
 
 
 def _shift(rows):  # rows i -> i + 1 (the last kept): "draft i tested against p_{i+1}"
@@ -126,6 +123,12 @@ DIAGNOSES = [
      "bonus drawn as they should be)", lambda P, Q, Pr, Qr, g: dict(argmax=True)),
     ("argmax-everywhere", "every id is its row's argmax, the drafts, the correction and the bonus (greedy whatever "
      "the temperature)", lambda P, Q, Pr, Qr, g: dict(argmax=True, argmax_last=True)),
+    ("uniform-reused", "draft i drawn with its test's uniform u[gamma + i], the recovery too (one draw used twice)",
+     lambda P, Q, Pr, Qr, g: dict(reuse=True)),
+    ("constant-uniform", "every test run with u = 0 (a hard-coded uniform: every draft the target can emit is kept)",
+     lambda P, Q, Pr, Qr, g: dict(u_test=0.0)),
+    ("precision-mismatch", "the drafts drawn from q rounded to bfloat16, tested and corrected with q itself",
+     lambda P, Q, Pr, Qr, g: dict(draw_q=bf16(Q))),
 ]
 
 
@@ -158,9 +161,12 @@ def _outcome(out, gamma, n_vocab):
         return (f"returned {', '.join(wrong[:4])}{' ...' if len(wrong) > 4 else ''}: not integers (the drafts and the "
                 "token are ids, accepted a count: ints, never truncated to fit)")
     drafts, accepted, token = tuple(integer(d) for d in drafts), integer(accepted), integer(token)
-    if len(drafts) != gamma or not all(0 <= d < n_vocab for d in drafts):
+    if wrong := [p for i, d in enumerate(drafts) if (p := id_problem(d, n_vocab, f"drafts[{i}]"))][:1] or \
+            [p for p in [id_problem(token, n_vocab, "token")] if p]:
+        return f"returned {wrong[0]}"
+    if len(drafts) != gamma:
         return f"returned drafts {list(drafts)[:8]}: expected {gamma} ids in [0, {n_vocab})"
-    if not 0 <= accepted <= gamma or not 0 <= token < n_vocab:
+    if not 0 <= accepted <= gamma:
         return f"returned accepted {accepted}, token {token}: expected 0 <= accepted <= {gamma}, 0 <= token < {n_vocab}"
     return drafts, accepted, token
 
@@ -180,10 +186,10 @@ def _explain(P, Q, Pr, Qr, gamma, played):
             return False
 
     differing = [(u, got) for u, got in played if got != _key(P, Q, u, gamma)]
-    every = [f"{name}: {what}" for name, what, knobs in DIAGNOSES if agrees(knobs(P, Q, Pr, Qr, gamma), played)]
+    every = [f"{name}: {what}{named(name)}" for name, what, knobs in DIAGNOSES if agrees(knobs(P, Q, Pr, Qr, gamma), played)]
     if every:
         return "; on every trial it returns what a round with " + " / ".join(every) + " returns"
-    some = [f"{name}: {what}" for name, what, knobs in DIAGNOSES
+    some = [f"{name}: {what}{named(name)}" for name, what, knobs in DIAGNOSES
             if agrees(knobs(P, Q, Pr, Qr, gamma), differing)]
     if some:
         return ("; where it differs it returns what a round with " + " / ".join(some) + " returns (more than "
@@ -196,9 +202,10 @@ def check_round(round_fn, cases=None, trials=24, seed=0, tie_tol=TIE_TOL, statis
     """Compare `round_fn` (the module docstring) with the reference, trial by trial, exactly; returns a RoundReport.
 
     cases: (name, n_vocab, gamma, warping) tuples, default ROUND_CASES (up to GPT-2's 50,257 ids). Per case `trials`
-    seeded uniform vectors (each draw's uniform moved to the middle of its cell): random, acceptance uniforms 0 (the bonus) or 1 - 2**-10 (the residual); trials within
-    tie_tol of a boundary skipped. A failing case's Finding names the DIAGNOSES that return what round_fn did. If
-    `statistical`, round_statistics too. Raises KitUsageError for a non-callable round_fn, a bad case, trials outside
+    seeded uniform vectors (each draw's uniform moved to the middle of its cell, or EDGE inside it on odd trials):
+    random, test uniforms 0 (the bonus) or 1 - 2**-10 (the residual); trials within tie_tol of a boundary skipped. A
+    failing case's Finding names the DIAGNOSES (and zoo classes) that return what round_fn did; ids out of range and
+    written inputs are findings. If `statistical`, round_statistics too. Raises KitUsageError for a non-callable round_fn, a bad case, trials outside
     [1, 10000], tie_tol outside [0, 1e-3], or bad n_samples or alpha. A `round_fn` that never returns hangs the
     check (npspec.testing)."""
     where = "check_round"
@@ -220,10 +227,11 @@ def check_round(round_fn, cases=None, trials=24, seed=0, tie_tol=TIE_TOL, statis
                 u[gamma:2 * gamma] = 0.0
             elif k % 3 == 2:
                 u[gamma:2 * gamma] = NEAR_ONE
-            for i in range(gamma):  # each draw's uniform in the middle of its cell: robust to rounding, same id
-                u[i] = _middle(Q[i], u[i])
+            edge = None if k % 2 == 0 else EDGE * (1 if k % 4 == 1 else -1)  # odd trials: at a cell's edge
+            for i in range(gamma):  # each draw's uniform in the middle of its cell (or near an edge), same id
+                u[i] = _middle(Q[i], u[i], edge)
             _, n, _ = _play(P, Q, u, gamma)
-            u[2 * gamma] = _middle(P[gamma] if n == gamma else residual(P[n], Q[n]), u[2 * gamma])
+            u[2 * gamma] = _middle(P[gamma] if n == gamma else residual(P[n], Q[n]), u[2 * gamma], edge)
             margins = []
             want = _play(P, Q, u, gamma, margins=margins)
             if min(margins) < tie_tol:
@@ -231,11 +239,12 @@ def check_round(round_fn, cases=None, trials=24, seed=0, tie_tol=TIE_TOL, statis
                 continue
             report.trials += 1
             want = (tuple(want[0]), want[1], want[2])
+            given = [draft_logits.copy(), target_logits.copy(), u.copy()]
             try:
-                got = _outcome(round_fn(draft_logits.copy(), target_logits.copy(), u.copy(), dict(warping)), gamma,
-                               n_vocab)
+                got = _outcome(round_fn(*given, dict(warping)), gamma, n_vocab)
             except Exception as e:  # the round's own exception is a finding, not a crash of the kit
                 got = f"raised {type(e).__name__}: {e}"
+            got = mutated([draft_logits, target_logits, u], given, ["draft_logits", "target_logits", "u"]) or got
             played.append((u, got))
             if got != want and first is None:
                 first = (k, u, want, got)
