@@ -68,7 +68,7 @@ def test_random_model_names_the_shapes_it_takes(shape):
 @pytest.mark.parametrize("kernel", ["", 3])
 def test_a_kernel_that_names_no_kernel_is_refused(kernel):
     with pytest.raises(ValueError, match=r"^kernel must be None \(the draft's fastest, measured\) or one of "
-                                         r"compiled-panels, .*dequant-panels, got ") as e:
+                                         r"compiled-panels, .*dequant-panels, compiled-quant, got ") as e:
         npspec.load(role="draft", kernel=kernel)  # "" silently meant the default; None is the default
     one_line(e)
 

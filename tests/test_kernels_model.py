@@ -59,9 +59,11 @@ def test_the_registry_builds_each_named_product_and_says_what_it_is():
     k = make("gemv-panels", threads=3)
     assert isinstance(k, GemvPanels) and k.threads == 3 and k.name == "gemv-panels"
     assert repr(k) == "GemvPanels(threads=3)" and isinstance(make("gemm-blocks"), GemmBlocks)
-    assert [n for n in names() if REGISTRY[n].own_threads] == ["compiled-panels", "gemm-blocks", "gemv-panels"]
+    assert [n for n in names() if REGISTRY[n].own_threads] == ["compiled-panels", "gemm-blocks", "gemv-panels",
+                                                               "compiled-quant"]
     assert [n for n in names() if not REGISTRY[n].invariant] == ["gemm", "gemm-panels"]
-    assert names(codes=True) == ("dequant-panels",) and kernel("dequant-panels").prefill is dequant_gemm
+    assert names(codes=True) == ("dequant-panels", "compiled-quant") and kernel("dequant-panels").prefill is dequant_gemm
+    assert [n for n in names() if REGISTRY[n].packs] == ["compiled-panels", "compiled-quant"]
     assert all(kernel(n).prefill is gemm for n in names(codes=False))
     assert [REGISTRY[n].blas_threads(3) for n in ("gemm-blocks", "gemv-rows")] == [1, 3]
     assert STATIC_DEFAULT == "gemm-blocks" == Model.__init__.__defaults__[2]
@@ -202,7 +204,7 @@ def test_models_store_block_matrices_column_major(shipped, tiny):
     params = params_tree(init_tensors(c, seed=3), c)
     assert Model(c, params).params is params  # in place
     for model in (Model(c, params), tiny, *shipped):
-        assert all(lin["w"].flags.f_contiguous for lin in block_linears(model.params))
+        assert all(np.asarray(lin["w"]).flags.f_contiguous for lin in block_linears(model.params))  # Packed too
 
 
 # ---- the worker threads and BLAS's ----

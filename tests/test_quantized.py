@@ -162,7 +162,7 @@ def test_save_refuses_a_group_that_does_not_divide(shipped, tmp_path):
 def test_scheme_self_is_the_target_quantized(shipped):
     q = load("int4-g64:self", "draft")  # the shipped target (target=None) quantized, with the draft's kernel
     assert same_params(q, quantize_model(shipped[0], parse_scheme("int4-g64")))
-    assert q.kernel in role_candidates("draft") and q.source.startswith("int4-g64:")  # the draft's, as probed and q.config == shipped[0].config
+    assert q.kernel in role_candidates("draft", q.codes) and q.source.startswith("int4-g64:")  # the draft's, as probed and q.config == shipped[0].config
     q = load("int8-ch:self", "draft", target=SHIPPED / "draft")  # self is whatever the target's SPEC is
     assert same_params(q, quantize_model(shipped[1], parse_scheme("int8-ch")))
     q = load(f"bf16:{SHIPPED / 'draft'}", "draft")

@@ -1,23 +1,23 @@
 """generate's drafter from its options: the draft model --draft names (load_draft) and the drafter (make_drafter).
-Imports npspec.decode.drafters, npspec.kernels.registry, npspec.sources and options' drafting.
+Imports npspec.decode.drafters, npspec.sources and options' drafting.
 """
 
 from ..decode import RULES
 from ..decode.drafters import COMMANDS, TREE_DRAFTERS, DraftModelCache, DynamicTreeDrafter, ModelDrafter, TreeDrafter
-from ..kernels.registry import STATIC_DEFAULT
-from ..sources import load
+from ..sources import first_kernel, load
 from ..sources.errors import NoCodes
 from .options import command_values, drafting
 
 
-def load_draft(args, threads, progress=None):
+def load_draft(args, threads, progress=None, target=None):
     """The draft model --draft names (the shipped draft for the shipped target), or None when the run drafts
-    without one; with --draft-kernel, else STATIC_DEFAULT until probed chooses. Raises NoCodes, CheckpointError."""
+    without one; with --draft-kernel, else sources.first_kernel's until probed chooses; target: the loaded target
+    Model a `SCHEME:self` draft quantizes (None: --target loaded again). Raises NoCodes, CheckpointError."""
     if not drafting(args) or args.draft in COMMANDS:
         return None
     try:  # load refuses a kernel reading int8 codes for float weights; said here with the CLI's options
-        return load(args.draft, "draft", kernel=args.draft_kernel or STATIC_DEFAULT, threads=threads,
-                    progress=progress, target=args.target)
+        return load(args.draft, "draft", kernel=args.draft_kernel or first_kernel(args.draft), threads=threads,
+                    progress=progress, target=args.target if target is None else target)
     except NoCodes as e:
         raise NoCodes(e.kernel, "draft", e.source, f"--draft-kernel {e.kernel}", "--draft int8-g64:SPEC") from None
 

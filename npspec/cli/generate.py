@@ -19,8 +19,7 @@ from . import picture
 from ..decode import Generation, GenerationInterrupted, Stats, decode, prepare
 from ..decode.drafters import COMMANDS
 from ..decode.text import TextStreamer, encode_prompt
-from ..kernels.registry import STATIC_DEFAULT
-from ..sources import load
+from ..sources import first_kernel, load
 from ..sources.atomic import expand
 from ..sources.errors import CheckpointError
 from ..sources.progress import bar, show_progress, terminal_bars
@@ -96,9 +95,9 @@ def prepared(args, err, stdin):  # -> Prepared
     options = checked(args)
     threads = thread_count(args.threads)
     progress = terminal_bars if show_progress(args.quiet, err, os.environ) else None
-    target = load(args.target, "target", kernel=args.target_kernel or STATIC_DEFAULT, threads=threads,
+    target = load(args.target, "target", kernel=args.target_kernel or first_kernel(args.target), threads=threads,
                   progress=progress)  # the role's kernel is chosen once every check has passed (probed)
-    draft = load_draft(args, threads, progress)
+    draft = load_draft(args, threads, progress, target if target.codes is None else None)
     prompt = read_prompt(args.prompt, prompt_byte_limit(target.tokenizer, target.config.n_ctx), stdin)
     ids = encode_prompt(target.tokenizer, prompt, target.config.eos_token_id)
     rng = np.random.default_rng(args.seed)  # (its first use imports numpy.random: not between prompt and decoding)

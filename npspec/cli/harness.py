@@ -29,7 +29,7 @@ def plain_models(job, threads):  # -> {label: Model}
     registry.plain_baselines at `threads` (Model.with_kernel)."""
     target = job.target
     models = {plain_label(target, threads): target}
-    for kernel in plain_baselines(target.kernel):
+    for kernel in plain_baselines(target.kernel, target.codes):
         models.setdefault(kernel, target.with_kernel(kernel, threads))
     return models
 

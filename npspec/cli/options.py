@@ -47,14 +47,14 @@ def build_parser(prog=PROG, out=None, err=None):
                     help="threads of each forward: the panel kernels' own workers, or BLAS's for gemm and gemv-rows "
                          "(default: $NPSPEC_NUM_THREADS, else the CPUs this process may use); a role's default kernel "
                          "runs at these or at one, as --kernel-probe timed faster; results never depend on it")
-    ap.add_argument("--target-kernel", choices=kernel_names(cli=True, codes=False), default=None,
+    ap.add_argument("--target-kernel", choices=kernel_names(cli=True, codes=False) + ("compiled-quant",), default=None,
                     help="the target's product (default: the fastest of " + ", ".join(role_candidates("target"))
                          + " on this machine, as timed by --kernel-probe; compiled-panels needs the fast extra; "
-                         "npspec.kernels.registry)")
+                         "compiled-quant: an int SCHEME:SPEC's codes, lossless relative to that quantized target)")
     ap.add_argument("--draft-kernel", choices=kernel_names(cli=True), default=None,
                     help="the draft's product (default: the fastest of " + ", ".join(role_candidates("draft"))
                          + " on this machine, as timed by --kernel-probe; compiled-panels needs the fast extra; "
-                         "dequant-panels keeps a quantized draft's int8 codes, npspec.kernels.quantized)")
+                         "compiled-quant (an int SCHEME:SPEC's default with it) and dequant-panels keep its codes)")
     ap.add_argument("--kernel-probe", choices=MODES, default="cached",
                     help="how the default kernels, and the longest prompt each prefills itself, are chosen "
                          "(npspec.kernels.probe), once every check has passed: cached (measured once per machine and model "

@@ -74,6 +74,7 @@ class Decoder(Protocol):
     kernel: str
     threads: int
     prefill_rows: int
+    codes: type | None  # the class of int codes it holds, or None (registry.role_candidates)
 
     def new_cache(self): ...
 
@@ -104,8 +105,9 @@ def choose_kernels(target, draft, threads, store=None, mode="cached", rows=None,
     def kept(model):
         return None if model is None else KernelChoice(model.kernel, model.threads, model.prefill_rows, model)
     choosing = {role: model is not None and role in roles for role, model in (("target", target), ("draft", draft))}
-    names = {role: buildable(role, candidates.get(role) or role_candidates(role), mode)
-             for role in ROLES if choosing[role]}
+    models = {"target": target, "draft": draft}
+    names = {role: buildable(role, candidates.get(role) or role_candidates(role, getattr(models[role], "codes", None)),
+                             mode) for role in ROLES if choosing[role]}
     wanted = None  # the thread pools the draft is timed on: its target's (Kernel.pool)
     if choosing["target"]:
         wanted = {REGISTRY[k].pool for k in names["target"]}
@@ -192,7 +194,8 @@ def choose(role, model, threads, store=None, mode="cached", measure=None, candid
     rows = ROLE_ROWS[role] if rows is None else tuple(rows)
     if not rows or not all(type(m) is int and m > 0 for m in rows):
         raise ValueError(f"the rows to time must be positive ints, got {rows!r}")
-    names = buildable(role, role_candidates(role) if candidates is None else candidates, mode)
+    names = buildable(role, role_candidates(role, getattr(model, "codes", None)) if candidates is None else candidates,
+                      mode)
     choices = [Choice(k, t) for k in names for t in thread_options(threads)]  # ties: the earlier one
     if len(choices) == 1 or mode == "off":
         return choices[0]

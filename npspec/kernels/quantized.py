@@ -2,11 +2,12 @@
 column panels) stands for a block matrix; "dequant-panels" casts each panel to float32, multiplies by its scales (the
 values of quantize.dequantize_tensor) and runs every row's GEMV on it: those GEMVs' bits on the dequantized matrix,
 batch invariant. `dequant_gemm` is the prefill's product. bench/qspeed.py measures the 1-byte read's worth
-(notes/quantized.md). Imports numpy and npspec.kernels.{layout, products}.
+(notes/quantized.md). Imports numpy and npspec.kernels.{layout, products, compiled.quant}.
 """
 
 import numpy as np
 
+from .compiled.quant import QuantPanels
 from .layout import block_linears
 from .products import gemm, gemv_rows
 
@@ -76,6 +77,9 @@ class QuantizedMatrix:
                 f"panels={len(self.starts)})")
 
 
+CODES = (QuantizedMatrix, QuantPanels)  # the classes holding a matrix's int codes, one a kernel (registry's codes)
+
+
 def panel_products(x, w, product):  # [n, d_in], QuantizedMatrix [d_in, d_out] -> [n, d_out]
     """Each panel in order dequantized into one reused buffer, then `product(x, panel)` into its columns. Raises
     ValueError if x is not `[n, d_in]`."""
@@ -109,5 +113,9 @@ def dequant_gemm(x, w, b=None):  # [n, d_in], [d_in, d_out], [d_out] -> [n, d_ou
     return y if b is None else y + b
 
 
-def holds_codes(params):  # the parameter tree -> True if a block matrix is a QuantizedMatrix
-    return any(isinstance(lin["w"], QuantizedMatrix) for lin in block_linears(params))
+def holds_codes(params):  # the parameter tree -> True if a block matrix holds int codes (any kernel's layout)
+    return codes_class(params) is not None
+
+
+def codes_class(params):  # the parameter tree -> the class of its block matrices' int codes, or None (float32)
+    return next((type(lin["w"]) for lin in block_linears(params) if isinstance(lin["w"], CODES)), None)

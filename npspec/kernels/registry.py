@@ -9,7 +9,7 @@ from typing import Callable
 from . import compiled
 from .compiled import KernelUnavailable
 from .products import GemmBlocks, GemvPanels, gemm, gemm_panels, gemv_rows
-from .quantized import dequant_gemm, dequant_panels
+from .quantized import QuantizedMatrix, dequant_gemm, dequant_panels
 from .workers import check_threads
 
 
@@ -18,10 +18,11 @@ class Kernel:
     """One product. invariant: batch invariant (npspec.kernels.products). make: threads -> the linear callable.
     own_threads: it shares work over its own threads (BLAS then runs one, npspec.kernels.blas). pool: whose threads
     run its forwards beside the calling one, "numba" (OpenMP), "npspec" (npspec.kernels.workers) or "blas" (the
-    probe pairs a draft with its target by it). reads_codes: it multiplies QuantizedMatrix codes. cli: `npspec
-    generate` offers it. extra: the pip extra it needs. prepare: (linear, matrices) -> None, called once by a Model
-    with the matrices its forwards multiply. version: raised when the kernel's speed changes, so the probe's cached
-    timings of it are measured again."""
+    probe pairs a draft with its target by it). reads_codes: it multiplies int codes, held as `codes` (a class with
+    from_codes(codes, scales)); tied: the class holding a quantized tied wte for it, or None. cli: `npspec generate`
+    offers it. extra: the pip extra it needs. prepare: (linear, matrices) -> None, called once by a Model with the
+    matrices its forwards multiply. packs: a Model on it holds block matrices as `linear.pack(w)`. version: raised
+    when the kernel's speed changes, so the probe's cached timings of it are measured again."""
 
     name: str
     invariant: bool
@@ -30,10 +31,13 @@ class Kernel:
     own_threads: bool = False
     pool: str = "blas"
     reads_codes: bool = False
+    codes: type | None = None
+    tied: type | None = None
     cli: bool = True
     extra: str | None = None
     available: Callable = field(repr=False, default=lambda: True)
     prepare: Callable = field(repr=False, default=lambda linear, matrices: None)
+    packs: bool = False
     version: int = 1
 
     def build(self, threads=1):
@@ -57,7 +61,7 @@ def _plain(product):
 REGISTRY = {k.name: k for k in (
     Kernel("compiled-panels", True, compiled.CompiledPanels, own_threads=True, pool="numba",
            extra="fast", available=compiled.available, prepare=lambda linear, matrices: linear.prepare(matrices),
-           version=5),  # 2: numba's threads (OpenMP) instead of npspec's workers; 3: fused multiply-adds;
+           packs=True, version=5),  # 2: numba's threads (OpenMP) instead of npspec's workers; 3: fused multiply-adds;
     # 4: 8-row tiles, prefetched panel rows, 512-bit vectors asked for; 5: matrices from 512 KiB shared out, 6-row
     # tiles
     Kernel("gemm-blocks", True, GemmBlocks, own_threads=True, pool="npspec"),
@@ -65,7 +69,11 @@ REGISTRY = {k.name: k for k in (
     Kernel("gemv-rows", True, _plain(gemv_rows)),
     Kernel("gemm", False, _plain(gemm)),
     Kernel("gemm-panels", False, _plain(gemm_panels), cli=False),  # the bench's, for comparison
-    Kernel("dequant-panels", True, _plain(dequant_panels), prefill=dequant_gemm, reads_codes=True),
+    Kernel("dequant-panels", True, _plain(dequant_panels), prefill=dequant_gemm, reads_codes=True,
+           codes=QuantizedMatrix),
+    Kernel("compiled-quant", True, compiled.CompiledQuant, prefill=compiled.quant_gemm, own_threads=True, pool="numba",
+           reads_codes=True, codes=compiled.QuantPanels, tied=compiled.QuantTied, extra="fast",
+           available=compiled.available, prepare=lambda linear, matrices: linear.prepare(matrices), packs=True),
 )}
 
 STATIC_DEFAULT = "gemm-blocks"  # a Model built without a role (tests, in-memory models); roles: role_candidates
@@ -86,20 +94,31 @@ def names(cli=False, codes=None):
     return tuple(k.name for k in REGISTRY.values() if (k.cli or not cli) and (codes is None or k.reads_codes == codes))
 
 
+def codes_kernel():  # -> the kernel a quantized model is loaded with before the probe chooses
+    """"compiled-quant" if installed, else STATIC_DEFAULT (the model then holds dequantized float32 weights)."""
+    return "compiled-quant" if REGISTRY["compiled-quant"].available() else STATIC_DEFAULT
+
+
 def invariant_names():  # -> the batch-invariant kernels' names
     return tuple(k.name for k in REGISTRY.values() if k.invariant)
 
 
-def role_candidates(role):
-    """The installed kernels a role's default is chosen from, first wins a tie. Raises ValueError for a role other
-    than "target" or "draft"."""
+def role_candidates(role, codes=None):
+    """The installed kernels a role's default is chosen from, first wins a tie; codes: the class of int codes the
+    model holds (Model.codes), then the installed kernels reading them. Raises ValueError for a role other than
+    "target" or "draft"."""
     if role not in ROLES:
         raise ValueError(f"role must be 'target' or 'draft', got {role!r}")
+    if codes is not None:
+        return tuple(k.name for k in REGISTRY.values() if k.codes is codes and k.available())
     names_ = ("compiled-panels", "gemm-blocks", "gemv-panels") if role == "target" else ("compiled-panels", "gemv-panels")
     return tuple(n for n in names_ if REGISTRY[n].available())
 
 
-def plain_baselines(target_kernel):
-    """The kernels --compare times plain decoding with: the target's, the installed compiled one and BLAS's, once each."""
+def plain_baselines(target_kernel, codes=None):
+    """The kernels --compare times plain decoding with: the target's, the installed compiled one and BLAS's, once each;
+    for a target holding int codes of class `codes`, the installed kernels reading them (role_candidates)."""
+    if codes is not None:
+        return tuple(dict.fromkeys([target_kernel, *role_candidates("target", codes)]))
     extra = [n for n in ("compiled-panels",) if REGISTRY[n].available()]
     return tuple(dict.fromkeys([target_kernel, *extra, *PLAIN_BASELINES]))

@@ -7,15 +7,16 @@ import copy
 import numpy as np
 
 from ..kernels.blas import BlasThreads
+from ..kernels.compiled import Packed
 from .gpt2 import KVCache, attention, attention_masked, gpt2, gpt2_tree
 from ..kernels.layout import block_linears, column_major
-from ..kernels.quantized import holds_codes
-from ..kernels.registry import STATIC_DEFAULT, kernel as registry_kernel, names
+from ..kernels.quantized import codes_class
+from ..kernels.registry import REGISTRY, STATIC_DEFAULT, kernel as registry_kernel
 
 
 class Model:
     """A GPT-2: `config` (gpt2.GPT2Config), `params` (the checkpoint's tree; block matrices made column-major in
-    place), `tokenizer` (tokenizers.Tokenizer or None), `source`, `metadata` (the file's header). kernel: a name of
+    place, or replaced in place by their panels for a kernel that packs: held once), `tokenizer` (tokenizers.Tokenizer or None), `source`, `metadata` (the file's header). kernel: a name of
     npspec.kernels.registry; threads: its threads (an int >= 1; BLAS's for other kernels and GEMM prefills), which
     never change a result. blas: a shared npspec.kernels.blas.BlasThreads. prefill_rows: the longest prompt (an int
     >= 0) `prefill` runs by the kernel. Raises ValueError for an unknown kernel, bad threads or prefill_rows, a
@@ -29,16 +30,23 @@ class Model:
         self.source = str(source)
         self.metadata = dict(metadata or {})
         self.blas = blas or BlasThreads()
-        self._build(kernel, threads)
+        self._build(kernel, threads, own=True)
         self.prefill_rows = check_prefill_rows(prefill_rows)
 
-    def _build(self, kernel, threads):  # kernel, threads, spec, linear (prepared), blas_threads; raises as Model
+    def _build(self, kernel, threads, own=False):  # kernel, threads, spec, linear (prepared), blas_threads
+        """own: the tree is this model's, its block matrices laid out for the kernel in place, one at a time (packed
+        for a kernel that packs, else float32 arrays); a trial's kernel that cannot read packed matrices gets a copy
+        of the tree holding them unpacked. Raises as Model."""
         spec = registry_kernel(kernel)
-        if holds_codes(self.params) and not spec.reads_codes:
-            raise ValueError(f"this model holds int8 codes (npspec.kernels.quantized.QuantizedMatrix): kernel "
-                             f"{kernel!r} cannot read them; use {' or '.join(names(codes=True))}")
+        held = codes_class(self.params)
+        if held is not None and spec.codes is not held:
+            readers = [k.name for k in REGISTRY.values() if k.codes is held]
+            raise ValueError(f"this model holds int8 codes ({held.__name__}): kernel {kernel!r} cannot read them; "
+                             f"use {' or '.join(readers)}")
         self.kernel, self.threads, self.spec = kernel, threads, spec
         self.linear = spec.build(threads)
+        if own or (not spec.packs and any(isinstance(lin["w"], Packed) for lin in block_linears(self.params))):
+            self.params = laid_out(self.params if own else tree_copy(self.params), spec, self.linear)
         spec.prepare(self.linear, [lin["w"] for lin in block_linears(self.params)] + [self.params["wte"].T])
         self.blas_threads = spec.blas_threads(threads)
 
@@ -48,9 +56,10 @@ class Model:
                 f"kernel={self.kernel!r}, threads={self.threads}, prefill_rows={self.prefill_rows})")
 
     def with_kernel(self, kernel, threads=None):
-        """A new Model over the same arrays decoding with `kernel` at `threads` (default this model's); prefill_rows
-        this model's for the same kernel, else 0. Raises as Model."""
-        return Model(self.config, self.params, self.tokenizer, self.source, kernel,
+        """A new Model over the same arrays (a packing kernel's panels are new, as float32 arrays unpacked from
+        panels) decoding with `kernel` at `threads` (default this model's); prefill_rows this model's for the same
+        kernel, else 0. This model is unchanged. Raises as Model."""
+        return Model(self.config, tree_copy(self.params), self.tokenizer, self.source, kernel,
                      self.threads if threads is None else threads, self.metadata, self.blas,
                      self.prefill_rows if kernel == self.kernel else 0)
 
@@ -67,6 +76,11 @@ class Model:
         other = copy.copy(self)
         other.prefill_rows = check_prefill_rows(prefill_rows)
         return other
+
+    @property
+    def codes(self):
+        """The class of int codes its block matrices hold (npspec.kernels.registry's Kernel.codes), or None."""
+        return codes_class(self.params)
 
     @property
     def invariant(self):
@@ -104,6 +118,23 @@ class Model:
     @property
     def n_bytes(self):  # bytes of every weight array
         return sum(a.nbytes for a in leaves(self.params))
+
+
+def laid_out(params, spec, linear):  # -> params, each block matrix as `spec` reads it, replaced in place
+    for lin in block_linears(params):
+        if spec.packs and isinstance(lin["w"], np.ndarray):
+            lin["w"] = linear.pack(lin["w"])
+        elif not spec.packs and isinstance(lin["w"], Packed):
+            lin["w"] = np.asarray(lin["w"])  # column-major, the values packed
+    return params
+
+
+def tree_copy(tree):  # a parameter tree's dicts and lists copied, its arrays shared
+    if isinstance(tree, dict):
+        return {k: tree_copy(v) for k, v in tree.items()}
+    if isinstance(tree, list):
+        return [tree_copy(v) for v in tree]
+    return tree
 
 
 def check_prefill_rows(n):  # -> int(n) for an int >= 0 (numpy's too, not a bool), else ValueError

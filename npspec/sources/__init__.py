@@ -23,7 +23,7 @@ from ..model.model import Model
 from .quantize import parse_scheme
 from ..kernels.quantized import holds_codes
 from .quantized import is_quantized, load_quantized, quantize_model
-from ..kernels.registry import REGISTRY, ROLES, STATIC_DEFAULT, kernel as registry_kernel
+from ..kernels.registry import REGISTRY, ROLES, STATIC_DEFAULT, codes_kernel, kernel as registry_kernel
 from . import cache
 from .names import HUB_NAMES, SHAPES
 from .shipped import SHIPPED_PAIR, gpt2_tokenizer, shipped_dir
@@ -81,14 +81,15 @@ def load(spec=None, role="target", cache_dir=None, kernel=None, threads=1, progr
     """A Model from a SPEC; None loads the shipped `role` ("target" or "draft"). kernel: a registry name run at
     `threads`, else the role's fastest candidate at `threads` or one (choose_kernels, as `probe`, a mode of
     npspec.kernels.probe.MODES, says). cache_dir: npspec's cache (default $NPSPEC_CACHE, else ~/.cache/npspec);
-    progress: None or a bar factory; target: the SPEC a draft's `SCHEME:self` stands for (None: the shipped target).
+    progress: None or a bar factory; target: the SPEC a draft's `SCHEME:self` stands for (None: the shipped target),
+    or the target Model itself (quantized from its arrays, not loaded again).
     Raises CheckpointError with the fix, ValueError for another role, kernel, thread count or probe mode."""
     if role not in ROLES:
         raise ValueError(f"role must be 'target' or 'draft', got {role!r}")
     if kernel is not None and (not isinstance(kernel, str) or kernel not in REGISTRY):
         raise ValueError(f"kernel must be None (the {role}'s fastest, measured) or one of {', '.join(REGISTRY)}, "
                          f"got {kernel!r:.60}")
-    model = _load(spec, role, cache_dir, STATIC_DEFAULT if kernel is None else kernel, threads, progress, target)
+    model = _load(spec, role, cache_dir, first_kernel(spec) if kernel is None else kernel, threads, progress, target)
     if kernel is not None:
         if registry_kernel(kernel).reads_codes and not holds_codes(model.params):
             raise NoCodes(kernel, role, model.source)
@@ -96,6 +97,13 @@ def load(spec=None, role="target", cache_dir=None, kernel=None, threads=1, progr
     chosen = choose_kernels(model if role == "target" else None, model if role == "draft" else None, threads,
                             choice_store(cache_dir), probe)
     return getattr(chosen, role).model
+
+
+def first_kernel(spec):
+    """The kernel a SPEC is loaded with before the probe chooses: for `SCHEME:SPEC` with an int scheme the installed
+    kernel that keeps its codes (registry.codes_kernel), else STATIC_DEFAULT. Raises as split_quantized."""
+    quantized = None if spec is None else split_quantized(spec)
+    return codes_kernel() if quantized is not None and quantized[0].kind == "int" else STATIC_DEFAULT
 
 
 def split_quantized(spec):
@@ -130,12 +138,13 @@ def _load(spec, role, cache_dir, kernel, threads, progress, target):
         if role == "target":
             raise CheckpointError(f"model {inner!r}: `self` stands for the target, so it belongs in the draft's SPEC "
                                   f"(--draft {scheme.name}:self)")
-        model = _load(target, "target", cache_dir, kernel, threads, progress, None)
-    else:
-        model = _load_base(spec, role, cache_dir, kernel, threads, progress)
-    for outer, scheme in reversed(layers):  # the innermost scheme first, as SCHEME:SPEC reads
+        model = target if isinstance(target, Model) else _load(target, "target", cache_dir, STATIC_DEFAULT, threads,
+                                                                 progress, None)
+    else:  # a model only quantized: loaded with STATIC_DEFAULT (nothing packed), the outermost layer gets `kernel`
+        model = _load_base(spec, role, cache_dir, STATIC_DEFAULT if layers else kernel, threads, progress)
+    for i, (outer, scheme) in enumerate(reversed(layers)):  # the innermost scheme first, as SCHEME:SPEC reads
         try:
-            model = quantize_model(model, scheme)
+            model = quantize_model(model, scheme, kernel if i == len(layers) - 1 else STATIC_DEFAULT)
         except ValueError as e:
             raise CheckpointError(f"model {outer!r}: {e}") from None
     return model

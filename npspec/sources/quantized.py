@@ -1,9 +1,9 @@
 """Quantized models: quantize a Model (npspec.sources.quantize: RTN or AWQ), save and load a quantized directory.
 
-A quantized model is an ordinary Model whose quantized tensors are dequantized to float32; with the kernel
-"dequant-panels" and an int scheme its block matrices stay int8 codes and float32 scales
-(npspec.kernels.quantized.QuantizedMatrix), a quarter of the bytes (a +emb scheme's embeddings and an AWQ model stay
-float32). As a draft it keeps speculative decoding exact (notes/derivation.md). A quantized directory is a converted
+A quantized model is an ordinary Model whose quantized tensors are dequantized to float32; with a kernel reading
+codes and an int scheme its block matrices stay int codes and float32 scales ("dequant-panels":
+npspec.kernels.quantized.QuantizedMatrix; "compiled-quant": compiled.QuantPanels, 4-bit codes two a byte, and a +emb
+scheme's tied head too); an AWQ model stays float32. As a draft it keeps speculative decoding exact (notes/derivation.md). A quantized directory is a converted
 one (npspec.sources.files, format_version "1": row-major in the forward's shapes) holding `NAME.codes` (int8, float16
 or uint16 bfloat16 bits) and, for int schemes, `NAME.scales` (float32) for each quantized NAME, the rest float32,
 and header fields `quantization` (the scheme's name) and `quantization_format`. Imports npspec.model,
@@ -26,9 +26,9 @@ from ..model.gpt2 import attention_masked, gpt2
 from ..kernels.products import gemm
 from ..model.model import Model
 from ..kernels.registry import STATIC_DEFAULT, kernel as registry_kernel
-from ..kernels.quantized import QuantizedMatrix, holds_codes
-from .quantize import (LINEAR_SUFFIXES, Quantized, awq_round_trip, awq_search, dequantize_tensors, input_axis,
-                       parse_scheme, quantize_tensors, quantized_names)
+from ..kernels.quantized import holds_codes
+from .quantize import (LINEAR_SUFFIXES, Quantized, awq_round_trip, awq_search, check_scheme, dequantize_tensors,
+                       input_axis, parse_scheme, quantize_tensor, quantize_tensors, quantized_names)
 from ..model import tensors as gpt2_tensors
 from ..model.tensors import params_tree, tensor_shapes
 
@@ -47,25 +47,40 @@ def flat_tensors(params, config):
 
 
 def quantized_model(config, tensors, quantized, scheme, tokenizer, source, kernel, threads, metadata):
-    """The Model `quantized` ({name: Quantized}) and the float32 rest of `tensors` stand for:
-    dequantized, or with a kernel that reads codes and an int scheme, block matrices kept as QuantizedMatrix codes."""
-    codes = registry_kernel(kernel).reads_codes and scheme.kind == "int"
-    kept = {n: q for n, q in quantized.items() if codes and n.endswith(LINEAR_SUFFIXES)}
+    """The Model `quantized` ({name: Quantized, or the kernel's codes object for as_codes names}) and the float32
+    rest of `tensors` stand for:
+    dequantized, or with a kernel that reads codes and an int scheme, block matrices kept as its codes class (and a
+    +emb scheme's wte as its tied class, if it has one)."""
+    spec = registry_kernel(kernel)
+    kept = {n: q for n, q in quantized.items() if as_codes(n, spec, scheme) or
+            (n == "wte.weight" and spec.reads_codes and scheme.kind == "int" and spec.tied is not None)}
     full = dequantize_tensors(tensors, {n: q for n, q in quantized.items() if n not in kept}, scheme)
-    full.update({n: QuantizedMatrix.from_codes(q.codes, q.scales) for n, q in kept.items()})
+    full.update({n: q if isinstance(q, spec.codes) else spec.codes.from_codes(q.codes, q.scales)
+                 for n, q in kept.items() if n != "wte.weight"})
+    if "wte.weight" in kept:  # the tied head's codes: wte.T's, [n_embd, n_vocab]
+        full["wte.weight"] = spec.tied(spec.codes.from_codes(kept["wte.weight"].codes.T, kept["wte.weight"].scales.T))
     metadata = {**metadata, "quantization": scheme.name, "quantization_format": QUANTIZATION_FORMAT}
     return Model(config, params_tree(full, config), tokenizer, source, kernel, threads, metadata)
+
+
+def as_codes(name, spec, scheme):  # -> whether a model decoding with Kernel `spec` keeps tensor `name` as codes
+    return spec.reads_codes and scheme.kind == "int" and name.endswith(LINEAR_SUFFIXES)
 
 
 def quantize_model(model, scheme, kernel=None, threads=None):
     """`model` quantized by `scheme`, source "<scheme>:<source>", decoding with `kernel` and `threads`
     (default the model's; "dequant-panels" keeps an int scheme's codes); `model` is unchanged, the tensors the scheme
     leaves alone shared. Raises ValueError for a group that does not divide a width or a model holding codes."""
+    kernel = model.kernel if kernel is None else kernel
+    spec = registry_kernel(kernel)
     tensors = flat_tensors(model.params, model.config)
-    quantized = quantize_tensors(tensors, scheme)
+    check_scheme(scheme, {n: t.shape for n, t in tensors.items()})
+    quantized = {}
+    for n in quantized_names(tensors, scheme):  # kept codes laid out one tensor at a time: no int8 copy of them all
+        q = quantize_tensor(tensors[n], scheme, input_axis(n))
+        quantized[n] = spec.codes.from_codes(q.codes, q.scales) if as_codes(n, spec, scheme) else q
     return quantized_model(model.config, tensors, quantized, scheme, model.tokenizer, f"{scheme.name}:{model.source}",
-                           model.kernel if kernel is None else kernel, model.threads if threads is None else threads,
-                           model.metadata)
+                           kernel, model.threads if threads is None else threads, model.metadata)
 
 
 def linear_inputs(model, windows):

@@ -13,6 +13,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 
 from . import intrinsics
+from .qtiles import qpanels_product, qpanels_runs, qtiles
 from .tiles import PANEL, panels_product, panels_runs, tiles
 
 log = logging.getLogger(__name__)
@@ -123,6 +124,61 @@ def runs_build(layers, panel):  # -> (runs, numba.config.NUMBA_NUM_THREADS)
         numba.set_num_threads(threads)
         jitted(x, panels, y, cuts)
     return runs, numba.config.NUMBA_NUM_THREADS
+
+
+def compiled_qproduct(nibbles=False, njit=None, panel=PANEL):  # -> qpanels_product(x, codes, scales, y, p0, p1)
+    """"compiled-quant"'s loop over int8 codes, or (nibbles) two 4-bit codes a byte; njit as compiled_product.
+    Raises KernelUnavailable as compiled_product."""
+    return qproduct_build(bool(nibbles), panel, njit).function
+
+
+@functools.lru_cache(maxsize=None)
+def qproduct_build(nibbles, panel, njit=None):  # -> Built: qpanels_product over `panel`-column code panels
+    numba = None if njit is not None else import_numba()
+    njit = numba.njit if numba is not None else njit
+    disk, kind = panel == PANEL, "i4" if nibbles else "i8"
+    start = time.perf_counter()
+    for cache in (True, False) if disk else (False,):
+        try:
+            jit = njit(nogil=True, cache=cache, boundscheck=False)
+            helpers = {name: jit(with_globals(f, intrinsics.names(numba), f"{name}_{kind}_{panel}"))
+                       for name, f in qtiles(panel, nibbles).items()}
+            product = with_globals(qpanels_product, {**helpers, "PANEL": panel}, f"qpanels_product_{kind}_{panel}")
+            built = Built(jit(product), cache)
+            break
+        except RuntimeError:  # no cache location (jit_product)
+            if not cache:
+                raise
+    rows = 1 if nibbles else 2
+    built.function(np.zeros((1, 2), dtype=np.float32), np.zeros((1, rows, panel), dtype=np.int8),
+                   np.zeros((1, 1, panel), dtype=np.float32), np.zeros((1, 1), dtype=np.float32), 0, 1)
+    announce(time.perf_counter() - start, built, disk)
+    return built
+
+
+def compiled_qruns(nibbles=False, layers=LAYERS, panel=PANEL):  # -> (runs(x, codes, scales, y, cuts, threads), most)
+    """qpanels_runs on `threads` of numba's threads, as compiled_runs."""
+    return qruns_build(bool(nibbles), tuple(layers), panel)
+
+
+@functools.lru_cache(maxsize=None)
+def qruns_build(nibbles, layers, panel):  # -> (runs, numba.config.NUMBA_NUM_THREADS)
+    product = qproduct_build(nibbles, panel)
+    _, most = runs_build(layers, panel)  # numba's threading layer, set once for the process
+    numba = import_numba()
+    kind = "i4" if nibbles else "i8"
+    names = {"prange": numba.prange, "qpanels_product": product.function}
+    jitted = numba.njit(parallel=True, nogil=True, cache=product.on_disk)(
+        with_globals(qpanels_runs, names, f"qpanels_runs_{kind}_{panel}"))
+    rows = 1 if nibbles else 2
+    jitted(np.zeros((1, 2), dtype=np.float32), np.zeros((1, rows, panel), dtype=np.int8),
+           np.zeros((1, 1, panel), dtype=np.float32), np.zeros((1, 1), dtype=np.float32),
+           np.array([0, 1], dtype=np.int64))
+
+    def runs(x, codes, scales, y, cuts, threads):
+        numba.set_num_threads(threads)
+        jitted(x, codes, scales, y, cuts)
+    return runs, most
 
 
 def with_globals(f, names, name=None):  # -> a copy of function f whose globals also hold `names`

@@ -1,7 +1,9 @@
 """`CompiledPanels`: packs each matrix into page-aligned panels, `panels[p, k, j] = w[k, p * PANEL + j]` (a copy of
-the weights it keeps; npspec never writes a weight after loading), and runs the compiled loop on them. Imports
+the weights it keeps, or a `Packed` matrix that replaces them in a Model's tree), and runs the compiled loop on them. Imports
 numpy, npspec.kernels.workers and npspec.kernels.compiled.{build, tiles}.
 """
+
+import weakref
 
 import numpy as np
 
@@ -31,6 +33,40 @@ def aligned_empty(shape, align=ALIGN):  # shape -> uninitialised float32, C orde
     return buffer[start : start + size].reshape(shape)
 
 
+SHARED = weakref.WeakValueDictionary()  # (address, shape, strides, panel) -> Packed of an array a kernel still keeps
+
+
+class Packed:
+    """A `[d_in, d_out]` float32 matrix held only as its panels (`pack`'s), standing for it in a Model's tree when it
+    decodes with a compiled kernel; `np.asarray(p)` gives the matrix back, column-major (a new array, the same
+    values). `shape`, `size`, `nbytes`, `dtype` as an array's."""
+
+    dtype = np.dtype(np.float32)
+
+    def __init__(self, panels, shape, source=None):
+        self.panels, self.shape, self.source = panels, tuple(shape), source  # source: the array packed, if kept
+        self.plans = {}  # threads -> (cuts or None, numba threads), planned once
+
+    @property
+    def size(self):
+        return self.shape[0] * self.shape[1]
+
+    @property
+    def nbytes(self):
+        return self.panels.nbytes
+
+    def __array__(self, dtype=None, copy=None):  # -> [d_in, d_out] float32, column-major
+        d_in, d_out = self.shape
+        panel = self.panels.shape[2]
+        w = np.empty(self.shape, dtype=np.float32, order="F")
+        for p in range(self.panels.shape[0]):
+            w[:, p * panel : min(p * panel + panel, d_out)] = self.panels[p, :, : min(panel, d_out - p * panel)]
+        return w if dtype is None else w.astype(dtype, copy=False)
+
+    def __repr__(self):
+        return f"Packed(shape={self.shape}, panels={self.panels.shape[0]})"
+
+
 class CompiledPanels:
     """`linear(x, w, b=None)`: `[n, d_in], [d_in, d_out], [d_out] -> [n, d_out]` float32, batch invariant.
 
@@ -45,16 +81,26 @@ class CompiledPanels:
         self.product = compiled_product(panel=panel)
         self.runs, self.most_threads = compiled_runs(layers, panel) if self.threads > 1 else (None, 1)
         self.packed = {}  # (address, shape, strides) -> (w, its panels, their cuts or None, numba threads)
+        self.held = {}  # the same keys -> their Packed (SHARED's entries)
 
     def prepare(self, matrices):  # [d_in, d_out] float32 each: packed now, not in the first decoding forward
         for w in matrices:
-            self.entry(w)
+            if not isinstance(w, Packed):
+                self.entry(w)
+
+    def pack(self, w):  # [d_in, d_out] float32 -> Packed, the panels its products read (a Packed as it is)
+        return w if isinstance(w, Packed) else Packed(pack(w, self.panel), w.shape)
 
     def entry(self, w):  # [d_in, d_out] -> (w, [n_panels, d_in, panel], [runs + 1] int64 or None, threads)
+        """Panels another CompiledPanels made of the same memory and keeps (SHARED; the array packed is alive,
+        so the memory was not reused) are used, not made again: a self-draft's head is the target's."""
         key = (w.__array_interface__["data"][0], w.shape, w.strides)
         if key not in self.packed:
-            panels = pack(w, self.panel)
-            self.packed[key] = (w, panels, *self.plan(panels.shape[0], w.nbytes))
+            shared = SHARED.get((key, self.panel))
+            packed = shared if shared is not None else Packed(pack(w, self.panel), w.shape, w)  # its source alive
+            SHARED[key, self.panel] = packed
+            self.held[key] = packed  # what keeps it in SHARED
+            self.packed[key] = (w, packed.panels, *self.plan(packed.panels.shape[0], w.nbytes))
         return self.packed[key]
 
     def plan(self, count, nbytes):  # panels, bytes of the matrix -> ([runs + 1] int64 cuts or None, numba threads)
@@ -65,7 +111,15 @@ class CompiledPanels:
 
     def __call__(self, x, w, b=None):  # [n, d_in], [d_in, d_out], [d_out] -> [n, d_out]
         x = np.ascontiguousarray(x, dtype=np.float32)
-        _, panels, cuts, threads = self.entry(w)
+        if isinstance(w, Packed):
+            if w.panels.shape[2] != self.panel:
+                raise ValueError(f"a matrix packed in {w.panels.shape[2]}-column panels, this kernel's are {self.panel}")
+            panels = w.panels
+            if self.threads not in w.plans:
+                w.plans[self.threads] = self.plan(panels.shape[0], 4 * w.size)
+            cuts, threads = w.plans[self.threads]
+        else:
+            _, panels, cuts, threads = self.entry(w)
         y = np.empty((x.shape[0], w.shape[1]), dtype=np.float32)
         if cuts is None:
             self.product(x, panels, y, 0, panels.shape[0])

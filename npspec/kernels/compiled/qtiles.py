@@ -1,0 +1,102 @@
+"""The loop nest of "compiled-quant": tiles.py's tiles over int codes. Each weight is made in registers as
+float32(code) * scale (one float32 multiply, the value quantize.dequantize_tensor gives), then the same fma chain in
+increasing k as tiles.make_tile. Codes are int8 `[d_in, PANEL]` a panel, or two 4-bit codes a byte (k even in the low
+nibble, k + 1 in the high); scales `[n_groups, PANEL]`. The intrinsics and tiles come as globals from build.
+Imports numpy and npspec.kernels.compiled.tiles.
+"""
+
+import numpy as np
+
+from .tiles import AHEAD, PARTS, PANEL, TAIL
+
+__all__ = ["AHEAD", "PANEL", "TAIL", "qtiles", "qpanels_product", "qpanels_runs"]
+
+
+def qtiles(panel=PANEL, nibbles=False):  # -> {"qtile8", "qtile6", "qtile4", "qtile1": tile(x, codes, scales, out)}
+    make = make_nibble_tile if nibbles else make_byte_tile
+    return {f"qtile{rows}": make(rows, parts, panel // parts) for rows, parts in PARTS.items()}
+
+
+def make_byte_tile(rows, parts, width):  # -> tile(x [rows, d_in], codes int8 [d_in, ..], scales [n_groups, ..], out)
+    """tiles.make_tile's body with w = float32(codes[k, j]) * scales[k // group, j]."""
+    def tile(x, codes, scales, out):
+        wide_vectors()
+        group = x.shape[1] // scales.shape[0]
+        for h in range(parts):
+            c0 = h * width
+            a = scratch(rows, width)
+            for r in range(rows):
+                for j in range(width):
+                    a[r, j] = 0.0
+            for g in range(scales.shape[0]):
+                for k in range(g * group, (g + 1) * group):
+                    prefetch(codes, k + AHEAD, c0)  # a code row is at most a cache line
+                    for j in range(width):
+                        w = np.float32(codes[k, c0 + j]) * scales[g, c0 + j]
+                        for r in range(rows):
+                            a[r, j] = fma(x[r, k], w, a[r, j])
+            for r in range(out.shape[0]):
+                for j in range(max(0, min(width, out.shape[1] - c0))):
+                    out[r, c0 + j] = a[r, j]
+    tile.__name__ = f"qtile{rows}"
+    return tile
+
+
+def make_nibble_tile(rows, parts, width):  # -> tile(x [rows, d_in], codes int8 [d_in / 2, ..], scales, out)
+    """make_byte_tile's chain with two 4-bit codes a byte: k = 2 kk from the low nibble, k = 2 kk + 1 the high."""
+    def tile(x, codes, scales, out):
+        wide_vectors()
+        pairs = codes.shape[0] // scales.shape[0]  # code rows of a group (the group is even)
+        for h in range(parts):
+            c0 = h * width
+            a = scratch(rows, width)
+            for r in range(rows):
+                for j in range(width):
+                    a[r, j] = 0.0
+            for g in range(scales.shape[0]):
+                for kk in range(g * pairs, (g + 1) * pairs):
+                    prefetch(codes, kk + AHEAD, c0)
+                    k = 2 * kk
+                    for j in range(width):
+                        c = np.int32(codes[kk, c0 + j])
+                        s = scales[g, c0 + j]
+                        w0 = np.float32(((c & 15) ^ 8) - 8) * s  # the low nibble, sign-extended
+                        w1 = np.float32(c >> 4) * s  # the high nibble (an arithmetic shift)
+                        for r in range(rows):
+                            a[r, j] = fma(x[r, k], w0, a[r, j])
+                        for r in range(rows):
+                            a[r, j] = fma(x[r, k + 1], w1, a[r, j])
+            for r in range(out.shape[0]):
+                for j in range(max(0, min(width, out.shape[1] - c0))):
+                    out[r, c0 + j] = a[r, j]
+    tile.__name__ = f"qtile{rows}"
+    return tile
+
+
+def qpanels_product(x, codes, scales, y, p0, p1):  # [M, d_in], [P, rows, PANEL] int8, [P, n_groups, PANEL], out [M, d_out]
+    """tiles.panels_product over code panels p0 .. p1 - 1: rows 8 at a time, the last 1 to 7 in one padded tile."""
+    m_rows, d_in = x.shape
+    d_out = y.shape[1]
+    full = m_rows - m_rows % 8
+    size = TAIL[m_rows - full]
+    tail = np.zeros((size, d_in), dtype=np.float32)
+    tail[: m_rows - full] = x[full:]
+    for p in range(p0, p1):
+        n0 = p * PANEL
+        n1 = min(n0 + PANEL, d_out)
+        for m in range(0, full, 8):
+            qtile8(x[m : m + 8], codes[p], scales[p], y[m : m + 8, n0:n1])  # noqa: F821 (globals: build)
+        if size == 8:
+            qtile8(tail, codes[p], scales[p], y[full:, n0:n1])  # noqa: F821
+        elif size == 6:
+            qtile6(tail, codes[p], scales[p], y[full:, n0:n1])  # noqa: F821
+        elif size == 4:
+            qtile4(tail, codes[p], scales[p], y[full:, n0:n1])  # noqa: F821
+        elif size == 1:
+            qtile1(tail, codes[p], scales[p], y[full:, n0:n1])  # noqa: F821
+
+
+def qpanels_runs(x, codes, scales, y, cuts):  # qpanels_product's arguments, [runs + 1] int64
+    """qpanels_product over each run [cuts[i], cuts[i + 1]), shared out by numba's prange."""
+    for i in prange(len(cuts) - 1):  # noqa: F821 (numba.prange, given by build)
+        qpanels_product(x, codes, scales, y, cuts[i], cuts[i + 1])  # noqa: F821
