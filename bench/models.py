@@ -76,6 +76,16 @@ def row_major(params):
     return tree
 
 
+def column_major(params):
+    """A copy of the parameter tree whose block matrices are column-major float32 arrays, which every kernel reads:
+    a matrix a compiled kernel's Model holds packed (npspec.kernels.compiled.Packed) unpacked, the others shared."""
+    tree = _copy_tree(params)
+    for lin in block_linears(tree):
+        if not isinstance(lin["w"], np.ndarray):
+            lin["w"] = np.asarray(lin["w"])
+    return tree
+
+
 def _copy_tree(tree):
     """The nested dicts and lists of a parameter tree copied; the arrays themselves shared."""
     if isinstance(tree, dict):

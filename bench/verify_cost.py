@@ -159,8 +159,8 @@ def measure(model_names, threads, kernels, ms, repeats, context, quick=False):
         t = {n: {} for n in threads}  # (layout, kernel) -> {M: median seconds}
         ratios = {n: {} for n in threads}  # (layout, kernel) -> {M: median over passes of t(M) / t(1)}
         timed = [(layout, k) for layout, allowed in LAYOUT_KERNELS.items() for k in kernels if k in allowed]
-        params = {layout: models.row_major(model.params) if layout == "row-major" else model.params
-                  for layout in dict.fromkeys(layout for layout, _ in timed)}  # a row-major copy if one is timed
+        params = {layout: (models.row_major if layout == "row-major" else models.column_major)(model.params)
+                  for layout in dict.fromkeys(layout for layout, _ in timed)}  # arrays every kernel reads
         for n in threads:
             with common.blas_threads(n):  # every kernel in turn within each pass (time_sweeps)
                 forwards = {(layout, k): kernel_forward(params[layout], model.config, k, n) for layout, k in timed}

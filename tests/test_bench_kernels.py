@@ -6,7 +6,7 @@ No timing is asserted: only what the tables hold and how their columns relate.
 import numpy as np
 import pytest
 
-from bench import panels, profile, verify_cost
+from bench import models, panels, profile, verify_cost
 from bench.common import read_table
 from npspec.kernels import compiled
 from npspec.model.model import Model
@@ -58,6 +58,22 @@ def test_a_decoding_start_is_timed_with_the_prefill_by_the_gemm_and_by_the_kerne
     row = profile.start_by_route(model, 6, tokens=3, calls=2, pause=0)
     assert routes == [(5, 0), (5, 5)] * 3  # a warm-up round, then two, each the GEMM's start then the kernel's
     assert row["gemm_ms"] > 0 and row["kernel_ms"] > 0 and row["ratio"] == row["gemm_ms"] / row["kernel_ms"]
+
+
+@needs_numba
+def test_every_kernel_reads_the_column_major_copy_of_a_packed_model():
+    """A compiled kernel's Model holds its block matrices packed; verify_cost times every kernel on models.column_major."""
+    model = tiny_model(n_embd=32, n_vocab=97).with_kernel("compiled-panels")
+    packed = model.params["h"][0]["mlp"]["c_fc"]["w"]
+    assert not isinstance(packed, np.ndarray)
+    params = models.column_major(model.params)
+    w = params["h"][0]["mlp"]["c_fc"]["w"]
+    assert isinstance(w, np.ndarray) and w.flags.f_contiguous and np.array_equal(w, np.asarray(packed))
+    assert params["wte"] is model.params["wte"] and model.params["h"][0]["mlp"]["c_fc"]["w"] is packed
+    ids = np.array([5, 6, 7])
+    for kernel in ("gemv-rows", "compiled-panels"):
+        logits = verify_cost.kernel_forward(params, model.config, kernel, 1)(ids, model.new_cache())
+        np.testing.assert_allclose(logits, model.forward(ids, model.new_cache()), rtol=1e-5, atol=1e-5)
 
 
 @needs_numba
