@@ -163,7 +163,9 @@ def measure(model_names, threads, kernels, ms, repeats, context, quick=False):
                   for layout in dict.fromkeys(layout for layout, _ in timed)}  # arrays every kernel reads
         for n in threads:
             with common.blas_threads(n):  # every kernel in turn within each pass (time_sweeps)
-                forwards = {(layout, k): kernel_forward(params[layout], model.config, k, n) for layout, k in timed}
+                forwards = {(layout, k): kernel_forward(model.params if layout == "column-major" and REGISTRY[k].packs
+                                                        else params[layout], model.config, k, n)  # panels held once
+                            for layout, k in timed}
                 for key, (ts, vs) in time_sweeps(model, ms, repeats, context, forwards, pause).items():
                     t[n][key], ratios[n][key] = ts, vs
                     common.log(f"{name} threads {n} {key[0]:12s} {key[1]:11s} t(1) {1e3 * ts[1]:8.2f} ms  "
