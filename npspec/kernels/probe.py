@@ -113,9 +113,13 @@ def choose_kernels(target, draft, threads, store=None, mode="cached", rows=None,
         wanted = {REGISTRY[k].pool for k in names["target"]}
     elif target is not None:
         wanted = {REGISTRY[target.kernel].pool}
-    drafts = None  # {pool: the draft's Choice on it}, when the draft is chosen
+    drafts, timed = None, []  # {pool: the draft's Choice on it}, when the draft is chosen; timed: one per timing
+
+    def timing(*args, **kwargs):
+        timed.append(True)
+        return measure(*args, **kwargs)
     if choosing["draft"]:
-        drafts = {pool: choose("draft", draft, threads, store, mode, measure, group)
+        drafts = {pool: choose("draft", draft, threads, store, mode, timing, group)
                   for pool, group in pools(names["draft"], wanted).items()}
     chosen_target = kept(target)
     if choosing["target"]:
@@ -128,7 +132,7 @@ def choose_kernels(target, draft, threads, store=None, mode="cached", rows=None,
     if drafts is None:
         return KernelChoices(chosen_target, kept(draft))
     paired = pairs_with(drafts, None if target is None else chosen_target.kernel)
-    if len(drafts) > 1:
+    if len(drafts) > 1 and timed:  # said when the draft was timed (as the timings' own notes are), not every run
         log.info(f"the draft decodes with {paired.kernel} at {paired.threads} thread(s): its fastest on the threads "
                  f"its target's {chosen_target.kernel} runs on ({REGISTRY[chosen_target.kernel].pool}; its fastest "
                  "per pool: " + ", ".join(f"{p} {c.kernel}@{c.threads}" for p, c in drafts.items()) + ")")
