@@ -48,11 +48,11 @@ class TextGeneration(Generation):
 
 
 def generate_text(target, prompt, draft=None, gamma=4, max_new_tokens=64, temperature=0.8, top_k=0, top_p=0.95, seed=0,
-                  gamma_schedule="constant"):
+                  gamma_schedule="constant", verify="token"):
     """Generate text after `prompt` (a str) with `target`; with a `draft` and gamma > 0, speculatively.
-
     draft: a Model, a drafter (npspec.decode.drafters: NgramDrafter, ModelDrafter(model, p_min), ...), or None.
-    gamma_schedule: "constant" or "heuristic" (npspec.decode.schedule.next_gamma).
+    gamma_schedule: "constant" or "heuristic" (npspec.decode.schedule.next_gamma). verify: a name of
+    npspec.decode.rules.RULES (the acceptance rule, --verify's).
     (Not named `generate`: that name is the CLI module, `python -m npspec.generate`.)
     Returns a TextGeneration: `ids` (new ids), `text` (their decoding), `stats`. The same
     seed, models, prompt and options give the same output. See speculative_generate for the
@@ -64,7 +64,7 @@ def generate_text(target, prompt, draft=None, gamma=4, max_new_tokens=64, temper
     ids = encode_prompt(target.tokenizer, prompt, target.config.eos_token_id)
     gen = speculative_generate(target, draft, ids, max_new_tokens, gamma=gamma if draft is not None else 0,
                                temperature=temperature, top_k=top_k, top_p=top_p, rng=np.random.default_rng(seed),
-                               gamma_schedule=gamma_schedule)
+                               gamma_schedule=gamma_schedule, verify=verify)
     return TextGeneration(gen.ids, gen.stats, gen.trace, target.tokenizer.decode(gen.ids))
 
 

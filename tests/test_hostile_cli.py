@@ -8,6 +8,7 @@ Every refusal is exit status 1, one line `npspec.generate: error: ...`, nothing 
 
 import io
 import os
+import re
 import resource
 import subprocess
 import sys
@@ -17,7 +18,8 @@ import pytest
 from npspec.cli.console import parse
 from npspec.decode.drafters import MAX_NGRAM
 from npspec.cli.inputs import thread_count
-from npspec.cli.options import build_parser
+from npspec.cli.options import build_parser, checked
+from npspec.sources.quantize import parse_scheme
 from npspec.decode.rules.trees import MAX_TREE_NODES
 
 from conftest import ROOT
@@ -109,3 +111,19 @@ def test_readme_states_the_policy_bounds():
     table = (ROOT / "README.md").read_text(encoding="utf-8")
     assert f"at most {MAX_NGRAM} (a policy, `npspec.decode.drafters.MAX_NGRAM`" in table
     assert f"At most {MAX_TREE_NODES} nodes (a policy, `npspec.decode.rules.trees.MAX_TREE_NODES`" in table
+
+
+@pytest.mark.parametrize("args, says", [
+    (("--gamma", "0", "--verify", "traversal"), "--gamma 0 is plain decoding, with no drafter, so --verify traversal "
+                                                 "would do nothing"),
+    (("--gamma", "0", "--verify", "rsd"), "so --verify rsd would do nothing"),
+    (("--target", "random:tiny", "--verify", "exact-match"), "--verify exact-match needs a drafter")])
+def test_a_rule_with_nothing_to_verify_is_refused_before_anything_loads(args, says):
+    with pytest.raises(ValueError, match=re.escape(says)):
+        checked(build_parser().parse_args(list(args)))
+
+
+@pytest.mark.parametrize("scheme", ["int\u0668-ch", "int\u0664-g\u0666\u0664", "int4-g\uff1064"])
+def test_a_scheme_reads_ascii_digits_only(scheme):
+    with pytest.raises(ValueError, match="unknown quantization scheme"):
+        parse_scheme(scheme)

@@ -18,6 +18,7 @@ import pytest
 
 from npspec import testing as kit
 from npspec.decode.rules import block_accept
+from npspec.testing import __main__ as vectors_command
 from npspec.testing.usage import MAX_OUTCOMES, MAX_UNIFORMS_PER_CALL, KitUsageError
 
 from conftest import ROOT
@@ -225,3 +226,30 @@ def test_a_block_verifier_that_returns_non_integers_fails_naming_them():
 
     findings = kit.block_probes(half)
     assert findings and all("not integers" in problem and "strict" not in problem for _, problem in findings)
+
+
+@pytest.mark.parametrize("call, says", [
+    (lambda: kit.node_acceptance([0.5, 0.5], [0.5, 0.5], 30), "would enumerate about 1.07e+09 paths"),
+    (lambda: kit.node_acceptance([math.nan, 1], [0.5, 0.5], 2), "p_row is not a probability row"),
+    (lambda: kit.ot_bound([0.5, 0.5], [0.5, 0.5], -1), "k must be an integer >= 1, got -1"),
+    (lambda: kit.ot_bound([0.5, 0.5], [0.5, 0.25, 0.25], 2), "q_row must have 2 entries, got 3"),
+    (lambda: kit.acceptance_rate([math.nan, 1], [0.5, 0.5]), "p_row is not a probability row"),
+    (lambda: kit.acceptance_rate([1, 0, 0], [0.5, 0.5]), "q_row must have 3 entries, got 2"),
+    (lambda: kit.check_block_rule(kit.block_verification_rule, cases=[(1, 2)]), "cases[0] must be (p, q)"),
+    (lambda: kit.check_block_rule(kit.block_verification_rule, cases=5), "cases must be a sequence of (p, q) pairs"),
+    (lambda: kit.check_block_rule(kit.block_verification_rule, cases=[([0.5, 0.5],)]), "cases must be a sequence"),
+    (lambda: kit.check_block_rule(kit.block_verification_rule, prompt=(99,)), "prompt id 99 is not among")])
+def test_the_node_and_block_helpers_refuse_bad_arguments_in_one_line_before_any_enumeration(call, says):
+    started = time.perf_counter()
+    with pytest.raises(KitUsageError, match=re.escape(says)) as e:
+        call()
+    assert "\n" not in str(e.value) and time.perf_counter() - started < 5  # refused, not enumerated
+
+
+def test_vectors_interrupted_say_so_in_one_line_and_exit_130(monkeypatch, tmp_path, capsys):
+    def interrupted():
+        raise KeyboardInterrupt
+    monkeypatch.setattr(vectors_command, "vectors", interrupted)
+    assert vectors_command.main(["vectors", str(tmp_path / "v.json")]) == 130
+    assert capsys.readouterr().err == "npspec.testing: interrupted (nothing was written)\n"
+    assert list(tmp_path.iterdir()) == []

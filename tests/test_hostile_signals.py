@@ -71,26 +71,29 @@ CTRL_C_WHILE_STARTING = """
 import os, signal, sys, time
 from npspec.cli import startup
 startup.exit_on_interrupt_while_starting(["python", "-m", "npspec.generate"])
-os.kill(os.getpid(), signal.SIGINT)  # as if Ctrl-C came during the imports
+os.kill(os.getpid(), signal.{sig})  # as if Ctrl-C or SIGTERM came during the imports
 time.sleep(30)
 print("not reached")
 """
 
 
-def test_ctrl_c_while_a_command_imports_is_one_line_and_130():
-    r = run_python("-c", CTRL_C_WHILE_STARTING)
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_ctrl_c_or_sigterm_while_a_command_imports_is_one_line_and_130(sig):
+    r = run_python("-c", CTRL_C_WHILE_STARTING.format(sig=sig))
     assert (r.returncode, r.stdout, r.stderr) == (130, "", "npspec: interrupted while starting\n")
 
 
-def test_a_command_puts_pythons_own_ctrl_c_handler_back_before_it_works():
-    previous = signal.getsignal(signal.SIGINT)
+def test_a_command_puts_pythons_own_signal_handlers_back_before_it_works():
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         startup.exit_on_interrupt_while_starting(["python", "-m", "npspec.cli.convert"])
-        assert signal.getsignal(signal.SIGINT) is startup._exit_while_starting
+        assert all(signal.getsignal(sig) is startup._exit_while_starting for sig in previous)
         startup.started()
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def test_only_a_command_exits_at_a_second_ctrl_c():

@@ -155,7 +155,8 @@ def drafting_options(args):
              ("--tree-kind", args.tree_kind != "sampled"), ("--tree-budget", args.tree_budget is not None),
              ("--draft-kernel", args.draft_kernel is not None),
              ("--gamma-schedule heuristic", args.gamma_schedule != "constant"),
-             ("--compare", args.compare), ("--simulate-acceptance", args.simulate_acceptance is not None)]
+             ("--compare", args.compare), ("--simulate-acceptance", args.simulate_acceptance is not None),
+             (f"--verify {args.verify}", args.verify != "token")]
     return [name for name, on in given if on]
 
 

@@ -16,7 +16,7 @@ COMMAND_MODULES = ("npspec.cli", "npspec.generate", "npspec.cli.generate", "npsp
 
 
 def _exit_while_starting(signum, frame):
-    """SIGINT while a command imports: one line, exit 130 (nothing has been done that needs undoing)."""
+    """SIGINT or SIGTERM while a command imports: one line, exit 130 (nothing has been done that needs undoing)."""
     try:
         os.write(2, b"npspec: interrupted while starting\n")
     except OSError:  # stderr closed
@@ -34,15 +34,20 @@ def is_command(orig_argv):
 
 
 def exit_on_interrupt_while_starting(orig_argv):
-    """While a command imports (is_command(orig_argv), main thread), a Ctrl-C prints one line and exits 130."""
+    """While a command imports (is_command(orig_argv), main thread), a Ctrl-C or SIGTERM prints one line and exits
+    130, as either does later on."""
     if is_command(orig_argv) and threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, _exit_while_starting)
+        signal.signal(signal.SIGTERM, _exit_while_starting)
 
 
 def started():
-    """Put Python's SIGINT handler back if exit_on_interrupt_while_starting set its own; every main calls it first."""
-    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is _exit_while_starting:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+    """Put Python's SIGINT and SIGTERM handlers back if exit_on_interrupt_while_starting set its own; every main
+    calls it first."""
+    if threading.current_thread() is threading.main_thread():
+        for signum, default in ((signal.SIGINT, signal.default_int_handler), (signal.SIGTERM, signal.SIG_DFL)):
+            if signal.getsignal(signum) is _exit_while_starting:
+                signal.signal(signum, default)
 
 
 def _exit_interrupted(signum, frame):

@@ -4,7 +4,7 @@
 
 import re
 
-LAYER_NAME = re.compile(r"^(?:transformer\.)?h\.(\d+)\.")
+LAYER_NAME = re.compile(r"^(?:transformer\.)?h\.([0-9]+)\.")
 BLOCK_MATRICES = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
 
 

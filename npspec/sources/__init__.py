@@ -111,7 +111,7 @@ def split_quantized(spec):
     path), else None. Raises CheckpointError, one line, for a bad scheme or nothing after the colon."""
     text = str(spec)
     head, colon, inner = text.partition(":")
-    if not colon or not re.match(r"(int|fp|bf)\d", head):
+    if not colon or not re.match(r"(int|fp|bf)[0-9]", head):
         return None
     try:
         if expand(text, "model").exists():

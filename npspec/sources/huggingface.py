@@ -26,7 +26,7 @@ from ..model.gpt2 import GPT2Config
 from .progress import bar
 from ..model.tensors import layer_count_problem, tensor_shapes
 
-IGNORED = re.compile(r"^h\.\d+\.attn\.(bias|masked_bias)$")
+IGNORED = re.compile(r"^h\.[0-9]+\.attn\.(bias|masked_bias)$")
 
 
 def sha256_file(path, chunk=1 << 20, progress=None):

@@ -59,7 +59,7 @@ def parse_scheme(text):
     embeddings = bool(plus)
     if base in ("fp16", "bf16"):
         return Scheme(base, 16, None, embeddings)
-    m = re.fullmatch(r"int(\d+)(?:-(ch|g(\d+)))?", base)
+    m = re.fullmatch(r"int([0-9]+)(?:-(ch|g([0-9]+)))?", base)  # ASCII digits only, as every number npspec reads
     if m is None:
         raise ValueError(f"unknown quantization scheme {text!r}: use {SCHEME_HELP}")
     bits = int(m.group(1))

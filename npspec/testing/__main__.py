@@ -29,13 +29,22 @@ def build_parser(out=None, err=None):
 
 def main(argv=None, out=None, err=None):
     """Run the command (argv default sys.argv[1:]; out, err default sys.stdout, sys.stderr). Returns the exit status:
-    0, 1 an error (one line on err), 2 a command line argparse rejects."""
+    0, 1 an error (one line on err), 2 a command line argparse rejects, 130 Ctrl-C."""
     started()  # Python's Ctrl-C handler back (npspec.cli.console: the imports had their own)
     out = sys.stdout if out is None else out
     err = error_stream(sys.stderr if err is None else err)
     args, status = parse(build_parser(out, err), argv, err, "npspec.testing")
     if args is None:
         return status
+    try:
+        return write(args, out, err)
+    except KeyboardInterrupt:  # Ctrl-C while the vectors are computed or written: atomic_write left nothing
+        print("npspec.testing: interrupted (nothing was written)", file=err)
+        return 130
+
+
+def write(args, out, err):
+    """Compute the vectors and write them where args.out says; returns the exit status (0, or 1 after one line)."""
     text = json.dumps(vectors(), indent=1) + "\n"
     if args.out == "-":
         try:

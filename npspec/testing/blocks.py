@@ -241,7 +241,9 @@ def expected_accepted(p, q, prompt, gamma, rule=None):
 
 def acceptance_rate(p_row, q_row, rule=None):
     """The chance that ONE draft from q_row is kept against p_row by a block rule (default block verification):
-    exact for Fractions. Sum_x min(p, q) for the token rule (1 - total variation), sum_x p q for exact_match_rule."""
+    exact for Fractions. Sum_x min(p, q) for the token rule (1 - total variation), sum_x p q for exact_match_rule.
+    Raises KitUsageError unless both are probability rows of one length."""
+    need_row(q_row, "q_row", "acceptance_rate", need_row(p_row, "p_row", "acceptance_rate"))
     return expected_accepted(constant_table(p_row), constant_table(q_row), (0,), 1, rule)
 
 
@@ -332,6 +334,17 @@ def _diagnose(pt, qt, prompt, gamma, eos, got):
     return "; it gives the law of " + " / ".join(names) if names else ""
 
 
+def _pairs(cases, where):  # -> [(p, q)]
+    """The caller's cases as a list of pairs; raises KitUsageError for anything else."""
+    try:
+        pairs = [tuple(case) for case in cases]
+    except TypeError:
+        pairs = None
+    if pairs is None or any(len(case) != 2 for case in pairs):
+        raise KitUsageError(f"{where}: cases must be a sequence of (p, q) pairs, got {cases!r:.80}")
+    return pairs
+
+
 def check_block_rule(rule, cases=None, gammas=(1, 2, 3), prompt=(0,), eos=None, tol=1e-12):
     """oracle.check_rule for block rules, default cases small_cases() then context_cases(): a RuleReport, naming the
     zoo's block classes (BLOCK_DIAGNOSES) whose law the rule gives; a rule that writes its inputs or returns an n
@@ -345,12 +358,19 @@ def check_block_rule(rule, cases=None, gammas=(1, 2, 3), prompt=(0,), eos=None, 
     tol = need_real(tol, "tol", where, 0, MAX_TOL, why=" (a wrong rule is off by far more than rounding)")
     checked = guarded(rule)
     n, used = 0, 0
-    for p, q in ([*small_cases(), *context_cases()] if cases is None else cases):
+    for p, q in ([*small_cases(), *context_cases()] if cases is None else _pairs(cases, where)):
         n += 1
-        pt = p if callable(p) else constant_table(p)
-        qt = q if callable(q) else constant_table(q)
+        try:
+            pt = p if callable(p) else constant_table(p)
+            qt = q if callable(q) else constant_table(q)
+        except (TypeError, ValueError):
+            raise KitUsageError(f"{where}: cases[{n - 1}] must be (p, q), each a probability row or a table "
+                                f"function, got {p!r}, {q!r}") from None
         n_vocab = need_row(pt(prompt), f"cases[{n - 1}]'s p", where)
         need_row(qt(prompt), f"cases[{n - 1}]'s q", where, n_vocab)
+        if max(prompt) >= n_vocab:
+            raise KitUsageError(f"{where}: prompt id {max(prompt)} is not among cases[{n - 1}]'s {n_vocab} ids; "
+                                f"use ids below {n_vocab}")
         if eos is not None:
             need_int(eos, "eos", where, 0, n_vocab - 1)
         for gamma in gammas:
