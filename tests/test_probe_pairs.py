@@ -7,7 +7,9 @@ No test here builds a compiled kernel or reads a clock: a numba-pool kernel is g
 
 import dataclasses
 import json
+from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from npspec.kernels import probe
@@ -154,3 +156,15 @@ def test_passes_that_agree_are_not_timed_again_and_count_their_mean():
     assert probe.AGREE == 1.25 and calls == ["a", "b", "b", "a", "b"]
     assert passes == {("a", 1): [1.0, 1.25], ("b", 1): [2.0, 1.2, 1.3]}
     assert probe.counted([1.0, 1.25]) == 1.125 and probe.counted([2.0, 1.2, 1.3]) == 1.3
+
+
+def test_int8_and_int4_models_of_one_shape_are_timed_apart_and_float_keys_are_unchanged():
+    """A record timed for an int4 self-draft once chose the int8 one's threads (one shape, one key): the key now
+    holds how the codes are kept; float32 models keep their old keys; a Beside answers for its draft unbuilt."""
+    def model(w):
+        block = {"attn": {"c_attn": {"w": w}, "c_proj": {"w": w}}, "mlp": {"c_fc": {"w": w}, "c_proj": {"w": w}}}
+        return SimpleNamespace(config=SimpleNamespace(n_layer=1, n_embd=8, n_head=2, n_vocab=5), params={"h": [block]})
+    int8, int4 = model(SimpleNamespace(nibbles=False, group=8)), model(SimpleNamespace(nibbles=True, group=64))
+    assert probe.model_shapes(int8) == [1, 8, 2, 5, "int8-g8"] and probe.model_shapes(int4) == [1, 8, 2, 5, "int4-g64"]
+    assert probe.model_shapes(model(np.zeros((8, 8), np.float32))) == [1, 8, 2, 5]
+    assert probe.codes_key(probe.Beside(int4, probe.Choice("compiled-quant", 1))) == ["int4-g64"]

@@ -17,6 +17,7 @@ from typing import ContextManager, NamedTuple, Protocol
 import numpy as np
 
 from .compiled import KernelUnavailable
+from .layout import block_linears
 from .registry import REGISTRY, ROLES, kernel as registry_kernel, role_candidates
 
 log = logging.getLogger(__name__)
@@ -409,9 +410,24 @@ def recalled(store, mode, what, stored, run):  # -> a value
     return value
 
 
-def model_shapes(model):  # Decoder -> [n_layer, n_embd, n_head, n_vocab]: what its forward time depends on
+def model_shapes(model):  # Decoder -> [n_layer, n_embd, n_head, n_vocab(, codes)]: what its forward time depends on
     c = model.config
-    return [c.n_layer, c.n_embd, c.n_head, c.n_vocab]
+    return [c.n_layer, c.n_embd, c.n_head, c.n_vocab, *codes_key(model)]
+
+
+def codes_key(model):  # Decoder -> [] for float32 matrices, ["int4-g64"]-like for int codes (their bits and group)
+    """How a model's block matrices hold int codes (QuantPanels' `nibbles` and `group`): int8 and int4 models of
+    one shape read different bytes, so they are timed apart. [] for float32 weights or a Decoder without params
+    (read from the instance, so a Beside partner is not built to answer)."""
+    held = vars(model) if hasattr(model, "__dict__") else {}
+    if "params" not in held and "model" in held:  # a Beside: the draft model it builds from
+        return codes_key(held["model"])
+    params = held.get("params")
+    for w in (lin["w"] for lin in block_linears(params if isinstance(params, dict) and "h" in params else {"h": []})):
+        if hasattr(w, "nibbles"):
+            return [f"int{4 if w.nibbles else 8}-g{w.group}"]
+        return []
+    return []
 
 
 def partner_key(partner):  # Decoder, {kernel: Decoder} or None -> [kernel/version, threads, [shapes]], a dict of them
