@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from npspec.kernels import probe
+from npspec.kernels.compiled.quant import QuantPanels
 from npspec.kernels.registry import REGISTRY
 from npspec.sources.choices import ChoiceFile
 
@@ -164,7 +165,8 @@ def test_int8_and_int4_models_of_one_shape_are_timed_apart_and_float_keys_are_un
     def model(w):
         block = {"attn": {"c_attn": {"w": w}, "c_proj": {"w": w}}, "mlp": {"c_fc": {"w": w}, "c_proj": {"w": w}}}
         return SimpleNamespace(config=SimpleNamespace(n_layer=1, n_embd=8, n_head=2, n_vocab=5), params={"h": [block]})
-    int8, int4 = model(SimpleNamespace(nibbles=False, group=8)), model(SimpleNamespace(nibbles=True, group=64))
+    int8 = model(QuantPanels.from_codes(np.full((8, 8), 100, np.int8), np.ones((1, 8), np.float32)))
+    int4 = model(QuantPanels.from_codes(np.zeros((64, 8), np.int8), np.ones((1, 8), np.float32)))  # -8..7: nibbles
     assert probe.model_shapes(int8) == [1, 8, 2, 5, "int8-g8"] and probe.model_shapes(int4) == [1, 8, 2, 5, "int4-g64"]
     assert probe.model_shapes(model(np.zeros((8, 8), np.float32))) == [1, 8, 2, 5]
     assert probe.codes_key(probe.Beside(int4, probe.Choice("compiled-quant", 1))) == ["int4-g64"]

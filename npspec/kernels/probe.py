@@ -17,6 +17,7 @@ from typing import ContextManager, NamedTuple, Protocol
 import numpy as np
 
 from .compiled import KernelUnavailable
+from .compiled.quant import QuantPanels
 from .layout import block_linears
 from .registry import REGISTRY, ROLES, kernel as registry_kernel, role_candidates
 
@@ -419,12 +420,12 @@ def codes_key(model):  # Decoder -> [] for float32 matrices, ["int4-g64"]-like f
     """How a model's block matrices hold int codes (QuantPanels' `nibbles` and `group`): int8 and int4 models of
     one shape read different bytes, so they are timed apart. [] for float32 weights or a Decoder without params
     (read from the instance, so a Beside partner is not built to answer)."""
-    held = vars(model) if hasattr(model, "__dict__") else {}
+    held = getattr(model, "__dict__", {})
     if "params" not in held and "model" in held:  # a Beside: the draft model it builds from
         return codes_key(held["model"])
     params = held.get("params")
     for w in (lin["w"] for lin in block_linears(params if isinstance(params, dict) and "h" in params else {"h": []})):
-        if hasattr(w, "nibbles"):
+        if isinstance(w, QuantPanels):
             return [f"int{4 if w.nibbles else 8}-g{w.group}"]
         return []
     return []

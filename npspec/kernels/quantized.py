@@ -7,7 +7,7 @@ batch invariant. `dequant_gemm` is the prefill's product. bench/qspeed.py measur
 
 import numpy as np
 
-from .compiled.quant import QuantPanels
+from .compiled.quant import QuantPanels, checked_codes
 from .layout import block_linears
 from .products import gemm, gemv_rows
 
@@ -34,14 +34,8 @@ class QuantizedMatrix:
     def from_codes(cls, codes, scales, panel_bytes=QPANEL_BYTES):
         """codes: int8 `[d_in, d_out]`; scales: float32 `[n_groups, d_out]`, n_groups dividing d_in (npspec.sources.
         quantize's fields). Raises ValueError (one line) for other dtypes, ranks or shapes."""
-        codes, scales = np.asarray(codes), np.asarray(scales)
-        if codes.dtype != np.int8 or codes.ndim != 2:
-            raise ValueError(f"codes must be a 2-D int8 array [d_in, d_out], got {codes.dtype} {list(codes.shape)}")
+        codes, scales = checked_codes(codes, scales)
         d_in, d_out = codes.shape
-        if (scales.dtype != np.float32 or scales.ndim != 2 or scales.shape[1] != d_out or scales.shape[0] < 1
-                or d_in % scales.shape[0]):
-            raise ValueError(f"scales must be float32 [n_groups, {d_out}] with n_groups dividing {d_in}, "
-                             f"got {scales.dtype} {list(scales.shape)}")
         width = qpanel_width(d_in, d_out, panel_bytes)
         starts = list(range(0, d_out - width + 1, width))
         if starts[-1] + width < d_out:

@@ -16,6 +16,20 @@ from .tiles import PANEL
 NAME = "compiled-quant"
 
 
+def checked_codes(codes, scales):  # -> (codes int8 [d_in, d_out], scales float32 [n_groups, d_out]) as arrays
+    """Raise ValueError (one line) unless codes are 2-D int8 and scales float32 [n_groups, d_out], n_groups dividing
+    d_in: npspec.sources.quantize's fields, as both quantized kernels take them."""
+    codes, scales = np.asarray(codes), np.asarray(scales)
+    if codes.dtype != np.int8 or codes.ndim != 2:
+        raise ValueError(f"codes must be a 2-D int8 array [d_in, d_out], got {codes.dtype} {list(codes.shape)}")
+    d_in, d_out = codes.shape
+    if (scales.dtype != np.float32 or scales.ndim != 2 or scales.shape[1] != d_out or scales.shape[0] < 1
+            or d_in % scales.shape[0]):
+        raise ValueError(f"scales must be float32 [n_groups, {d_out}] with n_groups dividing {d_in}, "
+                         f"got {scales.dtype} {list(scales.shape)}")
+    return codes, scales
+
+
 class QuantPanels:
     """A `[d_in, d_out]` weight matrix as codes `[P, d_in, PANEL]` int8 (nibbles: `[P, d_in / 2, PANEL]`, k even in
     the low 4 bits) and scales `[P, n_groups, PANEL]` float32, zero past d_out; weight (k, n) is
@@ -31,14 +45,8 @@ class QuantPanels:
     def from_codes(cls, codes, scales, panel=PANEL):
         """codes: int8 `[d_in, d_out]`; scales: float32 `[n_groups, d_out]`, n_groups dividing d_in (npspec.sources.
         quantize's fields); codes in -8..7 with an even group are stored two a byte. Raises ValueError (one line)."""
-        codes, scales = np.asarray(codes), np.asarray(scales)
-        if codes.dtype != np.int8 or codes.ndim != 2:
-            raise ValueError(f"codes must be a 2-D int8 array [d_in, d_out], got {codes.dtype} {list(codes.shape)}")
+        codes, scales = checked_codes(codes, scales)
         d_in, d_out = codes.shape
-        if (scales.dtype != np.float32 or scales.ndim != 2 or scales.shape[1] != d_out or scales.shape[0] < 1
-                or d_in % scales.shape[0]):
-            raise ValueError(f"scales must be float32 [n_groups, {d_out}] with n_groups dividing {d_in}, "
-                             f"got {scales.dtype} {list(scales.shape)}")
         nibbles = (d_in // scales.shape[0]) % 2 == 0 and codes.size > 0 and -8 <= codes.min() and codes.max() <= 7
         count = -(-d_out // panel)
         rows = d_in // 2 if nibbles else d_in
