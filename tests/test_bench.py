@@ -80,6 +80,7 @@ def test_quick_never_writes_into_committed_results():
     assert not (RESULTS / "quick").exists()
 
 
+@pytest.mark.slow  # long (>10 s with its fixture): CI's second step
 def test_verify_cost_smoke(tmp_path):
     """A very small in-process run: the files exist and the numbers are sane (no timing asserted)."""
     assert verify_cost.main(["--quick", "--out", str(tmp_path), "--models", "shipped:target", "--max-m", "3",

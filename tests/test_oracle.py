@@ -246,6 +246,7 @@ def published_ids():
     return [v for v in vectors["published"] if v["text"].startswith("The dog was")][0]["ids"]
 
 
+@pytest.mark.slow  # long (>10 s with its fixture): CI's second step
 @oracle
 @pytest.mark.parametrize("shape", ["gpt2", "distilgpt2"])
 def test_full_size_logits_match(request, shape):
@@ -255,6 +256,7 @@ def test_full_size_logits_match(request, shape):
     check_logits(pair.np, ids, pair.hf_logits(ids), n_step=4)
 
 
+@pytest.mark.slow  # long (>10 s with its fixture): CI's second step
 @oracle
 @pytest.mark.parametrize("shape", ["gpt2", "distilgpt2"])
 def test_full_size_greedy_ids_and_text_match(request, shape):
@@ -262,6 +264,7 @@ def test_full_size_greedy_ids_and_text_match(request, shape):
     check_greedy(pair, pair.np, 1, PROMPTS["gpt2"])  # self-draft, gamma 1: the verify path, cheaply
 
 
+@pytest.mark.slow  # long (>10 s with its fixture): CI's second step
 @oracle
 def test_full_size_weights_are_the_random_shapes(distilgpt2_pair, tmp_path):
     # what the oracle checked is what `random:distilgpt2` runs: same init, same seed, same converter

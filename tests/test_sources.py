@@ -183,6 +183,7 @@ def test_streamed_random_weights_are_init_tensors():
     assert all(np.array_equal(a.view(np.uint32), whole[n].view(np.uint32)) for n, a in streamed)
 
 
+@pytest.mark.slow  # long (>10 s with its fixture): CI's second step
 def test_random_gpt2_with_random_distilgpt2(tmp_path):
     # the first build writes ~0.8 GB (gpt2 + distilgpt2, converted) into a temp cache
     r = run_python(*GENERATE, "--target", "random:gpt2", "--draft", "random:distilgpt2", "--max-new-tokens", "16",
