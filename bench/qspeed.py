@@ -178,7 +178,7 @@ def measure(name, n, repeats, context, betas, bandwidth):
     """(quantized_speed rows, quantized_speed_profile rows, quantized_speed_panels rows, fastest float32 kernel) of
     the model `name` (bench.models) with `n` threads."""
     rows, prof_rows = [], []
-    model = models.get(name, threads=n)
+    model = models.get(name, threads=n).with_kernel("gemv-panels", n)  # float32 matrices: a compiled kernel packs
     shapes = tensor_shapes(model.config)
     float_bytes = models.matrix_bytes(model)
     panel_rows = [{"model": name, **r} for r in panel_sweep(model, repeats)]

@@ -105,7 +105,7 @@ def awq_quantize_model(model, scheme, calibration, kernel=None, threads=None):
     linear_inputs of `calibration`, TRAINING ids; Lin et al. 2024 section 3.2, the scales folded into the weights),
     RTN for the embeddings of +emb; source "<scheme>-awq:<source>", metadata quantization_method "awq" and awq_alpha
     (JSON {name: alpha}); in memory only. Raises ValueError for a 16-bit scheme or a group not dividing a width."""
-    tensors = flat_tensors(model.params, model.config)
+    tensors = {k: np.asarray(v) for k, v in flat_tensors(model.params, model.config).items()}  # packed: unpacked
     full = dequantize_tensors(tensors, quantize_tensors(tensors, scheme), scheme)
     alphas = {}
     for name, x in linear_inputs(model, calibration).items():
