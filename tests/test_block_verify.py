@@ -195,25 +195,9 @@ def test_block_accept_is_the_token_rule_at_temperature_0():
 # ---- (d) the kit catches the mistakes
 
 def ascend_before_7808(p_rows, q_rows, d):
-    """vLLM-Ascend's block verify before PR #7808 (issue #7807), for up to 2 drafts: keep up to the LAST position i
-    with prod_{j<=i} u_j <= prod_{j<=i} min(1, p_j(d_j) / q_j(d_j)) (uniforms multiplied, ratios clamped one by one,
-    a non-strict test), then the token rule's residual norm(max(0, p - q)) there. Its law has logarithms: for two
-    drafts with c_1 >= c_2 > 0, P(keep 2) = P(u_1 u_2 <= c_2) = c_2 (1 - ln c_2), in floats."""
-    c = list(itertools.accumulate((min(1.0, float(p_rows[i][x] / q_rows[i][x])) for i, x in enumerate(d)),
-                                  lambda a, b: a * b))
-    if len(d) == 1:
-        probs = [1 - c[0], c[0]]
-    elif c[1] > 0:  # c_1 >= c_2 > 0: P(none) = (1 - c_1) + c_2 ln c_1, P(only d_1) = c_1 - c_2 - c_2 ln(c_1 / c_2)
-        probs = [1 - c[0] + c[1] * math.log(c[0]), c[0] - c[1] - c[1] * math.log(c[0] / c[1]),
-                 c[1] * (1 - math.log(c[1]))]
-    else:
-        probs = [1 - c[0], c[0], 0.0]
-    out = []
-    for n, prob in enumerate(probs):
-        row = p_rows[n] if n == len(d) else [max(0, a - b) for a, b in zip(p_rows[n], q_rows[n])]
-        mass = sum(row)
-        out.append((prob, n, [float(x / mass) for x in row] if mass else [float(x) for x in p_rows[n]]))
-    return out
+    """vLLM-Ascend's block verify before PR #7808 (issue #7807): uniforms multiplied, ratios clamped one by one, a
+    non-strict test, then the token rule's residual; the kit's model of it (blocks.cumprod_rule), for 2 drafts."""
+    return blocks.cumprod_rule()(p_rows, q_rows, d)
 
 
 def token_residual(p_rows, q_rows, d):
