@@ -110,6 +110,33 @@ def test_a_row_does_not_depend_on_what_the_other_rows_hold():
                 assert np.array_equal(kernel(x, q)[place], want), f"M={m}, row {place}"
 
 
+
+def every_nibble_pair(d_out=67):  # -> (codes int8 [512, d_out], scales float32 [8, d_out]): all 256 pairs (k, k + 1)
+    pairs = np.array([(lo, hi) for hi in range(-8, 8) for lo in range(-8, 8)], dtype=np.int8).reshape(-1)
+    codes = np.stack([np.roll(pairs, 2 * n) for n in range(d_out)], axis=1)
+    scales = np.random.default_rng(5).standard_normal((8, d_out), dtype=np.float32)
+    scales[0, :4] = (0.0, -0.0, np.float32(1e-41), np.float32(3e37))  # zero, negative zero, subnormal, huge
+    return codes, scales
+
+
+def test_every_pair_of_4_bit_codes_packs_and_unpacks_to_its_values():
+    """Both codes of each of the 256 pairs (k even, k + 1) come back from a byte, -8 and 7 included."""
+    codes, scales = every_nibble_pair()
+    q = compiled.QuantPanels.from_codes(codes, scales)
+    assert q.nibbles and np.array_equal(np.concatenate([q.panel_codes(0), q.panel_codes(1)], axis=1)[:, :67], codes)
+    assert np.array_equal(q.dequantize(), codes.astype(np.float32) * np.repeat(scales, 64, axis=0))
+
+
+@needs_numba
+def test_every_pair_of_4_bit_codes_multiplies_as_its_dequantized_weights():
+    """The float32 decode of a byte (floor, then one fma for the low code) gives float32(code) * scale bit for bit,
+    for every pair of codes and a zero, negative, subnormal or huge scale: compiled-panels' output on the matrix."""
+    codes, scales = every_nibble_pair()
+    q = compiled.QuantPanels.from_codes(codes, scales)
+    x = rows(9, 512, seed=6)
+    want = np.concatenate([compiled.CompiledPanels(1)(x[i : i + 1], q.dequantize()) for i in range(9)])
+    for m in (1, 4, 9):
+        assert np.array_equal(compiled.CompiledQuant(1)(x[:m], q), want[:m], equal_nan=True), f"M={m}"
 @needs_numba
 def test_float_matrices_go_to_compiled_panels_and_bad_inputs_are_refused():
     w = np.asfortranarray(rows(96, 70, seed=5))

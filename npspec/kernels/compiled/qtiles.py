@@ -1,7 +1,8 @@
 """The loop nest of "compiled-quant": tiles.py's tiles over int codes. Each weight is made in registers as
 float32(code) * scale (one float32 multiply, the value quantize.dequantize_tensor gives), then the same fma chain in
-increasing k as tiles.make_tile. Codes are int8 `[d_in, PANEL]` a panel, or two 4-bit codes a byte (k even in the low
-nibble, k + 1 in the high); scales `[n_groups, PANEL]`. The intrinsics and tiles come as globals from build.
+increasing k as tiles.make_tile. Codes are int8 `[d_in, PANEL]` a panel, or two 4-bit codes a byte (16 * code(k + 1) +
+code(k) + 8 for k even, decoded in float32 lanes); scales `[n_groups, PANEL]`. The intrinsics and tiles come as
+globals from build.
 Imports numpy and npspec.kernels.compiled.tiles.
 """
 
@@ -43,7 +44,9 @@ def make_byte_tile(rows, parts, width):  # -> tile(x [rows, d_in], codes int8 [d
 
 
 def make_nibble_tile(rows, parts, width):  # -> tile(x [rows, d_in], codes int8 [d_in / 2, ..], scales, out)
-    """make_byte_tile's chain with two 4-bit codes a byte: k = 2 kk from the low nibble, k = 2 kk + 1 the high."""
+    """make_byte_tile's chain with two 4-bit codes a byte: k = 2 kk from the low nibble, k = 2 kk + 1 the high. Each
+    weight is float32(code) * scale bit for bit: -8 * scale is exact, so fma(lo + 8, scale, -8 * scale) rounds
+    (lo + 8 - 8) * scale once, as the product does."""
     def tile(x, codes, scales, out):
         wide_vectors()
         pairs = codes.shape[0] // scales.shape[0]  # code rows of a group (the group is even)
@@ -58,10 +61,12 @@ def make_nibble_tile(rows, parts, width):  # -> tile(x [rows, d_in], codes int8 
                     prefetch(codes, kk + AHEAD, c0)
                     k = 2 * kk
                     for j in range(width):
-                        c = np.int32(codes[kk, c0 + j])
+                        f = np.float32(codes[kk, c0 + j])  # 16 * hi + lo + 8, hi and lo in -8 .. 7: exact
+                        hi = np.floor(f * np.float32(0.0625))  # exact: f / 16 is a float32, floor takes hi
                         s = scales[g, c0 + j]
-                        w0 = np.float32(((c & 15) ^ 8) - 8) * s  # the low nibble, sign-extended
-                        w1 = np.float32(c >> 4) * s  # the high nibble (an arithmetic shift)
+                        lo8 = fma(hi, np.float32(-16.0), f)  # lo + 8, exact
+                        w0 = fma(lo8, s, s * np.float32(-8.0))  # (lo + 8 - 8) * s, rounded once
+                        w1 = hi * s
                         for r in range(rows):
                             a[r, j] = fma(x[r, k], w0, a[r, j])
                         for r in range(rows):

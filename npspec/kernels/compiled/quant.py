@@ -31,9 +31,9 @@ def checked_codes(codes, scales):  # -> (codes int8 [d_in, d_out], scales float3
 
 
 class QuantPanels:
-    """A `[d_in, d_out]` weight matrix as codes `[P, d_in, PANEL]` int8 (nibbles: `[P, d_in / 2, PANEL]`, k even in
-    the low 4 bits) and scales `[P, n_groups, PANEL]` float32, zero past d_out; weight (k, n) is
-    float32(code) * scale of its group. Build it with `from_codes`. `shape`, `size`, `nbytes` as an array's;
+    """A `[d_in, d_out]` weight matrix as codes `[P, d_in, PANEL]` int8 (nibbles: `[P, d_in / 2, PANEL]`, the byte
+    16 * code(k + 1) + code(k) + 8 for k even) and scales `[P, n_groups, PANEL]` float32, zero past d_out; weight
+    (k, n) is float32(code) * scale of its group. Build it with `from_codes`. `shape`, `size`, `nbytes` as an array's;
     `np.asarray(q)` is dequantize()."""
 
     def __init__(self, codes, scales, shape, nibbles):
@@ -55,8 +55,8 @@ class QuantPanels:
         for p in range(count):
             n0, n1 = p * panel, min(p * panel + panel, d_out)
             block = codes[:, n0:n1]
-            if nibbles:  # high nibble * 16 + low nibble's 4 bits: -128 .. 127, no wrap
-                block = block[1::2].astype(np.int16) * 16 + (block[0::2].astype(np.int16) & 15)
+            if nibbles:  # 16 * code(k + 1) + code(k) + 8: -128 .. 127, no wrap
+                block = block[1::2].astype(np.int16) * 16 + block[0::2].astype(np.int16) + 8
             packed[p, :, : n1 - n0] = block
             grid[p, :, : n1 - n0] = scales[:, n0:n1]
         return cls(packed, grid, (d_in, d_out), nibbles)
@@ -74,7 +74,7 @@ class QuantPanels:
         if not self.nibbles:
             return c
         out = np.empty((2 * c.shape[0], c.shape[1]), dtype=np.int8)
-        out[0::2] = ((c.astype(np.int16) & 15) ^ 8) - 8
+        out[0::2] = (c & 15) - 8
         out[1::2] = c >> 4
         return out
 
