@@ -13,9 +13,12 @@ from .tiles import AHEAD, PARTS, PANEL, TAIL
 __all__ = ["AHEAD", "PANEL", "TAIL", "qtiles", "qpanels_product", "qpanels_runs"]
 
 
+NIBBLE_PARTS = {**PARTS, 1: 2}  # one row: two runs of half a panel (a run's sums and scales stay in registers)
+
+
 def qtiles(panel=PANEL, nibbles=False):  # -> {"qtile8", "qtile6", "qtile4", "qtile1": tile(x, codes, scales, out)}
-    make = make_nibble_tile if nibbles else make_byte_tile
-    return {f"qtile{rows}": make(rows, parts, panel // parts) for rows, parts in PARTS.items()}
+    make, parts = (make_nibble_tile, NIBBLE_PARTS) if nibbles else (make_byte_tile, PARTS)
+    return {f"qtile{rows}": make(rows, n, panel // n) for rows, n in parts.items()}
 
 
 def make_byte_tile(rows, parts, width):  # -> tile(x [rows, d_in], codes int8 [d_in, ..], scales [n_groups, ..], out)
