@@ -159,6 +159,14 @@ def test_tree_on_the_command_line_returns_plain_greedys_ids():
     assert out[1]["stats"]["rounds"] < out[0]["stats"]["rounds"] and out[2]["stats"]["rounds"] < out[0]["stats"]["rounds"]
 
 
+def test_a_tree_deeper_than_gamma_is_cut_to_gamma_levels_with_a_note():
+    cut, whole = (run_python(*GENERATE, "--json", "--temperature", "0", "--max-new-tokens", "6", "--tree", "2,2,1",
+                             "--gamma", gamma, "--kernel-probe", "off", "ROMEO:") for gamma in ("2", "3"))
+    assert cut.returncode == whole.returncode == 0
+    assert "--tree has 3 levels and --gamma is 2: each round drafts the first 2 levels; give --gamma 3" in cut.stderr
+    assert "--tree has" not in whole.stderr and json.loads(cut.stdout)["ids"] == json.loads(whole.stdout)["ids"]
+
+
 @pytest.mark.parametrize("args, message", [
     (["--tree", "2", "--draft", "ngram"], "cannot be combined with --draft ngram"),
     (["--tree", "2", "--draft-p-min", "0.5"], "cannot be combined"),

@@ -49,7 +49,11 @@ def test_the_command_writes_atomically_and_never_overwrites_without_force(tmp_pa
     assert r.returncode == 0 and out.read_bytes() == first  # deterministic, byte for byte
     r = run_python(*VECTORS, tmp_path / "nodir" / "v.json")
     assert r.returncode == 1 and r.stderr == (f"npspec.testing: error: cannot write {tmp_path / 'nodir' / 'v.json'}: "
-                                              f"the directory {tmp_path / 'nodir'} does not exist\n")
+                                              f"{tmp_path / 'nodir'} does not exist; choose a path in an existing "
+                                              "directory\n")
+    r = run_python(*VECTORS, out / "v.json")  # below a file
+    assert r.returncode == 1 and r.stderr == (f"npspec.testing: error: cannot write {out / 'v.json'}: {out} is not a "
+                                              "directory; choose a path in an existing directory\n")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["v.json"]  # no temporary file left
 
 

@@ -4,6 +4,7 @@ bounds), npspec.kernels.registry (names), npspec.sources (SPECs, paths, probe mo
 """
 
 import argparse
+import logging
 import os
 
 from ..decode import RULES, SCHEDULES, SIBLINGS, Options, SamplingParams, accept
@@ -15,6 +16,8 @@ from ..sources.atomic import expand, replace_problem, resolved
 from ..sources.choices import MODES
 from .console import Parser, integer
 from .console import number as real  # (report.number formats a ratio)
+
+log = logging.getLogger(__name__)
 
 DEFAULT_PROMPT = "ROMEO:"
 NUMBER_TYPES = {int: integer, float: real}  # how the command line reads a number (npspec.cli.console): ASCII only
@@ -238,6 +241,9 @@ def check_tree_args(args, command, words):
                          f"tree npspec drafts), got {args.tree_budget}")
     if args.tree:
         branching_tree(args.tree)  # the node count's bound, checked before any model loads
+        if args.gamma_schedule == "constant" and 0 < args.gamma < len(args.tree):
+            log.info(f"--tree has {len(args.tree)} levels and --gamma is {args.gamma}: each round drafts the first "
+                     f"{args.gamma} levels; give --gamma {len(args.tree)} to draft them all")
     if args.tree_kind != "sampled" and not args.tree:
         raise ValueError("--tree-kind applies to --tree only; add --tree K1,K2,... or drop it")
     siblings = RULES[args.verify].siblings  # a tree rule that is the token rule on anything else (rsd) needs its tree

@@ -62,10 +62,12 @@ def write(args, out, err):
         if target.exists() and not args.force:
             return _error(f"{target} exists; pass --force to replace it (nothing was written)", err)
         if not target.parent.is_dir():
-            return _error(f"cannot write {target}: the directory {target.parent} does not exist", err)
+            where = "is not a directory" if target.parent.exists() else "does not exist"
+            return _error(f"cannot write {target}: {target.parent} {where}; choose a path in an existing directory",
+                          err)
         atomic_write(target, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
     except OSError as e:
-        return _error(f"cannot write {target} ({oneline(e)}); choose a writable path", err)
+        return _error(f"cannot write {target} ({e.strerror or oneline(e)}); choose a writable path", err)
     print(f"wrote {target} ({FORMAT}, version {VERSION})", file=err)
     return 0
 
