@@ -102,6 +102,40 @@ def test_only_a_command_exits_at_a_second_ctrl_c():
     assert signal.getsignal(signal.SIGINT) is previous  # a library user's Ctrl-C stays a KeyboardInterrupt
 
 
+class Unraisable:  # what Python passes sys.unraisablehook (its exc_value is all the hook reads)
+    def __init__(self, exc_value):
+        self.exc_value = exc_value
+
+
+def test_a_ctrl_c_that_c_code_swallowed_is_raised_again_and_other_unraisables_are_printed():
+    calls = []
+    startup.unraisable_hook(Unraisable(KeyboardInterrupt()), interrupt=lambda: calls.append("interrupt"),
+                            fallback=calls.append)
+    other = Unraisable(AttributeError("x"))
+    startup.unraisable_hook(other, interrupt=lambda: calls.append("interrupt"), fallback=calls.append)
+    assert calls == ["interrupt", other]
+
+
+SWALLOWED = """
+import ctypes, sys, time
+sys.orig_argv = ["python", "-m", "npspec.generate"]  # as a command runs
+from npspec.cli import startup
+startup.started()
+callback = ctypes.CFUNCTYPE(None)(lambda: (_ for _ in ()).throw(KeyboardInterrupt()))
+try:
+    callback()  # ctypes swallows the KeyboardInterrupt of its callback, as in numba's compile callbacks
+    time.sleep(5)
+    print("went on")
+except KeyboardInterrupt:
+    print("stopped")
+"""
+
+
+def test_a_ctrl_c_swallowed_in_a_ctypes_callback_still_stops_a_command():
+    r = run_python("-c", SWALLOWED)
+    assert (r.returncode, r.stdout, r.stderr) == (0, "stopped\n", "")
+
+
 @pytest.mark.parametrize("orig_argv, command", [
     (["python", "-m", "npspec.generate", "ROMEO:"], True), (["python", "-m", "npspec.cli"], True), (["python", "-m", "npspec"], False),
     (["python", "/venv/bin/npspec", "generate"], True), (["python", "-m", "npspec.testing", "vectors", "-"], True),

@@ -1,11 +1,12 @@
 """A Ctrl-C while one of npspec's commands is still importing: one line and exit 130, not a traceback.
 
 npspec/__init__.py calls exit_on_interrupt_while_starting first; each command's main calls started(), which
-puts Python's handler back. exit_on_another_interrupt makes a second Ctrl-C, once an interrupted command's last
-words are printed, end it at once with 130. Only npspec's own commands are affected (is_command): a library
+puts Python's handler back and raises again a Ctrl-C that C code swallowed (unraisable_hook). exit_on_another_interrupt
+makes a second Ctrl-C, once an interrupted command's last words are printed, end it at once with 130. Only npspec's own commands are affected (is_command): a library
 user's Ctrl-C stays a KeyboardInterrupt. Imports the standard library only (it runs first).
 """
 
+import _thread
 import atexit
 import os
 import signal
@@ -42,12 +43,37 @@ def exit_on_interrupt_while_starting(orig_argv):
 
 
 def started():
-    """Put Python's SIGINT and SIGTERM handlers back if exit_on_interrupt_while_starting set its own; every main
-    calls it first."""
+    """Put Python's SIGINT and SIGTERM handlers back if exit_on_interrupt_while_starting set its own, and for a
+    command install unraisable_hook; every main calls it first."""
     if threading.current_thread() is threading.main_thread():
         for signum, default in ((signal.SIGINT, signal.default_int_handler), (signal.SIGTERM, signal.SIG_DFL)):
             if signal.getsignal(signum) is _exit_while_starting:
                 signal.signal(signum, default)
+        if is_command(sys.orig_argv):
+            sys.unraisablehook = unraisable_hook
+
+
+def unraisable_hook(unraisable, interrupt=None, fallback=None):
+    """sys.unraisablehook for a command: a KeyboardInterrupt raised where it cannot propagate (a ctypes callback of
+    numba's compiler prints "Exception ignored" and compiles on) is raised again in the main thread by `interrupt`
+    (default interrupt_soon), so Ctrl-C stops the command; anything else goes to `fallback` (default
+    sys.__unraisablehook__)."""
+    if isinstance(unraisable.exc_value, KeyboardInterrupt):
+        (interrupt or interrupt_soon)()
+    else:
+        (fallback or sys.__unraisablehook__)(unraisable)
+
+
+def interrupt_soon(seconds=0.01):
+    """A Ctrl-C for the main thread from another thread `seconds` later: after the hook that calls it has returned
+    (raised inside the hook, it would be swallowed again); swallowed again, it comes back through the hook."""
+    timer = threading.Timer(seconds, _thread.interrupt_main)
+    timer.daemon = True
+    timer.start()
+
+
+def _ignore_unraisable(unraisable):  # an interrupted command exits: its half-built objects' destructors may fail
+    pass
 
 
 def _exit_interrupted(signum, frame):
@@ -58,8 +84,9 @@ def _exit_interrupted(signum, frame):
 def exit_on_another_interrupt():
     """Once Ctrl-C or SIGTERM stopped a command and its last words are printed, another Ctrl-C exits 130 at once
     (Python would raise it where it cannot propagate: freeing models, threads' shutdown); from the atexit callbacks
-    on it is ignored. Only for npspec's commands, in the main thread."""
+    on it is ignored, and so are destructors' errors. Only for npspec's commands, in the main thread."""
     if is_command(sys.orig_argv) and threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, _exit_interrupted)
+        sys.unraisablehook = _ignore_unraisable
         # from the atexit callbacks on, the interpreter's default action would kill the process by the signal
         atexit.register(signal.signal, signal.SIGINT, signal.SIG_IGN)
