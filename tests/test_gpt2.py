@@ -6,6 +6,7 @@ row) are two ways to compute the same logits, equal up to float32 rounding.
 """
 
 import re
+import sys
 
 import numpy as np
 import pytest
@@ -212,6 +213,22 @@ def test_kv_cache_starts_empty():
     config = GPT2Config(n_vocab=5, n_ctx=6, n_embd=4, n_head=2, n_layer=3)
     cache = KVCache(config)
     assert cache.length == 0 and cache.n_ctx == 6 and cache.k.shape == (3, 2, 6, 2) and not cache.k.any()
+    assert cache.k.flags.writeable and cache.k.dtype == np.float32 and cache.k.flags.c_contiguous
+
+
+def resident_kib():  # this process's VmRSS (Linux)
+    return int(re.search(r"VmRSS:\s+(\d+) kB", open("/proc/self/status").read()).group(1))
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
+def test_a_kv_cache_commits_memory_for_the_positions_written_not_n_ctx():
+    """16 heads' first 4 positions, in a cache of 2 x 268 MB: a few 4 KiB pages, not a 2 MiB huge page a head."""
+    config = GPT2Config(n_vocab=5, n_ctx=65536, n_embd=256, n_head=4, n_layer=4)
+    before = resident_kib()
+    cache = KVCache(config)
+    cache.k[:, :, :4] = 1.0
+    cache.v[:, :, :4] = 2.0
+    assert resident_kib() - before < 8 << 10 and cache.k[3, 3, 3, 63] == 1.0 and not cache.k[:, :, 4:8].any()
 
 
 # ---- GPT2Config ----

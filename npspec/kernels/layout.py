@@ -1,8 +1,11 @@
-"""How the weights lie in memory for the products: column panels, and column-major block matrices.
+"""How the weights lie in memory for the products: column panels, and column-major block matrices; and lazy_zeros,
+the KV cache's memory, committed as it is written.
 
 Panels are a function of the shape only, so one-row and n-row forwards use the same ones; every kernel reads the
-column-major layout (a panel of it is contiguous). Imports numpy.
+column-major layout (a panel of it is contiguous). Imports numpy and the standard library's mmap.
 """
+
+import mmap
 
 import numpy as np
 
@@ -23,6 +26,19 @@ def panels(w, width):  # [d_in, d_out] -> [P, d_in, width], P = d_out // width; 
     d_in, d_out = w.shape
     p = d_out // width
     return w[:, : p * width].reshape(d_in, p, width).transpose(1, 0, 2)
+
+
+def lazy_zeros(shape):  # -> float32 zeros of `shape`, C order, writable
+    """Zeros in an anonymous memory map without transparent huge pages: the OS commits a 4 KiB page when it is first
+    written, so a KV cache holds the positions it was given, not n_ctx (numpy asks huge pages for arrays over 4 MiB,
+    and the first write of a position then commits 2 MiB of every head's rows)."""
+    size = int(np.prod(shape, dtype=np.int64)) * 4
+    if size == 0:
+        return np.zeros(shape, dtype=np.float32)
+    memory = mmap.mmap(-1, size)
+    if (no_huge_pages := getattr(mmap, "MADV_NOHUGEPAGE", None)) is not None:  # Linux
+        memory.madvise(no_huge_pages)
+    return np.frombuffer(memory, dtype=np.float32).reshape(shape)
 
 
 def block_linears(params):  # the tree -> its blocks' {"w", "b"} dicts: attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj

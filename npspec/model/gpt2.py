@@ -1,13 +1,16 @@
 """GPT-2's forward in NumPy (Radford et al. 2019) with an explicit KV cache: token + position embeddings, pre-LN
 blocks (causal attention, tanh-GELU MLP), `ln_f`, an LM head tied to `wte`. The checkpoint's tree in Conv1D layout
 `[in, out]`, float32 end to end; every product goes through `linear(x, w, b=None)` and attention through `attend(q,
-k, v, n_past)`, the caller's (npspec.kernels). Imports numpy only: no I/O, RNG, threads or module state.
+k, v, n_past)`, the caller's (npspec.kernels). Imports numpy and npspec.kernels.layout (the KV cache's memory): no I/O,
+RNG, threads or module state.
 """
 
 import math
 from dataclasses import dataclass
 
 import numpy as np
+
+from ..kernels.layout import lazy_zeros
 
 
 @dataclass(frozen=True)
@@ -54,12 +57,13 @@ class ContextOverflowError(ValueError):
 
 class KVCache:
     """Keys and values, float32 `[n_layer, n_head, n_ctx, d_head]` each, of positions 0 .. length-1; preallocated, so
-    rollback is O(1). Memory: `2 * n_layer * n_ctx * n_embd * 4` bytes."""
+    rollback is O(1). Memory: `2 * n_layer * n_ctx * n_embd * 4` bytes reserved, committed a page at a time as
+    positions are written."""
 
     def __init__(self, config):
         shape = (config.n_layer, config.n_head, config.n_ctx, config.d_head)
-        self.k = np.zeros(shape, dtype=np.float32)
-        self.v = np.zeros(shape, dtype=np.float32)
+        self.k = lazy_zeros(shape)  # memory as positions are written (kernels.layout)
+        self.v = lazy_zeros(shape)
         self.n_ctx = config.n_ctx
         self.length = 0
 
