@@ -35,7 +35,8 @@ def lazy_zeros(shape):  # -> float32 zeros of `shape`, C order, writable
     size = int(np.prod(shape, dtype=np.int64)) * 4
     if size == 0:
         return np.zeros(shape, dtype=np.float32)
-    memory = mmap.mmap(-1, size)
+    private = getattr(mmap, "MAP_PRIVATE", None)  # Unix: the process's own pages, as numpy's (not shared after a fork)
+    memory = mmap.mmap(-1, size) if private is None else mmap.mmap(-1, size, flags=private)
     if (no_huge_pages := getattr(mmap, "MADV_NOHUGEPAGE", None)) is not None:  # Linux
         memory.madvise(no_huge_pages)
     return np.frombuffer(memory, dtype=np.float32).reshape(shape)
