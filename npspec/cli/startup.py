@@ -1,9 +1,10 @@
 """A Ctrl-C while one of npspec's commands is still importing: one line and exit 130, not a traceback.
 
-npspec/__init__.py calls exit_on_interrupt_while_starting first; each command's main calls started(), which
-puts Python's handler back and raises again a Ctrl-C that C code swallowed (unraisable_hook). exit_on_another_interrupt
-makes a second Ctrl-C, once an interrupted command's last words are printed, end it at once with 130. Only npspec's own commands are affected (is_command): a library
-user's Ctrl-C stays a KeyboardInterrupt. Imports the standard library only (it runs first).
+npspec/__init__.py calls exit_on_interrupt_while_starting first; each command's main calls started(), which puts
+Python's handler back and raises again a Ctrl-C that C code swallowed (unraisable_hook). exit_on_another_interrupt
+makes a second Ctrl-C, once an interrupted command's last words are printed, end it at once with 130. Only npspec's
+own commands are affected (is_command): a library user's Ctrl-C stays a KeyboardInterrupt. Imports the standard
+library only (it runs first).
 """
 
 import _thread
@@ -54,10 +55,9 @@ def started():
 
 
 def unraisable_hook(unraisable, interrupt=None, fallback=None):
-    """sys.unraisablehook for a command: a KeyboardInterrupt raised where it cannot propagate (a ctypes callback of
-    numba's compiler prints "Exception ignored" and compiles on) is raised again in the main thread by `interrupt`
-    (default interrupt_soon), so Ctrl-C stops the command; anything else goes to `fallback` (default
-    sys.__unraisablehook__)."""
+    """A command's sys.unraisablehook: a KeyboardInterrupt swallowed where it was raised (numba's compile callbacks)
+    is raised again by `interrupt` (default interrupt_soon); anything else goes to `fallback`
+    (default sys.__unraisablehook__)."""
     if isinstance(unraisable.exc_value, KeyboardInterrupt):
         (interrupt or interrupt_soon)()
     else:
