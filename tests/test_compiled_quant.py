@@ -110,7 +110,6 @@ def test_a_row_does_not_depend_on_what_the_other_rows_hold():
                 assert np.array_equal(kernel(x, q)[place], want), f"M={m}, row {place}"
 
 
-
 def every_nibble_pair(d_out=67):  # -> (codes int8 [512, d_out], scales float32 [8, d_out]): all 256 pairs (k, k + 1)
     pairs = np.array([(lo, hi) for hi in range(-8, 8) for lo in range(-8, 8)], dtype=np.int8).reshape(-1)
     codes = np.stack([np.roll(pairs, 2 * n) for n in range(d_out)], axis=1)
@@ -137,6 +136,8 @@ def test_every_pair_of_4_bit_codes_multiplies_as_its_dequantized_weights():
     want = np.concatenate([compiled.CompiledPanels(1)(x[i : i + 1], q.dequantize()) for i in range(9)])
     for m in (1, 4, 9):
         assert np.array_equal(compiled.CompiledQuant(1)(x[:m], q), want[:m], equal_nan=True), f"M={m}"
+
+
 @needs_numba
 def test_float_matrices_go_to_compiled_panels_and_bad_inputs_are_refused():
     w = np.asfortranarray(rows(96, 70, seed=5))

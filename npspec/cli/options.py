@@ -231,7 +231,8 @@ def command_values(command, args):  # -> {name: value}
 
 
 def check_tree_args(args, command, words):
-    """Raise ValueError for --tree, --tree-budget, --tree-kind and --simulate-acceptance used where they cannot apply."""
+    """Raise ValueError for --tree, --tree-budget, --tree-kind and --simulate-acceptance used where they cannot apply;
+    note (logging) a --tree deeper than a constant --gamma, which drafts only gamma levels."""
     if args.tree and args.tree_budget is not None:
         raise ValueError("--tree and --tree-budget are two kinds of tree; give one of them")
     if (args.tree or args.tree_budget is not None) and (command is not None or args.draft_p_min):
