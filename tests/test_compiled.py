@@ -1,7 +1,8 @@
 """The compiled kernel "compiled-panels" (npspec.kernels.compiled, the `fast` extra): its batch-invariance contract, bit for bit.
 
 Row i of an M-row product equals the one-row product for M = 1..16 at every position, whatever the other rows
-hold, for thread counts 1, 2, 3 and 7; every element is the documented chain of fused multiply-adds, and the
+hold, for thread counts 1, 2, 3 and 7, with either loop nest (PANELS: 512-bit tiles on 64-column panels, 256-bit
+register blocks on 16-column panels); every element is the documented chain of fused multiply-adds, and the
 bits are those the kernel gave before its tiles were generated from one body; whole forwards and their caches equal
 one-token forwards; greedy speculative output equals greedy decoding on the shipped pair and on random:gpt2.
 Without numba the tests that need it skip, saying why. Building the kernel: tests/test_compiled_build.py.
@@ -14,6 +15,7 @@ import numpy as np
 import pytest
 
 from npspec.kernels import compiled, products as kernels
+from npspec.kernels.compiled import blocks
 from npspec.kernels.compiled.intrinsics import numpy_fma
 from npspec.decode import speculative_generate
 from npspec.kernels.registry import REGISTRY
@@ -24,6 +26,7 @@ from conftest import run_python, tiny_model
 needs_numba = pytest.mark.skipif(not compiled.available(), reason="compiled-panels needs the 'fast' extra (numba)")
 M_MAX = 16
 THREADS = (1, 2, 3, 7)
+PANELS = (compiled.PANEL, blocks.PANEL)  # the two loop nests (compiled.host_panel picks one for the host)
 
 
 def matrix(d_in, d_out, seed=0, order="F"):
@@ -49,12 +52,13 @@ SHAPES = [(64, 67), (100, 33), (7, 5), (768, 2304), (3072, 768), (1280, 1283)]
 
 
 @needs_numba
+@pytest.mark.parametrize("panel", PANELS)
 @pytest.mark.parametrize("d_in, d_out", SHAPES)
-def test_every_row_of_an_m_row_product_is_the_one_row_product_at_every_position(d_in, d_out):
+def test_every_row_of_an_m_row_product_is_the_one_row_product_at_every_position(d_in, d_out, panel):
     w, b = matrix(d_in, d_out), matrix(1, d_out, seed=1, order="C")[0]
     x = matrix(2 * M_MAX, d_in, seed=2, order="C")
     for threads in THREADS:
-        kernel = compiled.CompiledPanels(threads)
+        kernel = compiled.CompiledPanels(threads, panel)
         single = np.concatenate([kernel(x[i : i + 1], w, b) for i in range(2 * M_MAX)])
         for m in range(1, M_MAX + 1):
             for start in range(0, 2 * M_MAX - m + 1, 3):  # the rows at many positions, among other rows
@@ -63,10 +67,11 @@ def test_every_row_of_an_m_row_product_is_the_one_row_product_at_every_position(
 
 
 @needs_numba
-def test_a_row_does_not_depend_on_what_the_other_rows_hold():
+@pytest.mark.parametrize("panel", PANELS)
+def test_a_row_does_not_depend_on_what_the_other_rows_hold(panel):
     w = matrix(768, 2304)
     row = matrix(1, 768, seed=3, order="C")
-    kernel = compiled.CompiledPanels(2)
+    kernel = compiled.CompiledPanels(2, panel)
     want = kernel(row, w)[0]
     for other in (np.zeros, np.ones, lambda s: np.full(s, np.inf, np.float32), lambda s: matrix(*s, seed=4, order="C")):
         for m in (2, 5, 16):
@@ -78,23 +83,26 @@ def test_a_row_does_not_depend_on_what_the_other_rows_hold():
 
 @needs_numba
 @pytest.mark.parametrize("d_in, d_out", [(768, 3072), (3072, 768), (1280, 1283)])
-def test_thread_counts_do_not_change_a_bit(d_in, d_out):
+def test_thread_counts_and_loop_nests_do_not_change_a_bit(d_in, d_out):
     w = matrix(d_in, d_out)
     assert w.nbytes >= compiled.SPLIT_BYTES  # so the columns are really shared out
     x = matrix(M_MAX, d_in, seed=5, order="C")
     want = compiled.CompiledPanels(1)(x, w)
-    for threads in (2, 3, 7, 64):
-        assert np.array_equal(compiled.CompiledPanels(threads)(x, w), want), f"threads={threads}"
+    for panel in PANELS:
+        for threads in (1, 2, 3, 7, 64):
+            assert np.array_equal(compiled.CompiledPanels(threads, panel)(x, w), want), f"{panel=}, {threads=}"
 
 
 @needs_numba
-def test_each_element_is_the_documented_chain_of_fused_multiply_adds():
+@pytest.mark.parametrize("panel", PANELS)
+def test_each_element_is_the_documented_chain_of_fused_multiply_adds(panel):
     """The docstring's order, written out in NumPy one step at a time: s = +0.0, then s = fma(x[m, k], w[k, n], s)
     for k = 0, 1, ... in increasing order (numpy_fma: one rounding per step, the test below holds it to exact
     arithmetic). Every last tile after the tiles of 8 (compiled.TAIL): 15 rows (8, then 7 in a padded tile of 8),
     14 and 13 (a tile of 6, padded at 13), 12 and 11 (a tile of 4, padded at 11), 9 (a single row), 8, and 6, 5, 4,
     2 and 1 alone; an odd d_in, and three panels (two full ones, then a partial last one whose second half tile8 has
-    no column of). A product and a sum rounded apart fail it."""
+    no column of; with 16-column panels, two groups of four panels for one row, then single ones). A product and a sum
+    rounded apart fail it."""
     d_in, d_out = 201, 150
     w, x = matrix(d_in, d_out, seed=6), matrix(15, d_in, seed=7, order="C")
     want = unfused = np.zeros((15, d_out), np.float32)
@@ -104,7 +112,7 @@ def test_each_element_is_the_documented_chain_of_fused_multiply_adds():
     assert not np.array_equal(want, unfused)  # the two orders of rounding differ here, so the check can tell them apart
     assert {compiled.TAIL[m % 8] for m in (15, 14, 13, 12, 11, 9, 8)} == {8, 6, 4, 1, 0}
     for m in (15, 14, 13, 12, 11, 9, 8, 6, 5, 4, 2, 1):
-        assert np.array_equal(compiled.CompiledPanels(1)(x[:m], w), want[:m]), f"M={m}"
+        assert np.array_equal(compiled.CompiledPanels(1, panel)(x[:m], w), want[:m]), f"M={m}"
 
 
 # sha256 of the products of M = 1..24 rows, one thread, over values((201, 150), 1) and values((1280, 1283), 1),
@@ -114,10 +122,12 @@ OLD_TILES_SHA256 = "771b77b78c6ca5df50730db6816f5d69529575e553298c4ba1ecea6347ab
 
 
 @needs_numba
-def test_the_tiles_made_from_one_body_give_the_bits_of_the_hand_written_ones_for_every_row_count():
+@pytest.mark.parametrize("panel", PANELS)
+def test_the_tiles_made_from_one_body_give_the_bits_of_the_hand_written_ones_for_every_row_count(panel):
     """Every row count 1..24 (each tail tile, after 0, 1 and 2 tiles of 8), a partial last panel and a matrix large
-    enough to be shared out at 3 threads; the small one is also held to the chain, row count by row count."""
-    digest, kernel, shared = hashlib.sha256(), compiled.CompiledPanels(1), compiled.CompiledPanels(3)
+    enough to be shared out at 3 threads; the small one is also held to the chain, row count by row count. The
+    register blocks give the same digest."""
+    digest, kernel, shared = hashlib.sha256(), compiled.CompiledPanels(1, panel), compiled.CompiledPanels(3, panel)
     for d_in, d_out in [(201, 150), (1280, 1283)]:
         w, x = np.asfortranarray(values((d_in, d_out), 1)), values((24, d_in), 2)
         want = chain(x, w) if d_in == 201 else None

@@ -1,5 +1,6 @@
-"""Building the compiled kernel (npspec.kernels.compiled.build, .tiles, .intrinsics): the tiles generated from one body,
-the compiler hints, numba's caches, the notes it logs, the threading layers and a numba that is missing or broken.
+"""Building the compiled kernel (npspec.kernels.compiled.build, .tiles, .blocks, .intrinsics): the tiles generated from
+one body, the register blocks, the compiler hints, the panel width chosen for the host's vectors, numba's caches, the
+notes it logs, the threading layers and a numba that is missing or broken.
 
 The plain-Python tiles (a stand-in njit, no numba needed) are held to the documented chain of fused multiply-adds for
 every row count, as the compiled ones are in tests/test_compiled.py.
@@ -12,7 +13,7 @@ import numpy as np
 import pytest
 
 from npspec.kernels import compiled
-from npspec.kernels.compiled import build, intrinsics, tiles
+from npspec.kernels.compiled import blocks, build, intrinsics, tiles
 from npspec.kernels.registry import REGISTRY
 
 from conftest import run_python
@@ -46,7 +47,27 @@ def test_every_tile_is_one_body_specialised_by_its_row_count():
         "tile8": [2, 8, 32], "tile6": [1, 6, 64], "tile4": [1, 4, 64], "tile1": [1, 1, 64]}  # parts, rows, width
 
 
-@pytest.mark.parametrize("panel", [tiles.PANEL, 4])
+def test_the_register_blocks_are_one_body_per_tile_and_fit_sixteen_vector_registers():
+    made = blocks.tiles()
+    assert list(made) == [f"tile{rows}" for rows in blocks.ROW_BLOCKS] + ["group1"]
+    assert set(tiles.TAIL) - {0} <= set(blocks.ROW_BLOCKS)
+    assert len({made[f"tile{rows}"].__code__ for rows in blocks.ROW_BLOCKS}) == 1
+    assert {f"tile{rows}": [c.cell_contents for c in made[f"tile{rows}"].__closure__] for rows in blocks.ROW_BLOCKS} \
+        == {"tile8": [8, 4], "tile6": [6, 6], "tile4": [4, 4], "tile1": [1, 1]}  # rows, rows of a block
+    vectors = blocks.PANEL // blocks.LANES
+    sums = [size * vectors for size in blocks.ROW_BLOCKS.values()] + [blocks.GROUP * vectors]
+    assert max(sums) <= 12 and blocks.LANES * 32 == 256  # 16 registers: the sums, the weights and one broadcast
+
+
+def test_the_panel_width_follows_the_vectors_of_the_host():
+    assert build.host_panel({"avx512f": True, "avx2": True}) == tiles.PANEL == 64
+    assert build.host_panel({"avx512f": False, "avx2": True}) == blocks.PANEL == 16
+    assert build.host_panel({"sse2": True}) == blocks.PANEL
+    assert build.host_panel() in (tiles.PANEL, blocks.PANEL)  # the real host's, through llvmlite
+    assert REGISTRY["compiled-panels"].build(1).panel == build.host_panel() if compiled.available() else True
+
+
+@pytest.mark.parametrize("panel", [tiles.PANEL, 4, blocks.PANEL])
 def test_the_plain_python_tiles_add_each_element_in_the_documented_order_for_every_row_count(caplog, panel):
     """The tiles run as plain Python over intrinsics.names(None) (numpy_fma), for M = 1..17 (every tile, padded or
     not, after 0, 1 or 2 tiles of 8), two panels and a partial third: bit for bit the chain."""
@@ -57,6 +78,20 @@ def test_the_plain_python_tiles_add_each_element_in_the_documented_order_for_eve
     for m in range(1, 18):
         y = np.full((m, d_out), np.nan, np.float32)
         product(x[:m], compiled.pack(w, panel), y, 0, 3)
+        assert np.array_equal(y, want[:m]), f"M={m}"
+
+
+def test_the_plain_python_register_blocks_take_one_row_four_panels_at_a_time_within_a_run():
+    """One row over 11 panels, the last partial, in runs [0, 5) and [5, 11): a group of four and one single panel,
+    then one group and two singles (the partial last panel never in a group); and the tiles of 2..9 rows."""
+    product = compiled.compiled_product(njit=FakeNjit(writable=True), panel=blocks.PANEL)
+    d_out = 10 * blocks.PANEL + 5
+    w, x = matrix(5, d_out, seed=8), matrix(9, 5, seed=9, order="C")
+    want, panels = chain(x, w), compiled.pack(w, blocks.PANEL)
+    for m in range(1, 10):
+        y = np.full((m, d_out), np.nan, np.float32)
+        product(x[:m], panels, y, 0, 5)
+        product(x[:m], panels, y, 5, 11)
         assert np.array_equal(y, want[:m]), f"M={m}"
 
 
@@ -75,6 +110,24 @@ def test_the_tiles_ask_llvm_for_wide_vectors_and_the_cpu_for_the_rows_ahead():
         assert np.array_equal(y, chain(x, panel)), name
         code = "".join(jitted.inspect_llvm().values())
         assert f'"prefer-vector-width"="{intrinsics.VECTOR_BITS}"' in code and "@llvm.prefetch" in code, name
+
+
+@needs_numba
+def test_the_register_blocks_are_vectors_of_eight_fused_multiply_adds_with_the_rows_ahead_asked_for():
+    """Each tile's block, compiled on its own (in memory), calls llvm.fma on 8-float vectors and llvm.prefetch, and
+    gives the chain's bits over panels whose count is no multiple of the group."""
+    import numba
+    names = intrinsics.names(numba)
+    w = matrix(70, 6 * blocks.PANEL)
+    panels = compiled.pack(w, blocks.PANEL)
+    for name, tile in blocks.tiles().items():
+        rows, width = (1, blocks.GROUP * blocks.PANEL) if name == "group1" else (int(name[4:]), blocks.PANEL)
+        jitted = numba.njit(nogil=True, boundscheck=False)(build.with_globals(tile, names))
+        x, y = matrix(rows, 70, seed=2, order="C"), np.empty((rows, width), np.float32)
+        jitted(x, panels, 1, y)
+        assert np.array_equal(y, chain(x, w[:, blocks.PANEL : blocks.PANEL + width])), name
+        code = "".join(jitted.inspect_llvm().values())
+        assert "@llvm.fma.v8f32" in code and "@llvm.prefetch" in code, name
 
 
 def test_without_numba_the_kernel_says_how_to_install_it():
@@ -130,10 +183,14 @@ def test_a_quick_build_is_not_told_a_slow_one_is_and_no_fastmath_is_asked_for(ca
     assert re.fullmatch(r"kernel compiled-panels: compiled in \d+\.\d s \(once: numba caches it on disk\)", said)
 
 
-def test_a_panel_width_other_than_panel_is_compiled_in_memory_only(caplog):
+def test_a_panel_width_other_than_the_two_nests_is_compiled_in_memory_only(caplog):
     """numba's disk cache does not tell the widths apart (PANEL is a global panels_product reads), so only PANEL's
-    build is cached; another width (the bench's) compiles for this process, silently, and computes the same products."""
+    build and the register blocks' (their own functions) are cached; another width (the bench's) compiles for this
+    process, silently, and computes the same products."""
     caplog.set_level(logging.INFO, logger="npspec")
+    njit = FakeNjit(writable=True)
+    compiled.compiled_product(njit=njit, panel=blocks.PANEL)
+    assert njit.options and all(o["cache"] for o in njit.options)
     njit = FakeNjit(writable=True)
     product = compiled.compiled_product(njit=njit, panel=4)
     assert [o["cache"] for o in njit.options] == [False] and notes(caplog) == []
@@ -154,7 +211,7 @@ def test_the_panel_width_does_not_change_a_bit():
     w, x = matrix(1280, 1283), matrix(6, 1280, seed=2, order="C")
     assert w.nbytes >= compiled.SPLIT_BYTES  # so that 3 threads really cut it into runs
     want = compiled.CompiledPanels(1)(x, w)
-    for panel in (32, 96):
+    for panel in (32, 96, blocks.PANEL):
         for threads in (1, 3):
             assert np.array_equal(compiled.CompiledPanels(threads, panel=panel)(x, w), want), (panel, threads)
 

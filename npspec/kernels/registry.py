@@ -59,11 +59,12 @@ def _plain(product):
 
 
 REGISTRY = {k.name: k for k in (
-    Kernel("compiled-panels", True, compiled.CompiledPanels, own_threads=True, pool="numba",
-           extra="fast", available=compiled.available, prepare=lambda linear, matrices: linear.prepare(matrices),
-           packs=True, version=5),  # 2: numba's threads (OpenMP) instead of npspec's workers; 3: fused multiply-adds;
-    # 4: 8-row tiles, prefetched panel rows, 512-bit vectors asked for; 5: matrices from 512 KiB shared out, 6-row
-    # tiles
+    Kernel("compiled-panels", True, lambda threads: compiled.CompiledPanels(threads, compiled.host_panel()),
+           own_threads=True, pool="numba", extra="fast", available=compiled.available,
+           prepare=lambda linear, matrices: linear.prepare(matrices), packs=True, version=6),
+    # 2: numba's threads (OpenMP) instead of npspec's workers; 3: fused multiply-adds; 4: 8-row tiles, prefetched panel
+    # rows, 512-bit vectors asked for; 5: matrices from 512 KiB shared out, 6-row tiles; 6: 256-bit register blocks
+    # on 16-column panels without AVX-512
     Kernel("gemm-blocks", True, GemmBlocks, own_threads=True, pool="npspec"),
     Kernel("gemv-panels", True, GemvPanels, own_threads=True, pool="npspec"),
     Kernel("gemv-rows", True, _plain(gemv_rows)),
@@ -71,9 +72,11 @@ REGISTRY = {k.name: k for k in (
     Kernel("gemm-panels", False, _plain(gemm_panels), cli=False),  # the bench's, for comparison
     Kernel("dequant-panels", True, _plain(dequant_panels), prefill=dequant_gemm, reads_codes=True,
            codes=QuantizedMatrix),
-    Kernel("compiled-quant", True, compiled.CompiledQuant, prefill=compiled.quant_gemm, own_threads=True, pool="numba",
+    Kernel("compiled-quant", True, lambda threads: compiled.CompiledQuant(threads, float_panel=compiled.host_panel()),
+           prefill=compiled.quant_gemm, own_threads=True, pool="numba",
            reads_codes=True, codes=compiled.QuantPanels, tied=compiled.QuantTied, extra="fast",
-           available=compiled.available, prepare=lambda linear, matrices: linear.prepare(matrices), packs=True),
+           available=compiled.available, prepare=lambda linear, matrices: linear.prepare(matrices), packs=True,
+           version=2),  # 2: float matrices on compiled-panels' host panels
 )}
 
 STATIC_DEFAULT = "gemm-blocks"  # a Model built without a role (tests, in-memory models); roles: role_candidates

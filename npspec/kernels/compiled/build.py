@@ -1,6 +1,8 @@
-"""Compiling the tiles with numba, once per process, panel width and njit (functools.lru_cache holds the builds);
-numba's disk cache keeps PANEL's build for later processes, or it compiles in memory, saying so through logging.
-Imports numpy, npspec.kernels.compiled.{tiles, intrinsics}; numba only when a build runs (0.5 to 2 s to import).
+"""Compiling the tiles with numba, once per process, panel width and njit (functools.lru_cache holds the builds):
+16-column panels by blocks.py's loop nest (256-bit register blocks), any other even width by tiles.py's; `host_panel`
+picks the width for the host's vectors. numba's disk cache keeps the two nests' builds for later processes, or it
+compiles in memory, saying so through logging. Imports numpy, npspec.kernels.compiled.{blocks, tiles, intrinsics};
+numba only when a build runs (0.5 to 2 s to import).
 """
 
 import functools
@@ -12,7 +14,7 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
-from . import intrinsics
+from . import blocks, intrinsics
 from .qtiles import qpanels_product, qpanels_runs, qtiles
 from .tiles import PANEL, panels_product, panels_runs, tiles
 
@@ -20,6 +22,7 @@ log = logging.getLogger(__name__)
 
 NAME = "compiled-panels"
 NOTE_SECONDS = 0.5  # compiling longer than this is told
+CACHED = (PANEL, blocks.PANEL)  # the panel widths whose builds numba keeps on disk
 LAYERS = ("omp", "tbb", "workqueue")  # numba's threading layers, in the order tried (notes/kernels.md: why OpenMP)
 
 
@@ -40,6 +43,23 @@ def available(find_spec=None):  # find_spec: importlib.util.find_spec (tests pre
         return False
 
 
+def host_panel(features=None):  # features: {LLVM feature name: bool}, the host's if None -> PANEL or blocks.PANEL
+    """The panel width whose loop nest fits the vectors numba compiles for: PANEL (tiles.py, sized for AVX-512's 32
+    registers of 512 bits) where the CPU has AVX-512, else blocks.PANEL (register blocks of 256-bit vectors). Both
+    give the same bits; the width decides speed only. features: LLVM's map (llvmlite.binding.get_host_cpu_features)."""
+    if features is None:
+        from llvmlite import binding  # numba's compiler; installed with numba
+
+        features = binding.get_host_cpu_features()
+    return PANEL if features.get("avx512f") else blocks.PANEL
+
+
+def nest(panel):  # -> (tiles {name: function}, product, runs) of the loop nest for `panel`-column panels
+    if panel == blocks.PANEL:
+        return blocks.tiles(), blocks.blocks_product, blocks.blocks_runs
+    return tiles(panel), panels_product, panels_runs
+
+
 def compiled_product(njit=None, panel=PANEL):  # -> panels_product(x, panels, y, p0, p1), compiled
     """njit: numba.njit, or a stand-in (the tiles then run as plain Python over intrinsics.names(None)).
     Raises KernelUnavailable (one line, with the fix) without a numba that imports, ValueError for an odd panel."""
@@ -52,7 +72,7 @@ def compiled_product(njit=None, panel=PANEL):  # -> panels_product(x, panels, y,
 def product_build(panel, njit=None):  # -> Built: panels_product over `panel`-column panels
     numba = None if njit is not None else import_numba()
     njit = numba.njit if numba is not None else njit
-    disk = panel == PANEL
+    disk = panel in CACHED
     start = time.perf_counter()  # after numba's import: what is told is compiling (or loading the cache)
     built = jit_product(njit, intrinsics.names(numba), panel, disk)
     x = np.zeros((1, 2), dtype=np.float32)
@@ -83,7 +103,7 @@ def announce(seconds, built, disk=True):  # tells the logger of a slow build, or
         log.info(f"kernel {NAME}: no writable cache location for numba, so it compiled in memory ({seconds:.1f} s, "
                  "again in every process); set NUMBA_CACHE_DIR to a writable directory to compile once")
     elif seconds > NOTE_SECONDS and not getattr(getattr(built.function, "stats", None), "cache_hits", 0):
-        once = "once: numba caches it on disk" if built.on_disk else f"for this process: only {PANEL}-column panels are cached"
+        once = "once: numba caches it on disk" if built.on_disk else "for this process: only the host's panels are cached"
         log.info(f"kernel {NAME}: compiled in {seconds:.1f} s ({once})")
 
 
@@ -92,8 +112,9 @@ def jit_product(njit, names, panel, disk=True):  # -> Built: the tiles, then pan
     for cache in (True, False) if disk else (False,):
         try:
             jit = njit(nogil=True, cache=cache, boundscheck=False)
-            helpers = {name: jit(with_globals(f, names, f"{name}_{panel}")) for name, f in tiles(panel).items()}
-            product = with_globals(panels_product, {**helpers, "PANEL": panel}, f"panels_product_{panel}")
+            made, product, _ = nest(panel)
+            helpers = {name: jit(with_globals(f, names, f"{name}_{panel}")) for name, f in made.items()}
+            product = with_globals(product, {**helpers, "PANEL": panel}, f"{product.__name__}_{panel}")
             return Built(jit(product), cache)
         except RuntimeError:  # numba: "cannot cache function ...: no locator available" (nowhere writable)
             if not cache:
@@ -114,11 +135,13 @@ def runs_build(layers, panel):  # -> (runs, numba.config.NUMBA_NUM_THREADS)
     if len(layers) == 1 and numba.config.THREADING_LAYER == "default":
         numba.config.THREADING_LAYER = layers[0]  # one layer asked for (the bench's --layer): that one or an error
     start = time.perf_counter()
-    names = {"prange": numba.prange, "panels_product": product.function}
-    jitted = numba.njit(parallel=True, nogil=True, cache=product.on_disk)(with_globals(panels_runs, names, f"panels_runs_{panel}"))
+    _, one, runs_of = nest(panel)
+    names = {"prange": numba.prange, one.__name__: product.function}
+    jitted = numba.njit(parallel=True, nogil=True, cache=product.on_disk)(
+        with_globals(runs_of, names, f"{runs_of.__name__}_{panel}"))
     x, cuts = np.zeros((1, 2), dtype=np.float32), np.array([0, 1], dtype=np.int64)
     jitted(x, np.zeros((1, 2, panel), dtype=np.float32), np.zeros((1, 1), dtype=np.float32), cuts)
-    announce(time.perf_counter() - start, Built(jitted, product.on_disk), disk=panel == PANEL)
+    announce(time.perf_counter() - start, Built(jitted, product.on_disk), disk=panel in CACHED)
 
     def runs(x, panels, y, cuts, threads):  # numba's thread count is the calling thread's own setting
         numba.set_num_threads(threads)
@@ -136,7 +159,7 @@ def compiled_qproduct(nibbles=False, njit=None, panel=PANEL):  # -> qpanels_prod
 def qproduct_build(nibbles, panel, njit=None):  # -> Built: qpanels_product over `panel`-column code panels
     numba = None if njit is not None else import_numba()
     njit = numba.njit if numba is not None else njit
-    disk, kind = panel == PANEL, "i4" if nibbles else "i8"
+    disk, kind = panel in CACHED, "i4" if nibbles else "i8"
     start = time.perf_counter()
     for cache in (True, False) if disk else (False,):
         try:

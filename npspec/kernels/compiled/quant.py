@@ -131,14 +131,14 @@ class QuantTied:
 
 class CompiledQuant:
     """`linear(x, w, b=None)`: `[n, d_in], [d_in, d_out], [d_out] -> [n, d_out]` float32, batch invariant; w a
-    QuantPanels (qtiles' loop) or a float32 array (compiled-panels). threads as CompiledPanels'; no bit depends on
-    them. Raises ValueError for a bad thread count, KernelUnavailable without numba."""
+    QuantPanels (qtiles' loop, `panel`-column code panels) or a float32 array (compiled-panels on `float_panel`-column
+    panels). threads as CompiledPanels'; no bit depends on them. Raises ValueError for a bad thread count, KernelUnavailable without numba."""
 
     name = NAME
 
-    def __init__(self, threads=1, panel=PANEL, layers=LAYERS):
+    def __init__(self, threads=1, panel=PANEL, layers=LAYERS, float_panel=PANEL):
         self.threads = check_threads(threads)
-        self.floats = CompiledPanels(threads, panel, layers)
+        self.floats = CompiledPanels(threads, float_panel, layers)
         self.products = {n: compiled_qproduct(n, panel=panel) for n in (False, True)}
         self.runs = {n: compiled_qruns(n, layers, panel) for n in (False, True)} if self.threads > 1 else None
 
