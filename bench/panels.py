@@ -1,10 +1,10 @@
 """python -m bench.panels: how the compiled kernel "compiled-panels" is laid out and shares its panels, measured.
 
 On one GPT-2 block's four matrices (default gpt2-large's; --quick: gpt2's), repeated to 3 blocks so that they do not
-sit in the cache, for M = 1, 2, 3, 4, 8, 16 rows: the best-of-`--repeats` seconds of
+sit in the cache, for M = 1, 2, 3, 4, 5, 6, 8, 16 rows: the best-of-`--repeats` seconds of
   * the kernel itself (npspec.kernels.compiled.CompiledPanels: numba's prange with the threading layer `--layer`, which
-    numba loads once per process, so each layer is its own run) with panels of 32, 64 and 96 columns
-    (compiled.PANEL);
+    numba loads once per process, so each layer is its own run) with panels of 16 columns (the register blocks of
+    256-bit vectors, compiled.blocks) and of 32, 64 (compiled.PANEL) and 96 columns (the 512-bit tiles);
   * the same compiled loop over 64-column panels on npspec's own worker threads (npspec.kernels.workers.Workers, what the
     kernel ran before it took numba's threads: `workers-64`);
   * OpenBLAS' GEMV over the same matrices for one row (the bandwidth reference, BLAS with the run's threads).
@@ -28,8 +28,8 @@ from npspec.sources import SHAPES
 
 from . import common
 
-ROWS = (1, 2, 3, 4, 8, 16)
-WIDTHS = (32, 64, 96)
+ROWS = (1, 2, 3, 4, 5, 6, 8, 16)
+WIDTHS = (16, 32, 64, 96)
 
 
 def block_matrices(shape, copies=3, seed=0):

@@ -1,5 +1,5 @@
 """The loop nest for 256-bit vectors (AVX2's 16 registers): 16-column panels (two vectors), each tile one register
-block (intrinsics.block) per panel, or per GROUP panels for one row. Every element is the chain of tiles.py, fma's in
+block (intrinsics.register_block) per panel, or per GROUP panels for one row. Every element is the chain of tiles.py, fma's in
 increasing k from +0.0, so its bits are the 512-bit nest's. The intrinsics come as globals from build.
 """
 
@@ -13,7 +13,7 @@ ROW_BLOCKS = {8: 4, 6: 6, 4: 4, 1: 1}  # rows of a tile -> rows of its register 
 GROUP = 4  # panels a one-row block multiplies at once: 8 sum vectors, 4 streams of weights
 
 
-def tiles():  # -> {"tile8", "tile6", "tile4", "tile1": tile(x, panels, p, out)}, "group1": group_tile(...)
+def tiles():  # -> {"tile8", "tile6", "tile4", "tile1": tile(x, panels, p, out), "group1": group1(the same)}
     made = {f"tile{rows}": make_tile(rows, size) for rows, size in ROW_BLOCKS.items()}
     return {**made, "group1": make_group_tile()}
 
@@ -32,7 +32,7 @@ def make_tile(rows, size):  # -> tile(x [rows, d_in], panels [n, d_in, PANEL], p
     return tile
 
 
-def make_group_tile():  # -> group_tile(x [1, d_in], panels [n, d_in, PANEL], p, out [1, GROUP * PANEL])
+def make_group_tile():  # -> group1(x [1, d_in], panels [n, d_in, PANEL], p, out [1, GROUP * PANEL])
     width = GROUP * PANEL
 
     def group1(x, panels, p, out):  # panels p .. p + GROUP - 1, all inside panels
