@@ -9,7 +9,7 @@ JSON: `python -m npspec.testing vectors OUT.json`); doubles (TableModel, Scripte
 usage (KitUsageError).
 Callbacks are not time-limited: a check calls them in the caller's thread and one that never returns hangs it (a
 sampler drawing uniforms forever is stopped: UniformsExhausted). Bound it with a test timeout, a subprocess or a
-main-thread alarm raising a BaseException (a callback's Exception is reported as a finding). This file re-exports.
+repeating main-thread alarm raising a BaseException (a callback's Exception is reported as a finding). This file re-exports.
 """
 
 from .blocks import (BLOCK_DIAGNOSES, BLOCK_PROBES, acceptance_rate, block_distribution, block_drafter_distribution,  # whole blocks
