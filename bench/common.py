@@ -23,6 +23,7 @@ from typing import NamedTuple
 import numpy as np
 from threadpoolctl import threadpool_info, threadpool_limits
 
+from npspec.kernels import compiled
 from npspec.sources.atomic import atomic_write
 from npspec.sources.choices import cpu_model
 from tqdm import tqdm
@@ -202,6 +203,7 @@ def machine_info():
         "load_average_1min_at_start": f"{load_average():.2f}",
     }
     info.update({k: str(v) for k, v in blas_info().items()})
+    info["compiled_panel"] = str(compiled.host_panel()) if compiled.available() else "no numba"  # its loop nest
     return info
 
 

@@ -128,4 +128,4 @@ class CompiledPanels:
         return y if b is None else y + b
 
     def __repr__(self):
-        return f"CompiledPanels(threads={self.threads})"
+        return f"CompiledPanels(threads={self.threads}, panel={self.panel})"
