@@ -101,13 +101,13 @@ def test_the_tiles_ask_llvm_for_wide_vectors_and_the_cpu_for_the_rows_ahead():
     from its disk cache), carries LLVM's prefer-vector-width attribute at VECTOR_BITS and calls llvm.prefetch."""
     import numba
     names = intrinsics.names(numba)
-    panel = compiled.pack(matrix(70, compiled.PANEL))[0]
+    panels = compiled.pack(matrix(70, 2 * compiled.PANEL))
     for name, tile in tiles.tiles().items():
         rows = int(name[4:])
         jitted = numba.njit(nogil=True, boundscheck=False)(build.with_globals(tile, names))
         x, y = matrix(rows, 70, seed=2, order="C"), np.empty((rows, compiled.PANEL), np.float32)
-        jitted(x, panel, y)
-        assert np.array_equal(y, chain(x, panel)), name
+        jitted(x, panels, 1, y)
+        assert np.array_equal(y, chain(x, panels[1])), name
         code = "".join(jitted.inspect_llvm().values())
         assert f'"prefer-vector-width"="{intrinsics.VECTOR_BITS}"' in code and "@llvm.prefetch" in code, name
 

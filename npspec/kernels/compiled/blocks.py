@@ -1,11 +1,8 @@
 """The loop nest for 256-bit vectors (AVX2's 16 registers): 16-column panels (two vectors), each tile one register
-block (intrinsics.register_block) per panel, or per GROUP panels for one row. Every element is the chain of tiles.py, fma's in
-increasing k from +0.0, so its bits are the 512-bit nest's. The intrinsics come as globals from build.
+block (intrinsics.register_block) per panel, or per GROUP panels for one row; tiles.panels_product runs the tiles.
+Every element is the chain of tiles.py, fma's in increasing k from +0.0, so its bits are the 512-bit nest's. The
+intrinsics and panels_product come as globals from build.
 """
-
-import numpy as np
-
-from .tiles import TAIL
 
 PANEL = 16  # columns per panel: two 256-bit vectors of float32
 LANES = 8  # float32 in a vector
@@ -44,32 +41,14 @@ def make_group_tile():  # -> group1(x [1, d_in], panels [n, d_in, PANEL], p, out
 
 
 def blocks_product(x, panels, y, p0, p1):  # [M, d_in], [n_panels, d_in, PANEL], out [M, d_out]; panels p0 <= p < p1
-    """y's columns of panels p0 .. p1 - 1 = x @ w: one row GROUP panels at a time while they are whole; else panel by
-    panel, rows 8 at a time, the last 1 to 7 in one tile of TAIL's size padded with zero rows (rows never mix)."""
-    m_rows, d_in = x.shape
-    d_out = y.shape[1]
+    """y's columns of panels p0 .. p1 - 1 = x @ w: one row GROUP panels at a time while they are whole, the rest by
+    tiles.panels_product over this nest's tiles (build gives it as `panels_product`)."""
     p = p0
-    if m_rows == 1:
-        while p + GROUP <= p1 and (p + GROUP) * PANEL <= d_out:
+    if x.shape[0] == 1:
+        while p + GROUP <= p1 and (p + GROUP) * PANEL <= y.shape[1]:
             group1(x, panels, p, y[:, p * PANEL : (p + GROUP) * PANEL])  # noqa: F821 (the tiles are globals: build)
             p += GROUP
-    full = m_rows - m_rows % 8
-    size = TAIL[m_rows - full]
-    tail = np.zeros((size, d_in), dtype=np.float32)  # the last tile's rows, padded
-    tail[: m_rows - full] = x[full:]
-    for q in range(p, p1):
-        n0 = q * PANEL
-        n1 = min(n0 + PANEL, d_out)
-        for m in range(0, full, 8):
-            tile8(x[m : m + 8], panels, q, y[m : m + 8, n0:n1])  # noqa: F821
-        if size == 8:
-            tile8(tail, panels, q, y[full:, n0:n1])  # noqa: F821
-        elif size == 6:
-            tile6(tail, panels, q, y[full:, n0:n1])  # noqa: F821
-        elif size == 4:
-            tile4(tail, panels, q, y[full:, n0:n1])  # noqa: F821
-        elif size == 1:
-            tile1(tail, panels, q, y[full:, n0:n1])  # noqa: F821
+    panels_product(x, panels, y, p, p1)  # noqa: F821
 
 
 def blocks_runs(x, panels, y, cuts):  # [M, d_in], [n_panels, d_in, PANEL], out [M, d_out], [runs + 1] int64

@@ -107,15 +107,18 @@ def announce(seconds, built, disk=True):  # tells the logger of a slow build, or
         log.info(f"kernel {NAME}: compiled in {seconds:.1f} s ({once})")
 
 
-def jit_product(njit, names, panel, disk=True):  # -> Built: the tiles, then panels_product calling them
+def jit_product(njit, names, panel, disk=True):  # -> Built: the tiles, then the product calling them
     """On disk unless `disk` is False or no cache location is writable (numba's RuntimeError at decoration)."""
     for cache in (True, False) if disk else (False,):
         try:
             jit = njit(nogil=True, cache=cache, boundscheck=False)
             made, product, _ = nest(panel)
             helpers = {name: jit(with_globals(f, names, f"{name}_{panel}")) for name, f in made.items()}
-            product = with_globals(product, {**helpers, "PANEL": panel}, f"{product.__name__}_{panel}")
-            return Built(jit(product), cache)
+            tiled = jit(with_globals(panels_product, {**helpers, "PANEL": panel}, f"panels_product_{panel}"))
+            if product is panels_product:
+                return Built(tiled, cache)
+            grouped = with_globals(product, {**helpers, "panels_product": tiled}, f"{product.__name__}_{panel}")
+            return Built(jit(grouped), cache)  # the register blocks: one row's groups of panels, then the tiles
         except RuntimeError:  # numba: "cannot cache function ...: no locator available" (nowhere writable)
             if not cache:
                 raise

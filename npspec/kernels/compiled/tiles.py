@@ -12,15 +12,17 @@ LINE = 16  # float32 weights in a 64-byte cache line: a tile asks for each line 
 AHEAD = 32  # panel rows a tile asks the CPU to fetch ahead of the row it multiplies
 
 
-def tiles(panel=PANEL):  # -> {"tile8", "tile6", "tile4", "tile1": tile(x, panel, out)} for `panel`-column panels
+def tiles(panel=PANEL):  # -> {"tile8", "tile6", "tile4", "tile1": tile(x, panels, p, out)} for `panel`-column panels
     return {f"tile{rows}": make_tile(rows, parts, panel // parts) for rows, parts in PARTS.items()}
 
 
-def make_tile(rows, parts, width):  # -> tile(x [rows, d_in], panel [d_in, parts * width], out [<= rows, <= that])
-    """The tile of `rows` rows, a panel's columns in `parts` runs of `width` (constants of the closure numba compiles):
-    k innermost, each weight loaded once for all rows, the sums in `scratch` until stored into out's first rows."""
-    def tile(x, panel, out):
+def make_tile(rows, parts, width):  # -> tile(x [rows, d_in], panels [n, d_in, parts * width], p, out [<= rows, <=])
+    """panels[p]'s tile of `rows` rows, its columns in `parts` runs of `width` (constants of the closure numba
+    compiles): k innermost, each weight loaded once for all rows, the sums in `scratch` until stored into out's first
+    rows."""
+    def tile(x, panels, p, out):
         wide_vectors()
+        panel = panels[p]
         for h in range(parts):
             c0 = h * width
             a = scratch(rows, width)
@@ -43,7 +45,7 @@ def make_tile(rows, parts, width):  # -> tile(x [rows, d_in], panel [d_in, parts
 
 def panels_product(x, panels, y, p0, p1):  # [M, d_in], [n_panels, d_in, PANEL], out [M, d_out]; panels p0 <= p < p1
     """y's columns of panels p0 .. p1 - 1 = x @ w, panel by panel; rows 8 at a time, the last 1 to 7 in one tile of
-    TAIL's size, padded with zero rows whose sums are dropped (rows never mix)."""
+    TAIL's size, padded with zero rows whose sums are dropped (rows never mix). Either nest's tiles (build)."""
     m_rows, d_in = x.shape
     d_out = y.shape[1]
     full = m_rows - m_rows % 8
@@ -54,15 +56,15 @@ def panels_product(x, panels, y, p0, p1):  # [M, d_in], [n_panels, d_in, PANEL],
         n0 = p * PANEL
         n1 = min(n0 + PANEL, d_out)
         for m in range(0, full, 8):
-            tile8(x[m : m + 8], panels[p], y[m : m + 8, n0:n1])  # noqa: F821 (the tiles are globals: build)
+            tile8(x[m : m + 8], panels, p, y[m : m + 8, n0:n1])  # noqa: F821 (the tiles are globals: build)
         if size == 8:
-            tile8(tail, panels[p], y[full:, n0:n1])  # noqa: F821
+            tile8(tail, panels, p, y[full:, n0:n1])  # noqa: F821
         elif size == 6:
-            tile6(tail, panels[p], y[full:, n0:n1])  # noqa: F821
+            tile6(tail, panels, p, y[full:, n0:n1])  # noqa: F821
         elif size == 4:
-            tile4(tail, panels[p], y[full:, n0:n1])  # noqa: F821
+            tile4(tail, panels, p, y[full:, n0:n1])  # noqa: F821
         elif size == 1:
-            tile1(tail, panels[p], y[full:, n0:n1])  # noqa: F821
+            tile1(tail, panels, p, y[full:, n0:n1])  # noqa: F821
 
 
 def panels_runs(x, panels, y, cuts):  # [M, d_in], [n_panels, d_in, PANEL], out [M, d_out], [runs + 1] int64
