@@ -1,6 +1,7 @@
-"""The loop nest build compiles: tiles of 8, 6, 4 or 1 rows against a panel, all `make_tile`'s one body, so every
-element is the same chain of fma's in increasing k wherever its row falls (notes/kernels.md). The intrinsics, the
-tiles and PANEL come as globals from build. Imports numpy.
+"""The loop nest for 512-bit vectors (AVX-512): tiles of 8, 6, 4 or 1 rows against a panel, all `make_tile`'s one
+body, so every element is the same chain of fma's in increasing k wherever its row falls (notes/kernels.md); and
+panels_product, which runs either nest's tiles (blocks.py's too). The intrinsics, the tiles and PANEL come as
+globals from build. Imports numpy.
 """
 
 import numpy as np
