@@ -287,8 +287,9 @@ def test_the_prefill_probe_is_cached_per_kernel_threads_and_shapes_refreshed_byp
     calls.clear()
     before = len(notes())
     assert probe.choose_prefill(model, store, "cached", measure) == 8 and len(calls) == 2
-    assert notes()[before:] == ["timing prompts of 8/2 ids prefilled by gemv-panels and by the GEMM, on this machine "
-                                "(once; --kernel-probe refresh times them again)"]  # 32 does not fit under n_ctx 32
+    assert notes()[before:] == [f"timing prompts of 8/2 ids prefilled by gemv-panels and by the GEMM for the "
+                                f"{model.config.n_layer}-layer model, on this machine (once; --kernel-probe refresh "
+                                "times them again)"]  # 32 does not fit under n_ctx 32
     key, record = next(iter(choice.read_choices(path).items()))
     assert json.loads(key)["role"] == "prefill" and json.loads(key)["candidates"] == ["gemv-panels/1"]
     assert json.loads(key)["threads"] == 2 and record["prefill_rows"] == 8 and set(record["seconds"]) == {"8"}

@@ -170,6 +170,8 @@ def test_a_read_only_cache_compiles_in_memory_and_says_so(caplog):
     product(x, compiled.pack(w), y, 0, 1)
     assert np.allclose(y, x @ w, atol=1e-4)
     assert compiled.compiled_product(njit=njit) is product and len(notes(caplog)) == 1  # built once
+    build.announce(2.0, build.Built(product, False), True, "its threaded loop", first=False)
+    assert len(notes(caplog)) == 1  # the later builds of a process that compiles in memory say nothing more
 
 
 def test_a_quick_build_is_not_told_a_slow_one_is_and_no_fastmath_is_asked_for(caplog, monkeypatch):
@@ -181,6 +183,9 @@ def test_a_quick_build_is_not_told_a_slow_one_is_and_no_fastmath_is_asked_for(ca
     compiled.compiled_product(njit=FakeNjit(writable=True))
     said, = notes(caplog)
     assert re.fullmatch(r"kernel compiled-panels: compiled in \d+\.\d s \(once: numba caches it on disk\)", said)
+    build.announce(3.0, build.Built(lambda: None, True), True, "its threaded loop", first=False)
+    assert notes(caplog)[-1] == ("kernel compiled-panels: compiled its threaded loop in 3.0 s (once: numba caches it "
+                                 "on disk)")
 
 
 def test_a_panel_width_other_than_the_two_nests_is_compiled_in_memory_only(caplog):

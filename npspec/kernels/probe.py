@@ -350,8 +350,9 @@ def choose_prefill(model, store=None, mode="cached", measure=None, lengths=PREFI
 
     def run():  # -> (rows, its record)
         fits = fitting(lengths, model.config.n_ctx)
-        log.info(f"timing prompts of {'/'.join(map(str, fits))} ids prefilled by {model.kernel} and by the GEMM, "
-                 "on this machine (once; --kernel-probe refresh times them again)")
+        log.info(f"timing prompts of {'/'.join(map(str, fits))} ids prefilled by {model.kernel} and by the GEMM for "
+                 f"the {model.config.n_layer}-layer model, on this machine (once; --kernel-probe refresh times them "
+                 "again)")
         rows, timed = prefill_crossover(model, lengths, measure or time_prefill)
         seconds = {str(n): {"kernel": k, "gemm": g} for n, (k, g) in timed.items()}
         return rows, {"prefill_rows": rows, "seconds": seconds}

@@ -98,13 +98,17 @@ def import_problem(error, installed):  # ImportError, bool -> str: numba missing
             f"--force-reinstall 'npspec[fast]' ({other})")
 
 
-def announce(seconds, built, disk=True):  # tells the logger of a slow build, or of one that no disk could hold
+def announce(seconds, built, disk=True, what="", first=True):  # tells the logger of a slow build, or a memory-only one
+    """what: the loop built, after "compiled" ("" the product, "its threaded loop"); first: the process's first build
+    of the kernel, the one that says no disk could hold it (the later builds then say nothing of it)."""
     if disk and not built.on_disk:
-        log.info(f"kernel {NAME}: no writable cache location for numba, so it compiled in memory ({seconds:.1f} s, "
-                 "again in every process); set NUMBA_CACHE_DIR to a writable directory to compile once")
+        if first:
+            log.info(f"kernel {NAME}: no writable cache location for numba, so it compiled in memory ({seconds:.1f} s, "
+                     "again in every process); set NUMBA_CACHE_DIR to a writable directory to compile once")
     elif seconds > NOTE_SECONDS and not getattr(getattr(built.function, "stats", None), "cache_hits", 0):
-        once = "once: numba caches it on disk" if built.on_disk else "for this process: only the host's panels are cached"
-        log.info(f"kernel {NAME}: compiled in {seconds:.1f} s ({once})")
+        once = ("once: numba caches it on disk" if built.on_disk
+                else "for this process: only the host's panels are cached")
+        log.info(f"kernel {NAME}: compiled {what + ' ' if what else ''}in {seconds:.1f} s ({once})")
 
 
 def jit_product(njit, names, panel, disk=True):  # -> Built: the tiles, then the product calling them
@@ -144,7 +148,7 @@ def runs_build(layers, panel):  # -> (runs, numba.config.NUMBA_NUM_THREADS)
         with_globals(runs_of, names, f"{runs_of.__name__}_{panel}"))
     x, cuts = np.zeros((1, 2), dtype=np.float32), np.array([0, 1], dtype=np.int64)
     jitted(x, np.zeros((1, 2, panel), dtype=np.float32), np.zeros((1, 1), dtype=np.float32), cuts)
-    announce(time.perf_counter() - start, Built(jitted, product.on_disk), disk=panel in CACHED)
+    announce(time.perf_counter() - start, Built(jitted, product.on_disk), panel in CACHED, "its threaded loop", False)
 
     def runs(x, panels, y, cuts, threads):  # numba's thread count is the calling thread's own setting
         numba.set_num_threads(threads)
@@ -178,7 +182,7 @@ def qproduct_build(nibbles, panel, njit=None):  # -> Built: qpanels_product over
     rows = 1 if nibbles else 2
     built.function(np.zeros((1, 2), dtype=np.float32), np.zeros((1, rows, panel), dtype=np.int8),
                    np.zeros((1, 1, panel), dtype=np.float32), np.zeros((1, 1), dtype=np.float32), 0, 1)
-    announce(time.perf_counter() - start, built, disk)
+    announce(time.perf_counter() - start, built, disk, f"its {kind} loop", False)  # after CompiledQuant's floats' build
     return built
 
 
