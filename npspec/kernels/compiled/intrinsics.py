@@ -7,7 +7,7 @@ compiled/__pycache__/*.nb?.
 import numpy as np
 
 VECTOR_BITS = 512  # the vector width wide_vectors asks LLVM to prefer
-AHEAD = 32  # panel rows ahead whose cache lines block asks for (tiles.AHEAD's distance)
+AHEAD = 32  # panel rows a tile or block asks the CPU to fetch ahead of the row it multiplies
 
 
 def names(numba):  # numba module or None -> {"scratch", "fma", "prefetch", "wide_vectors", "block": callable}

@@ -1,16 +1,17 @@
 """The loop nest for 512-bit vectors (AVX-512): tiles of 8, 6, 4 or 1 rows against a panel, all `make_tile`'s one
 body, so every element is the same chain of fma's in increasing k wherever its row falls (notes/kernels.md); and
 panels_product, which runs either nest's tiles (blocks.py's too). The intrinsics, the tiles and PANEL come as
-globals from build. Imports numpy.
+globals from build. Imports numpy and intrinsics.AHEAD.
 """
 
 import numpy as np
+
+from .intrinsics import AHEAD  # panel rows ahead of the row multiplied whose cache lines a tile asks for
 
 PANEL = 64  # columns per panel: 4 AVX-512 vectors
 TAIL = (0, 1, 4, 4, 4, 6, 6, 8)  # rows of the tile that takes the last 0..7 rows, by rows left
 PARTS = {8: 2, 6: 1, 4: 1, 1: 1}  # rows of a tile -> the column runs it splits a panel into (tile8: two halves)
 LINE = 16  # float32 weights in a 64-byte cache line: a tile asks for each line of a panel row once
-AHEAD = 32  # panel rows a tile asks the CPU to fetch ahead of the row it multiplies
 
 
 def tiles(panel=PANEL):  # -> {"tile8", "tile6", "tile4", "tile1": tile(x, panels, p, out)} for `panel`-column panels
