@@ -132,7 +132,8 @@ class QuantTied:
 class CompiledQuant:
     """`linear(x, w, b=None)`: `[n, d_in], [d_in, d_out], [d_out] -> [n, d_out]` float32, batch invariant; w a
     QuantPanels (qtiles' loop, `panel`-column code panels) or a float32 array (compiled-panels on `float_panel`-column
-    panels). threads as CompiledPanels'; no bit depends on them. Raises ValueError for a bad thread count, KernelUnavailable without numba."""
+    panels). threads as CompiledPanels'; no bit depends on them. Raises ValueError for a bad thread count,
+    KernelUnavailable without numba."""
 
     name = NAME
 
