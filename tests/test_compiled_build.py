@@ -1,9 +1,9 @@
-"""Building the compiled kernel (npspec.kernels.compiled.build, .tiles, .blocks, .intrinsics): the tiles generated from
-one body, the register blocks, the compiler hints, the panel width chosen for the host's vectors, numba's caches, the
+"""Building the compiled kernel (npspec.kernels.compiled.build, .tiles, .blocks, .qtiles, .intrinsics): the tiles
+generated from one body, the register blocks (over float32 panels and over int codes), the compiler hints, the panel width chosen for the host's vectors, numba's caches, the
 notes it logs, the threading layers and a numba that is missing or broken.
 
 The plain-Python tiles (a stand-in njit, no numba needed) are held to the documented chain of fused multiply-adds for
-every row count, as the compiled ones are in tests/test_compiled.py.
+every row count, as the compiled ones are in tests/test_compiled.py and tests/test_compiled_quant.py.
 """
 
 import logging
@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 
 from npspec.kernels import compiled
-from npspec.kernels.compiled import blocks, build, intrinsics, tiles
+from npspec.kernels.compiled import blocks, build, intrinsics, qtiles, tiles
 from npspec.kernels.registry import REGISTRY
+from npspec.sources.quantize import dequantize_tensor, parse_scheme, quantize_tensor
 
 from conftest import run_python
 from test_compiled import chain, matrix, needs_numba
@@ -133,6 +134,59 @@ def test_the_register_blocks_are_vectors_of_eight_fused_multiply_adds_with_the_r
         assert np.array_equal(y, chain(x, w[:, blocks.PANEL : blocks.PANEL + width])), name
         code = "".join(jitted.inspect_llvm().values())
         assert "@llvm.fma.v8f32" in code and "@llvm.prefetch" in code, name
+
+
+def code_panels(d_in, d_out, scheme, seed=10):  # -> (QuantPanels, the dequantized float32 matrix)
+    q = quantize_tensor(matrix(d_in, d_out, seed=seed), parse_scheme(scheme), 0)
+    return compiled.QuantPanels.from_codes(q.codes, q.scales), dequantize_tensor(q, parse_scheme(scheme), 0)
+
+
+def test_the_register_blocks_over_codes_are_one_body_per_row_count_and_fit_sixteen_vector_registers():
+    for nibbles in (False, True):
+        made = qtiles.block_qtiles(compiled.PANEL, nibbles)
+        assert list(made) == [f"qblock{rows}" for rows in range(1, qtiles.BLOCK_ROWS + 1)]
+        assert len({f.__code__ for f in made.values()}) == 1
+        for rows, width in qtiles.BLOCK_WIDTHS[nibbles].items():
+            tile = made[f"qblock{rows}"]
+            constants = dict(zip(tile.__code__.co_freevars, (c.cell_contents for c in tile.__closure__)))
+            assert constants == {"rows": rows, "width": width, "packed": int(nibbles), "panel": compiled.PANEL}
+            assert compiled.PANEL % width == 0 and rows * width // 8 <= 8  # the sums: half the 16 registers at most
+
+
+@pytest.mark.parametrize("scheme", ["int8-g4", "int4-g4", "int8-ch", "int4-ch"])
+def test_the_plain_python_register_blocks_over_codes_add_each_element_in_the_documented_order(scheme):
+    """qblocks_product as plain Python over intrinsics.names(None) (numpy_qblock), for M = 1..9 (blocks of 4 rows
+    and the last 1 to 3), two code panels and a partial third, in two runs: bit for bit the chain on the dequantized
+    matrix, 4-bit codes two a byte (their group even) or int8."""
+    q, w = code_panels(8, 2 * compiled.PANEL + 3, scheme)
+    assert q.nibbles == scheme.startswith("int4")
+    product = build.compiled_qproduct(q.nibbles, njit=FakeNjit(writable=True), blocks=True)
+    x = matrix(9, 8, seed=11, order="C")
+    want = chain(x, w)
+    for m in range(1, 10):
+        y = np.full((m, w.shape[1]), np.nan, np.float32)
+        product(x[:m], q.codes, q.scales, y, 0, 1)
+        product(x[:m], q.codes, q.scales, y, 1, 3)
+        assert np.array_equal(y, want[:m]), f"M={m}"
+
+
+@needs_numba
+def test_the_register_blocks_over_codes_decode_in_vector_lanes_once_for_all_rows():
+    """Each block tile, compiled on its own (in memory), converts codes in 8-lane vectors (sitofp of an <8 x i..>; the
+    4-bit codes split by a shift and a mask), calls llvm.fma.v8f32 and llvm.prefetch, and gives the chain's bits."""
+    import numba
+    names = intrinsics.names(numba)
+    for scheme in ("int8-g4", "int4-g4"):
+        q, w = code_panels(16, 2 * compiled.PANEL, scheme)
+        for name, tile in qtiles.block_qtiles(compiled.PANEL, q.nibbles).items():
+            rows = int(name[6:])
+            jitted = numba.njit(nogil=True, boundscheck=False)(build.with_globals(tile, names))
+            x, y = matrix(rows, 16, seed=2, order="C"), np.empty((rows, compiled.PANEL), np.float32)
+            jitted(x, q.codes[1], q.scales[1], y)
+            assert np.array_equal(y, chain(x, w[:, compiled.PANEL :])), (scheme, name)
+            code = "".join(jitted.inspect_llvm().values())
+            assert "sitofp <8 x i" in code and "@llvm.fma.v8f32" in code and "@llvm.prefetch" in code, name
+            assert ("ashr <8 x i32>" in code) == q.nibbles, name
 
 
 def test_without_numba_the_kernel_says_how_to_install_it():

@@ -1,7 +1,8 @@
 """The compiled quantized product "compiled-quant" (npspec.kernels.compiled.quant, the `fast` extra), bit for bit.
 
 On int8 codes and 4-bit codes two a byte, per channel and per group, its product equals compiled-panels' on the
-dequantized float32 matrix for every row count 1..16 and thread counts 1, 2, 3 and 7; a row never depends on the
+dequantized float32 matrix for every row count 1..16 and thread counts 1, 2, 3 and 7, with either loop nest over the
+codes (NESTS: the 512-bit tiles, or the 256-bit register blocks of 1 to 4 rows); a row never depends on the
 other rows; a quantized model on it (the +emb head too) decodes as the dequantized model on compiled-panels, and a
 self-draft on it keeps greedy output. The packing (QuantPanels) is plain NumPy and tested without numba; the
 products skip without it, saying why.
@@ -25,6 +26,7 @@ from conftest import ROOT, run_python, tiny_model
 needs_numba = pytest.mark.skipif(not compiled.available(), reason="compiled-quant needs the 'fast' extra (numba)")
 M_MAX = 16
 THREADS = (1, 2, 3, 7)
+NESTS = (compiled.PANEL, compiled.blocks.PANEL)  # CompiledQuant's float_panel, which picks the nest over the codes
 # schemes: 4-bit codes two a byte (int4-g64, int4-ch, int3-g4), int8 codes (int8-ch, int8-g32), and 4-bit codes kept
 # one a byte because the group is odd (int4-g3)
 SCHEMES = ("int8-ch", "int8-g32", "int4-g64", "int4-ch", "int3-g4")
@@ -81,15 +83,18 @@ def test_the_probe_chooses_among_the_kernels_reading_the_codes_a_model_holds():
 
 
 @needs_numba
+@pytest.mark.parametrize("nest", NESTS)
 @pytest.mark.parametrize("scheme", SCHEMES)
 @pytest.mark.parametrize("d_in, d_out", SHAPES)
-def test_every_row_count_and_thread_count_gives_compiled_panels_bits_on_the_dequantized_matrix(scheme, d_in, d_out):
+def test_every_row_count_and_thread_count_gives_compiled_panels_bits_on_the_dequantized_matrix(scheme, d_in, d_out,
+                                                                                               nest):
     q, w = quantized(d_in, d_out, scheme)
     b = rows(1, d_out, seed=1)[0]
     x = rows(M_MAX + 3, d_in)
     want = np.concatenate([compiled.CompiledPanels(1)(x[i : i + 1], w, b) for i in range(M_MAX + 3)])
     for threads in THREADS:
-        kernel = compiled.CompiledQuant(threads)
+        kernel = compiled.CompiledQuant(threads, float_panel=nest)
+        assert kernel.blocks == (nest == compiled.blocks.PANEL)
         for m in range(1, M_MAX + 1):
             for start in (0, 3):
                 got = kernel(x[start : start + m], q, b)
@@ -97,10 +102,11 @@ def test_every_row_count_and_thread_count_gives_compiled_panels_bits_on_the_dequ
 
 
 @needs_numba
-def test_a_row_does_not_depend_on_what_the_other_rows_hold():
+@pytest.mark.parametrize("nest", NESTS)
+def test_a_row_does_not_depend_on_what_the_other_rows_hold(nest):
     q, _ = quantized(768, 2304, "int4-g64")
     row = rows(1, 768, seed=3)
-    kernel = compiled.CompiledQuant(2)
+    kernel = compiled.CompiledQuant(2, float_panel=nest)
     want = kernel(row, q)[0]
     for other in (np.zeros, np.ones, lambda s: np.full(s, np.inf, np.float32), lambda s: rows(*s, seed=4)):
         for m in (2, 5, 16):
@@ -127,15 +133,18 @@ def test_every_pair_of_4_bit_codes_packs_and_unpacks_to_its_values():
 
 
 @needs_numba
-def test_every_pair_of_4_bit_codes_multiplies_as_its_dequantized_weights():
-    """The float32 decode of a byte (floor, then one fma for the low code) gives float32(code) * scale bit for bit,
-    for every pair of codes and a zero, negative, subnormal or huge scale: compiled-panels' output on the matrix."""
+@pytest.mark.parametrize("nest", NESTS)
+def test_every_pair_of_4_bit_codes_multiplies_as_its_dequantized_weights(nest):
+    """Each nest's decode of a byte (the tiles: floor, then one fma for the low code; the register blocks: integer
+    shifts and masks, then one multiply) gives float32(code) * scale bit for bit, for every pair of codes and a zero,
+    negative, subnormal or huge scale: compiled-panels' output on the matrix."""
     codes, scales = every_nibble_pair()
     q = compiled.QuantPanels.from_codes(codes, scales)
     x = rows(9, 512, seed=6)
     want = np.concatenate([compiled.CompiledPanels(1)(x[i : i + 1], q.dequantize()) for i in range(9)])
-    for m in (1, 4, 9):
-        assert np.array_equal(compiled.CompiledQuant(1)(x[:m], q), want[:m], equal_nan=True), f"M={m}"
+    for m in range(1, 10):
+        got = compiled.CompiledQuant(1, float_panel=nest)(x[:m], q)
+        assert np.array_equal(got, want[:m], equal_nan=True), f"M={m}"
 
 
 @needs_numba

@@ -166,7 +166,7 @@ def attention_masked(q, k, v, n_past):  # [h, n, dh], [h, T, dh], [h, T, dh] -> 
 def mha(x, c_attn, c_proj, cache, layer, n_head, linear, attend):  # [n, d] -> [n, d]
     n, d = x.shape
     qkv = linear(x, **c_attn)  # [n, 3d]
-    q, k, v = (a.reshape(n, n_head, d // n_head).transpose(1, 0, 2) for a in np.split(qkv, 3, axis=-1))
+    q, k, v = (qkv[:, i * d : (i + 1) * d].reshape(n, n_head, d // n_head).transpose(1, 0, 2) for i in range(3))
     n_past = cache.length
     cache.k[layer, :, n_past : n_past + n] = k  # [h, n, dh]
     cache.v[layer, :, n_past : n_past + n] = v

@@ -1,7 +1,7 @@
 """Compiling the tiles with numba, once per process, panel width and njit (functools.lru_cache holds the builds):
 16-column panels by blocks.py's loop nest (256-bit register blocks), any other even width by tiles.py's; `host_panel`
-picks the width for the host's vectors. numba's disk cache keeps the two nests' builds for later processes, or it
-compiles in memory, saying so through logging. Imports numpy, npspec.kernels.compiled.{blocks, tiles, intrinsics};
+picks the width for the host's vectors; codes go to qtiles' two nests alike. numba's disk cache keeps the two nests' builds for later processes, or it
+compiles in memory, saying so through logging. Imports numpy, npspec.kernels.compiled.{blocks, tiles, qtiles, intrinsics};
 numba only when a build runs (0.5 to 2 s to import).
 """
 
@@ -15,7 +15,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 
 from . import blocks, intrinsics
-from .qtiles import qpanels_product, qpanels_runs, qtiles
+from .qtiles import block_qtiles, qblocks_product, qpanels_product, qpanels_runs, qtiles
 from .tiles import PANEL, panels_product, panels_runs, tiles
 
 log = logging.getLogger(__name__)
@@ -156,25 +156,34 @@ def runs_build(layers, panel):  # -> (runs, numba.config.NUMBA_NUM_THREADS)
     return runs, numba.config.NUMBA_NUM_THREADS
 
 
-def compiled_qproduct(nibbles=False, njit=None, panel=PANEL):  # -> qpanels_product(x, codes, scales, y, p0, p1)
-    """"compiled-quant"'s loop over int8 codes, or (nibbles) two 4-bit codes a byte; njit as compiled_product.
-    Raises KernelUnavailable as compiled_product."""
-    return qproduct_build(bool(nibbles), panel, njit).function
+def compiled_qproduct(nibbles=False, njit=None, panel=PANEL, blocks=False):  # -> product(x, codes, scales, y, p0, p1)
+    """"compiled-quant"'s loop over int8 codes, or (nibbles) two 4-bit codes a byte: qtiles.qpanels_product, or
+    (blocks) qtiles.qblocks_product, the register blocks for 256-bit vectors; njit as compiled_product. Raises
+    KernelUnavailable as compiled_product."""
+    return qproduct_build(bool(nibbles), panel, bool(blocks), njit).function
+
+
+def qnest(nibbles, panel, blocks):  # -> (tiles {name: function}, product, kind: the builds' name) of a codes nest
+    kind = ("i4" if nibbles else "i8") + ("b" if blocks else "")
+    if blocks:
+        return block_qtiles(panel, nibbles), qblocks_product, kind
+    return qtiles(panel, nibbles), qpanels_product, kind
 
 
 @functools.lru_cache(maxsize=None)
-def qproduct_build(nibbles, panel, njit=None):  # -> Built: qpanels_product over `panel`-column code panels
+def qproduct_build(nibbles, panel, blocks=False, njit=None):  # -> Built: the product over `panel`-column code panels
     numba = None if njit is not None else import_numba()
     njit = numba.njit if numba is not None else njit
-    disk, kind = panel in CACHED, "i4" if nibbles else "i8"
+    made, product, kind = qnest(nibbles, panel, blocks)
+    disk = panel in CACHED
     start = time.perf_counter()
     for cache in (True, False) if disk else (False,):
         try:
             jit = njit(nogil=True, cache=cache, boundscheck=False)
             helpers = {name: jit(with_globals(f, intrinsics.names(numba), f"{name}_{kind}_{panel}"))
-                       for name, f in qtiles(panel, nibbles).items()}
-            product = with_globals(qpanels_product, {**helpers, "PANEL": panel}, f"qpanels_product_{kind}_{panel}")
-            built = Built(jit(product), cache)
+                       for name, f in made.items()}
+            tiled = with_globals(product, {**helpers, "PANEL": panel}, f"{product.__name__}_{kind}_{panel}")
+            built = Built(jit(tiled), cache)
             break
         except RuntimeError:  # no cache location (jit_product)
             if not cache:
@@ -186,17 +195,17 @@ def qproduct_build(nibbles, panel, njit=None):  # -> Built: qpanels_product over
     return built
 
 
-def compiled_qruns(nibbles=False, layers=LAYERS, panel=PANEL):  # -> (runs(x, codes, scales, y, cuts, threads), most)
-    """qpanels_runs on `threads` of numba's threads, as compiled_runs."""
-    return qruns_build(bool(nibbles), tuple(layers), panel)
+def compiled_qruns(nibbles=False, layers=LAYERS, panel=PANEL, blocks=False):  # -> (runs(x, codes, scales, y, cuts,
+    """qpanels_runs over compiled_qproduct's product on `threads` of numba's threads, as compiled_runs."""  # threads), most)
+    return qruns_build(bool(nibbles), tuple(layers), panel, bool(blocks))
 
 
 @functools.lru_cache(maxsize=None)
-def qruns_build(nibbles, layers, panel):  # -> (runs, numba.config.NUMBA_NUM_THREADS)
-    product = qproduct_build(nibbles, panel)
+def qruns_build(nibbles, layers, panel, blocks=False):  # -> (runs, numba.config.NUMBA_NUM_THREADS)
+    product = qproduct_build(nibbles, panel, blocks)
     _, most = runs_build(layers, panel)  # numba's threading layer, set once for the process
     numba = import_numba()
-    kind = "i4" if nibbles else "i8"
+    kind = qnest(nibbles, panel, blocks)[2]
     names = {"prange": numba.prange, "qpanels_product": product.function}
     jitted = numba.njit(parallel=True, nogil=True, cache=product.on_disk)(
         with_globals(qpanels_runs, names, f"qpanels_runs_{kind}_{panel}"))

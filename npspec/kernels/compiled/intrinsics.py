@@ -1,5 +1,6 @@
-"""The tiles' helpers scratch, fma, prefetch, wide_vectors, block (`names`): numba intrinsics in LLVM IR, or (numba
-None) NumPy stand-ins. fma and block round each multiply-add once; the others change no value. Imports numpy (numba,
+"""The tiles' helpers scratch, fma, prefetch, wide_vectors, block, qblock (`names`): numba intrinsics in LLVM IR, or
+(numba None) NumPy stand-ins. fma, block and qblock round each multiply-add once (qblock each weight's scaling once
+too); the others change no value. Imports numpy (numba,
 llvmlite inside the builders). numba's disk cache watches tiles.py and blocks.py only: after editing this file, delete
 compiled/__pycache__/*.nb?.
 """
@@ -7,15 +8,20 @@ compiled/__pycache__/*.nb?.
 import numpy as np
 
 VECTOR_BITS = 512  # the vector width wide_vectors asks LLVM to prefer
+LANES_256 = 8  # float32 in a 256-bit vector: qblock's vectors
 AHEAD = 32  # panel rows a tile or block asks the CPU to fetch ahead of the row it multiplies
 
 
-def names(numba):  # numba module or None -> {"scratch", "fma", "prefetch", "wide_vectors", "block": callable}
+HELPERS = ("scratch", "fma", "prefetch", "wide_vectors", "block", "qblock")
+
+
+def names(numba):  # numba module or None -> {name of HELPERS: callable}
     if numba is None:
-        helpers = (numpy_scratch, numpy_fma, numpy_prefetch, numpy_wide_vectors, numpy_block)
+        helpers = (numpy_scratch, numpy_fma, numpy_prefetch, numpy_wide_vectors, numpy_block, numpy_qblock)
     else:
-        helpers = (stack_scratch(numba), fused(numba), cache_line(numba), vector_width(numba), register_block(numba))
-    return dict(zip(("scratch", "fma", "prefetch", "wide_vectors", "block"), helpers))
+        helpers = (stack_scratch(numba), fused(numba), cache_line(numba), vector_width(numba), register_block(numba),
+                   quant_block(numba))
+    return dict(zip(HELPERS, helpers))
 
 
 def stack_scratch(numba):  # -> intrinsic scratch(rows, cols) -> [rows, cols] float32 C array on the stack
@@ -150,6 +156,12 @@ class BlockEmitter:
     def load(self, address, kind):  # i8* -> a value of `kind` read there (any alignment of its elements)
         return self.builder.load(self.builder.bitcast(address, kind.as_pointer()), align=4)
 
+    def broadcast(self, value):  # a float -> a vector of `lanes` copies of it
+        ir, b = self.ir, self.builder
+        lane = b.insert_element(ir.Constant(self.vector, ir.Undefined), value, self.i64(0))
+        return b.shuffle_vector(lane, ir.Constant(self.vector, ir.Undefined),
+                                ir.Constant(ir.VectorType(self.i32, self.lanes), [0] * self.lanes))
+
     def chains(self, x, x_strides, panels, p_strides, a, a_stride, d_in, shape):
         """The loop over k in [0, d_in): zeros, then for each k one vector load per `lanes` weights, one broadcast per
         row and one fma per sum vector; the sums stored into a's rows at the end (phi nodes carry them)."""
@@ -175,11 +187,8 @@ class BlockEmitter:
         column = b.mul(k, x_strides[1])
         added = []
         for r in range(rows):
-            xk = self.load(self.at(x, b.add(b.mul(i64(r), x_strides[0]), column)), ir.FloatType())
-            lane = b.insert_element(ir.Constant(self.vector, ir.Undefined), xk, i64(0))
-            broadcast = b.shuffle_vector(lane, ir.Constant(self.vector, ir.Undefined),
-                                         ir.Constant(ir.VectorType(self.i32, self.lanes), [0] * self.lanes))
-            added += [b.call(self.fma, [broadcast, w, s]) for w, s in zip(weights, sums[r * count : (r + 1) * count])]
+            xk = self.broadcast(self.load(self.at(x, b.add(b.mul(i64(r), x_strides[0]), column)), ir.FloatType()))
+            added += [b.call(self.fma, [xk, w, s]) for w, s in zip(weights, sums[r * count : (r + 1) * count])]
         k_next, tail = b.add(k, i64(1)), b.basic_block
         b.cbranch(b.icmp_signed("<", k_next, d_in), loop, done)
         k.add_incoming(i64(0), entry)
@@ -198,6 +207,105 @@ class BlockEmitter:
             for v in range(count):
                 address = self.at(a, b.add(b.mul(i64(r), a_stride), i64(4 * self.lanes * v)))
                 b.store(final[r * count + v], b.bitcast(address, self.vector.as_pointer()), align=4)
+
+
+def quant_block(numba, ahead=AHEAD):  # -> intrinsic qblock(x, codes, scales, c0, a, rows, width, nibbles)
+    """A register block over int codes: a[r, j] = the chain s = +0.0, s = fma(x[r, k], w(k, c0 + j), s) for k = 0 ..
+    d_in - 1, r < rows and j < width (rows, width, nibbles literal ints; width a multiple of 8), where w(k, n) =
+    float32(code) * scale, rounded once: qtiles.py's weights and chain. codes int8 [d_in, >= c0 + width] (nibbles:
+    [d_in / 2, ..], the byte 16 * code(k + 1) + code(k) + 8 for k even) and scales float32 [n_groups, >= c0 + width],
+    both with unit inner stride; x float32 [>= rows, d_in]; a float32 [>= rows, >= width]. The sums live in rows *
+    width / 8 vectors of 8 float32; a group's scales are loaded once, its codes sign-extended, split (nibbles: lo =
+    (byte & 15) - 8, hi = byte >> 4) and converted in vector lanes, each weight once for all rows. Each code row also
+    asks for the line `ahead` rows on."""
+    from numba.core import cgutils
+
+    ints = numba.types.IntegerLiteral
+
+    @numba.extending.intrinsic
+    def qblock(typingctx, x, codes, scales, c0, a, rows, width, nibbles):
+        if not all(isinstance(t, ints) for t in (rows, width, nibbles)):
+            return None
+        shape = tuple(t.literal_value for t in (rows, width, nibbles))
+
+        def codegen(context, builder, signature, args):
+            x_, codes_, scales_, a_ = (context.make_array(signature.args[i])(context, builder, args[i])
+                                       for i in (0, 1, 2, 4))
+            strides = [cgutils.unpack_tuple(builder, v.strides, 2) for v in (x_, codes_, scales_, a_)]
+            sizes = [cgutils.unpack_tuple(builder, v.shape, 2)[0] for v in (codes_, scales_)]
+            column = context.cast(builder, args[3], signature.args[3], numba.types.intp)
+            QuantEmitter(builder, LANES_256, ahead).quant_chains(
+                (x_.data, strides[0]), (codes_.data, strides[1][0], sizes[0]), (scales_.data, strides[2][0], sizes[1]),
+                column, (a_.data, strides[3][0]), shape)
+            return context.get_dummy_value()
+        return numba.types.void(x, codes, scales, c0, a, rows, width, nibbles), codegen
+    return qblock
+
+
+class QuantEmitter(BlockEmitter):
+    """The LLVM IR of quant_block's loops (groups, then the code rows of a group), emitted by `builder` (llvmlite)."""
+
+    def quant_chains(self, x, codes, scales, c0, a, shape):
+        """x: (data, byte strides); codes, scales: (data, byte stride between rows, rows) (i64); c0: the first column
+        (i64); a: (data, byte stride between rows); shape: (rows, width, nibbles)."""
+        ir, b, i64, lanes = self.ir, self.builder, self.i64, self.lanes
+        rows, width, nibbles = shape
+        count = width // lanes  # sum vectors per row
+        ints = ir.VectorType(self.i32, lanes)
+        splat = lambda v: ir.Constant(ints, [v] * lanes)  # noqa: E731
+        zero = ir.Constant(self.vector, [0.0] * lanes)
+        per_group = b.sdiv(codes[2], scales[2])
+        entry = b.basic_block
+        groups, body, latch, done = (b.append_basic_block(f"qblock.{n}") for n in ("group", "k", "latch", "done"))
+        b.cbranch(b.and_(b.icmp_signed(">", scales[2], i64(0)), b.icmp_signed(">", per_group, i64(0))), groups, done)
+        b.position_at_end(groups)  # a group: its scales, then its code rows
+        g = b.phi(i64)
+        outer = [b.phi(self.vector) for _ in range(rows * count)]
+        scale_row = self.at(scales[0], b.add(b.mul(g, scales[1]), b.mul(c0, i64(4))))
+        scale = [self.load(self.at(scale_row, i64(4 * lanes * v)), self.vector) for v in range(count)]
+        first = b.mul(g, per_group)
+        b.branch(body)
+        b.position_at_end(body)
+        k = b.phi(i64)
+        sums = [b.phi(self.vector) for _ in range(rows * count)]
+        row = self.at(codes[0], b.add(b.mul(k, codes[1]), c0))
+        for line in range(0, width, 64):
+            ahead = b.gep(row, [b.add(b.mul(codes[1], i64(self.ahead)), i64(line))])
+            b.call(self.prefetch, [ahead, self.i32(0), self.i32(2), self.i32(1)])
+        steps = (b.mul(k, i64(2)), b.add(b.mul(k, i64(2)), i64(1))) if nibbles else (k,)
+        added = list(sums)
+        for step, column in enumerate(steps):  # nibbles: every low weight's fmas, then every high one's
+            xs = [self.broadcast(self.load(self.at(x[0], b.add(b.mul(i64(r), x[1][0]), b.mul(column, x[1][1]))),
+                                           ir.FloatType())) for r in range(rows)]
+            for v in range(count):
+                code = b.sext(self.load(self.at(row, i64(lanes * v)), ir.VectorType(ir.IntType(8), lanes)), ints)
+                if nibbles:  # byte = 16 hi + (lo + 8), hi and lo in -8 .. 7
+                    code = b.sub(b.and_(code, splat(15)), splat(8)) if step == 0 else b.ashr(code, splat(4))
+                w = b.fmul(b.sitofp(code, self.vector), scale[v])
+                for r in range(rows):
+                    added[r * count + v] = b.call(self.fma, [xs[r], w, added[r * count + v]])
+        k_next = b.add(k, i64(1))
+        b.cbranch(b.icmp_signed("<", k_next, b.add(first, per_group)), body, latch)
+        b.position_at_end(latch)
+        g_next = b.add(g, i64(1))
+        b.cbranch(b.icmp_signed("<", g_next, scales[2]), groups, done)
+        g.add_incoming(i64(0), entry)
+        g.add_incoming(g_next, latch)
+        k.add_incoming(first, groups)
+        k.add_incoming(k_next, body)
+        for o, s, new in zip(outer, sums, added):
+            o.add_incoming(zero, entry)
+            o.add_incoming(new, latch)
+            s.add_incoming(o, groups)
+            s.add_incoming(new, body)
+        b.position_at_end(done)
+        final = [b.phi(self.vector) for _ in added]
+        for i, (phi, new) in enumerate(zip(final, added)):
+            phi.add_incoming(zero, entry)
+            phi.add_incoming(new, latch)
+            r, v = divmod(i, count)
+            address = self.at(a[0], b.add(b.mul(i64(r), a[1]), i64(4 * lanes * v)))
+            b.store(phi, b.bitcast(address, self.vector.as_pointer()), align=4)
 
 
 def numpy_scratch(rows, cols):  # -> [rows, cols] float32, uninitialised
@@ -234,3 +342,18 @@ def numpy_block(x, panels, p, a, rows, group, width, lanes):  # register_block's
     for k in range(w.shape[0]):
         s = numpy_fma(x[:rows, k, None], w[k], s)
     a[:rows, : group * width] = s
+
+
+def numpy_qblock(x, codes, scales, c0, a, rows, width, nibbles):  # quant_block's values, k by k
+    columns = slice(c0, c0 + width)
+    per_group = codes.shape[0] // scales.shape[0]
+    s = np.zeros((rows, width), dtype=np.float32)
+    for kk in range(codes.shape[0]):
+        scale, code = scales[kk // per_group, columns], codes[kk, columns].astype(np.int32)
+        if nibbles:
+            pairs = ((x[:rows, 2 * kk], (code & 15) - 8), (x[:rows, 2 * kk + 1], code >> 4))
+        else:
+            pairs = ((x[:rows, kk], code),)
+        for xk, c in pairs:
+            s = numpy_fma(xk[:, None], c.astype(np.float32) * scale, s)
+    a[:rows, :width] = s

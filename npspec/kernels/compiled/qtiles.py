@@ -1,24 +1,50 @@
-"""The loop nest of "compiled-quant": tiles.py's tiles over int codes. Each weight is made in registers as
-float32(code) * scale (one float32 multiply, the value quantize.dequantize_tensor gives), then the same fma chain in
-increasing k as tiles.make_tile. Codes are int8 `[d_in, PANEL]` a panel, or two 4-bit codes a byte (16 * code(k + 1) +
-code(k) + 8 for k even, decoded in float32 lanes); scales `[n_groups, PANEL]`. The intrinsics and tiles come as
-globals from build.
-Imports numpy and npspec.kernels.compiled.tiles.
-"""
+"""The two loop nests of "compiled-quant" over int codes. Each weight is made in registers as float32(code) * scale
+(one float32 multiply, the value quantize.dequantize_tensor gives), then the same fma chain in increasing k as
+tiles.make_tile. Codes are int8 `[d_in, PANEL]` a panel, or two 4-bit codes a byte (16 * code(k + 1) + code(k) + 8
+for k even); scales `[n_groups, PANEL]`. qtiles and qpanels_product: tiles.py's tiles over codes (512-bit vectors);
+block_qtiles and qblocks_product: register blocks of 1 to 4 rows (intrinsics.quant_block, 256-bit vectors), each
+weight decoded once for all its rows. The intrinsics and tiles come as globals from build.
+Imports numpy and npspec.kernels.compiled.tiles."""
 
 import numpy as np
 
 from .tiles import AHEAD, PARTS, PANEL, TAIL
 
-__all__ = ["AHEAD", "PANEL", "TAIL", "qtiles", "qpanels_product", "qpanels_runs"]
+__all__ = ["AHEAD", "PANEL", "TAIL", "qtiles", "block_qtiles", "qpanels_product", "qblocks_product", "qpanels_runs"]
 
 
 NIBBLE_PARTS = {**PARTS, 1: 2}  # one row: two runs of half a panel (a run's sums and scales stay in registers)
+BLOCK_ROWS = 4  # rows of the largest register block over codes
+BLOCK_WIDTHS = {False: {1: 64, 2: 32, 3: 16, 4: 16}, True: {1: 32, 2: 16, 3: 16, 4: 16}}  # nibbles -> rows -> columns
 
 
 def qtiles(panel=PANEL, nibbles=False):  # -> {"qtile8", "qtile6", "qtile4", "qtile1": tile(x, codes, scales, out)}
     make, parts = (make_nibble_tile, NIBBLE_PARTS) if nibbles else (make_byte_tile, PARTS)
     return {f"qtile{rows}": make(rows, n, panel // n) for rows, n in parts.items()}
+
+
+def block_qtiles(panel=PANEL, nibbles=False):  # -> {"qblock1" .. "qblock4": tile(x, codes, scales, out)}
+    """The nest for 256-bit vectors: tiles of 1 to BLOCK_ROWS rows, each register blocks (intrinsics.quant_block) of
+    BLOCK_WIDTHS' columns across the panel (the widest that divides it)."""
+    tiles = {}
+    for rows, most in BLOCK_WIDTHS[bool(nibbles)].items():
+        width = next(w for w in (most, 32, 16, 8) if w <= most and panel % w == 0)
+        tiles[f"qblock{rows}"] = make_block_tile(rows, width, panel, nibbles)
+    return tiles
+
+
+def make_block_tile(rows, width, panel, nibbles):  # -> tile(x [rows, d_in], codes, scales, out [rows, <= panel])
+    packed = int(nibbles)
+
+    def tile(x, codes, scales, out):
+        for c0 in range(0, panel, width):
+            a = scratch(rows, width)
+            qblock(x, codes, scales, c0, a, rows, width, packed)
+            for r in range(rows):
+                for j in range(max(0, min(width, out.shape[1] - c0))):
+                    out[r, c0 + j] = a[r, j]
+    tile.__name__ = f"qblock{rows}"
+    return tile
 
 
 def make_byte_tile(rows, parts, width):  # -> tile(x [rows, d_in], codes int8 [d_in, ..], scales [n_groups, ..], out)
@@ -102,6 +128,24 @@ def qpanels_product(x, codes, scales, y, p0, p1):  # [M, d_in], [P, rows, PANEL]
             qtile4(tail, codes[p], scales[p], y[full:, n0:n1])  # noqa: F821
         elif size == 1:
             qtile1(tail, codes[p], scales[p], y[full:, n0:n1])  # noqa: F821
+
+
+def qblocks_product(x, codes, scales, y, p0, p1):  # qpanels_product's arguments
+    """qpanels_product over block_qtiles' tiles: rows BLOCK_ROWS at a time, the last 1 to 3 in their own tile."""
+    m_rows, d_out = x.shape[0], y.shape[1]
+    for p in range(p0, p1):
+        n0 = p * PANEL
+        n1 = min(n0 + PANEL, d_out)
+        for m in range(0, m_rows, BLOCK_ROWS):
+            left = m_rows - m
+            if left >= 4:
+                qblock4(x[m : m + 4], codes[p], scales[p], y[m : m + 4, n0:n1])  # noqa: F821 (globals: build)
+            elif left == 3:
+                qblock3(x[m:], codes[p], scales[p], y[m:, n0:n1])  # noqa: F821
+            elif left == 2:
+                qblock2(x[m:], codes[p], scales[p], y[m:, n0:n1])  # noqa: F821
+            else:
+                qblock1(x[m:], codes[p], scales[p], y[m:, n0:n1])  # noqa: F821
 
 
 def qpanels_runs(x, codes, scales, y, cuts):  # qpanels_product's arguments, [runs + 1] int64

@@ -1,5 +1,5 @@
 """"compiled-quant": `QuantPanels`, a matrix's int codes and scales laid out as compiled-panels' panels (4-bit codes
-two a byte), and `CompiledQuant`, which multiplies them by qtiles' loop: bit for bit compiled-panels on the
+two a byte), and `CompiledQuant`, which multiplies them by a qtiles nest: bit for bit compiled-panels on the
 dequantized float32 matrix, for every row count and thread count (tests/test_compiled_quant.py). float32 matrices
 go to compiled-panels. `quant_gemm` is its prefill. Imports numpy, npspec.kernels.{products, workers} and
 npspec.kernels.compiled.{build, kernel, tiles}.
@@ -9,6 +9,7 @@ import numpy as np
 
 from ..products import gemm
 from ..workers import check_threads, run_count, run_cuts
+from .blocks import PANEL as BLOCKS_PANEL
 from .build import LAYERS, compiled_qproduct, compiled_qruns
 from .kernel import SPLIT_BYTES, CompiledPanels
 from .tiles import PANEL
@@ -131,17 +132,20 @@ class QuantTied:
 
 class CompiledQuant:
     """`linear(x, w, b=None)`: `[n, d_in], [d_in, d_out], [d_out] -> [n, d_out]` float32, batch invariant; w a
-    QuantPanels (qtiles' loop, `panel`-column code panels) or a float32 array (compiled-panels on `float_panel`-column
-    panels). threads as CompiledPanels'; no bit depends on them. Raises ValueError for a bad thread count,
-    KernelUnavailable without numba."""
+    QuantPanels (`panel`-column code panels; qtiles' register blocks where float_panel is blocks.PANEL, the 256-bit
+    hosts', else its 512-bit tiles) or a float32 array (compiled-panels on `float_panel`-column panels). threads as
+    CompiledPanels'; no bit depends on them or on the nest. Raises ValueError for a bad thread count, KernelUnavailable
+    without numba."""
 
     name = NAME
 
     def __init__(self, threads=1, panel=PANEL, layers=LAYERS, float_panel=PANEL):
         self.threads = check_threads(threads)
         self.floats = CompiledPanels(threads, float_panel, layers)
-        self.products = {n: compiled_qproduct(n, panel=panel) for n in (False, True)}
-        self.runs = {n: compiled_qruns(n, layers, panel) for n in (False, True)} if self.threads > 1 else None
+        self.blocks = float_panel == BLOCKS_PANEL  # the host's vectors are 256 bits: register blocks over the codes
+        self.products = {n: compiled_qproduct(n, panel=panel, blocks=self.blocks) for n in (False, True)}
+        self.runs = ({n: compiled_qruns(n, layers, panel, self.blocks) for n in (False, True)} if self.threads > 1
+                     else None)
 
     def prepare(self, matrices):  # the float32 ones are packed now (CompiledPanels.prepare); codes are ready
         self.floats.prepare([w for w in matrices if not isinstance(w, QuantPanels)])
@@ -176,7 +180,7 @@ class CompiledQuant:
         return y if b is None else y + b
 
     def __repr__(self):
-        return f"CompiledQuant(threads={self.threads})"
+        return f"CompiledQuant(threads={self.threads}, blocks={self.blocks})"
 
 
 def quant_gemm(x, w, b=None):  # [n, d_in], [d_in, d_out], [d_out] -> [n, d_out]; NOT batch invariant
