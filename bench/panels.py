@@ -13,8 +13,13 @@ with --quick) so that they come from memory, each product one call on the callin
 threads' runs (with more than one thread): where sharing a matrix out starts to pay (npspec.kernels.compiled.SPLIT_BYTES).
 The compiled configurations run with BLAS at one thread and are interleaved per repeat, so a change in the machine's
 load hits all alike; the GEMV runs after them, in its own pass, because OpenBLAS' idle threads spin for a while
-after a call and would take a core from the next configuration. Writes panels.csv/.md and panels_split.csv/.md;
-bench/results/kernels-by-cpu/README.md says what was chosen and why.
+after a call and would take a core from the next configuration.
+
+And (table panels_codes) compiled-quant's two loop nests over the same matrices quantized int8-ch and int4-g64
+(npspec.sources.quantize; codes one a byte and two a byte): the 512-bit tiles and the 256-bit register blocks
+(npspec.kernels.compiled.qtiles), for M = 1, 2, 3, 4, 5, 8 rows, beside compiled-panels on the host's panels over the
+float32 matrices, interleaved per repeat; `--codes` measures that table alone. Writes panels.csv/.md,
+panels_split.csv/.md and panels_codes.csv/.md; bench/results/kernels-by-cpu/README.md says what was chosen and why.
 """
 
 import sys
@@ -25,6 +30,7 @@ import numpy as np
 from npspec.kernels import compiled
 from npspec.kernels.workers import Workers, run_cuts
 from npspec.sources import SHAPES
+from npspec.sources.quantize import parse_scheme, quantize_tensor
 
 from . import common
 
@@ -133,11 +139,46 @@ def measure_split(threads, repeats, total_bytes):
     return rows
 
 
+CODE_ROWS = (1, 2, 3, 4, 5, 8)
+CODE_SCHEMES = ("int8-ch", "int4-g64")
+
+
+def measure_codes(shape, threads, repeats):
+    """Rows of the panels_codes table (module docstring): best-of-`repeats` ms of each way over the block matrices."""
+    ws = block_matrices(shape)
+    floats = compiled.CompiledPanels(threads, panel=compiled.host_panel())
+    runs, sizes = {"compiled-panels (float32)": (products(floats), ws)}, {"compiled-panels (float32)": ws}
+    for scheme in CODE_SCHEMES:
+        codes = [compiled.QuantPanels.from_codes(*quantize_tensor(w, parse_scheme(scheme), 0)[:2]) for w in ws]
+        for nest, panel in (("tiles", compiled.PANEL), ("blocks", compiled.blocks.PANEL)):
+            runs[f"{scheme} {nest}"] = (products(compiled.CompiledQuant(threads, float_panel=panel)), codes)
+    rng, rows = np.random.default_rng(3), []
+    for m in common.steps(CODE_ROWS, "rows"):
+        xs = [rng.standard_normal((m, w.shape[0]), dtype=np.float32) for w in ws]
+        with common.blas_threads(1):
+            for f, mats in runs.values():
+                f(xs, mats)
+            best = {name: float("inf") for name in runs}
+            for _ in range(repeats):
+                for name, (f, mats) in runs.items():
+                    start = time.perf_counter()
+                    f(xs, mats)
+                    best[name] = min(best[name], time.perf_counter() - start)
+        for name, s in best.items():
+            nbytes = sum(w.nbytes for w in runs[name][1])
+            rows.append({"shape": shape, "threads": threads, "M": m, "way": name, "ms": 1e3 * s, "MB": nbytes / 1e6,
+                         "GBps": nbytes / s / 1e9, "of_float32": s / best["compiled-panels (float32)"],
+                         "load_average": common.load_average()})
+            common.log(f"M={m} {name:28s} {1e3 * s:8.2f} ms")
+    return rows
+
+
 def options(ap):
     ap.add_argument("--shape", default=None, help="GPT-2 shape (default gpt2-large; --quick: gpt2)")
     ap.add_argument("--repeats", type=int, default=7, help="timed runs per configuration, best kept (default 7)")
     ap.add_argument("--layer", choices=compiled.LAYERS, default=compiled.LAYERS[0],
                     help=f"numba's threading layer of the kernel (one per process; default {compiled.LAYERS[0]})")
+    ap.add_argument("--codes", action="store_true", help="only the table panels_codes (compiled-quant's two nests)")
 
 
 def main(argv=None):
@@ -146,9 +187,14 @@ def main(argv=None):
         print("bench.panels: needs the fast extra (numba): pip install 'npspec[fast]'", file=sys.stderr)
         return 1
     shape = run.args.shape or ("gpt2" if run.args.quick else "gpt2-large")
+    codes = common.Table("panels_codes", measure_codes(shape, run.threads[0], run.args.repeats),
+                         f"compiled-quant: its two loop nests over int codes ({shape})",
+                         __doc__.split("\n\n")[2].replace("\n", " "))
+    if run.args.codes:
+        return common.finish(run, [codes])
     rows = measure(shape, run.threads[0], run.args.repeats, run.args.layer)
     tables = [common.Table("panels", rows, f"compiled-panels: panel widths and threads ({shape})",
-                           __doc__.split("\n\n")[1].replace("\n", " "))]
+                           __doc__.split("\n\n")[1].replace("\n", " ")), codes]
     if run.threads[0] > 1:  # one thread shares nothing out
         split = measure_split(run.threads[0], run.args.repeats, (40 if run.args.quick else 400) << 20)
         tables.append(common.Table("panels_split", split, "compiled-panels: one call or shared out, one row",

@@ -99,6 +99,7 @@ def test_bench_panels_times_every_configuration_on_the_same_matrices(tmp_path, m
     ways = {r["way"] for r in rows}
     assert {f"{compiled.LAYERS[0]}-{p}" for p in panels.WIDTHS} | {"workers-64", "blas-gemv"} <= ways
     assert {r["M"] for r in rows if r["way"] == "blas-gemv"} == {"1"}
+    assert (tmp_path / "panels_codes.csv").is_file()
     split, _ = read_table(tmp_path / "panels_split.csv")
     assert sorted((r["d_in"], r["d_out"], r["way"]) for r in split) == sorted(
         (str(d_in), str(d_out), way) for d_in, d_out in panels.SPLIT_SHAPES for way in ("one call", "2 runs"))
@@ -110,6 +111,18 @@ def test_bench_panels_on_one_thread_writes_no_split_table(tmp_path, monkeypatch)
     monkeypatch.setattr(panels, "ROWS", (1,))
     assert panels.main(["--quick", "--out", str(tmp_path), "--shape", "tiny", "--repeats", "1", "--threads", "1"]) == 0
     assert (tmp_path / "panels.csv").is_file() and not (tmp_path / "panels_split.csv").exists()
+
+
+@needs_numba
+def test_bench_panels_codes_times_both_nests_of_compiled_quant_against_the_float32_panels(tmp_path, monkeypatch):
+    monkeypatch.setattr(panels, "CODE_ROWS", (1, 2))
+    assert panels.main(["--quick", "--codes", "--out", str(tmp_path), "--shape", "tiny", "--repeats", "1"]) == 0
+    rows, _ = read_table(tmp_path / "panels_codes.csv")
+    ways = {"compiled-panels (float32)"} | {f"{s} {n}" for s in panels.CODE_SCHEMES for n in ("tiles", "blocks")}
+    assert sorted((r["M"], r["way"]) for r in rows) == sorted((str(m), w) for m in (1, 2) for w in ways)
+    assert not (tmp_path / "panels.csv").exists()
+    megabytes = {r["way"]: float(r["MB"]) for r in rows}
+    assert megabytes["int4-g64 blocks"] < megabytes["int8-ch blocks"] < megabytes["compiled-panels (float32)"] / 3
 
 
 @needs_numba

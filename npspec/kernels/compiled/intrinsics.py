@@ -1,8 +1,7 @@
 """The tiles' helpers scratch, fma, prefetch, wide_vectors, block, qblock (`names`): numba intrinsics in LLVM IR, or
 (numba None) NumPy stand-ins. fma, block and qblock round each multiply-add once (qblock each weight's scaling once
-too); the others change no value. Imports numpy (numba,
-llvmlite inside the builders). numba's disk cache watches tiles.py and blocks.py only: after editing this file, delete
-compiled/__pycache__/*.nb?.
+too); the others change no value. Imports numpy (numba, llvmlite inside the builders). numba's disk cache watches
+tiles.py, blocks.py and qtiles.py only: after editing this file, delete compiled/__pycache__/*.nb?.
 """
 
 import numpy as np
