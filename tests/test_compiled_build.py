@@ -151,6 +151,8 @@ def test_the_register_blocks_over_codes_are_one_body_per_row_count_and_fit_sixte
             constants = dict(zip(tile.__code__.co_freevars, (c.cell_contents for c in tile.__closure__)))
             assert constants == {"rows": rows, "width": width, "packed": int(nibbles), "panel": compiled.PANEL}
             assert compiled.PANEL % width == 0 and rows * width // 8 <= 8  # the sums: half the 16 registers at most
+    with pytest.raises(ValueError, match="multiple of 8 columns, got 12"):
+        qtiles.block_qtiles(12)
 
 
 @pytest.mark.parametrize("scheme", ["int8-g4", "int4-g4", "int8-ch", "int4-ch"])

@@ -4,7 +4,8 @@ tiles.make_tile. Codes are int8 `[d_in, PANEL]` a panel, or two 4-bit codes a by
 for k even); scales `[n_groups, PANEL]`. qtiles and qpanels_product: tiles.py's tiles over codes (512-bit vectors);
 block_qtiles and qblocks_product: register blocks of 1 to 4 rows (intrinsics.quant_block, 256-bit vectors), each
 weight decoded once for all its rows. The intrinsics and tiles come as globals from build.
-Imports numpy and npspec.kernels.compiled.tiles."""
+Imports numpy and npspec.kernels.compiled.tiles.
+"""
 
 import numpy as np
 
@@ -25,7 +26,9 @@ def qtiles(panel=PANEL, nibbles=False):  # -> {"qtile8", "qtile6", "qtile4", "qt
 
 def block_qtiles(panel=PANEL, nibbles=False):  # -> {"qblock1" .. "qblock4": tile(x, codes, scales, out)}
     """The nest for 256-bit vectors: tiles of 1 to BLOCK_ROWS rows, each register blocks (intrinsics.quant_block) of
-    BLOCK_WIDTHS' columns across the panel (the widest that divides it)."""
+    BLOCK_WIDTHS' columns across the panel (the widest that divides it). Raises ValueError unless 8 divides panel."""
+    if panel % 8:
+        raise ValueError(f"compiled-quant's register blocks take panels of a multiple of 8 columns, got {panel}")
     tiles = {}
     for rows, most in BLOCK_WIDTHS[bool(nibbles)].items():
         width = next(w for w in (most, 32, 16, 8) if w <= most and panel % w == 0)
