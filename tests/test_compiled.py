@@ -204,6 +204,18 @@ def test_it_computes_x_at_w_plus_b_in_float32(order):
 
 
 @needs_numba
+@pytest.mark.parametrize("panel", PANELS)
+def test_an_x_of_another_width_is_refused_not_read_past(panel):
+    """The loop reads x's rows to d_in: a shorter row (or a 1-D x) is refused in one line before it runs."""
+    kernel, w = compiled.CompiledPanels(1, panel=panel), matrix(8, 5)
+    for shape in ((2, 7), (2, 9), (1, 100000), (8,)):
+        with pytest.raises(ValueError, match=r"^x must be \[n, 8\] to multiply a \[8, 5\] matrix, got "):
+            kernel(np.ones(shape, np.float32), w)
+        with pytest.raises(ValueError, match=r"^x must be \[n, 8\]"):
+            kernel(np.ones(shape, np.float32), kernel.pack(w))
+
+
+@needs_numba
 @pytest.mark.parametrize("threads", [1, 2, 3, 7])
 def test_whole_forwards_and_caches_equal_one_token_forwards(threads):
     model = tiny_model(seed=5, n_embd=96, n_head=4, n_layer=3, n_vocab=257, n_ctx=40).with_kernel("compiled-panels",

@@ -247,6 +247,8 @@ def test_a_quick_build_is_not_told_a_slow_one_is_and_no_fastmath_is_asked_for(ca
     build.announce(3.0, build.Built(lambda: None, True), True, "its threaded loop", first=False)
     assert notes(caplog)[-1] == ("kernel compiled-panels: compiled its threaded loop in 3.0 s (once: numba caches it "
                                  "on disk)")
+    build.qproduct_build(True, compiled.PANEL, True, FakeNjit(writable=True))  # compiled-quant's codes loop
+    assert notes(caplog)[-1].startswith("kernel compiled-quant: compiled its 4-bit register blocks in ")
 
 
 def test_a_panel_width_other_than_the_two_nests_is_compiled_in_memory_only(caplog):

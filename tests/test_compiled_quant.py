@@ -120,24 +120,27 @@ def every_nibble_pair(d_out=67):  # -> (codes int8 [512, d_out], scales float32 
     pairs = np.array([(lo, hi) for hi in range(-8, 8) for lo in range(-8, 8)], dtype=np.int8).reshape(-1)
     codes = np.stack([np.roll(pairs, 2 * n) for n in range(d_out)], axis=1)
     scales = np.random.default_rng(5).standard_normal((8, d_out), dtype=np.float32)
-    scales[0, :4] = (0.0, -0.0, np.float32(1e-41), np.float32(3e37))  # zero, negative zero, subnormal, huge
+    scales[0, :6] = (0.0, -0.0, np.float32(1e-41), np.float32(3e37), np.float32(1e38), np.inf)  # zero, negative zero,
+    # subnormal, huge (8 times it overflows), infinite
     return codes, scales
 
 
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning", "ignore:invalid value:RuntimeWarning")
 def test_every_pair_of_4_bit_codes_packs_and_unpacks_to_its_values():
     """Both codes of each of the 256 pairs (k even, k + 1) come back from a byte, -8 and 7 included."""
     codes, scales = every_nibble_pair()
     q = compiled.QuantPanels.from_codes(codes, scales)
     assert q.nibbles and np.array_equal(np.concatenate([q.panel_codes(0), q.panel_codes(1)], axis=1)[:, :67], codes)
-    assert np.array_equal(q.dequantize(), codes.astype(np.float32) * np.repeat(scales, 64, axis=0))
+    assert np.array_equal(q.dequantize(), codes.astype(np.float32) * np.repeat(scales, 64, axis=0), equal_nan=True)
 
 
 @needs_numba
 @pytest.mark.parametrize("nest", NESTS)
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning", "ignore:invalid value:RuntimeWarning")
 def test_every_pair_of_4_bit_codes_multiplies_as_its_dequantized_weights(nest):
     """Each nest's decode of a byte (the tiles: floor, then one fma for the low code; the register blocks: integer
     shifts and masks, then one multiply) gives float32(code) * scale bit for bit, for every pair of codes and a zero,
-    negative, subnormal or huge scale: compiled-panels' output on the matrix."""
+    negative, subnormal, huge or infinite scale: compiled-panels' output on the matrix."""
     codes, scales = every_nibble_pair()
     q = compiled.QuantPanels.from_codes(codes, scales)
     x = rows(9, 512, seed=6)
@@ -148,6 +151,23 @@ def test_every_pair_of_4_bit_codes_multiplies_as_its_dequantized_weights(nest):
 
 
 @needs_numba
+@pytest.mark.parametrize("nest", NESTS)
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning", "ignore:invalid value:RuntimeWarning")
+def test_a_weight_overflows_only_where_its_dequantized_value_does(nest):
+    """Each pair of 4-bit codes alone in its column (d_in 2, a group of 2), at scales 1e38 and inf: a code times the
+    scale overflows for |code| >= 4 at 1e38, never for the others, and the product is compiled-panels' on the
+    dequantized matrix."""
+    pairs = np.array([(lo, hi) for hi in range(-8, 8) for lo in range(-8, 8)], dtype=np.int8).T  # [2, 256]
+    x = np.concatenate([np.ones((1, 2), np.float32), rows(2, 2, seed=7)])
+    for scale in (np.float32(1e38), np.float32(np.inf)):
+        q = compiled.QuantPanels.from_codes(pairs, np.full((1, 256), scale, np.float32))
+        want = np.concatenate([compiled.CompiledPanels(1)(x[i : i + 1], q.dequantize()) for i in range(3)])
+        for m in (1, 3):
+            got = compiled.CompiledQuant(1, float_panel=nest)(x[:m], q)
+            assert np.array_equal(got, want[:m], equal_nan=True), f"scale={scale}, M={m}"
+
+
+@needs_numba
 def test_float_matrices_go_to_compiled_panels_and_bad_inputs_are_refused():
     w = np.asfortranarray(rows(96, 70, seed=5))
     x = rows(3, 96)
@@ -155,6 +175,10 @@ def test_float_matrices_go_to_compiled_panels_and_bad_inputs_are_refused():
     q, _ = quantized(96, 70, "int8-ch")
     with pytest.raises(ValueError, match=r"x must be \[n, 96\]"):
         compiled.CompiledQuant(1)(rows(3, 95), q)
+    with pytest.raises(ValueError, match=r"x must be \[n, 96\] to multiply a \[96, 70\] matrix, got \[1, 100000\]"):
+        compiled.CompiledQuant(1)(np.ones((1, 100000), np.float32), w)  # the loop would read past x's rows
+    with pytest.raises(ValueError, match="codes laid out in 64-column panels, this kernel's are 16"):
+        compiled.CompiledQuant(1, panel=16)(x, q)
     big, _ = quantized(3072, 768, "int8-ch")
     kernel = compiled.CompiledQuant(3)
     assert kernel.plan(big) is kernel.plan(big) and kernel.plan(big)[0] is not None

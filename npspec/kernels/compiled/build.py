@@ -98,17 +98,18 @@ def import_problem(error, installed):  # ImportError, bool -> str: numba missing
             f"--force-reinstall 'npspec[fast]' ({other})")
 
 
-def announce(seconds, built, disk=True, what="", first=True):  # tells the logger of a slow build, or a memory-only one
+def announce(seconds, built, disk=True, what="", first=True, kernel=NAME):  # logs a slow build, or a memory-only one
     """what: the loop built, after "compiled" ("" the product, "its threaded loop"); first: the process's first build
-    of the kernel, the one that says no disk could hold it (the later builds then say nothing of it)."""
+    of the kernel, the one that says no disk could hold it (the later builds then say nothing of it); kernel: the
+    name the note gives."""
     if disk and not built.on_disk:
         if first:
-            log.info(f"kernel {NAME}: no writable cache location for numba, so it compiled in memory ({seconds:.1f} s, "
+            log.info(f"kernel {kernel}: no writable cache location for numba, so it compiled in memory ({seconds:.1f} s, "
                      "again in every process); set NUMBA_CACHE_DIR to a writable directory to compile once")
     elif seconds > NOTE_SECONDS and not getattr(getattr(built.function, "stats", None), "cache_hits", 0):
         once = ("once: numba caches it on disk" if built.on_disk
                 else "for this process: only the host's panels are cached")
-        log.info(f"kernel {NAME}: compiled {what + ' ' if what else ''}in {seconds:.1f} s ({once})")
+        log.info(f"kernel {kernel}: compiled {what + ' ' if what else ''}in {seconds:.1f} s ({once})")
 
 
 def jit_product(njit, names, panel, disk=True):  # -> Built: the tiles, then the product calling them
@@ -191,12 +192,14 @@ def qproduct_build(nibbles, panel, blocks=False, njit=None):  # -> Built: the pr
     rows = 1 if nibbles else 2
     built.function(np.zeros((1, 2), dtype=np.float32), np.zeros((1, rows, panel), dtype=np.int8),
                    np.zeros((1, 1, panel), dtype=np.float32), np.zeros((1, 1), dtype=np.float32), 0, 1)
-    announce(time.perf_counter() - start, built, disk, f"its {kind} loop", False)  # after CompiledQuant's floats' build
+    loop = f"its {'4-bit' if nibbles else 'int8'} {'register blocks' if blocks else 'tiles'}"
+    announce(time.perf_counter() - start, built, disk, loop, False, "compiled-quant")  # after its floats' build
     return built
 
 
-def compiled_qruns(nibbles=False, layers=LAYERS, panel=PANEL, blocks=False):  # -> (runs(x, codes, scales, y, cuts,
-    """qpanels_runs over compiled_qproduct's product on `threads` of numba's threads, as compiled_runs."""  # threads), most)
+def compiled_qruns(nibbles=False, layers=LAYERS, panel=PANEL, blocks=False):  # -> (runs, numba's most threads)
+    """qpanels_runs over compiled_qproduct's product on `threads` of numba's threads, as compiled_runs:
+    runs(x, codes, scales, y, cuts, threads)."""
     return qruns_build(bool(nibbles), tuple(layers), panel, bool(blocks))
 
 

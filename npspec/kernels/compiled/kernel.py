@@ -111,6 +111,8 @@ class CompiledPanels:
 
     def __call__(self, x, w, b=None):  # [n, d_in], [d_in, d_out], [d_out] -> [n, d_out]
         x = np.ascontiguousarray(x, dtype=np.float32)
+        if x.ndim != 2 or x.shape[1] != w.shape[0]:  # the loop reads x's rows to d_in: a short row reads past them
+            raise ValueError(f"x must be [n, {w.shape[0]}] to multiply a {list(w.shape)} matrix, got {list(x.shape)}")
         if isinstance(w, Packed):
             if w.panels.shape[2] != self.panel:
                 raise ValueError(f"a matrix packed in {w.panels.shape[2]}-column panels, this kernel's are {self.panel}")

@@ -77,8 +77,8 @@ def make_byte_tile(rows, parts, width):  # -> tile(x [rows, d_in], codes int8 [d
 
 def make_nibble_tile(rows, parts, width):  # -> tile(x [rows, d_in], codes int8 [d_in / 2, ..], scales, out)
     """make_byte_tile's chain with two 4-bit codes a byte: k = 2 kk from the low nibble, k = 2 kk + 1 the high. Each
-    weight is float32(code) * scale bit for bit: -8 * scale is exact, so fma(lo + 8, scale, -8 * scale) rounds
-    (lo + 8 - 8) * scale once, as the product does."""
+    weight is float32(code) * scale bit for bit: lo + 8 - 8 is exact, so (lo + 8 - 8) * scale rounds once, as the
+    product does (and overflows only where it does)."""
     def tile(x, codes, scales, out):
         wide_vectors()
         pairs = codes.shape[0] // scales.shape[0]  # code rows of a group (the group is even)
@@ -97,7 +97,7 @@ def make_nibble_tile(rows, parts, width):  # -> tile(x [rows, d_in], codes int8 
                         hi = np.floor(f * np.float32(0.0625))  # exact: f / 16 is a float32, floor takes hi
                         s = scales[g, c0 + j]
                         lo8 = fma(hi, np.float32(-16.0), f)  # lo + 8, exact
-                        w0 = fma(lo8, s, s * np.float32(-8.0))  # (lo + 8 - 8) * s, rounded once
+                        w0 = (lo8 - np.float32(8.0)) * s  # lo * s, rounded once
                         w1 = hi * s
                         for r in range(rows):
                             a[r, j] = fma(x[r, k], w0, a[r, j])

@@ -140,7 +140,7 @@ class CompiledQuant:
     name = NAME
 
     def __init__(self, threads=1, panel=PANEL, layers=LAYERS, float_panel=PANEL):
-        self.threads = check_threads(threads)
+        self.threads, self.panel = check_threads(threads), panel
         self.floats = CompiledPanels(threads, float_panel, layers)
         self.blocks = float_panel == BLOCKS_PANEL  # the host's vectors are 256 bits: register blocks over the codes
         self.products = {n: compiled_qproduct(n, panel=panel, blocks=self.blocks) for n in (False, True)}
@@ -167,10 +167,12 @@ class CompiledQuant:
     def __call__(self, x, w, b=None):  # [n, d_in], [d_in, d_out], [d_out] -> [n, d_out]
         if not isinstance(w, QuantPanels):
             return self.floats(x, w, b)
+        x = np.ascontiguousarray(x, dtype=np.float32)
         if x.ndim != 2 or x.shape[1] != w.shape[0]:
             raise ValueError(f"x must be [n, {w.shape[0]}] to multiply a quantized {list(w.shape)} matrix, "
                              f"got {list(x.shape)}")
-        x = np.ascontiguousarray(x, dtype=np.float32)
+        if w.codes.shape[2] != self.panel:
+            raise ValueError(f"codes laid out in {w.codes.shape[2]}-column panels, this kernel's are {self.panel}")
         y = np.empty((x.shape[0], w.shape[1]), dtype=np.float32)
         cuts, threads = self.plan(w)
         if cuts is None:
