@@ -210,6 +210,33 @@ def test_a_second_ctrl_c_on_the_way_out_exits_130_quietly(generation_env, runs):
     assert not problems, f"{len(problems)} of {runs} double Ctrl-Cs went wrong; the first:\n{problems[0]}"
 
 
+# the shipped pair with its int4 self-draft (compiled-quant with the fast extra): numba's threads end with the process
+SHIPPED_SELF_DRAFT = ["-m", "npspec.cli", "generate", "--draft", "int4-g64:self", "--temperature", "0",
+                      "--max-new-tokens", "8", "--kernel-probe", "off", "ROMEO:"]
+
+
+def test_a_ctrl_c_after_the_summary_exits_130_not_by_the_signal(generation_env):
+    """A Ctrl-C sent as soon as a finished run's summary is printed (the shipped pair, its int4 self-draft) lands as the
+    process ends (models freed, threads shut down): it exits 130, or 0 from the atexit callbacks on, never killed by
+    SIGINT (-2 here before), with no traceback."""
+    full_env = {k: v for k, v in {**os.environ, **generation_env}.items() if v is not None}
+    for _ in range(3):
+        child = subprocess.Popen([sys.executable, *SHIPPED_SELF_DRAFT], stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.PIPE, env=full_env, cwd=ROOT)
+        try:
+            lines = []
+            for line in child.stderr:
+                lines.append(line.decode())
+                if "(stop: max_new_tokens)" in lines[-1]:
+                    child.send_signal(signal.SIGINT)
+                    break
+            err = "".join(lines) + child.communicate(timeout=30)[1].decode()
+        finally:
+            if child.poll() is None:
+                child.kill()
+        assert child.returncode in (0, 130) and "Traceback" not in err, f"exit {child.returncode}:\n{err}"
+
+
 # --- a SIGKILLed cache build ---------------------------------------------------------------------------
 
 

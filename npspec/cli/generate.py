@@ -30,7 +30,7 @@ from .inputs import prompt_byte_limit, read_prompt, thread_count
 from .kernel_choice import kernels_used, probed
 from .options import PROG, build_parser, checked, drafting
 from .report import Outcome, report
-from .startup import exit_on_another_interrupt, started
+from .startup import exit_on_a_late_interrupt, exit_on_another_interrupt, started
 
 GREEN, RESET = "\033[32m", "\033[0m"
 
@@ -160,6 +160,7 @@ def main(argv=None, prog=PROG, out=None, err=None):
         # SIGTERM stops as Ctrl-C does (a cache build deletes its staging); notes go to err
         with terminate_as_interrupt(), notes_to(err, "npspec.generate"):
             run(args, out=out, err=err)
+        exit_on_a_late_interrupt()  # the run is printed: a Ctrl-C while the models are freed exits 130 at once
     except (CheckpointError, ValueError) as e:
         if args.debug:
             raise

@@ -85,8 +85,16 @@ def exit_on_another_interrupt():
     """Once Ctrl-C or SIGTERM stopped a command and its last words are printed, another Ctrl-C exits 130 at once
     (Python would raise it where it cannot propagate: freeing models, threads' shutdown); from the atexit callbacks
     on it is ignored, and so are destructors' errors. Only for npspec's commands, in the main thread."""
-    if is_command(sys.orig_argv) and threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGINT, _exit_interrupted)
+    if exit_on_a_late_interrupt():
         sys.unraisablehook = _ignore_unraisable
-        # from the atexit callbacks on, the interpreter's default action would kill the process by the signal
-        atexit.register(signal.signal, signal.SIGINT, signal.SIG_IGN)
+
+
+def exit_on_a_late_interrupt():  # -> bool: whether it applies (an npspec command's main thread)
+    """Once a command's output and summary are printed, a Ctrl-C while the process ends (freeing models, threads'
+    shutdown) exits 130 at once instead of killing it by the signal; from the atexit callbacks on it is ignored."""
+    if not (is_command(sys.orig_argv) and threading.current_thread() is threading.main_thread()):
+        return False
+    signal.signal(signal.SIGINT, _exit_interrupted)
+    # from the atexit callbacks on, the interpreter's default action would kill the process by the signal
+    atexit.register(signal.signal, signal.SIGINT, signal.SIG_IGN)
+    return True
