@@ -1,8 +1,8 @@
 """Compiling the tiles with numba, once per process, panel width and njit (functools.lru_cache holds the builds):
 16-column panels by blocks.py's loop nest (256-bit register blocks), any other even width by tiles.py's; `host_panel`
-picks the width for the host's vectors; codes go to qtiles' two nests alike. numba's disk cache keeps the two nests' builds for later processes, or it
-compiles in memory, saying so through logging. Imports numpy, npspec.kernels.compiled.{blocks, tiles, qtiles, intrinsics};
-numba only when a build runs (0.5 to 2 s to import).
+picks the width for the host's vectors; int codes go to qtiles.py's two nests alike. numba's disk cache keeps the
+nests' builds for later processes, or it compiles in memory, saying so through logging. Imports numpy,
+npspec.kernels.compiled.{blocks, tiles, qtiles, intrinsics}; numba only when a build runs (0.5 to 2 s to import).
 """
 
 import functools

@@ -2,7 +2,7 @@
 two a byte), and `CompiledQuant`, which multiplies them by a qtiles nest: bit for bit compiled-panels on the
 dequantized float32 matrix, for every row count and thread count (tests/test_compiled_quant.py). float32 matrices
 go to compiled-panels. `quant_gemm` is its prefill. Imports numpy, npspec.kernels.{products, workers} and
-npspec.kernels.compiled.{build, kernel, tiles}.
+npspec.kernels.compiled.{blocks, build, kernel, tiles}.
 """
 
 import numpy as np
