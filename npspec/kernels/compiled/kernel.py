@@ -110,9 +110,7 @@ class CompiledPanels:
         return np.array(run_cuts(count, runs), dtype=np.int64), min(runs, self.most_threads)
 
     def __call__(self, x, w, b=None):  # [n, d_in], [d_in, d_out], [d_out] -> [n, d_out]
-        x = np.ascontiguousarray(x, dtype=np.float32)
-        if x.ndim != 2 or x.shape[1] != w.shape[0]:  # the loop reads x's rows to d_in: a short row reads past them
-            raise ValueError(f"x must be [n, {w.shape[0]}] to multiply a {list(w.shape)} matrix, got {list(x.shape)}")
+        x = checked_rows(x, w)
         if isinstance(w, Packed):
             if w.panels.shape[2] != self.panel:
                 raise ValueError(f"a matrix packed in {w.panels.shape[2]}-column panels, this kernel's are {self.panel}")
@@ -131,3 +129,12 @@ class CompiledPanels:
 
     def __repr__(self):
         return f"CompiledPanels(threads={self.threads}, panel={self.panel})"
+
+
+def checked_rows(x, w):  # -> x as a C-contiguous float32 [n, d_in]
+    """Raise ValueError (one line) unless x is [n, d_in] for w's [d_in, d_out]: the compiled loops read x's rows to
+    d_in, so a shorter row would be read past its end."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    if x.ndim != 2 or x.shape[1] != w.shape[0]:
+        raise ValueError(f"x must be [n, {w.shape[0]}] to multiply a {list(w.shape)} matrix, got {list(x.shape)}")
+    return x

@@ -11,7 +11,7 @@ from ..products import gemm
 from ..workers import check_threads, run_count, run_cuts
 from .blocks import PANEL as BLOCKS_PANEL
 from .build import LAYERS, compiled_qproduct, compiled_qruns
-from .kernel import SPLIT_BYTES, CompiledPanels
+from .kernel import SPLIT_BYTES, CompiledPanels, checked_rows
 from .tiles import PANEL
 
 NAME = "compiled-quant"
@@ -167,10 +167,7 @@ class CompiledQuant:
     def __call__(self, x, w, b=None):  # [n, d_in], [d_in, d_out], [d_out] -> [n, d_out]
         if not isinstance(w, QuantPanels):
             return self.floats(x, w, b)
-        x = np.ascontiguousarray(x, dtype=np.float32)
-        if x.ndim != 2 or x.shape[1] != w.shape[0]:
-            raise ValueError(f"x must be [n, {w.shape[0]}] to multiply a quantized {list(w.shape)} matrix, "
-                             f"got {list(x.shape)}")
+        x = checked_rows(x, w)
         if w.codes.shape[2] != self.panel:
             raise ValueError(f"codes laid out in {w.codes.shape[2]}-column panels, this kernel's are {self.panel}")
         y = np.empty((x.shape[0], w.shape[1]), dtype=np.float32)
