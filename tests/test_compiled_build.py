@@ -235,6 +235,21 @@ def test_a_read_only_cache_compiles_in_memory_and_says_so(caplog):
     assert len(notes(caplog)) == 1  # the later builds of a process that compiles in memory say nothing more
 
 
+def test_a_change_to_any_module_a_build_holds_names_a_new_build_so_numbas_cache_is_never_read_stale():
+    """numba's disk cache checks only the file defining a function (qtiles.py for a code tile); the intrinsics' code
+    generation and the constants a tile takes from tiles.py are compiled in but not checked. Every build's name
+    carries a digest of all four modules' sources."""
+    assert {m.__name__.rsplit(".", 1)[1] for m in build.COMPILED_IN} == {"intrinsics", "tiles", "blocks", "qtiles"}
+    texts = {m: f"source of {m.__name__}" for m in build.COMPILED_IN}
+    first = build.sources_digest(build.COMPILED_IN, texts.get)
+    assert re.fullmatch(r"[0-9a-f]{12}", first) and build.sources_digest(build.COMPILED_IN, texts.get) == first
+    for module in build.COMPILED_IN:
+        changed = {**texts, module: texts[module] + " # one more comment"}
+        assert build.sources_digest(build.COMPILED_IN, changed.get) != first, module.__name__
+    named = build.with_globals(qtiles.qblocks_product, {}, "qblocks_product_i4b_16")
+    assert named.__qualname__ == f"qblocks_product_i4b_16_{build.sources_digest()}"
+
+
 def test_a_quick_build_is_not_told_a_slow_one_is_and_no_fastmath_is_asked_for(caplog, monkeypatch):
     caplog.set_level(logging.INFO, logger="npspec")
     njit = FakeNjit(writable=True)

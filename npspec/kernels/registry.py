@@ -76,7 +76,8 @@ REGISTRY = {k.name: k for k in (
            prefill=compiled.quant_gemm, own_threads=True, pool="numba",
            reads_codes=True, codes=compiled.QuantPanels, tied=compiled.QuantTied, extra="fast",
            available=compiled.available, prepare=lambda linear, matrices: linear.prepare(matrices), packs=True,
-           version=3),  # 2: float matrices on compiled-panels' host panels; 3: 256-bit hosts' register blocks of codes
+           version=4),  # 2: float matrices on compiled-panels' host panels; 3: 256-bit hosts' register blocks of codes;
+    # 4: their one-row 4-bit blocks without spills
 )}
 
 STATIC_DEFAULT = "gemm-blocks"  # a Model built without a role (tests, in-memory models); roles: role_candidates

@@ -6,7 +6,9 @@ npspec.kernels.compiled.{blocks, tiles, qtiles, intrinsics}; numba only when a b
 """
 
 import functools
+import hashlib
 import importlib.util
+import inspect
 import logging
 import time
 import types
@@ -14,7 +16,7 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
-from . import blocks, intrinsics
+from . import blocks, intrinsics, qtiles as qtiles_module, tiles as tiles_module
 from .qtiles import block_qtiles, qblocks_product, qpanels_product, qpanels_runs, qtiles
 from .tiles import PANEL, panels_product, panels_runs, tiles
 
@@ -24,6 +26,7 @@ NAME = "compiled-panels"
 NOTE_SECONDS = 0.5  # compiling longer than this is told
 CACHED = (PANEL, blocks.PANEL)  # the panel widths whose builds numba keeps on disk
 LAYERS = ("omp", "tbb", "workqueue")  # numba's threading layers, in the order tried (notes/kernels.md: why OpenMP)
+COMPILED_IN = (intrinsics, tiles_module, blocks, qtiles_module)  # the modules whose code and constants a build holds
 
 
 class KernelUnavailable(ValueError):
@@ -224,8 +227,21 @@ def qruns_build(nibbles, layers, panel, blocks=False):  # -> (runs, numba.config
 
 
 def with_globals(f, names, name=None):  # -> a copy of function f whose globals also hold `names`
-    """name: the copy's __qualname__, which numba's symbols and disk cache are named by: one per panel width, so a
-    build loaded from the disk cache never links to another width's copy compiled in the same process."""
+    """name: the copy's __qualname__ (then sources_digest()), which numba's symbols and disk cache are named by: one
+    per panel width, so a build loaded from the disk cache never links to another width's copy compiled in the same
+    process, and one per version of COMPILED_IN's sources."""
     g = types.FunctionType(f.__code__, {**f.__globals__, **names}, f.__name__, f.__defaults__, f.__closure__)
-    g.__qualname__ = name or f.__qualname__
+    g.__qualname__ = f"{name or f.__qualname__}_{sources_digest()}"
     return g
+
+
+@functools.lru_cache(maxsize=None)
+def sources_digest(modules=COMPILED_IN, source=inspect.getsource):  # -> 12 hex digits
+    """A digest of the modules' source text. numba's disk cache checks only the file that defines a function (a
+    tile's), not the intrinsics' code generation or the constants a tile takes from another module, which a build
+    holds too: named by this digest, a build is compiled anew when any of them changes, never loaded stale.
+    source: module -> its text (tests give a stand-in); raises OSError where a module's source cannot be read."""
+    digest = hashlib.sha256()
+    for module in modules:
+        digest.update(source(module).encode())
+    return digest.hexdigest()[:12]

@@ -272,17 +272,23 @@ class QuantEmitter(BlockEmitter):
             ahead = b.gep(row, [b.add(b.mul(codes[1], i64(self.ahead)), i64(line))])
             b.call(self.prefetch, [ahead, self.i32(0), self.i32(2), self.i32(1)])
         steps = (b.mul(k, i64(2)), b.add(b.mul(k, i64(2)), i64(1))) if nibbles else (k,)
+        xs = [[self.broadcast(self.load(self.at(x[0], b.add(b.mul(i64(r), x[1][0]), b.mul(column, x[1][1]))),
+                                        ir.FloatType())) for r in range(rows)] for column in steps]
+        codes_at = {}  # v -> its code vector, sign-extended where first used
+        # nibbles: the low weights' fmas, then the high ones'; more than two code vectors would then stay live from
+        # one to the other (spilled), so each vector's two go back to back instead. Sums' order is the same.
+        order = ([(step, v) for v in range(count) for step in range(len(steps))] if count > 2
+                 else [(step, v) for step in range(len(steps)) for v in range(count)])
         added = list(sums)
-        for step, column in enumerate(steps):  # nibbles: every low weight's fmas, then every high one's
-            xs = [self.broadcast(self.load(self.at(x[0], b.add(b.mul(i64(r), x[1][0]), b.mul(column, x[1][1]))),
-                                           ir.FloatType())) for r in range(rows)]
-            for v in range(count):
-                code = b.sext(self.load(self.at(row, i64(lanes * v)), ir.VectorType(ir.IntType(8), lanes)), ints)
-                if nibbles:  # byte = 16 hi + (lo + 8), hi and lo in -8 .. 7
-                    code = b.sub(b.and_(code, splat(15)), splat(8)) if step == 0 else b.ashr(code, splat(4))
-                w = b.fmul(b.sitofp(code, self.vector), scale[v])
-                for r in range(rows):
-                    added[r * count + v] = b.call(self.fma, [xs[r], w, added[r * count + v]])
+        for step, v in order:
+            if v not in codes_at:
+                codes_at[v] = b.sext(self.load(self.at(row, i64(lanes * v)), ir.VectorType(ir.IntType(8), lanes)), ints)
+            code = codes_at[v]
+            if nibbles:  # byte = 16 hi + (lo + 8), hi and lo in -8 .. 7
+                code = b.sub(b.and_(code, splat(15)), splat(8)) if step == 0 else b.ashr(code, splat(4))
+            w = b.fmul(b.sitofp(code, self.vector), scale[v])
+            for r in range(rows):
+                added[r * count + v] = b.call(self.fma, [xs[step][r], w, added[r * count + v]])
         k_next = b.add(k, i64(1))
         b.cbranch(b.icmp_signed("<", k_next, b.add(first, per_group)), body, latch)
         b.position_at_end(latch)
