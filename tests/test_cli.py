@@ -270,6 +270,7 @@ def test_the_summary_prints_a_dash_for_a_ratio_with_nothing_to_count():
     assert r.returncode == 0 and "3 new tokens in 3 rounds, alpha -, 1.00 tokens/round" in r.stderr
     assert summary(Stats(stop_reason="interrupted")) == \
         "0 new tokens in 0 rounds, alpha -, - tokens/round, - tokens/s (stop: interrupted)"
+    assert summary(Stats(new_tokens=1, rounds=1, stop_reason="eos")).startswith("1 new token in 1 round, alpha -")
 
 
 def test_a_denormal_temperature_leaks_no_warning():

@@ -36,9 +36,14 @@ def number(x, spec):
     return "-" if np.isnan(x) else format(x, spec)
 
 
+def counted(n, noun):  # -> "1 round", "0 rounds", "2 rounds"
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def summary(stats):
     """The one-line summary printed to stderr."""
-    return (f"{stats.new_tokens} new tokens in {stats.rounds} rounds, alpha {number(stats.alpha, '.3f')}, "
+    return (f"{counted(stats.new_tokens, 'new token')} in {counted(stats.rounds, 'round')}, "
+            f"alpha {number(stats.alpha, '.3f')}, "
             f"{number(stats.tokens_per_round, '.2f')} tokens/round, {number(stats.tokens_per_s, '.1f')} tokens/s "
             f"(stop: {stats.stop_reason})")
 
