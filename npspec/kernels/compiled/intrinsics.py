@@ -250,8 +250,6 @@ class QuantEmitter(BlockEmitter):
         ir, b, i64, lanes = self.ir, self.builder, self.i64, self.lanes
         rows, width, nibbles = shape
         count = width // lanes  # sum vectors per row
-        ints = ir.VectorType(self.i32, lanes)
-        splat = lambda v: ir.Constant(ints, [v] * lanes)  # noqa: E731
         zero = ir.Constant(self.vector, [0.0] * lanes)
         per_group = b.sdiv(codes[2], scales[2])
         entry = b.basic_block
@@ -267,28 +265,7 @@ class QuantEmitter(BlockEmitter):
         b.position_at_end(body)
         k = b.phi(i64)
         sums = [b.phi(self.vector) for _ in range(rows * count)]
-        row = self.at(codes[0], b.add(b.mul(k, codes[1]), c0))
-        for line in range(0, width, 64):
-            ahead = b.gep(row, [b.add(b.mul(codes[1], i64(self.ahead)), i64(line))])
-            b.call(self.prefetch, [ahead, self.i32(0), self.i32(2), self.i32(1)])
-        steps = (b.mul(k, i64(2)), b.add(b.mul(k, i64(2)), i64(1))) if nibbles else (k,)
-        xs = [[self.broadcast(self.load(self.at(x[0], b.add(b.mul(i64(r), x[1][0]), b.mul(column, x[1][1]))),
-                                        ir.FloatType())) for r in range(rows)] for column in steps]
-        codes_at = {}  # v -> its code vector, sign-extended where first used
-        # nibbles: the low weights' fmas, then the high ones'; more than two code vectors would then stay live from
-        # one to the other (spilled), so each vector's two go back to back instead. Sums' order is the same.
-        order = ([(step, v) for v in range(count) for step in range(len(steps))] if count > 2
-                 else [(step, v) for step in range(len(steps)) for v in range(count)])
-        added = list(sums)
-        for step, v in order:
-            if v not in codes_at:
-                codes_at[v] = b.sext(self.load(self.at(row, i64(lanes * v)), ir.VectorType(ir.IntType(8), lanes)), ints)
-            code = codes_at[v]
-            if nibbles:  # byte = 16 hi + (lo + 8), hi and lo in -8 .. 7
-                code = b.sub(b.and_(code, splat(15)), splat(8)) if step == 0 else b.ashr(code, splat(4))
-            w = b.fmul(b.sitofp(code, self.vector), scale[v])
-            for r in range(rows):
-                added[r * count + v] = b.call(self.fma, [xs[step][r], w, added[r * count + v]])
+        added = self.code_row(x, codes, c0, k, scale, sums, shape)
         k_next = b.add(k, i64(1))
         b.cbranch(b.icmp_signed("<", k_next, b.add(first, per_group)), body, latch)
         b.position_at_end(latch)
@@ -311,6 +288,40 @@ class QuantEmitter(BlockEmitter):
             r, v = divmod(i, count)
             address = self.at(a[0], b.add(b.mul(i64(r), a[1]), i64(4 * lanes * v)))
             b.store(phi, b.bitcast(address, self.vector.as_pointer()), align=4)
+
+
+    def code_row(self, x, codes, c0, k, scale, sums, shape):  # -> the sums after code row k (quant_chains' arguments)
+        """Code row k's fmas into `sums` (rows * count vectors): its line `ahead` rows on asked for, each row's x
+        broadcast, each code vector sign-extended once, split (nibbles: lo = (byte & 15) - 8, hi = byte >> 4),
+        converted and multiplied by its group's `scale`, then fma'd into every row's sums."""
+        ir, b, i64, lanes = self.ir, self.builder, self.i64, self.lanes
+        rows, width, nibbles = shape
+        count = width // lanes
+        ints = ir.VectorType(self.i32, lanes)
+        splat = lambda v: ir.Constant(ints, [v] * lanes)  # noqa: E731
+        row = self.at(codes[0], b.add(b.mul(k, codes[1]), c0))
+        for line in range(0, width, 64):
+            ahead = b.gep(row, [b.add(b.mul(codes[1], i64(self.ahead)), i64(line))])
+            b.call(self.prefetch, [ahead, self.i32(0), self.i32(2), self.i32(1)])
+        steps = (b.mul(k, i64(2)), b.add(b.mul(k, i64(2)), i64(1))) if nibbles else (k,)
+        xs = [[self.broadcast(self.load(self.at(x[0], b.add(b.mul(i64(r), x[1][0]), b.mul(column, x[1][1]))),
+                                        ir.FloatType())) for r in range(rows)] for column in steps]
+        codes_at = {}  # v -> its code vector, sign-extended where first used
+        # nibbles: the low weights' fmas, then the high ones'; more than two code vectors would then stay live from
+        # one to the other (spilled), so each vector's two go back to back instead. Sums' order is the same.
+        order = ([(step, v) for v in range(count) for step in range(len(steps))] if count > 2
+                 else [(step, v) for step in range(len(steps)) for v in range(count)])
+        added = list(sums)
+        for step, v in order:
+            if v not in codes_at:
+                codes_at[v] = b.sext(self.load(self.at(row, i64(lanes * v)), ir.VectorType(ir.IntType(8), lanes)), ints)
+            code = codes_at[v]
+            if nibbles:  # byte = 16 hi + (lo + 8), hi and lo in -8 .. 7
+                code = b.sub(b.and_(code, splat(15)), splat(8)) if step == 0 else b.ashr(code, splat(4))
+            w = b.fmul(b.sitofp(code, self.vector), scale[v])
+            for r in range(rows):
+                added[r * count + v] = b.call(self.fma, [xs[step][r], w, added[r * count + v]])
+        return added
 
 
 def numpy_scratch(rows, cols):  # -> [rows, cols] float32, uninitialised
