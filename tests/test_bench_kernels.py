@@ -106,6 +106,7 @@ def test_bench_panels_times_every_configuration_on_the_same_matrices(tmp_path, m
     assert all(float(r["us"]) > 0 for r in split)
 
 
+@pytest.mark.slow  # a whole command, 3 s or more: CI's second step
 @needs_numba
 def test_bench_panels_on_one_thread_writes_no_split_table(tmp_path, monkeypatch):
     monkeypatch.setattr(panels, "ROWS", (1,))

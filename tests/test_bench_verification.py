@@ -188,6 +188,7 @@ def check_tree_tables(out, trees):
                             rel_tol=1e-9, abs_tol=1e-12)
 
 
+@pytest.mark.slow  # a whole command, 3 s or more: CI's second step
 def test_the_command_measures_both_rules_on_the_shipped_pair(tmp_path, capsys):
     out = tmp_path / "v"
     assert verification.main(["--quick", "--out", str(out), "--gammas", "2,3", "--new-tokens", "12", "--trees",

@@ -196,6 +196,7 @@ def test_without_numba_the_kernel_says_how_to_install_it():
     assert REGISTRY["compiled-panels"].extra == "fast" and REGISTRY["compiled-panels"].invariant
 
 
+@pytest.mark.slow  # a whole command, 3 s or more: CI's second step
 def test_a_broken_numba_is_named_broken_with_its_error_not_missing(tmp_path):
     # a numba that is installed but fails to import (built for another numpy): a stand-in package on PYTHONPATH
     fake = tmp_path / "numba"

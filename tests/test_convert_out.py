@@ -188,6 +188,7 @@ def test_a_failed_cached_conversion_leaves_no_lock_file(tmp_path):
 # --- one rule for a checkpoint without tokenizer.json ---------------------------------------------------
 
 
+@pytest.mark.slow  # a whole command, 3 s or more: CI's second step
 def test_convert_falls_back_to_gpt2s_tokenizer_as_target_dir_does(tmp_path):
     config = GPT2Config(n_vocab=50257, n_ctx=4, n_embd=2, n_head=1, n_layer=1, eos_token_id=50256)
     d = hf_dir(tmp_path / "hf", config=config, tensors=init_tensors(config, 0), tokenizer=None)

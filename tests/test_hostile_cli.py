@@ -65,6 +65,7 @@ def test_a_draft_kernel_that_would_do_nothing_is_refused(tmp_path, args, phrases
     assert r.stdout == ""
 
 
+@pytest.mark.slow  # a whole command, 3 s or more: CI's second step
 def test_the_quantized_draft_still_takes_the_dequantizing_kernel(tmp_path):
     r = capped_generate(tmp_path, "--draft", "int8-g64:self", "--draft-kernel", "dequant-panels", "--temperature", 0,
                         "--max-new-tokens", 4, "--json")

@@ -67,6 +67,7 @@ def generate(*args):
     return status, (json.loads(out.getvalue())["stats"] if status == 0 else err.getvalue())
 
 
+@pytest.mark.slow  # a whole command, 3 s or more: CI's second step
 def test_the_command_probes_only_once_every_check_has_passed_and_as_kernel_probe_says(tmp_path, monkeypatch):
     # the shipped pair loads in place, so the probe's choices.json is the one file the cache can gain
     monkeypatch.setenv("NPSPEC_CACHE", str(tmp_path))

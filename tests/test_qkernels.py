@@ -132,6 +132,7 @@ def test_a_dequantizing_self_draft_is_greedy_identical(shipped, val_ids, name):
     assert gen.ids == plain.ids and gen.stats.drafted > 0 and gen.stats.accepted > 0
 
 
+@pytest.mark.slow  # a whole command, 3 s or more: CI's second step
 def test_the_cli_takes_the_dequantizing_draft_kernel():
     args = ["-m", "npspec.generate", "--json", "--temperature", "0", "--max-new-tokens", "16"]
     spec = json.loads(run_python(*args, "--draft", "int8-ch:self", "--draft-kernel", "dequant-panels").stdout)

@@ -159,6 +159,7 @@ def test_save_refuses_a_group_that_does_not_divide(shipped, tmp_path):
 
 # ---- the SPEC form
 
+@pytest.mark.slow  # a whole command, 3 s or more: CI's second step
 def test_scheme_self_is_the_target_quantized(shipped):
     q = load("int4-g64:self", "draft")  # the shipped target (target=None) quantized, with the draft's kernel
     assert same_params(q, quantize_model(shipped[0], parse_scheme("int4-g64")))
@@ -189,6 +190,7 @@ def test_an_existing_directory_with_a_colon_is_a_directory(shipped, tmp_path):
     assert load(out, "draft").metadata["quantization"] == "int2-ch"
 
 
+@pytest.mark.slow  # a whole command, 3 s or more: CI's second step
 def test_the_cli_drafts_with_the_target_quantized():
     args = ["-m", "npspec.generate", "--json", "--temperature", "0", "--max-new-tokens", "24"]
     spec = json.loads(run_python(*args, "--draft", "int4-g64:self").stdout)

@@ -13,6 +13,7 @@ import os
 import shutil
 
 import numpy as np
+import pytest
 
 from npspec.sources.huggingface import write_hf_checkpoint
 from npspec.model.gpt2 import GPT2Config
@@ -95,6 +96,7 @@ def test_hub_repo_from_offline_cache_converts_once(tmp_path):
     assert "converting" not in r.stderr
 
 
+@pytest.mark.slow  # a whole command, 3 s or more: CI's second step
 def test_hub_repo_without_tokenizer_gets_gpt2s(tmp_path):
     make_hub_cache(tmp_path / "hf", "someorg/no-tok", WIDE, tokenizer=False)
     got, _ = load_in_subprocess("someorg/no-tok", offline_env(tmp_path))
@@ -144,6 +146,7 @@ def test_partial_hf_cache_says_what_to_run(tmp_path):
     assert len(r.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow  # a whole command, 3 s or more: CI's second step
 def test_offline_reuses_conversion_after_hf_cache_is_cleared(tmp_path):
     make_hub_cache(tmp_path / "hf", "someorg/tiny-gpt2", SMALL)
     env = offline_env(tmp_path)

@@ -115,6 +115,7 @@ def test_same_tokenizer_ignores_truncation_and_padding():
     assert same_tokenizer(b, c)
 
 
+@pytest.mark.slow  # a whole command, 3 s or more: CI's second step
 def test_same_tokenizer_tells_other_merges_and_vocabularies_apart():
     text = gpt2_tokenizer_json()
     a = Tokenizer.from_str(text)

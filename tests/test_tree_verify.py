@@ -105,6 +105,7 @@ def test_mixing_a_tree_rule_with_the_other_rules_children_is_refused(pair):
     assert proposal.propose([1, 2], 1, np.array([0.3, 0.3]), SamplingParams(1.0)).q.shape == (2, draft.config.n_vocab)
 
 
+@pytest.mark.slow  # a whole command, 3 s or more: CI's second step
 def test_verify_rsd_on_the_command_line():
     out = [json.loads(run_python(*GENERATE, "--json", "--temperature", "0", "--max-new-tokens", "30", *args,
                                  "ROMEO:").stdout) for args in (("--gamma", "0"), ("--tree", "3,1", "--verify", "rsd"))]

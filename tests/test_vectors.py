@@ -32,6 +32,7 @@ CLIENT = ROOT / "tests" / "vectors" / "client.py"
 DATA = vectors()
 
 
+@pytest.mark.slow  # a whole command, 3 s or more: CI's second step
 def test_the_command_writes_atomically_and_never_overwrites_without_force(tmp_path):
     out = tmp_path / "v.json"
     r = run_python(*VECTORS, out)
