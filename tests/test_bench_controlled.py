@@ -235,6 +235,7 @@ def test_ctrl_c_in_compare_reports_the_finished_turns(monkeypatch):
     assert "Ctrl-C stopped turn 2 of 3; the line above compares the 1 finished" in err.getvalue(), err.getvalue()
 
 
+@pytest.mark.slow  # a whole command, 3 s or more: CI's second step
 def test_simulated_acceptance_on_the_command_line_keeps_the_output_and_is_labelled():
     args = ["-m", "npspec.generate", "--temperature", "0", "--max-new-tokens", "40", "--json", "ROMEO:"]
     plain = json.loads(run_python(*args, "--gamma", "0").stdout)

@@ -161,7 +161,10 @@ def test_a_thread_variable_above_the_cpus_is_capped_with_a_note(notes):
 CLI_KERNELS = [k for k in names(cli=True, codes=False) if REGISTRY[k].available()]
 
 
-@pytest.mark.parametrize("target_kernel", installed([k for k in names(cli=True, codes=False) if REGISTRY[k].invariant]))
+@pytest.mark.parametrize("target_kernel", [  # the NumPy panels' two (tests/test_kernels.py covers them too): slow
+    pytest.param(*p.values, marks=[*p.marks] + ([pytest.mark.slow] if p.values[0] in ("gemv-rows", "gemv-panels")
+                                                else []))
+    for p in installed([k for k in names(cli=True, codes=False) if REGISTRY[k].invariant])])
 def test_invariant_target_kernels_give_greedy_decodings_output(target_kernel):
     # with a batch-invariant target, greedy speculative output is the target's own greedy output,
     # whichever product the draft uses
@@ -249,6 +252,7 @@ def test_a_huge_stdin_prompt_is_refused_without_reading_it_all():
     assert read_prompt("-", limit, io.BytesIO(b"x" * limit)) == "x" * limit
 
 
+@pytest.mark.slow  # a whole command, 3 s or more: CI's second step
 def test_a_foreign_target_without_draft_decodes_plainly_with_a_note(tmp_path):
     # random:tiny has GPT-2's tokenizer: it used to be paired with the shipped draft and fail on "different tokenizers"
     r = run_python(*GENERATE, "--target", "random:tiny", "hi", "--max-new-tokens", "3", "--json",

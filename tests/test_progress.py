@@ -148,9 +148,9 @@ def test_bars_on_a_terminal_none_when_piped(tmp_path):
     assert not any(mark in piped.stderr + piped.stdout for mark in BAR_MARKS), piped.stderr  # ...without a bar
 
 
-@pytest.mark.parametrize("extra, env", [(["--quiet"], {})] + [  # the other three: whole commands, CI's second step
-    pytest.param(*case, marks=pytest.mark.slow) for case in ((["--json", "--quiet"], {}), ([], {"NPSPEC_QUIET": "1"}),
-                                                             ([], {"TQDM_DISABLE": "1"}))],
+@pytest.mark.slow  # four whole commands, 5 s or more each: CI's second step
+@pytest.mark.parametrize("extra, env", [(["--quiet"], {}), (["--json", "--quiet"], {}), ([], {"NPSPEC_QUIET": "1"}),
+                                        ([], {"TQDM_DISABLE": "1"})],
                          ids=["--quiet", "--json --quiet", "NPSPEC_QUIET", "TQDM_DISABLE"])
 def test_no_bars_on_a_terminal_when_asked(tmp_path, extra, env):
     terminal = on_a_terminal(tmp_path, *TINY, *extra, **env)

@@ -240,6 +240,7 @@ EDITS = pytest.mark.parametrize("edit, same", [(_runtime_settings, True), (_swap
                                                (_one_merge_fewer, False)], ids=["runtime-settings", "ids", "merges"])
 
 
+@pytest.mark.slow  # a whole command, 3 s or more: CI's second step
 @EDITS
 def test_the_cli_applies_the_same_tokenizer_rule(tmp_path, edit, same):
     draft = draft_with_tokenizer(tmp_path, edit)

@@ -151,6 +151,7 @@ def test_a_tree_is_cut_to_fit_the_context(pair):
     assert [rec["gamma"] for rec in tree.trace][-1] == 0
 
 
+@pytest.mark.slow  # a whole command, 3 s or more: CI's second step
 def test_tree_on_the_command_line_returns_plain_greedys_ids():
     out = [json.loads(run_python(*GENERATE, "--json", "--temperature", "0", "--max-new-tokens", "40", *args,
                                  "ROMEO:").stdout) for args in (("--gamma", "0"), ("--tree", "2,2,1"),
