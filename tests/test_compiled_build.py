@@ -247,6 +247,9 @@ def test_a_change_to_any_module_a_build_holds_names_a_new_build_so_numbas_cache_
     for module in build.COMPILED_IN:
         changed = {**texts, module: texts[module] + " # one more comment"}
         assert build.sources_digest(build.COMPILED_IN, changed.get) != first, module.__name__
+    def unreadable(module):
+        raise OSError("could not get source code")
+    assert re.fullmatch(r"[0-9a-f]{12}", build.sources_digest(build.COMPILED_IN, unreadable))  # no crash, no digest
     named = build.with_globals(qtiles.qblocks_product, {}, "qblocks_product_i4b_16")
     assert named.__qualname__ == f"qblocks_product_i4b_16_{build.sources_digest()}"
 

@@ -240,8 +240,13 @@ def sources_digest(modules=COMPILED_IN, source=inspect.getsource):  # -> 12 hex 
     """A digest of the modules' source text. numba's disk cache checks only the file that defines a function (a
     tile's), not the intrinsics' code generation or the constants a tile takes from another module, which a build
     holds too: named by this digest, a build is compiled anew when any of them changes, never loaded stale.
-    source: module -> its text (tests give a stand-in); raises OSError where a module's source cannot be read."""
+    source: module -> its text (tests give a stand-in); a module whose source cannot be read (an install without .py
+    files) adds its name only, and its edits then go unseen, as before the digest."""
     digest = hashlib.sha256()
     for module in modules:
-        digest.update(source(module).encode())
+        try:
+            text = source(module)
+        except (OSError, TypeError):  # inspect: no source file, or a built-in module
+            text = module.__name__
+        digest.update(text.encode())
     return digest.hexdigest()[:12]
