@@ -74,7 +74,7 @@ def test_a_kernel_that_names_no_kernel_is_refused(kernel):
 
 
 def test_a_kernel_reading_int8_codes_for_float_weights_is_refused_as_the_cli_refuses_it():
-    phrase = r"^kernel='dequant-panels' reads a quantized (draft|model)'s int8 codes, and the \1 .* holds float32 "
+    phrase = r"^kernel='dequant-panels' reads a quantized (draft|model)'s int codes, and the \1 .* holds float32 "
     for load in (lambda: npspec.load(role="draft", kernel="dequant-panels"),  # generated with the float weights
                  lambda: npspec.load("fp16:self", "draft", kernel="dequant-panels"),  # not an int scheme
                  lambda: npspec.random_model("tiny", kernel="dequant-panels")):

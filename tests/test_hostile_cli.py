@@ -21,6 +21,7 @@ from npspec.cli.inputs import thread_count
 from npspec.cli.options import build_parser, checked
 from npspec.sources.quantize import parse_scheme
 from npspec.decode.rules.trees import MAX_TREE_NODES
+from npspec.kernels.registry import REGISTRY
 
 from conftest import ROOT
 from test_cli import assert_one_clean_line, offline_env
@@ -62,6 +63,15 @@ def test_a_size_past_its_bound_is_one_line_before_anything_loads(tmp_path, args,
 def test_a_draft_kernel_that_would_do_nothing_is_refused(tmp_path, args, phrases):
     r = capped_generate(tmp_path, *args, "--max-new-tokens", 4)
     assert_one_clean_line(r, *phrases)
+    assert r.stdout == ""
+
+
+@pytest.mark.skipif(not REGISTRY["compiled-quant"].available(), reason="compiled-quant needs the fast extra (numba)")
+def test_a_codes_kernel_for_a_float_target_names_the_target_option(tmp_path):
+    # it said "kernel='compiled-quant' ... or drop kernel='compiled-quant'", the library's words, not the command's
+    r = capped_generate(tmp_path, "--target-kernel", "compiled-quant", "--max-new-tokens", 4)
+    assert_one_clean_line(r, "--target-kernel compiled-quant reads a quantized target's int codes", "holds float32",
+                          "--target int8-g64:SPEC", "or drop --target-kernel compiled-quant")
     assert r.stdout == ""
 
 

@@ -8,14 +8,14 @@ class CheckpointError(ValueError):
 
 
 class NoCodes(ValueError):
-    """A kernel that reads int8 codes (dequant-panels) was named for a model whose weights are float32: it would decode
+    """A kernel that reads int codes (dequant-panels, compiled-quant) was named for a model whose weights are float32: it would decode
     the float weights, not the quantized model asked for. `option`: how the caller named the kernel, `spec`: how it
     names a quantized SPEC (the library's by default; the CLI passes its flags)."""
 
     def __init__(self, kernel, role, source, option=None, spec="int8-g64:SPEC"):
         self.kernel, self.role, self.source = kernel, role, source
         option = option or f"kernel={kernel!r}"
-        super().__init__(f"{option} reads a quantized {role}'s int8 codes, and the {role} {source} holds float32 "
+        super().__init__(f"{option} reads a quantized {role}'s int codes, and the {role} {source} holds float32 "
                          f"weights: give an int scheme such as {spec}, or drop {option}")
 
 
