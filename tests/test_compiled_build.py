@@ -304,6 +304,20 @@ def test_the_panel_width_does_not_change_a_bit():
 
 
 @needs_numba
+def test_compiled_quants_threaded_loop_builds_no_float_nest_at_its_codes_panel_width(monkeypatch):
+    """It called runs_build(layers, 64) for numba's threading layer, which compiled compiled-panels' 64-column float
+    nest too on a 256-bit host (8 s and 16 cache files at a first run, a note that read as a second compile)."""
+    def no_float_nest(layers, panel):
+        raise AssertionError(f"built compiled-panels' float nest at panel {panel}")
+    monkeypatch.setattr(build, "runs_build", no_float_nest)
+    runs, most = build.qruns_build.__wrapped__(True, compiled.LAYERS, compiled.PANEL, True)
+    q, w = code_panels(16, 2 * compiled.PANEL, "int4-g4")
+    x, y = matrix(2, 16, seed=3, order="C"), np.empty((2, 2 * compiled.PANEL), np.float32)
+    runs(x, q.codes, q.scales, y, np.array([0, 1, 2], dtype=np.int64), min(2, most))
+    assert np.array_equal(y, chain(x, w))
+
+
+@needs_numba
 def test_numba_is_told_to_try_openmp_first_and_more_threads_than_it_has_share_its_threads(monkeypatch):
     """numba's layers in LAYERS' order (OpenMP first), and a thread count past numba's NUMBA_NUM_THREADS cut into that
     many runs, run on numba's threads, with the same bits."""

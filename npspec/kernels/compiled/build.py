@@ -138,13 +138,18 @@ def compiled_runs(layers=LAYERS, panel=PANEL):  # -> (runs(x, panels, y, cuts, t
     return runs_build(tuple(layers), panel)
 
 
-@functools.lru_cache(maxsize=None)
-def runs_build(layers, panel):  # -> (runs, numba.config.NUMBA_NUM_THREADS)
-    product = product_build(panel)
+def threading_layers(layers):  # -> numba, told which threading layers to try (once a process: its first call's)
     numba = import_numba()
     numba.config.THREADING_LAYER_PRIORITY = list(layers) + [n for n in LAYERS if n not in layers]
     if len(layers) == 1 and numba.config.THREADING_LAYER == "default":
         numba.config.THREADING_LAYER = layers[0]  # one layer asked for (the bench's --layer): that one or an error
+    return numba
+
+
+@functools.lru_cache(maxsize=None)
+def runs_build(layers, panel):  # -> (runs, numba.config.NUMBA_NUM_THREADS)
+    product = product_build(panel)
+    numba = threading_layers(layers)
     start = time.perf_counter()
     _, one, runs_of = nest(panel)
     names = {"prange": numba.prange, one.__name__: product.function}
@@ -209,8 +214,8 @@ def compiled_qruns(nibbles=False, layers=LAYERS, panel=PANEL, blocks=False):  # 
 @functools.lru_cache(maxsize=None)
 def qruns_build(nibbles, layers, panel, blocks=False):  # -> (runs, numba.config.NUMBA_NUM_THREADS)
     product = qproduct_build(nibbles, panel, blocks)
-    _, most = runs_build(layers, panel)  # numba's threading layer, set once for the process
-    numba = import_numba()
+    numba = threading_layers(layers)  # (not runs_build: its float nest at this panel width is not this kernel's)
+    most = numba.config.NUMBA_NUM_THREADS
     kind = qnest(nibbles, panel, blocks)[2]
     names = {"prange": numba.prange, "qpanels_product": product.function}
     jitted = numba.njit(parallel=True, nogil=True, cache=product.on_disk)(
