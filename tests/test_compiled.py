@@ -215,6 +215,29 @@ def test_an_x_of_another_width_is_refused_not_read_past(panel):
             kernel(np.ones(shape, np.float32), kernel.pack(w))
 
 
+def test_packed_panels_that_do_not_hold_their_shape_are_refused_not_read_past():
+    """A Packed made by hand (its class is public) with another matrix's shape read past its panels (a segfault for
+    a long d_in) or gave garbage for float64 panels; now one line each, as is a w that is no matrix."""
+    w = matrix(128, 40)
+    panels = compiled.pack(w, 16)
+    assert np.array_equal(np.asarray(compiled.Packed(panels, w.shape)), w)
+    for bad, shape in ((panels, (100000, 40)), (panels, (128, 4000)), (panels, (128, 16)), (panels, (128,)),
+                       (panels.astype(np.float64), w.shape), (panels[:, :, ::2], (128, 20)), ([1.0], (1, 1))):
+        with pytest.raises(ValueError, match=r"^panels (must be float32 \[n_panels, d_in, panel\]|\[.*\] do not hold)"):
+            compiled.Packed(bad, shape)
+
+
+@needs_numba
+def test_a_panel_width_or_w_that_the_loops_cannot_take_is_refused_in_one_line():
+    for panel in (0, -16, 3, 2.0, True):
+        with pytest.raises(ValueError, match=r"^a panel of compiled-panels has a positive even number of columns"):
+            compiled.CompiledPanels(1, panel=panel)
+    kernel = compiled.CompiledPanels(1, panel=16)
+    for w in (matrix(8, 5)[:, 0], [[1.0]], np.ones((8, 5, 2), np.float32)):
+        with pytest.raises(ValueError, match=r"^w must be a \[d_in, d_out\] float32 matrix"):
+            kernel(np.ones((1, 8), np.float32), w)
+
+
 @needs_numba
 @pytest.mark.parametrize("threads", [1, 2, 3, 7])
 def test_whole_forwards_and_caches_equal_one_token_forwards(threads):

@@ -288,7 +288,7 @@ def test_a_panel_width_other_than_the_two_nests_is_compiled_in_memory_only(caplo
 
 
 def test_an_odd_panel_width_is_refused_in_one_line():
-    with pytest.raises(ValueError, match=r"^a panel of compiled-panels has an even number of columns .* got 5$"):
+    with pytest.raises(ValueError, match=r"^a panel of compiled-panels has a positive even number of columns .* got 5$"):
         compiled.compiled_product(njit=FakeNjit(writable=True), panel=5)
 
 

@@ -70,6 +70,25 @@ def test_from_codes_refuses_other_dtypes_and_shapes():
             compiled.QuantPanels.from_codes(*bad)
 
 
+def test_code_panels_that_do_not_hold_their_shape_are_refused_not_read_past():
+    """QuantPanels made by hand with another shape gave values near 1e35 (read past the codes); now one line, as is a
+    panel that is not a positive int."""
+    w = np.random.default_rng(4).standard_normal((128, 40), dtype=np.float32)
+    for scheme in ("int4-g64", "int8-ch"):
+        codes, scales = quantize_tensor(w, parse_scheme(scheme), 0)[:2]
+        q = compiled.QuantPanels.from_codes(codes, scales)
+        assert np.array_equal(compiled.QuantPanels(q.codes, q.scales, q.shape, q.nibbles).dequantize(), q.dequantize())
+        for bad in ((q.codes, q.scales, (10 ** 6, 40), q.nibbles), (q.codes, q.scales, (128, 4000), q.nibbles),
+                    (q.codes, q.scales, q.shape, not q.nibbles),
+                    (q.codes.astype(np.int16), q.scales, q.shape, q.nibbles),
+                    (q.codes, q.scales[:, :, :32], q.shape, q.nibbles), (q.codes, q.scales, (128,), q.nibbles)):
+            with pytest.raises(ValueError, match=r"^codes (must be int8|\[.*\] and scales \[.*\] do not hold)"):
+                compiled.QuantPanels(*bad)
+        for panel in (0, -1, True, 2.5):
+            with pytest.raises(ValueError, match=r"^a panel holds a positive number of columns"):
+                compiled.QuantPanels.from_codes(codes, scales, panel=panel)
+
+
 def test_the_probe_chooses_among_the_kernels_reading_the_codes_a_model_holds():
     """registry.role_candidates for a model's codes class; first_kernel: compiled-quant for an int SCHEME:SPEC when
     installed, else STATIC_DEFAULT (the model then holds dequantized float32 weights)."""

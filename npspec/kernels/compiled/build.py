@@ -65,9 +65,11 @@ def nest(panel):  # -> (tiles {name: function}, product, runs) of the loop nest 
 
 def compiled_product(njit=None, panel=PANEL):  # -> panels_product(x, panels, y, p0, p1), compiled
     """njit: numba.njit, or a stand-in (the tiles then run as plain Python over intrinsics.names(None)).
-    Raises KernelUnavailable (one line, with the fix) without a numba that imports, ValueError for an odd panel."""
-    if panel % 2:
-        raise ValueError(f"a panel of compiled-panels has an even number of columns (tile8 halves it), got {panel}")
+    Raises KernelUnavailable (one line, with the fix) without a numba that imports, ValueError for a panel that is not
+    a positive even int."""
+    if isinstance(panel, bool) or not isinstance(panel, (int, np.integer)) or panel < 2 or panel % 2:
+        raise ValueError(f"a panel of compiled-panels has a positive even number of columns (tile8 halves it), "
+                         f"got {panel!r}")
     return product_build(panel, njit).function
 
 

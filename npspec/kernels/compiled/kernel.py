@@ -43,8 +43,8 @@ class Packed:
 
     dtype = np.dtype(np.float32)
 
-    def __init__(self, panels, shape, source=None):
-        self.panels, self.shape, self.source = panels, tuple(shape), source  # source: the array packed, if kept
+    def __init__(self, panels, shape, source=None):  # ValueError (one line) unless panels are pack's for `shape`
+        self.panels, self.shape, self.source = checked_panels(panels, shape), tuple(shape), source  # source: if kept
         self.plans = {}  # threads -> (cuts or None, numba threads), planned once
 
     @property
@@ -71,7 +71,9 @@ class CompiledPanels:
     """`linear(x, w, b=None)`: `[n, d_in], [d_in, d_out], [d_out] -> [n, d_out]` float32, batch invariant.
 
     threads: the runs a matrix of SPLIT_BYTES or more is cut into, on numba's threads; no bit depends on it. Panels
-    are kept by the matrix's address, shape and strides. Raises ValueError for a bad thread count, KernelUnavailable."""
+    are kept by the matrix's address, shape and strides, so a matrix changed in place after its first product keeps
+    its old panels: pass a new array (or pack it again). Raises ValueError for a bad thread count or panel,
+    KernelUnavailable."""
 
     name = NAME
 
@@ -131,9 +133,26 @@ class CompiledPanels:
         return f"CompiledPanels(threads={self.threads}, panel={self.panel})"
 
 
+def checked_panels(panels, shape):  # -> panels, checked to be pack's of a `shape` ([d_in, d_out]) matrix
+    """Raise ValueError (one line) unless panels are float32, C order, [ceil(d_out / panel), d_in, panel]: the
+    compiled loops read every panel to d_in rows and `panel` columns, so any other layout is read past its end."""
+    if not (isinstance(panels, np.ndarray) and panels.dtype == np.float32 and panels.ndim == 3
+            and panels.flags.c_contiguous and panels.shape[2] > 0):
+        kind = (f"{panels.dtype} {list(panels.shape)}" if isinstance(panels, np.ndarray) else type(panels).__name__)
+        raise ValueError(f"panels must be float32 [n_panels, d_in, panel] in C order (pack(w, panel)), got {kind}")
+    count, d_in, panel = panels.shape
+    if len(shape) != 2 or shape[0] != d_in or count != -(-shape[1] // panel) or shape[1] < 0:
+        raise ValueError(f"panels {list(panels.shape)} do not hold a {list(shape)} matrix: pack(w, panel) of a "
+                         "[d_in, d_out] w gives [ceil(d_out / panel), d_in, panel]")
+    return panels
+
+
 def checked_rows(x, w):  # -> x as a C-contiguous float32 [n, d_in]
     """Raise ValueError (one line) unless x is [n, d_in] for w's [d_in, d_out]: the compiled loops read x's rows to
     d_in, so a shorter row would be read past its end."""
+    if len(getattr(w, "shape", ())) != 2:
+        raise ValueError(f"w must be a [d_in, d_out] float32 matrix (or pack's Packed), got "
+                         f"{type(w).__name__} of shape {list(getattr(w, 'shape', []))}")
     x = np.ascontiguousarray(x, dtype=np.float32)
     if x.ndim != 2 or x.shape[1] != w.shape[0]:
         raise ValueError(f"x must be [n, {w.shape[0]}] to multiply a {list(w.shape)} matrix, got {list(x.shape)}")

@@ -31,13 +31,34 @@ def checked_codes(codes, scales):  # -> (codes int8 [d_in, d_out], scales float3
     return codes, scales
 
 
+def checked_code_panels(codes, scales, shape, nibbles):
+    """Raise ValueError (one line) unless codes int8 [P, d_in (nibbles: d_in / 2), panel] and scales float32
+    [P, n_groups, panel], both in C order, hold a `shape` ([d_in, d_out]) matrix: P = ceil(d_out / panel), n_groups
+    dividing d_in (nibbles: into even groups). The compiled loops read them to these sizes."""
+    arrays = (codes, np.int8), (scales, np.float32)
+    if not all(isinstance(a, np.ndarray) and a.dtype == dtype and a.ndim == 3 and a.flags.c_contiguous
+               for a, dtype in arrays):
+        got = ", ".join(f"{a.dtype} {list(a.shape)}" if isinstance(a, np.ndarray) else type(a).__name__
+                        for a, _ in arrays)
+        raise ValueError("codes must be int8 [P, rows, panel] and scales float32 [P, n_groups, panel], in C order "
+                         f"(QuantPanels.from_codes), got {got}")
+    (count, rows, panel), (s_count, groups, s_panel) = codes.shape, scales.shape
+    d_in, d_out = shape if len(shape) == 2 else (-1, -1)
+    if (panel < 1 or (s_count, s_panel) != (count, panel) or count != -(-d_out // panel) or d_out < 0
+            or rows != (d_in // 2 if nibbles else d_in) or groups < 1 or d_in % groups
+            or (nibbles and (d_in // groups) % 2)):
+        raise ValueError(f"codes {list(codes.shape)} and scales {list(scales.shape)} do not hold a {list(shape)} "
+                         f"matrix{' of 4-bit codes' if nibbles else ''}: build it with QuantPanels.from_codes")
+
+
 class QuantPanels:
     """A `[d_in, d_out]` weight matrix as codes `[P, d_in, PANEL]` int8 (nibbles: `[P, d_in / 2, PANEL]`, the byte
     16 * code(k + 1) + code(k) + 8 for k even) and scales `[P, n_groups, PANEL]` float32, zero past d_out; weight
     (k, n) is float32(code) * scale of its group. Build it with `from_codes`. `shape`, `size`, `nbytes` as an array's;
     `np.asarray(q)` is dequantize()."""
 
-    def __init__(self, codes, scales, shape, nibbles):
+    def __init__(self, codes, scales, shape, nibbles):  # ValueError (one line) unless laid out as from_codes lays them
+        checked_code_panels(codes, scales, shape, nibbles)
         self.codes, self.scales, self.shape, self.nibbles = codes, scales, tuple(shape), bool(nibbles)
         self.group = shape[0] // scales.shape[1]
         self.plans = {}  # threads -> (cuts or None, numba threads), planned once
@@ -47,6 +68,8 @@ class QuantPanels:
         """codes: int8 `[d_in, d_out]`; scales: float32 `[n_groups, d_out]`, n_groups dividing d_in (npspec.sources.
         quantize's fields); codes in -8..7 with an even group are stored two a byte. Raises ValueError (one line)."""
         codes, scales = checked_codes(codes, scales)
+        if isinstance(panel, bool) or not isinstance(panel, (int, np.integer)) or panel < 1:
+            raise ValueError(f"a panel holds a positive number of columns, got {panel!r}")
         d_in, d_out = codes.shape
         nibbles = (d_in // scales.shape[0]) % 2 == 0 and codes.size > 0 and -8 <= codes.min() and codes.max() <= 7
         count = -(-d_out // panel)
