@@ -114,6 +114,7 @@ def test_piping_into_a_closed_reader_stops_quietly():
 # --- threads and kernels -----------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # a whole command, 3 s or more: CI's second step
 def test_thread_count_never_changes_the_output(tmp_path):
     sampled = ("--json", "--max-new-tokens", "12", "--seed", "5")
     outs = [run_python(*GENERATE, *sampled, *args, env=env) for args, env in (

@@ -32,6 +32,7 @@ def test_version():
     assert (r.returncode, r.stdout) == (0, f"npspec {npspec.__version__}\n")
 
 
+@pytest.mark.slow  # a whole command, 3 s or more: CI's second step
 def test_generate_is_python_m_npspec_generate():
     short, long = run_python(*NPSPEC, "generate", *GREEDY), run_python(*GENERATE, *GREEDY)
     assert short.returncode == long.returncode == 0, short.stderr

@@ -111,6 +111,7 @@ def test_the_command_says_when_it_measures_on_stderr_as_before(tmp_path, monkeyp
     assert lines[1].startswith("npspec: timing prompts of ")
 
 
+@pytest.mark.slow  # a whole command, 3 s or more: CI's second step
 def test_a_draft_model_the_job_does_not_use_is_neither_measured_nor_made_a_drafter(tmp_path, monkeypatch):
     """--max-new-tokens 1 clamps gamma to 0: the job drops its drafter, the draft is not probed, the target is timed
     alone, and decoding runs (a drafter rebuilt from no draft model raised TypeError)."""

@@ -40,6 +40,7 @@ GPT2_TOKENIZER = (ROOT / "weights" / "gpt2" / "tokenizer.json").read_text()
 # --- random: models, local directories, names --------------------------------------------------------
 
 
+@pytest.mark.slow  # a whole command, 3 s or more: CI's second step
 def test_random_shapes_are_built_once_and_reused(tmp_path):
     m = load("random:tiny", cache_dir=tmp_path)
     ref = random_model("tiny", kernel=m.kernel)  # load chose m's kernel (npspec.sources.choices): compare like with like

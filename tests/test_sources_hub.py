@@ -125,6 +125,7 @@ def test_no_network_no_cache_says_what_to_run(tmp_path):
     assert r.returncode != 0 and "Traceback" in r.stderr  # --debug shows it
 
 
+@pytest.mark.slow  # a whole command, 3 s or more: CI's second step
 def test_connection_errors_fall_back_to_the_cache(tmp_path):
     # no HF_HUB_OFFLINE: the hub is tried at a local port nothing listens on (refused at once)
     env = offline_env(tmp_path, HF_ENDPOINT="http://127.0.0.1:9", HF_HUB_OFFLINE=None)
