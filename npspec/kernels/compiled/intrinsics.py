@@ -289,7 +289,6 @@ class QuantEmitter(BlockEmitter):
             address = self.at(a[0], b.add(b.mul(i64(r), a[1]), i64(4 * lanes * v)))
             b.store(phi, b.bitcast(address, self.vector.as_pointer()), align=4)
 
-
     def code_row(self, x, codes, c0, k, scale, sums, shape):  # -> the sums after code row k (quant_chains' arguments)
         """Code row k's fmas into `sums` (rows * count vectors): its line `ahead` rows on asked for, each row's x
         broadcast, each code vector sign-extended once, split (nibbles: lo = (byte & 15) - 8, hi = byte >> 4),
