@@ -1,5 +1,5 @@
-"""generate's drafter from its options: the draft model --draft names (load_draft) and the drafter (make_drafter).
-Imports npspec.decode.drafters, npspec.sources and options' drafting.
+"""generate's models and drafter from its options: a model --target or --draft names (load_role, load_draft) and the
+drafter (make_drafter). Imports npspec.decode.drafters, npspec.sources and options' drafting.
 """
 
 from ..decode import RULES
@@ -15,11 +15,18 @@ def load_draft(args, threads, progress=None, target=None):
     Model a `SCHEME:self` draft quantizes (None: --target loaded again). Raises NoCodes, CheckpointError."""
     if not drafting(args) or args.draft in COMMANDS:
         return None
-    try:  # load refuses a kernel reading int8 codes for float weights; said here with the CLI's options
-        return load(args.draft, "draft", kernel=args.draft_kernel or first_kernel(args.draft), threads=threads,
-                    progress=progress, target=args.target if target is None else target)
+    return load_role(args.draft, "draft", args.draft_kernel, threads, progress,
+                     target=args.target if target is None else target)
+
+
+def load_role(spec, role, kernel, threads, progress=None, **extra):  # -> the Model --ROLE names
+    """npspec.load of `spec` as `role` ("target" or "draft") with --ROLE-kernel `kernel`, else sources.first_kernel's
+    until probed chooses; extra: load's other arguments. load refuses a kernel reading int codes for float weights
+    (NoCodes), said here with the CLI's options. Raises NoCodes, CheckpointError."""
+    try:
+        return load(spec, role, kernel=kernel or first_kernel(spec), threads=threads, progress=progress, **extra)
     except NoCodes as e:
-        raise NoCodes(e.kernel, "draft", e.source, f"--draft-kernel {e.kernel}", "--draft int8-g64:SPEC") from None
+        raise NoCodes(e.kernel, role, e.source, f"--{role}-kernel {e.kernel}", f"--{role} int8-g64:SPEC") from None
 
 
 def make_drafter(args, target, draft):

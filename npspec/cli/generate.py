@@ -19,12 +19,11 @@ from . import picture
 from ..decode import Generation, GenerationInterrupted, Stats, decode, prepare
 from ..decode.drafters import COMMANDS
 from ..decode.text import TextStreamer, encode_prompt
-from ..sources import first_kernel, load
 from ..sources.atomic import expand
-from ..sources.errors import CheckpointError, NoCodes
+from ..sources.errors import CheckpointError
 from ..sources.progress import bar, show_progress, terminal_bars
 from .console import notes_to, parsed, streams, terminate_as_interrupt
-from .drafts import draft_model, load_draft, make_drafter
+from .drafts import draft_model, load_draft, load_role, make_drafter
 from .harness import compare_repeated, simulated, steered
 from .inputs import prompt_byte_limit, read_prompt, thread_count
 from .kernel_choice import kernels_used, probed
@@ -95,11 +94,7 @@ def prepared(args, err, stdin):  # -> Prepared
     options = checked(args)
     threads = thread_count(args.threads)
     progress = terminal_bars if show_progress(args.quiet, err, os.environ) else None
-    try:  # the role's kernel is chosen once every check has passed (probed)
-        target = load(args.target, "target", kernel=args.target_kernel or first_kernel(args.target), threads=threads,
-                      progress=progress)
-    except NoCodes as e:  # said with the CLI's options, as load_draft says the draft's
-        raise NoCodes(e.kernel, "target", e.source, f"--target-kernel {e.kernel}", "--target int8-g64:SPEC") from None
+    target = load_role(args.target, "target", args.target_kernel, threads, progress)  # its kernel probed later
     draft = load_draft(args, threads, progress, target if target.codes is None else None)
     prompt = read_prompt(args.prompt, prompt_byte_limit(target.tokenizer, target.config.n_ctx), stdin)
     ids = encode_prompt(target.tokenizer, prompt, target.config.eos_token_id)
